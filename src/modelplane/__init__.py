@@ -1,0 +1,1 @@
+"""Modelplane: installs and verifies the serving substrate for AI inference."""

@@ -1,0 +1,23 @@
+"""The ServingStack API: pydantic models of spec and status, and the hub CRD."""
+
+from modelplane.api.models import (
+    API_GROUP,
+    API_VERSION,
+    KIND,
+    ComponentsMode,
+    ServingStack,
+    ServingStackSpec,
+    ServingStackStatus,
+    Stack,
+)
+
+__all__ = [
+    "API_GROUP",
+    "API_VERSION",
+    "KIND",
+    "ComponentsMode",
+    "ServingStack",
+    "ServingStackSpec",
+    "ServingStackStatus",
+    "Stack",
+]

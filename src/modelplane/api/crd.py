@@ -1,0 +1,172 @@
+"""The hub's CustomResourceDefinition, generated from the pydantic models.
+
+The schema is never written by hand: pydantic's JSON schema is turned into a
+structural OpenAPI v3 schema (references inlined, optional fields as plain
+properties, nested objects defaulted to ``{}`` so the API server applies their
+field defaults), and the cross-field rules become CEL with the same messages
+the models raise.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from pydantic import BaseModel
+
+from modelplane.api import models as m
+
+Schema = dict[str, Any]
+
+_DROP = {"title", "discriminator"}
+
+
+def _inline(schema: Schema, defs: dict[str, Schema]) -> Schema:
+    if "$ref" in schema:
+        target = copy.deepcopy(defs[schema["$ref"].split("/")[-1]])
+        rest = {k: v for k, v in schema.items() if k != "$ref"}
+        return _inline({**target, **rest}, defs)
+    if "anyOf" in schema:
+        # Optional[X] is X that may be left out; null is never sent.
+        options = [o for o in schema["anyOf"] if o.get("type") != "null"]
+        if len(options) != 1:
+            raise ValueError(f"cannot express union in a structural schema: {schema}")
+        rest = {k: v for k, v in schema.items() if k not in ("anyOf", "default")}
+        if schema.get("default") is not None:
+            rest["default"] = schema["default"]
+        return _inline({**options[0], **rest}, defs)
+    out: Schema = {}
+    for key, value in schema.items():
+        if key in _DROP or key == "$defs":
+            continue
+        if key == "properties":
+            out[key] = {name: _inline(prop, defs) for name, prop in value.items()}
+        elif key == "items":
+            out[key] = _inline(value, defs)
+        else:
+            out[key] = value
+    if out.get("type") == "object" and "properties" in out:
+        out.pop("additionalProperties", None)
+    return out
+
+
+def _default_nested_objects(schema: Schema, model: type[BaseModel]) -> None:
+    """Give object fields whose every sub-field has a default a default of {}."""
+    for name, field in model.model_fields.items():
+        alias = field.alias or name
+        annotation = field.annotation
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            prop = schema["properties"][alias]
+            _default_nested_objects(prop, annotation)
+            if field.default_factory is not None and all(
+                not f.is_required() for f in annotation.model_fields.values()
+            ):
+                prop["default"] = {}
+
+
+def schema_of(model: type[BaseModel]) -> Schema:
+    raw = model.model_json_schema(by_alias=True, mode="validation")
+    schema = _inline(raw, raw.get("$defs", {}))
+    _default_nested_objects(schema, model)
+    return schema
+
+
+def _unique_names(field: str, message: str) -> dict[str, str]:
+    # Rules on an optional list run only when the list is there.
+    return {
+        "rule": f"!has(self.{field}) || "
+        f"self.{field}.all(x, self.{field}.exists_one(y, y.name == x.name))",
+        "message": message,
+        "fieldPath": f".{field}",
+    }
+
+
+def spec_schema() -> Schema:
+    schema = schema_of(m.ServingStackSpec)
+    schema["x-kubernetes-validations"] = [
+        {
+            "rule": "self.secrets.filter(s, s.type == 'Kubeconfig').size() == 1",
+            "message": m.KUBECONFIG_RULE,
+            "fieldPath": ".secrets",
+        },
+        {
+            "rule": "self.secrets.filter(s, s.type != 'Kubeconfig').size() <= 1",
+            "message": m.IDENTITY_RULE,
+            "fieldPath": ".secrets",
+        },
+    ]
+    secret_item = schema["properties"]["secrets"]["items"]
+    # "namespace" is a CEL keyword, hence the escaped name.
+    secret_item["x-kubernetes-validations"] = [
+        {
+            "rule": "self.type != 'Kubeconfig' || !has(self.__namespace__)",
+            "message": m.NAMESPACE_RULE,
+        }
+    ]
+    schema["properties"]["gateway"]["x-kubernetes-validations"] = [
+        _unique_names("listeners", m.LISTENER_NAMES_RULE),
+        _unique_names("clientCAs", m.CLIENT_CA_NAMES_RULE),
+    ]
+    return schema
+
+
+def status_schema() -> Schema:
+    return schema_of(m.ServingStackStatus)
+
+
+def servingstack_crd() -> dict[str, Any]:
+    """The CustomResourceDefinition of ServingStack for the hub."""
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{m.PLURAL}.{m.API_GROUP}"},
+        "spec": {
+            "group": m.API_GROUP,
+            "scope": "Namespaced",
+            "names": {
+                "kind": m.KIND,
+                "listKind": f"{m.KIND}List",
+                "plural": m.PLURAL,
+                "singular": m.KIND.lower(),
+                "shortNames": [m.SHORT_NAME],
+            },
+            "versions": [
+                {
+                    "name": m.API_VERSION,
+                    "served": True,
+                    "storage": True,
+                    "subresources": {"status": {}},
+                    "additionalPrinterColumns": [
+                        {"name": "Stack", "type": "string", "jsonPath": ".spec.stack"},
+                        {"name": "Components", "type": "string", "jsonPath": ".spec.components"},
+                        {
+                            "name": "Ready",
+                            "type": "string",
+                            "jsonPath": '.status.conditions[?(@.type=="Ready")].status',
+                        },
+                        {
+                            "name": "Address",
+                            "type": "string",
+                            "jsonPath": ".status.gateway.address",
+                        },
+                        {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+                    ],
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "description": "A ServingStack installs or verifies the serving "
+                            "substrate of one target cluster.",
+                            "type": "object",
+                            "required": ["spec"],
+                            "properties": {
+                                "apiVersion": {"type": "string"},
+                                "kind": {"type": "string"},
+                                "metadata": {"type": "object"},
+                                "spec": spec_schema(),
+                                "status": status_schema(),
+                            },
+                        }
+                    },
+                }
+            ],
+        },
+    }

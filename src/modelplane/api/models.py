@@ -1,0 +1,306 @@
+"""Pydantic models of the ServingStack custom resource.
+
+The models are the single source of the API: the CRD's OpenAPI schema is
+generated from them (see ``modelplane.api.crd``), so every limit, enum and
+default written here is what the hub's API server enforces too. Cross-field
+rules that a structural schema cannot express are model validators here and
+CEL rules in the CRD, with the same messages.
+
+Default versions come from the catalog, so a version string is written once.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic.alias_generators import to_camel
+
+from modelplane.catalog import pins
+
+API_GROUP = "infrastructure.modelplane.ai"
+API_VERSION = "v1alpha1"
+KIND = "ServingStack"
+PLURAL = "servingstacks"
+SHORT_NAME = "ss"
+
+
+class _Model(BaseModel):
+    """Camel-case on the wire, snake_case in Python, unknown fields refused."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        populate_by_name=True,
+        extra="forbid",
+        frozen=True,
+    )
+
+
+class Stack(StrEnum):
+    STANDARD = "Standard"
+    DYNAMO = "Dynamo"
+
+
+class ComponentsMode(StrEnum):
+    MANAGED = "Managed"
+    PROVIDED = "Provided"
+
+
+class SecretType(StrEnum):
+    KUBECONFIG = "Kubeconfig"
+    GOOGLE_APPLICATION_CREDENTIALS = "GoogleApplicationCredentials"
+    AWS_WEB_IDENTITY_CREDENTIALS = "AWSWebIdentityCredentials"
+    NEBIUS_SERVICE_ACCOUNT_CREDENTIALS = "NebiusServiceAccountCredentials"
+
+
+class ListenerProtocol(StrEnum):
+    HTTP = "HTTP"
+    TCP = "TCP"
+
+
+VersionPin = Annotated[str, Field(min_length=1, max_length=32)]
+
+
+class SecretRef(_Model):
+    """A credential the operator reads to reach the target cluster."""
+
+    type: SecretType = Field(
+        description="The type of credential this secret contains. Kubeconfig is required; "
+        "any other value is a cloud identity the operator authenticates as instead of the "
+        "kubeconfig's embedded credentials."
+    )
+    name: str = Field(max_length=253, description="Name of the Secret.")
+    key: str = Field(max_length=253, description="Key within the Secret that holds the credential.")
+    namespace: str | None = Field(
+        default=None,
+        max_length=253,
+        description="Namespace of the Secret when it is not this ServingStack's namespace. "
+        "Allowed only on cloud identity entries.",
+    )
+
+
+class Listener(_Model):
+    name: str = Field(min_length=1, max_length=63, description="Unique listener name.")
+    port: int = Field(ge=1, le=65535, description="Port number for this listener.")
+    protocol: ListenerProtocol = Field(description="Protocol for this listener.")
+
+
+class ClientCA(_Model):
+    name: str = Field(
+        min_length=1, max_length=253, description="The InferenceGateway this CA belongs to."
+    )
+    certificate: str = Field(
+        min_length=1, max_length=16384, description="The CA certificate, PEM encoded."
+    )
+
+
+class GatewaySpec(_Model):
+    class_name: str = Field(
+        default=pins.GATEWAY_CLASS_NAME,
+        min_length=1,
+        max_length=63,
+        description="GatewayClass name. Override if the cluster already has a GatewayClass "
+        "with this name.",
+    )
+    hostname: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=253,
+        description="The name this cluster's gateway is reached by. The gateway serves a "
+        "certificate for it; without it the gateway serves plain HTTP and carries no fleet "
+        "traffic.",
+    )
+    listeners: list[Listener] = Field(
+        default_factory=list, max_length=8, description="Listeners of the Gateway."
+    )
+    client_cas: list[ClientCA] = Field(
+        default_factory=list,
+        max_length=32,
+        alias="clientCAs",
+        description="CA certificates of the InferenceGateways allowed to connect.",
+    )
+
+
+class Versions(_Model):
+    """Version pins for components of both stacks."""
+
+    cert_manager: VersionPin = Field(
+        default=pins.CERT_MANAGER, description="cert-manager chart version."
+    )
+    envoy_gateway: VersionPin = Field(
+        default=pins.ENVOY_GATEWAY,
+        description="Envoy Gateway chart version. Must support InferencePool backend "
+        "resources (v1.8.x); v1.9.x is out of range until the AI Gateway pairs with it.",
+    )
+    node_feature_discovery: VersionPin = Field(
+        default=pins.NODE_FEATURE_DISCOVERY,
+        description="Node Feature Discovery chart version.",
+    )
+    nvidia_dra_driver: VersionPin = Field(
+        default=pins.NVIDIA_DRA_DRIVER, description="NVIDIA DRA driver chart version."
+    )
+    prometheus: VersionPin = Field(
+        default=pins.KUBE_PROMETHEUS_STACK, description="kube-prometheus-stack chart version."
+    )
+    trust_manager: VersionPin = Field(
+        default=pins.TRUST_MANAGER, description="trust-manager chart version."
+    )
+
+
+class StandardVersions(_Model):
+    """Version pins for Standard-stack components. Ignored when stack is Dynamo."""
+
+    leader_worker_set: VersionPin = Field(
+        default=pins.LEADER_WORKER_SET, description="LeaderWorkerSet chart version."
+    )
+
+
+class DynamoVersions(_Model):
+    """Version pins for Dynamo-stack components. Ignored when stack is Standard."""
+
+    grove: VersionPin = Field(
+        default=pins.GROVE,
+        description="Grove chart version. v0.1.0-alpha.12-rc2 or later (grove#753).",
+    )
+    kai_scheduler: VersionPin = Field(
+        default=pins.KAI_SCHEDULER, description="KAI Scheduler chart version."
+    )
+    model_express: VersionPin = Field(
+        default=pins.MODEL_EXPRESS, description="ModelExpress server image tag."
+    )
+
+
+KUBECONFIG_RULE = "exactly one secrets entry must have type Kubeconfig"
+NAMESPACE_RULE = "namespace may be set only on cloud identity entries, not on the Kubeconfig entry"
+IDENTITY_RULE = "at most one cloud identity entry (a type other than Kubeconfig) may be given"
+LISTENER_NAMES_RULE = "listener names must be unique"
+CLIENT_CA_NAMES_RULE = "clientCAs names must be unique"
+
+
+class ServingStackSpec(_Model):
+    """The desired serving substrate of one target cluster."""
+
+    secrets: list[SecretRef] = Field(
+        min_length=1,
+        max_length=8,
+        description="Credentials for the target cluster: one Kubeconfig entry and at most "
+        "one cloud identity.",
+    )
+    stack: Stack = Field(default=Stack.STANDARD, description="Which serving stack this installs.")
+    components: ComponentsMode = Field(
+        default=ComponentsMode.MANAGED,
+        description="Managed installs every substrate component; Provided installs none "
+        "and checks that the cluster serves what they would have.",
+    )
+    nvidia_driver_root: str = Field(
+        default=pins.NVIDIA_DRIVER_ROOT,
+        max_length=512,
+        description="Host path of the NVIDIA driver, passed to the DRA driver. A non-default "
+        "value also composes a ResourceQuota admitting the DRA driver's system-critical pods.",
+    )
+    versions: Versions = Field(default_factory=Versions, description="Version pins.")
+    standard: StandardVersions = Field(
+        default_factory=StandardVersions, description="Standard-stack version pins."
+    )
+    dynamo: DynamoVersions = Field(
+        default_factory=DynamoVersions, description="Dynamo-stack version pins."
+    )
+    gateway: GatewaySpec = Field(
+        default_factory=GatewaySpec, description="The cluster's inference traffic gateway."
+    )
+
+    @model_validator(mode="after")
+    def _cross_field_rules(self) -> ServingStackSpec:
+        kubeconfigs = [s for s in self.secrets if s.type is SecretType.KUBECONFIG]
+        if len(kubeconfigs) != 1:
+            raise ValueError(f"secrets: {KUBECONFIG_RULE}")
+        if any(s.namespace is not None for s in kubeconfigs):
+            raise ValueError(f"secrets: {NAMESPACE_RULE}")
+        if len(self.secrets) - len(kubeconfigs) > 1:
+            raise ValueError(f"secrets: {IDENTITY_RULE}")
+        names = [listener.name for listener in self.gateway.listeners]
+        if len(names) != len(set(names)):
+            raise ValueError(f"gateway.listeners: {LISTENER_NAMES_RULE}")
+        ca_names = [ca.name for ca in self.gateway.client_cas]
+        if len(ca_names) != len(set(ca_names)):
+            raise ValueError(f"gateway.clientCAs: {CLIENT_CA_NAMES_RULE}")
+        return self
+
+    @property
+    def kubeconfig_secret(self) -> SecretRef:
+        return next(s for s in self.secrets if s.type is SecretType.KUBECONFIG)
+
+    @property
+    def cloud_identity(self) -> SecretRef | None:
+        return next((s for s in self.secrets if s.type is not SecretType.KUBECONFIG), None)
+
+
+class Condition(_Model):
+    """A Kubernetes-style condition."""
+
+    type: str
+    status: str
+    reason: str
+    message: str
+    observed_generation: int | None = None
+    last_transition_time: str | None = None
+
+
+class ComponentStatus(_Model):
+    name: str
+    mode: ComponentsMode
+    version: str | None = None
+    state: str
+    message: str = ""
+
+
+class GatewayStatus(_Model):
+    address: str | None = Field(
+        default=None,
+        max_length=256,
+        description="The gateway's external address, once assigned.",
+    )
+    ca_certificate: str | None = Field(
+        default=None,
+        max_length=16384,
+        description="PEM certificate of the CA that signed this gateway's serving certificate.",
+    )
+
+
+class ServingStackStatus(_Model):
+    observed_generation: int | None = None
+    conditions: list[Condition] = Field(default_factory=list)
+    components: list[ComponentStatus] = Field(default_factory=list)
+    gateway: GatewayStatus | None = None
+
+
+class ObjectMeta(BaseModel):
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    name: str
+    namespace: str = "default"
+    generation: int | None = None
+
+
+class ServingStack(BaseModel):
+    """A whole ServingStack object as read from a manifest or the hub."""
+
+    model_config = ConfigDict(populate_by_name=True, extra="forbid", frozen=True)
+
+    api_version: str = Field(alias="apiVersion")
+    kind: str
+    metadata: ObjectMeta
+    spec: ServingStackSpec
+    status: ServingStackStatus | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _check_type(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            expected = f"{API_GROUP}/{API_VERSION}"
+            if data.get("apiVersion") != expected:
+                raise ValueError(f"apiVersion must be {expected}, got {data.get('apiVersion')!r}")
+            if data.get("kind") != KIND:
+                raise ValueError(f"kind must be {KIND}, got {data.get('kind')!r}")
+        return data

@@ -1,0 +1,1 @@
+"""The component catalog: every fact about the substrate, as data."""

@@ -1,0 +1,437 @@
+"""The configuration the product composes on top of the substrate, in both modes.
+
+Every object declares the APIs it needs; the plan holds it back until the
+target serves them. Names and shapes follow upstream Modelplane
+(upstream-facts §2, §7.1, §10, §13, §14).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from modelplane.catalog import components as c
+from modelplane.catalog.types import ApiRef
+
+if TYPE_CHECKING:
+    from modelplane.api.models import ServingStackSpec
+
+NS = c.MODELPLANE_NAMESPACE
+GATEWAY_NAME = "inference-gateway"
+ENVOY_PROXY_NAME = "inference-gateway"
+ENVOY_GATEWAY_CONTROLLER = "gateway.envoyproxy.io/gatewayclass-controller"
+HTTPS_LISTENER = "https"
+SELF_SIGNED_ISSUER = "modelplane-selfsigned"
+CLUSTER_CA = "modelplane-cluster-ca"  # Certificate, its Secret, the CA Issuer and the Bundle
+SERVING_CERT = "cluster-gateway-serving"
+CLIENT_CAS_CONFIGMAP = "modelplane-fleet-gateway-cas"
+CLIENT_AUTH_POLICY = "cluster-gateway-client-auth"
+CA_KEY = "ca.crt"
+# Engine pods are labelled kai.scheduler/queue=<KAI_QUEUE>; only leaf queues
+# take workloads, so the root exists to own the hierarchy.
+KAI_ROOT_QUEUE = "modelplane-root"
+KAI_QUEUE = "modelplane"
+MODELEXPRESS_NAME = "modelexpress-server"
+# Engine pods reach the server by this namespace; a contract with the
+# workload composition, not a preference.
+MODELEXPRESS_NAMESPACE = "default"
+MODELEXPRESS_PORT = 8001
+MODELEXPRESS_IMAGE = "nvcr.io/nvidia/ai-dynamo/modelexpress-server"
+
+ENVOY_PROXIES = ApiRef("gateway.envoyproxy.io", "v1alpha1", "envoyproxies")
+CLIENT_TRAFFIC_POLICIES = ApiRef("gateway.envoyproxy.io", "v1alpha1", "clienttrafficpolicies")
+GATEWAY_CLASSES = ApiRef("gateway.networking.k8s.io", "v1", "gatewayclasses")
+GATEWAYS = ApiRef("gateway.networking.k8s.io", "v1", "gateways")
+ISSUERS = ApiRef("cert-manager.io", "v1", "issuers")
+CERTIFICATES = ApiRef("cert-manager.io", "v1", "certificates")
+BUNDLES = ApiRef("trust.cert-manager.io", "v1alpha1", "bundles")
+QUEUES = ApiRef("scheduling.run.ai", "v2", "queues")
+MODEL_METADATAS = c.MODELEXPRESS_CRDS.requirements[0].api
+
+# Teardown waves: the Gateway (and what targets it) goes first while the
+# gateway controller still runs to clear its finalizers, then the
+# GatewayClass, then the rest, the namespace last.
+FIRST, SECOND, THIRD, LAST = 0, 1, 2, 3
+
+
+@dataclass(frozen=True)
+class ConfigObject:
+    """One Kubernetes object of the product's own configuration."""
+
+    body: dict[str, Any]
+    needs: tuple[ApiRef, ...] = ()
+    # Why the object is deliberately not applied yet, whatever the target serves.
+    withheld: str | None = None
+    teardown_wave: int = THIRD
+
+    @property
+    def key(self) -> str:
+        return object_key(self.body)
+
+
+def object_key(body: dict[str, Any]) -> str:
+    meta = body["metadata"]
+    namespace = meta.get("namespace", "")
+    return f"{body['apiVersion']}/{body['kind']}/{namespace}/{meta['name']}".replace("//", "/")
+
+
+def _obj(
+    api_version: str, kind: str, name: str, namespace: str | None = NS, **rest: Any
+) -> dict[str, Any]:
+    metadata: dict[str, Any] = {"name": name}
+    if namespace:
+        metadata["namespace"] = namespace
+    return {"apiVersion": api_version, "kind": kind, "metadata": metadata, **rest}
+
+
+def _listeners(spec: ServingStackSpec) -> list[dict[str, Any]]:
+    given = spec.gateway.listeners
+    listeners: list[dict[str, Any]] = [
+        {
+            "name": listener.name,
+            "port": listener.port,
+            "protocol": str(listener.protocol),
+            "allowedRoutes": {"namespaces": {"from": "All"}},
+        }
+        for listener in given
+    ] or [
+        {
+            "name": "http",
+            "port": 80,
+            "protocol": "HTTP",
+            "allowedRoutes": {"namespaces": {"from": "All"}},
+        }
+    ]
+    if spec.gateway.hostname and spec.gateway.client_cas:
+        listeners.append(
+            {
+                "name": HTTPS_LISTENER,
+                "port": 443,
+                "protocol": "HTTPS",
+                "hostname": spec.gateway.hostname,
+                "tls": {"mode": "Terminate", "certificateRefs": [{"name": SERVING_CERT}]},
+                "allowedRoutes": {"namespaces": {"from": "All"}},
+            }
+        )
+    return listeners
+
+
+def https_listener_withheld(spec: ServingStackSpec) -> str | None:
+    """Why the HTTPS listener is not on the Gateway, if it is not."""
+    if not spec.gateway.hostname:
+        return None
+    if not spec.gateway.client_cas:
+        return (
+            f"the HTTPS listener for {spec.gateway.hostname} waits for a clientCAs entry: "
+            "without one it would accept any client"
+        )
+    return None
+
+
+def gateway_objects(spec: ServingStackSpec) -> list[ConfigObject]:
+    """Namespace, EnvoyProxy, GatewayClass and Gateway."""
+    return [
+        ConfigObject(_obj("v1", "Namespace", NS, namespace=None), teardown_wave=LAST),
+        ConfigObject(
+            _obj(
+                f"{ENVOY_PROXIES.group_version}",
+                "EnvoyProxy",
+                ENVOY_PROXY_NAME,
+                spec={
+                    "provider": {
+                        "type": "Kubernetes",
+                        # EG defaults to Local, which some cloud load balancers reject.
+                        "kubernetes": {"envoyService": {"externalTrafficPolicy": "Cluster"}},
+                    }
+                },
+            ),
+            needs=(ENVOY_PROXIES,),
+            teardown_wave=THIRD,
+        ),
+        ConfigObject(
+            _obj(
+                GATEWAY_CLASSES.group_version,
+                "GatewayClass",
+                spec.gateway.class_name,
+                namespace=None,
+                spec={
+                    "controllerName": ENVOY_GATEWAY_CONTROLLER,
+                    "parametersRef": {
+                        "group": ENVOY_PROXIES.group,
+                        "kind": "EnvoyProxy",
+                        "name": ENVOY_PROXY_NAME,
+                        "namespace": NS,
+                    },
+                },
+            ),
+            needs=(GATEWAY_CLASSES,),
+            teardown_wave=SECOND,
+        ),
+        ConfigObject(
+            _obj(
+                GATEWAYS.group_version,
+                "Gateway",
+                GATEWAY_NAME,
+                spec={"gatewayClassName": spec.gateway.class_name, "listeners": _listeners(spec)},
+            ),
+            needs=(GATEWAYS,),
+            teardown_wave=FIRST,
+        ),
+    ]
+
+
+def _certificate(name: str, issuer: str, **spec: Any) -> dict[str, Any]:
+    return _obj(
+        CERTIFICATES.group_version,
+        "Certificate",
+        name,
+        spec={
+            "secretName": name,
+            "issuerRef": {"name": issuer, "kind": "Issuer", "group": CERTIFICATES.group},
+            **spec,
+        },
+    )
+
+
+def pki_objects(spec: ServingStackSpec) -> list[ConfigObject]:
+    """The gateway's private CA chain and the Bundle publishing its certificate."""
+    hostname = spec.gateway.hostname
+    if not hostname:
+        return []
+    issuer_needs = (ISSUERS,)
+    cert_needs = (CERTIFICATES,)
+    return [
+        ConfigObject(
+            _obj(ISSUERS.group_version, "Issuer", SELF_SIGNED_ISSUER, spec={"selfSigned": {}}),
+            needs=issuer_needs,
+        ),
+        ConfigObject(
+            _certificate(
+                CLUSTER_CA,
+                SELF_SIGNED_ISSUER,
+                isCA=True,
+                # X.509 limits a common name to 64 characters.
+                commonName=f"modelplane cluster CA {hostname}"[:64],
+                duration="87600h",
+                renewBefore="8760h",
+                privateKey={"algorithm": "ECDSA", "size": 256},
+            ),
+            needs=cert_needs,
+        ),
+        ConfigObject(
+            _obj(
+                ISSUERS.group_version, "Issuer", CLUSTER_CA, spec={"ca": {"secretName": CLUSTER_CA}}
+            ),
+            needs=issuer_needs,
+        ),
+        ConfigObject(
+            _certificate(
+                SERVING_CERT,
+                CLUSTER_CA,
+                dnsNames=[hostname],
+                duration="2160h",
+                renewBefore="720h",
+                privateKey={"algorithm": "ECDSA", "size": 256, "rotationPolicy": "Always"},
+            ),
+            needs=cert_needs,
+        ),
+        # trust-manager accepts only CERTIFICATE blocks, so the CA's key can
+        # never reach the published ConfigMap.
+        ConfigObject(
+            _obj(
+                BUNDLES.group_version,
+                "Bundle",
+                CLUSTER_CA,
+                namespace=None,
+                spec={
+                    "sources": [{"secret": {"name": CLUSTER_CA, "key": CA_KEY}}],
+                    "target": {
+                        "configMap": {"key": CA_KEY},
+                        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": NS}},
+                    },
+                },
+            ),
+            needs=(BUNDLES,),
+        ),
+    ]
+
+
+def client_ca_objects(spec: ServingStackSpec) -> list[ConfigObject]:
+    """The client CAs in one ConfigMap and the policy requiring them on HTTPS."""
+    cas = sorted(spec.gateway.client_cas, key=lambda ca: ca.name)
+    if not cas:
+        return []
+    bundle = "".join(
+        ca.certificate if ca.certificate.endswith("\n") else ca.certificate + "\n" for ca in cas
+    )
+    withheld = (
+        None
+        if spec.gateway.hostname
+        else "clientCAs need gateway.hostname: without it there is no HTTPS listener to "
+        "require client certificates on"
+    )
+    return [
+        ConfigObject(_obj("v1", "ConfigMap", CLIENT_CAS_CONFIGMAP, data={CA_KEY: bundle})),
+        ConfigObject(
+            _obj(
+                CLIENT_TRAFFIC_POLICIES.group_version,
+                "ClientTrafficPolicy",
+                CLIENT_AUTH_POLICY,
+                spec={
+                    "targetRefs": [
+                        {
+                            "group": GATEWAYS.group,
+                            "kind": "Gateway",
+                            "name": GATEWAY_NAME,
+                            "sectionName": HTTPS_LISTENER,
+                        }
+                    ],
+                    "tls": {
+                        "clientValidation": {
+                            "caCertificateRefs": [
+                                {"kind": "ConfigMap", "group": "", "name": CLIENT_CAS_CONFIGMAP}
+                            ]
+                        }
+                    },
+                },
+            ),
+            needs=(CLIENT_TRAFFIC_POLICIES,),
+            withheld=withheld,
+            teardown_wave=FIRST,
+        ),
+    ]
+
+
+def _queue(name: str, parent: str | None) -> dict[str, Any]:
+    unlimited = {"quota": -1, "limit": -1, "overQuotaWeight": 1}
+    spec: dict[str, Any] = {"resources": {r: dict(unlimited) for r in ("cpu", "gpu", "memory")}}
+    if parent:
+        spec["parentQueue"] = parent
+    return _obj(QUEUES.group_version, "Queue", name, namespace=None, spec=spec)
+
+
+def dynamo_objects(spec: ServingStackSpec) -> list[ConfigObject]:
+    """The KAI Queue hierarchy and the ModelExpress server."""
+    from modelplane.api.models import Stack
+
+    if spec.stack is not Stack.DYNAMO:
+        return []
+    mx_ns = MODELEXPRESS_NAMESPACE
+    labels = {"modelplane.ai/modelexpress": MODELEXPRESS_NAME}
+    port = MODELEXPRESS_PORT
+    probe = {"tcpSocket": {"port": port}, "periodSeconds": 10}
+    return [
+        # KAI rejects deleting a queue that still has children: child first.
+        ConfigObject(_queue(KAI_ROOT_QUEUE, None), needs=(QUEUES,), teardown_wave=SECOND),
+        ConfigObject(_queue(KAI_QUEUE, KAI_ROOT_QUEUE), needs=(QUEUES,), teardown_wave=FIRST),
+        ConfigObject(_obj("v1", "ServiceAccount", MODELEXPRESS_NAME, namespace=mx_ns)),
+        ConfigObject(
+            _obj(
+                "rbac.authorization.k8s.io/v1",
+                "Role",
+                MODELEXPRESS_NAME,
+                namespace=mx_ns,
+                rules=[
+                    {
+                        "apiGroups": [MODEL_METADATAS.group],
+                        "resources": [
+                            "modelmetadatas",
+                            "modelmetadatas/status",
+                            "modelcacheentries",
+                            "modelcacheentries/status",
+                        ],
+                        "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"],
+                    },
+                    {
+                        "apiGroups": [""],
+                        "resources": ["configmaps"],
+                        "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"],
+                    },
+                ],
+            )
+        ),
+        ConfigObject(
+            _obj(
+                "rbac.authorization.k8s.io/v1",
+                "RoleBinding",
+                MODELEXPRESS_NAME,
+                namespace=mx_ns,
+                roleRef={
+                    "apiGroup": "rbac.authorization.k8s.io",
+                    "kind": "Role",
+                    "name": MODELEXPRESS_NAME,
+                },
+                subjects=[
+                    {"kind": "ServiceAccount", "name": MODELEXPRESS_NAME, "namespace": mx_ns}
+                ],
+            )
+        ),
+        ConfigObject(
+            _obj(
+                "v1",
+                "Service",
+                MODELEXPRESS_NAME,
+                namespace=mx_ns,
+                spec={
+                    "selector": labels,
+                    "ports": [{"name": "grpc", "port": port, "targetPort": port}],
+                },
+            )
+        ),
+        ConfigObject(
+            _obj(
+                "apps/v1",
+                "Deployment",
+                MODELEXPRESS_NAME,
+                namespace=mx_ns,
+                spec={
+                    "replicas": 1,
+                    "selector": {"matchLabels": labels},
+                    "template": {
+                        "metadata": {"labels": labels},
+                        "spec": {
+                            "serviceAccountName": MODELEXPRESS_NAME,
+                            "containers": [
+                                {
+                                    "name": "server",
+                                    "image": f"{MODELEXPRESS_IMAGE}:{spec.dynamo.model_express}",
+                                    "ports": [{"name": "grpc", "containerPort": port}],
+                                    "env": [
+                                        {"name": "MODEL_EXPRESS_SERVER_PORT", "value": str(port)},
+                                        {
+                                            "name": "MODEL_EXPRESS_CACHE_DIRECTORY",
+                                            "value": "/mnt/models",
+                                        },
+                                        {"name": "HF_HUB_CACHE", "value": "/mnt/models"},
+                                        {"name": "MX_METADATA_BACKEND", "value": "kubernetes"},
+                                        {
+                                            "name": "POD_NAMESPACE",
+                                            "valueFrom": {
+                                                "fieldRef": {"fieldPath": "metadata.namespace"}
+                                            },
+                                        },
+                                    ],
+                                    "readinessProbe": probe,
+                                    "livenessProbe": probe,
+                                    "volumeMounts": [{"name": "cache", "mountPath": "/mnt/models"}],
+                                }
+                            ],
+                            "volumes": [{"name": "cache", "emptyDir": {}}],
+                        },
+                    },
+                },
+            ),
+            # The server stores its state in the ModelExpress CRDs.
+            needs=(MODEL_METADATAS,),
+        ),
+    ]
+
+
+def configuration_for(spec: ServingStackSpec) -> list[ConfigObject]:
+    """Every configuration object of the spec, in apply order."""
+    return [
+        *gateway_objects(spec),
+        *pki_objects(spec),
+        *client_ca_objects(spec),
+        *dynamo_objects(spec),
+    ]

@@ -1,0 +1,154 @@
+"""The record types the catalog is made of."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from modelplane.api.models import ServingStackSpec, Stack
+
+Values = dict[str, Any]
+
+
+@dataclass(frozen=True, order=True)
+class ApiRef:
+    """One resource of one API group-version, as discovery lists it."""
+
+    group: str
+    version: str
+    resource: str
+
+    @property
+    def group_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    def __str__(self) -> str:
+        return (
+            f"{self.resource}.{self.group}/{self.version}"
+            if self.group
+            else (f"{self.resource}/{self.version}")
+        )
+
+
+@dataclass(frozen=True)
+class CRDServes:
+    """A CustomResourceDefinition is present and serves one version.
+
+    Checked per CRD from API discovery, never through the group-version's
+    APIService: that one is shared by every CRD of the group, so it stays
+    available when one CRD of the group is missing.
+    """
+
+    crd: str  # plural.group
+    version: str
+    fix: str  # what to do when unmet, for the message
+
+    @property
+    def api(self) -> ApiRef:
+        plural, _, group = self.crd.partition(".")
+        return ApiRef(group, self.version, plural)
+
+    @property
+    def title(self) -> str:
+        return f"CRD {self.crd} serving {self.version}"
+
+
+@dataclass(frozen=True)
+class ObjectExists:
+    """A named cluster-scoped object exists at an API version."""
+
+    api: ApiRef
+    kind: str
+    name: str
+    fix: str
+
+    @property
+    def title(self) -> str:
+        return f"{self.kind} {self.name} ({self.api.group_version})"
+
+
+Requirement = CRDServes | ObjectExists
+
+
+@dataclass(frozen=True)
+class ChartSource:
+    """Where a chart comes from: a classic HTTP repository or an OCI registry."""
+
+    chart: str
+    repository: str  # https://... (index.yaml) or oci://registry/path (without the chart)
+
+
+@dataclass(frozen=True)
+class ManifestSource:
+    """Manifests fetched from an upstream release when applied.
+
+    The URL is built from a base that an air-gapped install points at a mirror.
+    """
+
+    base_url: str
+    path: str  # relative to base_url; "{version}" is substituted
+
+    def url(self, version: str, base_url: str | None = None) -> str:
+        base = (base_url or self.base_url).rstrip("/")
+        return f"{base}/{self.path.format(version=version)}"
+
+
+@dataclass(frozen=True)
+class Component:
+    """One unit of the serving substrate.
+
+    ``values`` and ``objects`` are functions of the spec, so every value the
+    spec decides is computed here and nowhere else.
+    """
+
+    name: str
+    summary: str
+    namespace: str
+    version: str
+    stacks: frozenset[Stack]
+    version_field: str | None = None  # dotted spec path that overrides ``version``
+    # substrate: installed in Managed mode, only checked in Provided mode.
+    # config: the product's own, applied in both modes (ModelExpress CRDs).
+    role: Literal["substrate", "config"] = "substrate"
+    chart: ChartSource | None = None
+    manifests: ManifestSource | None = None
+    values: Callable[[ServingStackSpec], Values] = field(default=lambda _spec: {})
+    # Kubernetes objects the component is made of when it is not a chart.
+    objects: Callable[[ServingStackSpec], list[dict[str, Any]]] | None = None
+    # Whether the component belongs to this spec at all (beyond the stack).
+    enabled: Callable[[ServingStackSpec], bool] = field(default=lambda _spec: True)
+    depends_on: tuple[str, ...] = ()
+    # Wait for the release's workloads before dependents go on.
+    wait: bool = False
+    # The CRDs the component serves: checked in Provided mode, and used as the
+    # evidence that a Managed install serves what it should.
+    requirements: tuple[Requirement, ...] = ()
+    not_checked: tuple[str, ...] = ()
+    not_needed: tuple[str, ...] = ()
+
+    @property
+    def kind(self) -> Literal["chart", "manifests", "objects"]:
+        if self.chart is not None:
+            return "chart"
+        return "manifests" if self.manifests is not None else "objects"
+
+    @property
+    def release_name(self) -> str:
+        # mp-<chart>: stable across version bumps and never the name a cluster
+        # owner's own release of the chart would have.
+        assert self.chart is not None, f"{self.name} is not a chart"
+        return f"mp-{self.chart.chart}"
+
+    def version_for(self, spec: ServingStackSpec) -> str:
+        if self.version_field is None:
+            return self.version
+        value: Any = spec
+        for part in self.version_field.split("."):
+            value = getattr(value, _snake(part))
+        return str(value)
+
+
+def _snake(camel: str) -> str:
+    return "".join(f"_{c.lower()}" if c.isupper() else c for c in camel)

@@ -1,0 +1,89 @@
+"""Entry point of the ``modelplane`` command."""
+
+from __future__ import annotations
+
+import enum
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+import yaml
+from rich.console import Console
+
+from modelplane.api.crd import servingstack_crd
+from modelplane.api.models import ServingStack, Stack
+from modelplane.cli import render as present
+from modelplane.cli.inputs import InputError, load_yaml, parse
+from modelplane.plan import Observed, plan
+
+app = typer.Typer(
+    name="modelplane",
+    help="Install and verify the serving substrate for AI inference on Kubernetes.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+
+
+class RenderFormat(enum.StrEnum):
+    TEXT = "text"
+    YAML = "yaml"
+    JSON = "json"
+
+
+def fail(message: str, code: int = 2) -> None:
+    print(f"error: {message}", file=sys.stderr)
+    raise typer.Exit(code)
+
+
+@app.command()
+def render(
+    file: Annotated[Path, typer.Option("-f", "--file", help="The ServingStack manifest.")],
+    observed: Annotated[
+        Path | None,
+        typer.Option(
+            "--observed",
+            help="Facts about the target (YAML or JSON), as the "
+            "operator observes them. Without it, nothing is observed.",
+        ),
+    ] = None,
+    output: Annotated[RenderFormat, typer.Option("-o", "--output")] = RenderFormat.TEXT,
+) -> None:
+    """Print everything that would be installed and applied, offline."""
+    try:
+        stack = parse(ServingStack, load_yaml(file), str(file))
+        facts = parse(Observed, load_yaml(observed) or {}, str(observed)) if observed else None
+    except InputError as err:
+        fail(str(err))
+        return
+    p = plan(stack, facts)
+    if output is RenderFormat.JSON:
+        print(present.to_json(p))
+    elif output is RenderFormat.YAML:
+        print(present.to_yaml(p), end="")
+    else:
+        present.print_text(p, Console(width=None if sys.stdout.isatty() else 160))
+
+
+@app.command()
+def crds() -> None:
+    """Print the CustomResourceDefinitions to apply on the hub."""
+    print(yaml.safe_dump(servingstack_crd(), sort_keys=False), end="")
+
+
+@app.command()
+def requirements(
+    stack: Annotated[Stack | None, typer.Option("--stack", help="Only this stack.")] = None,
+) -> None:
+    """Print the requirements reference, generated from the catalog, as Markdown."""
+    from modelplane.catalog.reference import requirements_markdown
+
+    print(requirements_markdown(stack), end="")
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

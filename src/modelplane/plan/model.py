@@ -1,0 +1,168 @@
+"""The plan: everything a ServingStack should have on its target right now."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+
+class ReleaseState(StrEnum):
+    """What Helm's storage says about a release, next to what is desired."""
+
+    ABSENT = "Absent"
+    IN_SYNC = "InSync"
+    OUT_OF_SYNC = "OutOfSync"
+    # A revision left pending-*, typically by an operator killed mid-operation.
+    LOCKED = "Locked"
+    FAILED = "Failed"
+
+
+class ReleaseAction(StrEnum):
+    INSTALL = "install"
+    UPGRADE = "upgrade"
+    # Undo a locked or failed first install, then install again.
+    REINSTALL = "reinstall"
+    # Roll a locked upgrade back to the last good revision, then upgrade.
+    ROLLBACK = "rollback"
+    NONE = "none"
+    # Dependencies are not ready yet.
+    WAIT = "wait"
+
+
+class ObjectAction(StrEnum):
+    APPLY = "apply"
+    NONE = "none"
+    HOLD = "hold"
+
+
+class RequirementStatus(StrEnum):
+    MET = "met"
+    UNMET = "unmet"
+    WARNING = "warning"
+    UNKNOWN = "unknown"
+
+
+class PlannedRelease(_Frozen):
+    component: str
+    name: str
+    chart: str
+    repository: str
+    version: str
+    namespace: str
+    values: dict[str, Any]
+    wait: bool
+    depends_on: list[str]
+    digest: str
+    state: ReleaseState
+    action: ReleaseAction
+    waiting_for: list[str] = Field(default_factory=list)
+
+
+class PlannedManifests(_Frozen):
+    """Manifests fetched from a URL and applied object by object."""
+
+    component: str
+    url: str
+    version: str
+    digest: str
+    # The CRDs the manifests must bring (their digest annotation tells
+    # whether this exact source was applied).
+    crds: list[str]
+    action: ObjectAction
+    teardown: bool  # whether teardown deletes them (config role in Managed/Provided, or Managed)
+
+
+class PlannedObject(_Frozen):
+    key: str
+    component: str  # "configuration" or the substrate component that is made of objects
+    object: dict[str, Any]
+    needs: list[str]
+    action: ObjectAction
+    held_back: str | None = None
+    # Held back on purpose by the spec (not waiting for an API): not pending.
+    withheld: bool = False
+    teardown_wave: int
+
+
+class RequirementResult(_Frozen):
+    component: str
+    requirement: str
+    status: RequirementStatus
+    message: str
+    # "required" results decide RequirementsMet; "advisory" ones never do.
+    severity: str = "required"
+
+
+class ComponentPlan(_Frozen):
+    name: str
+    mode: str  # Managed or Provided (config-role components are always Managed)
+    kind: str  # chart, manifests, objects
+    version: str
+    namespace: str
+    chart: str | None = None
+    repository: str | None = None
+    state: str
+    message: str = ""
+
+
+class GatewayReport(_Frozen):
+    address: str | None = None
+    ca_certificate: str | None = None
+
+
+class Plan(_Frozen):
+    name: str
+    namespace: str
+    stack: str
+    mode: str
+    components: list[ComponentPlan]
+    releases: list[PlannedRelease]
+    manifests: list[PlannedManifests]
+    objects: list[PlannedObject]
+    requirements: list[RequirementResult]
+    notes: list[str]
+    gateway: GatewayReport
+
+    @property
+    def unmet(self) -> list[RequirementResult]:
+        return [
+            r
+            for r in self.requirements
+            if r.severity == "required" and r.status is not RequirementStatus.MET
+        ]
+
+    @property
+    def requirements_met(self) -> bool:
+        return not self.unmet
+
+    @property
+    def pending(self) -> list[str]:
+        """What still stands between the target and Ready, for a person to read."""
+        out: list[str] = []
+        for r in self.releases:
+            if r.action is ReleaseAction.WAIT:
+                out.append(f"release {r.name} waits for {', '.join(r.waiting_for)}")
+            elif r.action is not ReleaseAction.NONE:
+                out.append(f"release {r.name}: {r.action}")
+        out += [
+            f"manifests of {m.component}: apply"
+            for m in self.manifests
+            if m.action is not ObjectAction.NONE
+        ]
+        for o in self.objects:
+            if o.action is ObjectAction.APPLY:
+                out.append(f"{_short(o.key)}: apply")
+            elif o.action is ObjectAction.HOLD and not o.withheld:
+                out.append(f"{_short(o.key)}: {o.held_back}")
+        return out
+
+
+def _short(key: str) -> str:
+    parts = key.split("/")
+    return "/".join(parts[-2:]) if len(parts) >= 2 else key

@@ -1,0 +1,54 @@
+"""Facts about a target cluster, gathered by the operator or the checker.
+
+A pydantic model because it crosses a boundary: ``modelplane render
+--observed FILE`` reads it from a file, and tests write it by hand.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from modelplane.catalog.types import ApiRef
+
+
+class ObservedRelease(BaseModel):
+    """The newest revision of a Helm release, from Helm's storage on the target."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    namespace: str
+    revision: int
+    status: str  # deployed, failed, pending-install, pending-upgrade, ...
+    digest: str | None = None  # the modelplane.ai/digest release label, if we set it
+
+
+class Observed(BaseModel):
+    """What the target serves and holds, as far as the plan cares."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    # group ("" for the core group) -> resource plural -> served versions, from
+    # API discovery. Each CRD is looked up on its own, so a missing CRD is
+    # missing even while its siblings keep the group-version served.
+    apis: dict[str, dict[str, list[str]]] = Field(default_factory=dict)
+    # "group/version/resource" -> names of the objects that exist (only the
+    # objects requirements ask about, e.g. DeviceClasses).
+    objects: dict[str, list[str]] = Field(default_factory=dict)
+    # object key (see catalog.configuration.object_key) -> the digest
+    # annotation it carries, for objects the product applied.
+    applied: dict[str, str] = Field(default_factory=dict)
+    # Helm releases by release name.
+    releases: dict[str, ObservedRelease] = Field(default_factory=dict)
+    gateway_addresses: list[str] = Field(default_factory=list)
+    # data["ca.crt"] of the ConfigMap trust-manager writes for the Bundle.
+    bundle_ca_certificate: str | None = None
+
+    def serves(self, api: ApiRef) -> bool:
+        return api.version in self.apis.get(api.group, {}).get(api.resource, [])
+
+    def served_versions(self, api: ApiRef) -> list[str]:
+        return sorted(self.apis.get(api.group, {}).get(api.resource, []))
+
+    def has_object(self, api: ApiRef, name: str) -> bool:
+        return name in self.objects.get(f"{api.group}/{api.version}/{api.resource}", [])

@@ -1,0 +1,392 @@
+"""``plan(stack, observed) -> Plan``: pure, no I/O and no clock.
+
+Almost every rule of the product lives here or in the catalog; the operator,
+the checker and ``render`` only call it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from modelplane.api.models import ComponentsMode, ServingStack
+from modelplane.catalog.components import components_for
+from modelplane.catalog.configuration import (
+    ConfigObject,
+    client_ca_objects,
+    configuration_for,
+    https_listener_withheld,
+    object_key,
+)
+from modelplane.catalog.types import Component, CRDServes, ObjectExists, Requirement
+from modelplane.plan.model import (
+    ComponentPlan,
+    GatewayReport,
+    ObjectAction,
+    Plan,
+    PlannedManifests,
+    PlannedObject,
+    PlannedRelease,
+    ReleaseAction,
+    ReleaseState,
+    RequirementResult,
+    RequirementStatus,
+)
+from modelplane.plan.observed import Observed, ObservedRelease
+
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+MANAGED_BY = "modelplane"
+DIGEST_ANNOTATION = "modelplane.ai/digest"
+# Helm stores --labels on its release Secrets; the digest there says whether
+# chart, version and values changed since the last install or upgrade.
+RELEASE_DIGEST_LABEL = "modelplane.ai/digest"
+CONFIGURATION = "configuration"
+
+_LOCKED = {"pending-install", "pending-upgrade", "pending-rollback", "uninstalling"}
+
+
+@dataclass(frozen=True)
+class Sources:
+    """Where charts and manifests come from; mirrors for air-gapped installs."""
+
+    chart_repository: str | None = None  # one repository for every chart
+    chart_repository_for: dict[str, str] = field(default_factory=dict)  # component -> URL
+    manifests_base_url_for: dict[str, str] = field(default_factory=dict)  # component -> base
+
+    def repository(self, component: Component) -> str:
+        assert component.chart is not None
+        return self.chart_repository_for.get(
+            component.name, self.chart_repository or component.chart.repository
+        )
+
+
+def digest(data: Any) -> str:
+    """A short, stable digest of JSON-able data."""
+    blob = json.dumps(data, sort_keys=True, separators=(",", ":")).encode()
+    return hashlib.sha256(blob).hexdigest()[:16]
+
+
+def plan(
+    stack: ServingStack, observed: Observed | None = None, sources: Sources | None = None
+) -> Plan:
+    observed = observed or Observed()
+    sources = sources or Sources()
+    spec = stack.spec
+    managed = spec.components is ComponentsMode.MANAGED
+    components = components_for(spec)
+    enabled = {c.name for c in components}
+
+    requirements = [
+        _evaluate(component.name, requirement, observed)
+        for component in components
+        for requirement in component.requirements
+    ]
+    unmet_by_component = {
+        r.component for r in requirements if r.status is not RequirementStatus.MET
+    }
+
+    releases: list[PlannedRelease] = []
+    manifests: list[PlannedManifests] = []
+    objects: list[PlannedObject] = []
+    ready: set[str] = set()  # components whose install is done, for dependents
+    for component in components:
+        if component.role == "substrate" and not managed:
+            continue
+        version = component.version_for(spec)
+        if component.kind == "chart":
+            release = _release(component, version, spec, observed, sources, ready, enabled)
+            releases.append(release)
+            if release.state is ReleaseState.IN_SYNC:
+                ready.add(component.name)
+        elif component.kind == "manifests":
+            planned = _manifests(component, version, observed, sources, managed)
+            manifests.append(planned)
+            if planned.action is ObjectAction.NONE:
+                ready.add(component.name)
+        else:
+            assert component.objects is not None
+            planned_objects = [
+                _object(ConfigObject(body), component.name, observed)
+                for body in component.objects(spec)
+            ]
+            objects += planned_objects
+            if all(o.action is ObjectAction.NONE for o in planned_objects):
+                ready.add(component.name)
+
+    objects += [_object(o, CONFIGURATION, observed) for o in configuration_for(spec)]
+
+    component_plans = [
+        _component_plan(
+            c,
+            spec.components,
+            releases,
+            manifests,
+            objects,
+            requirements,
+            managed,
+            c.name in unmet_by_component,
+            spec_version=c.version_for(spec),
+        )
+        for c in components
+    ]
+    return Plan(
+        name=stack.metadata.name,
+        namespace=stack.metadata.namespace,
+        stack=str(spec.stack),
+        mode=str(spec.components),
+        components=component_plans,
+        releases=releases,
+        manifests=manifests,
+        objects=objects,
+        requirements=requirements,
+        notes=_notes(stack),
+        gateway=GatewayReport(
+            address=observed.gateway_addresses[0] if observed.gateway_addresses else None,
+            ca_certificate=observed.bundle_ca_certificate if spec.gateway.hostname else None,
+        ),
+    )
+
+
+def _evaluate(component: str, requirement: Requirement, observed: Observed) -> RequirementResult:
+    if isinstance(requirement, CRDServes):
+        api = requirement.api
+        if observed.serves(api):
+            return RequirementResult(
+                component=component,
+                requirement=requirement.title,
+                status=RequirementStatus.MET,
+                message=f"CRD {requirement.crd} serves {requirement.version}",
+            )
+        others = observed.served_versions(api)
+        if others:
+            message = (
+                f"CRD {requirement.crd} serves {', '.join(others)}, not {requirement.version}: "
+                f"{requirement.fix}"
+            )
+        else:
+            message = f"CRD {requirement.crd} is not served: {requirement.fix}"
+        return RequirementResult(
+            component=component,
+            requirement=requirement.title,
+            status=RequirementStatus.UNMET,
+            message=message,
+        )
+    assert isinstance(requirement, ObjectExists)
+    if observed.has_object(requirement.api, requirement.name):
+        status, message = RequirementStatus.MET, f"{requirement.title} exists"
+    elif not observed.serves(requirement.api):
+        status = RequirementStatus.UNMET
+        message = (
+            f"{requirement.api.group_version} {requirement.api.resource} is not served, so "
+            f"{requirement.kind} {requirement.name} cannot exist: {requirement.fix}"
+        )
+    else:
+        status = RequirementStatus.UNMET
+        message = f"{requirement.title} does not exist: {requirement.fix}"
+    return RequirementResult(
+        component=component, requirement=requirement.title, status=status, message=message
+    )
+
+
+def release_state(desired_digest: str, observed: ObservedRelease | None) -> ReleaseState:
+    """Name the one state a release is in, from Helm's storage and the desired digest."""
+    if observed is None:
+        return ReleaseState.ABSENT
+    if observed.status in _LOCKED:
+        return ReleaseState.LOCKED
+    if observed.status == "failed":
+        return ReleaseState.FAILED
+    if observed.status == "deployed" and observed.digest == desired_digest:
+        return ReleaseState.IN_SYNC
+    return ReleaseState.OUT_OF_SYNC
+
+
+def release_action(state: ReleaseState, observed: ObservedRelease | None) -> ReleaseAction:
+    """The one small step that moves a release out of its state."""
+    if state is ReleaseState.ABSENT:
+        return ReleaseAction.INSTALL
+    if state is ReleaseState.IN_SYNC:
+        return ReleaseAction.NONE
+    if state is ReleaseState.OUT_OF_SYNC:
+        return ReleaseAction.UPGRADE
+    assert observed is not None
+    # A first revision that never deployed has nothing to roll back to.
+    if observed.revision <= 1:
+        return ReleaseAction.REINSTALL
+    return ReleaseAction.ROLLBACK if state is ReleaseState.LOCKED else ReleaseAction.UPGRADE
+
+
+def _release(
+    component: Component,
+    version: str,
+    spec: Any,
+    observed: Observed,
+    sources: Sources,
+    ready: set[str],
+    enabled: set[str],
+) -> PlannedRelease:
+    assert component.chart is not None
+    values = component.values(spec)
+    desired = digest({"chart": component.chart.chart, "version": version, "values": values})
+    seen = observed.releases.get(component.release_name)
+    state = release_state(desired, seen)
+    action = release_action(state, seen)
+    waiting = [d for d in component.depends_on if d in enabled and d not in ready]
+    # A release already installed keeps being reconciled; only a first
+    # install waits for its dependencies.
+    if waiting and state is ReleaseState.ABSENT:
+        action = ReleaseAction.WAIT
+    return PlannedRelease(
+        component=component.name,
+        name=component.release_name,
+        chart=component.chart.chart,
+        repository=sources.repository(component),
+        version=version,
+        namespace=component.namespace,
+        values=values,
+        wait=component.wait,
+        depends_on=[d for d in component.depends_on if d in enabled],
+        digest=desired,
+        state=state,
+        action=action,
+        waiting_for=waiting if action is ReleaseAction.WAIT else [],
+    )
+
+
+def manifests_digest(url: str) -> str:
+    return digest({"url": url})
+
+
+def _manifests(
+    component: Component, version: str, observed: Observed, sources: Sources, managed: bool
+) -> PlannedManifests:
+    assert component.manifests is not None
+    url = component.manifests.url(version, sources.manifests_base_url_for.get(component.name))
+    want = manifests_digest(url)
+    crds = [r.crd for r in component.requirements if isinstance(r, CRDServes)]
+    applied = all(observed.applied.get(object_key(_crd_stub(name))) == want for name in crds)
+    return PlannedManifests(
+        component=component.name,
+        url=url,
+        version=version,
+        digest=want,
+        crds=crds,
+        action=ObjectAction.NONE if applied else ObjectAction.APPLY,
+        teardown=component.role == "config" or managed,
+    )
+
+
+def _crd_stub(name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": name},
+    }
+
+
+def stamp(body: dict[str, Any]) -> dict[str, Any]:
+    """The object as applied: labelled as ours and carrying its own digest."""
+    meta = dict(body["metadata"])
+    meta["labels"] = {**meta.get("labels", {}), MANAGED_BY_LABEL: MANAGED_BY}
+    stamped = {**body, "metadata": meta}
+    meta["annotations"] = {**meta.get("annotations", {}), DIGEST_ANNOTATION: digest(stamped)}
+    return stamped
+
+
+def _object(config: ConfigObject, component: str, observed: Observed) -> PlannedObject:
+    body = stamp(config.body)
+    key = object_key(body)
+    missing = [str(api) for api in config.needs if not observed.serves(api)]
+    held_back: str | None = None
+    withheld = False
+    if config.withheld:
+        held_back, withheld = config.withheld, True
+    elif missing:
+        held_back = f"waits for the target to serve {', '.join(missing)}"
+    if held_back:
+        action = ObjectAction.HOLD
+    elif observed.applied.get(key) == body["metadata"]["annotations"][DIGEST_ANNOTATION]:
+        action = ObjectAction.NONE
+    else:
+        action = ObjectAction.APPLY
+    return PlannedObject(
+        key=key,
+        component=component,
+        object=body,
+        needs=[str(api) for api in config.needs],
+        action=action,
+        held_back=held_back,
+        withheld=withheld,
+        teardown_wave=config.teardown_wave,
+    )
+
+
+def _component_plan(
+    component: Component,
+    mode: ComponentsMode,
+    releases: list[PlannedRelease],
+    manifests: list[PlannedManifests],
+    objects: list[PlannedObject],
+    requirements: list[RequirementResult],
+    managed: bool,
+    unmet: bool,
+    spec_version: str,
+) -> ComponentPlan:
+    provided = component.role == "substrate" and not managed
+    state, message = "Ready", ""
+    if provided:
+        state = "Unmet" if unmet else "Met"
+        message = "; ".join(
+            r.message
+            for r in requirements
+            if r.component == component.name and r.status is not RequirementStatus.MET
+        )
+    elif component.kind == "chart":
+        release = next(r for r in releases if r.component == component.name)
+        if release.action is ReleaseAction.WAIT:
+            state, message = "Waiting", f"waits for {', '.join(release.waiting_for)}"
+        elif release.action is not ReleaseAction.NONE:
+            state, message = "Pending", f"{release.action} ({release.state})"
+    elif component.kind == "manifests":
+        planned = next(m for m in manifests if m.component == component.name)
+        if planned.action is not ObjectAction.NONE:
+            state, message = "Pending", f"apply {planned.url}"
+    elif any(o.action is not ObjectAction.NONE for o in objects if o.component == component.name):
+        state, message = "Pending", "apply objects"
+    return ComponentPlan(
+        name=component.name,
+        mode=str(ComponentsMode.PROVIDED if provided else ComponentsMode.MANAGED)
+        if component.role == "substrate"
+        else str(ComponentsMode.MANAGED),
+        kind=component.kind,
+        version=spec_version,
+        namespace=component.namespace,
+        chart=component.chart.chart if component.chart else None,
+        repository=component.chart.repository if component.chart else None,
+        state=state,
+        message=message,
+    )
+
+
+def _notes(stack: ServingStack) -> list[str]:
+    spec = stack.spec
+    notes: list[str] = []
+    if not spec.gateway.hostname:
+        notes.append(
+            "No gateway.hostname: the gateway serves plain HTTP and carries no fleet traffic, "
+            "since an InferenceGateway addresses a cluster by name."
+        )
+    withheld = https_listener_withheld(spec)
+    if withheld:
+        notes.append(f"Held back: {withheld}.")
+    for obj in client_ca_objects(spec):
+        if obj.withheld:
+            notes.append(f"Held back: {obj.withheld}.")
+    if spec.components is ComponentsMode.PROVIDED:
+        notes.append(
+            "Provided mode: no substrate is installed or removed; the requirements below are "
+            "checked on the target instead."
+        )
+    return notes
