@@ -1,0 +1,59 @@
+"""``python -m modelplane.testenv {start DIR | stop DIR | bin}``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from modelplane.testenv.env import TestbinMissingError, TestEnv, TestEnvError, resolve_bin_dir
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m modelplane.testenv",
+        description="A real kube-apiserver + etcd on loopback for integration tests.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    start = sub.add_parser(
+        "start", help="start etcd + kube-apiserver with data under DIR; return once ready"
+    )
+    start.add_argument("dir")
+    start.add_argument("--timeout", type=float, default=90.0, help="seconds to wait for /readyz")
+    stop = sub.add_parser("stop", help="stop the processes started in DIR (keeps DIR)")
+    stop.add_argument("dir")
+    stop.add_argument("--timeout", type=float, default=10.0, help="seconds before SIGKILL")
+    sub.add_parser("bin", help="print the directory holding kube-apiserver, etcd and helm")
+    args = parser.parse_args(argv)
+
+    try:
+        if args.command == "bin":
+            print(resolve_bin_dir())
+        elif args.command == "start":
+            env = TestEnv(args.dir)
+            was_running = env.is_running()
+            env.start(timeout=args.timeout)
+            pids = env.pids()
+            verb = "already running" if was_running else f"ready in {env.start_seconds:.1f}s"
+            print(
+                f"kube-apiserver {env.server} {verb} "
+                f"(pids: kube-apiserver {pids.get('kube-apiserver')}, etcd {pids.get('etcd')})",
+                file=sys.stderr,
+            )
+            print(f"export KUBECONFIG={env.kubeconfig_path}")
+        elif args.command == "stop":
+            env = TestEnv(args.dir)
+            running = env.pids()
+            env.stop(timeout=args.timeout)
+            left = env.pids()
+            if left:
+                print(f"still running after stop: {left}", file=sys.stderr)
+                return 1
+            print(f"stopped {', '.join(running) or 'nothing (not running)'}", file=sys.stderr)
+    except (TestbinMissingError, TestEnvError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,669 @@
+"""A real kube-apiserver + etcd on loopback, for integration tests (like envtest).
+
+Nothing here talks to a real cluster: every process listens on 127.0.0.1 only,
+on ports picked free at start, with its data under one directory.  The admin
+kubeconfig embeds the CA certificate and a bearer token inline, so it carries
+no references to local files.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import datetime
+import ipaddress
+import json
+import os
+import secrets
+import signal
+import socket
+import ssl
+import subprocess
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from prometheus_client.parser import text_string_to_metric_families
+
+# The one place the testbin versions are named (besides the go.mod pins that
+# build them: hack/build-testbin.sh checks the two agree before building).
+TESTBIN_KEY = "k8s-v1.34.4_etcd-v3.6.16_helm-v3.19.5"
+BINARIES: tuple[str, ...] = ("kube-apiserver", "etcd", "helm")
+
+SETUP_HINT = "run hack/setup.sh (or hack/build-testbin.sh) from the modelplane repository"
+
+ADMIN_USER = "modelplane-testenv-admin"
+ADMIN_GROUP = "system:masters"
+STATE_FILE = "testenv.json"
+KUBECONFIG_FILE = "kubeconfig"
+
+_LOOPBACK = "127.0.0.1"
+
+
+class TestbinMissingError(RuntimeError):
+    """The kube-apiserver / etcd / helm binaries have not been built."""
+
+    __test__ = False
+
+
+class TestEnvError(RuntimeError):
+    """A test environment failed to start or stop."""
+
+    __test__ = False
+
+
+# --------------------------------------------------------------------------
+# Binary resolution (mirrored by hack/build-testbin.sh)
+# --------------------------------------------------------------------------
+
+
+def cache_root() -> Path:
+    """Where hack/build-testbin.sh caches binaries, one subdirectory per version key."""
+    env = os.environ.get("MODELPLANE_TESTBIN_CACHE")
+    if env:
+        return Path(env).expanduser()
+    return Path.home() / ".cache" / "modelplane" / "testbin"
+
+
+def _has_all(directory: Path) -> bool:
+    return all(os.access(directory / name, os.X_OK) for name in BINARIES)
+
+
+def resolve_bin_dir() -> Path:
+    """The directory that holds (or should hold) the three binaries.
+
+    ``$MODELPLANE_TESTBIN`` when it holds all three, else the cache directory
+    keyed by :data:`TESTBIN_KEY`.  The directory is not checked to exist.
+    """
+    override = os.environ.get("MODELPLANE_TESTBIN")
+    if override and _has_all(Path(override).expanduser()):
+        return Path(override).expanduser()
+    return cache_root() / TESTBIN_KEY
+
+
+def find_binaries() -> dict[str, Path]:
+    """Map each binary name to its path; raise :class:`TestbinMissingError` if any is missing."""
+    directory = resolve_bin_dir()
+    missing = [name for name in BINARIES if not os.access(directory / name, os.X_OK)]
+    if missing:
+        where = str(directory)
+        override = os.environ.get("MODELPLANE_TESTBIN")
+        if override:
+            where += f" (MODELPLANE_TESTBIN={override} does not hold all of {', '.join(BINARIES)})"
+        raise TestbinMissingError(
+            f"integration test binaries missing: {', '.join(missing)} not found in {where}; "
+            f"{SETUP_HINT}"
+        )
+    return {name: directory / name for name in BINARIES}
+
+
+# --------------------------------------------------------------------------
+# PKI
+# --------------------------------------------------------------------------
+
+
+def _pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:
+    return key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    )
+
+
+def _write(path: Path, data: bytes, mode: int = 0o600) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(data)
+    os.replace(tmp, path)
+
+
+def _generate_pki(pki: Path) -> None:
+    """CA, serving cert for 127.0.0.1/localhost, service-account key, admin token."""
+    pki.mkdir(parents=True, exist_ok=True)
+    now = datetime.datetime.now(datetime.UTC)
+    not_before = now - datetime.timedelta(hours=1)
+    not_after = now + datetime.timedelta(days=3650)
+
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "modelplane-testenv-ca")])
+    ca_cert = (
+        x509.CertificateBuilder()
+        .subject_name(ca_name)
+        .issuer_name(ca_name)
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(not_before)
+        .not_valid_after(not_after)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=True,
+                crl_sign=True,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), False)
+        .sign(ca_key, hashes.SHA256())
+    )
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kube-apiserver")]))
+        .issuer_name(ca_name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(not_before)
+        .not_valid_after(not_after)
+        .add_extension(
+            x509.SubjectAlternativeName(
+                [
+                    x509.IPAddress(ipaddress.IPv4Address(_LOOPBACK)),
+                    x509.DNSName("localhost"),
+                    x509.DNSName("kubernetes.default.svc"),
+                ]
+            ),
+            critical=False,
+        )
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), False)
+        .add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), False
+        )
+        .sign(ca_key, hashes.SHA256())
+    )
+
+    sa_key = ec.generate_private_key(ec.SECP256R1())
+    token = secrets.token_urlsafe(32)
+
+    _write(pki / "ca.crt", ca_cert.public_bytes(serialization.Encoding.PEM), 0o644)
+    _write(pki / "ca.key", _pem_key(ca_key))
+    _write(pki / "apiserver.crt", cert.public_bytes(serialization.Encoding.PEM), 0o644)
+    _write(pki / "apiserver.key", _pem_key(key))
+    _write(pki / "sa.key", _pem_key(sa_key))
+    _write(
+        pki / "sa.pub",
+        sa_key.public_key().public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        ),
+        0o644,
+    )
+    # token,user,uid,"group1,group2"
+    _write(pki / "tokens.csv", f'{token},{ADMIN_USER},{ADMIN_USER},"{ADMIN_GROUP}"\n'.encode())
+
+
+_PKI_FILES = ("ca.crt", "apiserver.crt", "apiserver.key", "sa.key", "sa.pub", "tokens.csv")
+
+
+# --------------------------------------------------------------------------
+# Processes
+# --------------------------------------------------------------------------
+
+
+def _free_port(preferred: int | None = None) -> int:
+    if preferred:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind((_LOOPBACK, preferred))
+            except OSError:
+                pass
+            else:
+                return preferred
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((_LOOPBACK, 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def _proc_cmdline(pid: int) -> str | None:
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return None
+    return raw.replace(b"\0", b" ").decode(errors="replace")
+
+
+def _is_zombie(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    # pid (comm) STATE ...; comm may contain spaces/parens, so split at the last ')'.
+    return stat.rsplit(")", 1)[-1].split()[0] in ("Z", "X")
+
+
+def _alive(pid: int, marker: str) -> bool:
+    """Is ``pid`` running and is it ours (its command line mentions ``marker``)?"""
+    cmdline = _proc_cmdline(pid)
+    if cmdline is None or marker not in cmdline:
+        return False
+    if _is_zombie(pid):
+        with contextlib.suppress(ChildProcessError, OSError):
+            os.waitpid(pid, os.WNOHANG)
+        return False
+    return True
+
+
+def _reap(pid: int) -> None:
+    with contextlib.suppress(ChildProcessError, OSError):
+        os.waitpid(pid, os.WNOHANG)
+
+
+def _terminate(pids: list[int], marker: str, timeout: float) -> None:
+    """SIGTERM the live ones, wait up to ``timeout``, then SIGKILL what remains."""
+    live = [p for p in pids if _alive(p, marker)]
+    for pid in live:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while live and time.monotonic() < deadline:
+        for pid in live:
+            _reap(pid)
+        live = [p for p in live if _alive(p, marker)]
+        if live:
+            time.sleep(0.05)
+    for pid in live:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 5.0
+    while live and time.monotonic() < deadline:
+        for pid in live:
+            _reap(pid)
+        live = [p for p in live if _alive(p, marker)]
+        if live:
+            time.sleep(0.05)
+
+
+def _log_tail(path: Path, lines: int = 30) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return "(no log)"
+    return "\n".join(text.splitlines()[-lines:])
+
+
+@dataclass
+class _State:
+    server: str
+    etcd_client_port: int
+    etcd_peer_port: int
+    apiserver_port: int
+    etcd_pid: int | None
+    apiserver_pid: int | None
+
+    @classmethod
+    def load(cls, path: Path) -> _State | None:
+        try:
+            raw = json.loads(path.read_text())
+            return cls(**raw)
+        except (OSError, ValueError, TypeError):
+            return None
+
+    def save(self, path: Path) -> None:
+        _write(path, json.dumps(self.__dict__, indent=2).encode() + b"\n", 0o644)
+
+
+# --------------------------------------------------------------------------
+# The environment
+# --------------------------------------------------------------------------
+
+
+class TestEnv:
+    """etcd + kube-apiserver on loopback with data under ``data_dir``.
+
+    ``start()`` returns once ``/readyz`` answers and the ``default`` namespace
+    exists; the processes run in their own session, so they outlive the Python
+    process that started them until ``stop()`` (or ``TestEnv(dir).stop()`` from
+    another process, or ``python -m modelplane.testenv stop DIR``).
+    """
+
+    __test__ = False  # not a pytest test class, despite the name
+
+    def __init__(self, data_dir: str | os.PathLike[str], *, bin_dir: Path | None = None) -> None:
+        self.data_dir = Path(data_dir).resolve()
+        self._bin_dir = bin_dir
+        self._state: _State | None = None
+        self._procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.start_seconds: float | None = None
+
+    # ---- paths / credentials -------------------------------------------------
+
+    @property
+    def kubeconfig_path(self) -> Path:
+        return self.data_dir / KUBECONFIG_FILE
+
+    @property
+    def pki_dir(self) -> Path:
+        return self.data_dir / "pki"
+
+    @property
+    def _state_path(self) -> Path:
+        return self.data_dir / STATE_FILE
+
+    def _loaded_state(self) -> _State:
+        if self._state is None:
+            self._state = _State.load(self._state_path)
+        if self._state is None:
+            raise TestEnvError(f"no test environment state in {self.data_dir} (not started?)")
+        return self._state
+
+    @property
+    def server(self) -> str:
+        """``https://127.0.0.1:PORT``."""
+        return self._loaded_state().server
+
+    @property
+    def token(self) -> str:
+        line = (self.pki_dir / "tokens.csv").read_text().splitlines()[0]
+        return line.split(",", 1)[0]
+
+    @property
+    def ca_pem(self) -> bytes:
+        return (self.pki_dir / "ca.crt").read_bytes()
+
+    @property
+    def kubeconfig(self) -> dict[str, Any]:
+        """The admin kubeconfig: server, CA and token all inline, no file references."""
+        name = "modelplane-testenv"
+        return {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [
+                {
+                    "name": name,
+                    "cluster": {
+                        "server": self.server,
+                        "certificate-authority-data": base64.b64encode(self.ca_pem).decode(),
+                    },
+                }
+            ],
+            "users": [{"name": ADMIN_USER, "user": {"token": self.token}}],
+            "contexts": [
+                {
+                    "name": name,
+                    "context": {"cluster": name, "user": ADMIN_USER, "namespace": "default"},
+                }
+            ],
+            "current-context": name,
+            "preferences": {},
+        }
+
+    def ssl_context(self) -> ssl.SSLContext:
+        return ssl.create_default_context(cadata=self.ca_pem.decode())
+
+    def http_client(self, timeout: float = 10.0) -> httpx.Client:
+        """An httpx client for the API server, authenticated as the admin."""
+        return httpx.Client(
+            base_url=self.server,
+            verify=self.ssl_context(),
+            headers={"Authorization": f"Bearer {self.token}"},
+            timeout=timeout,
+        )
+
+    # ---- metrics ---------------------------------------------------------------
+
+    def metrics_text(self) -> str:
+        """The API server's ``/metrics`` (Prometheus text format)."""
+        with self.http_client() as client:
+            resp = client.get("/metrics")
+            resp.raise_for_status()
+            return resp.text
+
+    def request_total(self, **labels: str) -> float:
+        """Sum of ``apiserver_request_total`` over the series matching ``labels``.
+
+        E.g. ``env.request_total(verb="LIST", resource="configmaps")``; labels
+        include verb, resource, group, version, scope, code, component, dry_run.
+        """
+        total = 0.0
+        for family in text_string_to_metric_families(self.metrics_text()):
+            if family.name not in ("apiserver_request", "apiserver_request_total"):
+                continue
+            for sample in family.samples:
+                if sample.name != "apiserver_request_total":
+                    continue
+                if all(sample.labels.get(k) == v for k, v in labels.items()):
+                    total += sample.value
+        return total
+
+    # ---- lifecycle -------------------------------------------------------------
+
+    def pids(self) -> dict[str, int]:
+        """The recorded pids of processes that are still running."""
+        state = _State.load(self._state_path)
+        if state is None:
+            return {}
+        out: dict[str, int] = {}
+        marker = f"{self.data_dir}/"
+        if state.etcd_pid and _alive(state.etcd_pid, marker):
+            out["etcd"] = state.etcd_pid
+        if state.apiserver_pid and _alive(state.apiserver_pid, marker):
+            out["kube-apiserver"] = state.apiserver_pid
+        return out
+
+    def is_running(self) -> bool:
+        return len(self.pids()) == 2
+
+    def start(self, timeout: float = 90.0) -> TestEnv:
+        """Start etcd and kube-apiserver (if not already running) and wait until ready."""
+        t0 = time.monotonic()
+        binaries = (
+            find_binaries()
+            if self._bin_dir is None
+            else {name: self._bin_dir / name for name in BINARIES}
+        )
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        if self.is_running():
+            self._state = _State.load(self._state_path)
+            self._wait_ready(timeout)
+            self._write_kubeconfig()
+            self.start_seconds = time.monotonic() - t0
+            return self
+        self.stop()  # half-running leftovers from an earlier start
+
+        if not all((self.pki_dir / f).exists() for f in _PKI_FILES):
+            _generate_pki(self.pki_dir)
+
+        previous = _State.load(self._state_path)
+        etcd_client = _free_port(previous.etcd_client_port if previous else None)
+        etcd_peer = _free_port(previous.etcd_peer_port if previous else None)
+        while etcd_peer == etcd_client:
+            etcd_peer = _free_port()
+        api_port = _free_port(previous.apiserver_port if previous else None)
+        while api_port in (etcd_client, etcd_peer):
+            api_port = _free_port()
+
+        state = _State(
+            server=f"https://{_LOOPBACK}:{api_port}",
+            etcd_client_port=etcd_client,
+            etcd_peer_port=etcd_peer,
+            apiserver_port=api_port,
+            etcd_pid=None,
+            apiserver_pid=None,
+        )
+        self._state = state
+        try:
+            etcd = self._spawn("etcd", self._etcd_args(binaries["etcd"], state))
+            state.etcd_pid = etcd.pid
+            state.save(self._state_path)
+            self._wait_etcd(state, etcd, timeout)
+
+            kas = self._spawn("kube-apiserver", self._apiserver_args(binaries, state))
+            state.apiserver_pid = kas.pid
+            state.save(self._state_path)
+            self._write_kubeconfig()
+            self._wait_ready(timeout - (time.monotonic() - t0))
+        except BaseException:
+            self.stop()
+            raise
+        self.start_seconds = time.monotonic() - t0
+        return self
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """SIGTERM kube-apiserver then etcd; SIGKILL after ``timeout``.  Keeps all files."""
+        state = _State.load(self._state_path)
+        marker = f"{self.data_dir}/"
+        if state is not None:
+            if state.apiserver_pid:
+                _terminate([state.apiserver_pid], marker, timeout)
+            if state.etcd_pid:
+                _terminate([state.etcd_pid], marker, timeout)
+        for proc in self._procs.values():
+            if proc.poll() is None:
+                proc.kill()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=5)
+        self._procs.clear()
+
+    def __enter__(self) -> TestEnv:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # ---- internals -------------------------------------------------------------
+
+    def _spawn(self, name: str, args: list[str]) -> subprocess.Popen[bytes]:
+        log = open(self.data_dir / f"{name}.log", "ab")  # noqa: SIM115 - handed to the child
+        try:
+            proc = subprocess.Popen(
+                args,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=self.data_dir,
+                start_new_session=True,  # outlive us; no terminal signals
+                close_fds=True,
+            )
+        finally:
+            log.close()
+        (self.data_dir / f"{name}.pid").write_text(f"{proc.pid}\n")
+        self._procs[name] = proc
+        return proc
+
+    def _etcd_args(self, etcd: Path, s: _State) -> list[str]:
+        client = f"http://{_LOOPBACK}:{s.etcd_client_port}"
+        peer = f"http://{_LOOPBACK}:{s.etcd_peer_port}"
+        return [
+            str(etcd),
+            "--name=testenv",
+            f"--data-dir={self.data_dir / 'etcd'}",
+            f"--listen-client-urls={client}",
+            f"--advertise-client-urls={client}",
+            f"--listen-peer-urls={peer}",
+            f"--initial-advertise-peer-urls={peer}",
+            f"--initial-cluster=testenv={peer}",
+            "--initial-cluster-state=new",
+            "--unsafe-no-fsync=true",
+            "--log-level=warn",
+        ]
+
+    def _apiserver_args(self, binaries: Mapping[str, Path], s: _State) -> list[str]:
+        pki = self.pki_dir
+        return [
+            str(binaries["kube-apiserver"]),
+            f"--etcd-servers=http://{_LOOPBACK}:{s.etcd_client_port}",
+            f"--bind-address={_LOOPBACK}",
+            f"--advertise-address={_LOOPBACK}",
+            f"--secure-port={s.apiserver_port}",
+            f"--cert-dir={self.data_dir / 'apiserver-certs'}",
+            f"--tls-cert-file={pki / 'apiserver.crt'}",
+            f"--tls-private-key-file={pki / 'apiserver.key'}",
+            f"--token-auth-file={pki / 'tokens.csv'}",
+            f"--service-account-key-file={pki / 'sa.pub'}",
+            f"--service-account-signing-key-file={pki / 'sa.key'}",
+            "--service-account-issuer=https://kubernetes.default.svc",
+            "--authorization-mode=RBAC",
+            "--service-cluster-ip-range=10.0.0.0/24",
+            "--allow-privileged=true",
+            # No controller-manager runs, so nothing would create the default
+            # ServiceAccount that this admission plugin insists pods reference.
+            "--disable-admission-plugins=ServiceAccount",
+            # resource.k8s.io/v1 (DRA) is GA and served by default since 1.34; the
+            # integration tests assert it, so a version bump that drops it shows up.
+            # The "kubernetes" Service's endpoints may not be loopback addresses:
+            # without this the reconciler logs an error every few seconds.
+            "--endpoint-reconciler-type=none",
+            "--profiling=false",
+            "--v=0",
+        ]
+
+    def _wait_etcd(self, s: _State, proc: subprocess.Popen[bytes], timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        url = f"http://{_LOOPBACK}:{s.etcd_client_port}/health"
+        while True:
+            if proc.poll() is not None:
+                raise TestEnvError(
+                    f"etcd exited with {proc.returncode}:\n{_log_tail(self.data_dir / 'etcd.log')}"
+                )
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(url, timeout=2).status_code == 200:
+                    return
+            if time.monotonic() > deadline:
+                raise TestEnvError(
+                    f"etcd not healthy after {timeout:.0f}s:\n"
+                    f"{_log_tail(self.data_dir / 'etcd.log')}"
+                )
+            time.sleep(0.05)
+
+    def _wait_ready(self, timeout: float) -> None:
+        deadline = time.monotonic() + max(timeout, 1.0)
+        last = "no answer"
+        kas = self._procs.get("kube-apiserver")
+        with self.http_client(timeout=5) as client:
+            while True:
+                if kas is not None and kas.poll() is not None:
+                    raise TestEnvError(
+                        f"kube-apiserver exited with {kas.returncode}:\n"
+                        f"{_log_tail(self.data_dir / 'kube-apiserver.log')}"
+                    )
+                try:
+                    ready = client.get("/readyz")
+                    last = f"/readyz {ready.status_code}: {ready.text[-500:]}"
+                    if ready.status_code == 200:
+                        ns = client.get("/api/v1/namespaces/default")
+                        last = f"namespace default: {ns.status_code}"
+                        if ns.status_code == 200:
+                            return
+                except httpx.HTTPError as exc:
+                    last = f"{type(exc).__name__}: {exc}"
+                if time.monotonic() > deadline:
+                    raise TestEnvError(
+                        f"kube-apiserver at {self.server} not ready after {timeout:.0f}s "
+                        f"({last}):\n{_log_tail(self.data_dir / 'kube-apiserver.log')}"
+                    )
+                time.sleep(0.1)
+
+    def _write_kubeconfig(self) -> None:
+        _write(self.kubeconfig_path, yaml.safe_dump(self.kubeconfig, sort_keys=False).encode())
+
+
+def helm_environ(
+    home: str | os.PathLike[str], base: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """Environment for running helm with its config/cache/data under ``home`` (nothing in ~)."""
+    root = Path(home)
+    env = dict(os.environ if base is None else base)
+    env.update(
+        HELM_CONFIG_HOME=str(root / "config"),
+        HELM_CACHE_HOME=str(root / "cache"),
+        HELM_DATA_HOME=str(root / "data"),
+    )
+    env.pop("KUBECONFIG", None)
+    return env
