@@ -14,7 +14,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
 from modelplane.catalog import pins
@@ -59,6 +59,13 @@ class ListenerProtocol(StrEnum):
     TCP = "TCP"
 
 
+KUBECONFIG_RULE = "exactly one secrets entry must have type Kubeconfig"
+NAMESPACE_RULE = "namespace may be set only on cloud identity entries, not on the Kubeconfig entry"
+IDENTITY_RULE = "at most one cloud identity entry (a type other than Kubeconfig) may be given"
+LISTENER_NAMES_RULE = "listener names must be unique"
+CLIENT_CA_NAMES_RULE = "clientCAs names must be unique"
+
+
 VersionPin = Annotated[str, Field(min_length=1, max_length=32)]
 
 
@@ -78,6 +85,12 @@ class SecretRef(_Model):
         description="Namespace of the Secret when it is not this ServingStack's namespace. "
         "Allowed only on cloud identity entries.",
     )
+
+    @model_validator(mode="after")
+    def _namespace_only_on_identity(self) -> SecretRef:
+        if self.type is SecretType.KUBECONFIG and self.namespace is not None:
+            raise ValueError(NAMESPACE_RULE)
+        return self
 
 
 class Listener(_Model):
@@ -120,6 +133,22 @@ class GatewaySpec(_Model):
         alias="clientCAs",
         description="CA certificates of the InferenceGateways allowed to connect.",
     )
+
+    @field_validator("listeners")
+    @classmethod
+    def _unique_listener_names(cls, listeners: list[Listener]) -> list[Listener]:
+        names = [listener.name for listener in listeners]
+        if len(names) != len(set(names)):
+            raise ValueError(LISTENER_NAMES_RULE)
+        return listeners
+
+    @field_validator("client_cas")
+    @classmethod
+    def _unique_client_ca_names(cls, cas: list[ClientCA]) -> list[ClientCA]:
+        names = [ca.name for ca in cas]
+        if len(names) != len(set(names)):
+            raise ValueError(CLIENT_CA_NAMES_RULE)
+        return cas
 
 
 class Versions(_Model):
@@ -171,13 +200,6 @@ class DynamoVersions(_Model):
     )
 
 
-KUBECONFIG_RULE = "exactly one secrets entry must have type Kubeconfig"
-NAMESPACE_RULE = "namespace may be set only on cloud identity entries, not on the Kubeconfig entry"
-IDENTITY_RULE = "at most one cloud identity entry (a type other than Kubeconfig) may be given"
-LISTENER_NAMES_RULE = "listener names must be unique"
-CLIENT_CA_NAMES_RULE = "clientCAs names must be unique"
-
-
 class ServingStackSpec(_Model):
     """The desired serving substrate of one target cluster."""
 
@@ -210,22 +232,18 @@ class ServingStackSpec(_Model):
         default_factory=GatewaySpec, description="The cluster's inference traffic gateway."
     )
 
-    @model_validator(mode="after")
-    def _cross_field_rules(self) -> ServingStackSpec:
-        kubeconfigs = [s for s in self.secrets if s.type is SecretType.KUBECONFIG]
+    # Each rule is checked on the field it is about, so an error names that
+    # field's path (spec.secrets, spec.gateway.listeners, ...), as the CRD's
+    # CEL rules do.
+    @field_validator("secrets")
+    @classmethod
+    def _secrets_rules(cls, secrets: list[SecretRef]) -> list[SecretRef]:
+        kubeconfigs = [s for s in secrets if s.type is SecretType.KUBECONFIG]
         if len(kubeconfigs) != 1:
-            raise ValueError(f"secrets: {KUBECONFIG_RULE}")
-        if any(s.namespace is not None for s in kubeconfigs):
-            raise ValueError(f"secrets: {NAMESPACE_RULE}")
-        if len(self.secrets) - len(kubeconfigs) > 1:
-            raise ValueError(f"secrets: {IDENTITY_RULE}")
-        names = [listener.name for listener in self.gateway.listeners]
-        if len(names) != len(set(names)):
-            raise ValueError(f"gateway.listeners: {LISTENER_NAMES_RULE}")
-        ca_names = [ca.name for ca in self.gateway.client_cas]
-        if len(ca_names) != len(set(ca_names)):
-            raise ValueError(f"gateway.clientCAs: {CLIENT_CA_NAMES_RULE}")
-        return self
+            raise ValueError(KUBECONFIG_RULE)
+        if len(secrets) - len(kubeconfigs) > 1:
+            raise ValueError(IDENTITY_RULE)
+        return secrets
 
     @property
     def kubeconfig_secret(self) -> SecretRef:

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+import sys
+from typing import IO, Any
 
 import yaml
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from modelplane.plan.model import ObjectAction, Plan
 
@@ -29,6 +31,7 @@ def plan_document(p: Plan) -> dict[str, Any]:
         ],
         "requirements": [r.model_dump(mode="json") for r in p.requirements],
         "notes": p.notes,
+        "gateway": {"address": p.gateway.address, "caCertificate": p.gateway.ca_certificate},
     }
 
 
@@ -40,13 +43,44 @@ def to_yaml(p: Plan) -> str:
     return yaml.safe_dump(plan_document(p), sort_keys=False)
 
 
+# Width of the text output when it does not go to a terminal: fixed, so that
+# piped output (and the golden files) never depend on the environment.
+TEXT_WIDTH = 160
+
+
+def text_console(file: IO[str] | None = None) -> Console:
+    """A console for the text output: the terminal's width and colours on a
+    terminal; otherwise a fixed width, no colour and no escape codes at all,
+    whatever COLUMNS, FORCE_COLOR or TERM say."""
+    out = file or sys.stdout
+    if out.isatty():
+        return Console(file=out, highlight=False)
+    return Console(
+        file=out,
+        width=TEXT_WIDTH,
+        color_system=None,
+        force_terminal=False,
+        force_jupyter=False,
+        force_interactive=False,
+        highlight=False,
+        emoji=False,
+        legacy_windows=False,
+        soft_wrap=False,
+    )
+
+
 def print_text(p: Plan, console: Console) -> None:
+    # Names and messages come from user input: never read them as markup.
     console.print(
-        f"[bold]ServingStack {p.namespace}/{p.name}[/bold]: {p.stack} stack, components {p.mode}"
+        Text.assemble(
+            (f"ServingStack {p.namespace}/{p.name}", "bold"),
+            f": {p.stack} stack, components {p.mode}",
+        )
     )
     table = Table(title="Components", title_justify="left")
     for col in ("component", "mode", "chart / source", "version", "namespace", "plan"):
-        table.add_column(col)
+        # Fold long repository URLs instead of cutting them off.
+        table.add_column(col, overflow="fold")
     releases = {r.component: r for r in p.releases}
     manifests = {m.component: m for m in p.manifests}
     for c in p.components:
@@ -65,20 +99,27 @@ def print_text(p: Plan, console: Console) -> None:
 
     held = [o for o in p.objects if o.action is ObjectAction.HOLD]
     if held or p.notes:
-        console.print("[bold]Held back[/bold]")
+        console.print(Text("Held back", "bold"))
         for o in held:
-            console.print(f"  {o.key}: {o.held_back}")
+            console.print(f"  {o.key}: {o.held_back}", markup=False)
         for note in p.notes:
-            console.print(f"  note: {note}")
+            console.print(f"  note: {note}", markup=False)
 
     unmet = p.unmet
     console.print(
-        f"[bold]Requirements[/bold]: {len(p.requirements) - len(unmet)} of "
-        f"{len(p.requirements)} met on the observed target"
+        Text.assemble(
+            ("Requirements", "bold"),
+            f": {len(p.requirements) - len(unmet)} of {len(p.requirements)} met on the "
+            "observed target",
+        )
     )
     for result in unmet:
-        console.print(f"  [red]x[/red] {result.component}: {result.message}")
+        console.print(Text.assemble("  ", ("x", "red"), f" {result.component}: {result.message}"))
 
-    console.print("[bold]Objects[/bold]")
+    address = p.gateway.address or "none observed yet"
+    ca = "observed" if p.gateway.ca_certificate else "not observed yet"
+    console.print(Text.assemble(("Gateway", "bold"), f": address {address}; CA certificate {ca}"))
+
+    console.print(Text("Objects", "bold"))
     for o in p.objects:
-        console.print(f"  {o.action:5} {o.key}")
+        console.print(f"  {o.action:5} {o.key}", markup=False)

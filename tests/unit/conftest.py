@@ -1,0 +1,112 @@
+"""Shared helpers of the unit tests: valid manifests to start from."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from modelplane.api.models import ServingStack
+from modelplane.plan.observed import Observed
+
+# The specification lives next to the repository (../shared/spec); a fresh
+# clone elsewhere has no copy, and the tests that read it skip.
+SPEC_DIR = Path(__file__).resolve().parents[3] / "shared" / "spec"
+REQUIREMENTS_DOC = SPEC_DIR / "000_3c48735b7dd4bba3.txt"
+
+CA_PEM = "-----BEGIN CERTIFICATE-----\nMIIBfleet\n-----END CERTIFICATE-----\n"
+
+Manifest = dict[str, Any]
+
+
+def manifest(**spec: Any) -> Manifest:
+    """A minimal valid ServingStack manifest, spec fields given in wire form."""
+    return {
+        "apiVersion": "infrastructure.modelplane.ai/v1alpha1",
+        "kind": "ServingStack",
+        "metadata": {"name": "west", "namespace": "platform"},
+        "spec": {
+            "secrets": [{"type": "Kubeconfig", "name": "west-kubeconfig", "key": "kubeconfig"}],
+            **copy.deepcopy(spec),
+        },
+    }
+
+
+def full_spec() -> dict[str, Any]:
+    """A valid spec with every optional field set, for limit tests."""
+    return {
+        "secrets": [
+            {"type": "Kubeconfig", "name": "kc", "key": "kubeconfig"},
+            {
+                "type": "GoogleApplicationCredentials",
+                "name": "sa",
+                "key": "key.json",
+                "namespace": "crossplane-system",
+            },
+        ],
+        "stack": "Dynamo",
+        "components": "Provided",
+        "nvidiaDriverRoot": "/home/kubernetes/bin/nvidia",
+        "versions": {
+            "certManager": "v1",
+            "envoyGateway": "v1",
+            "nodeFeatureDiscovery": "1",
+            "nvidiaDraDriver": "1",
+            "prometheus": "1",
+            "trustManager": "v1",
+        },
+        "standard": {"leaderWorkerSet": "v1"},
+        "dynamo": {"grove": "v1", "kaiScheduler": "v1", "modelExpress": "1"},
+        "gateway": {
+            "className": "eg",
+            "hostname": "west.example.com",
+            "listeners": [{"name": "http", "port": 80, "protocol": "HTTP"}],
+            "clientCAs": [{"name": "fleet", "certificate": CA_PEM}],
+        },
+    }
+
+
+StackFactory = Callable[..., ServingStack]
+
+
+@pytest.fixture
+def make_stack() -> StackFactory:
+    def make(**spec: Any) -> ServingStack:
+        return ServingStack.model_validate(manifest(**spec))
+
+    return make
+
+
+@pytest.fixture
+def serve_everything() -> Callable[..., Observed]:
+    """Observed facts of a target that serves every API the catalog knows."""
+    from modelplane.catalog import configuration as cfg
+    from modelplane.catalog.components import COMPONENTS
+    from modelplane.catalog.types import CRDServes, ObjectExists
+
+    def make(**extra: Any) -> Observed:
+        apis: dict[str, dict[str, list[str]]] = {}
+        objects: dict[str, list[str]] = {}
+
+        def add(group: str, resource: str, version: str) -> None:
+            versions = apis.setdefault(group, {}).setdefault(resource, [])
+            if version not in versions:
+                versions.append(version)
+
+        for component in COMPONENTS:
+            for r in component.requirements:
+                if isinstance(r, CRDServes):
+                    add(r.api.group, r.api.resource, r.api.version)
+                else:
+                    assert isinstance(r, ObjectExists)
+                    add(r.api.group, r.api.resource, r.api.version)
+                    key = f"{r.api.group}/{r.api.version}/{r.api.resource}"
+                    objects.setdefault(key, []).append(r.name)
+        for api in (cfg.ISSUERS, cfg.CERTIFICATES, cfg.QUEUES, cfg.BUNDLES):
+            add(api.group, api.resource, api.version)
+        return Observed.model_validate({"apis": apis, "objects": objects, **extra})
+
+    return make

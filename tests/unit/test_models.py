@@ -1,0 +1,311 @@
+"""The ServingStack API models: every limit, enum, default and cross-field rule."""
+
+from __future__ import annotations
+
+import copy
+import re
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from modelplane.api import models as m
+from modelplane.api.models import (
+    ComponentsMode,
+    GatewayStatus,
+    ServingStack,
+    ServingStackSpec,
+    Stack,
+)
+
+from .conftest import full_spec, manifest
+
+# (wire path, lowest allowed length/value or None, highest allowed length/value)
+# for every string, integer and list field of the spec, from the CRD reference.
+STRING_LIMITS: list[tuple[str, int, int]] = [
+    ("secrets.0.name", 0, 253),
+    ("secrets.0.key", 0, 253),
+    ("secrets.1.namespace", 0, 253),
+    ("gateway.className", 1, 63),
+    ("gateway.hostname", 1, 253),
+    ("gateway.listeners.0.name", 1, 63),
+    ("gateway.clientCAs.0.name", 1, 253),
+    ("gateway.clientCAs.0.certificate", 1, 16384),
+    ("nvidiaDriverRoot", 0, 512),
+    ("versions.certManager", 1, 32),
+    ("versions.envoyGateway", 1, 32),
+    ("versions.nodeFeatureDiscovery", 1, 32),
+    ("versions.nvidiaDraDriver", 1, 32),
+    ("versions.prometheus", 1, 32),
+    ("versions.trustManager", 1, 32),
+    ("standard.leaderWorkerSet", 1, 32),
+    ("dynamo.grove", 1, 32),
+    ("dynamo.kaiScheduler", 1, 32),
+    ("dynamo.modelExpress", 1, 32),
+]
+INT_LIMITS: list[tuple[str, int, int]] = [("gateway.listeners.0.port", 1, 65535)]
+ENUMS: list[tuple[str, set[str]]] = [
+    ("stack", {"Standard", "Dynamo"}),
+    ("components", {"Managed", "Provided"}),
+    ("gateway.listeners.0.protocol", {"HTTP", "TCP"}),
+    (
+        "secrets.1.type",
+        {
+            "Kubeconfig",
+            "GoogleApplicationCredentials",
+            "AWSWebIdentityCredentials",
+            "NebiusServiceAccountCredentials",
+        },
+    ),
+]
+
+# The defaults the spec states: versions from the requirements document where
+# it and the reference disagree (../shared/spec/README.md), the rest from the
+# reference. Written out here, not imported, so a changed pin fails a test.
+DEFAULTS: dict[str, Any] = {
+    "stack": "Standard",
+    "components": "Managed",
+    "nvidiaDriverRoot": "/",
+    "gateway.className": "envoy",
+    "versions.certManager": "v1.20.2",
+    "versions.envoyGateway": "v1.8.4",
+    "versions.nodeFeatureDiscovery": "0.19.0",
+    "versions.nvidiaDraDriver": "0.4.1",
+    "versions.prometheus": "84.4.0",
+    "versions.trustManager": "v0.25.0",
+    "standard.leaderWorkerSet": "v0.8.0",
+    "dynamo.grove": "v0.1.0-alpha.12-rc2",
+    "dynamo.kaiScheduler": "v0.16.8",
+    "dynamo.modelExpress": "0.4.1",
+}
+
+
+def _set(data: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
+    out = copy.deepcopy(data)
+    node: Any = out
+    parts = path.split(".")
+    for part in parts[:-1]:
+        node = node[int(part)] if part.isdigit() else node[part]
+    last = parts[-1]
+    if last.isdigit():
+        node[int(last)] = value
+    else:
+        node[last] = value
+    return out
+
+
+def _get(data: Any, path: str) -> Any:
+    for part in path.split("."):
+        data = data[int(part)] if part.isdigit() else data[part]
+    return data
+
+
+def _errors(spec: dict[str, Any]) -> list[tuple[str, str]]:
+    try:
+        ServingStackSpec.model_validate(spec)
+    except ValidationError as err:
+        return [(".".join(str(p) for p in e["loc"]), e["msg"]) for e in err.errors()]
+    return []
+
+
+def test_full_spec_is_valid() -> None:
+    assert _errors(full_spec()) == []
+
+
+@pytest.mark.parametrize(("path", "low", "high"), STRING_LIMITS)
+def test_string_length_limits(path: str, low: int, high: int) -> None:
+    assert _errors(_set(full_spec(), path, "a" * high)) == []
+    errors = _errors(_set(full_spec(), path, "a" * (high + 1)))
+    assert [loc for loc, _ in errors] == [path]
+    assert f"at most {high} character" in errors[0][1]
+    if low > 0:
+        assert _errors(_set(full_spec(), path, "a" * low)) == []
+        errors = _errors(_set(full_spec(), path, "a" * (low - 1)))
+        assert [loc for loc, _ in errors] == [path]
+        assert f"at least {low} character" in errors[0][1]
+    else:
+        assert _errors(_set(full_spec(), path, "")) == []
+
+
+@pytest.mark.parametrize(("path", "low", "high"), INT_LIMITS)
+def test_integer_limits(path: str, low: int, high: int) -> None:
+    for ok in (low, high):
+        assert _errors(_set(full_spec(), path, ok)) == []
+    for bad in (low - 1, high + 1):
+        assert [loc for loc, _ in _errors(_set(full_spec(), path, bad))] == [path]
+
+
+def _listener(i: int) -> dict[str, Any]:
+    return {"name": f"l{i}", "port": 1000 + i, "protocol": "TCP"}
+
+
+def _ca(i: int) -> dict[str, Any]:
+    return {"name": f"gw{i}", "certificate": "pem"}
+
+
+@pytest.mark.parametrize(
+    ("path", "item", "low", "high"),
+    [
+        ("gateway.listeners", _listener, 0, 8),
+        ("gateway.clientCAs", _ca, 0, 32),
+    ],
+)
+def test_item_limits(path: str, item: Any, low: int, high: int) -> None:
+    assert _errors(_set(full_spec(), path, [item(i) for i in range(low)])) == []
+    assert _errors(_set(full_spec(), path, [item(i) for i in range(high)])) == []
+    errors = _errors(_set(full_spec(), path, [item(i) for i in range(high + 1)]))
+    assert [loc for loc, _ in errors] == [path]
+    assert f"at most {high} items" in errors[0][1]
+
+
+def test_secrets_item_limits() -> None:
+    errors = _errors(_set(full_spec(), "secrets", []))
+    assert [loc for loc, _ in errors] == ["secrets"]
+    assert "at least 1 item" in errors[0][1]
+    kubeconfig = {"type": "Kubeconfig", "name": "kc", "key": "k"}
+    errors = _errors(_set(full_spec(), "secrets", [kubeconfig] * 9))
+    assert [loc for loc, _ in errors] == ["secrets"]
+    assert "at most 8 items" in errors[0][1]
+
+
+@pytest.mark.parametrize(("path", "allowed"), ENUMS)
+def test_enums(path: str, allowed: set[str]) -> None:
+    for value in allowed:
+        spec = _set(full_spec(), path, value)
+        if path == "secrets.1.type" and value == "Kubeconfig":
+            continue  # a second Kubeconfig breaks another rule, tested below
+        assert _errors(spec) == [], value
+    errors = _errors(_set(full_spec(), path, "Bogus"))
+    assert [loc for loc, _ in errors] == [path]
+    for value in allowed:
+        assert value in errors[0][1]
+
+
+def test_required_fields() -> None:
+    assert [loc for loc, _ in _errors({})] == ["secrets"]
+    for path in ("name", "key", "type"):
+        secret = {"type": "Kubeconfig", "name": "kc", "key": "k"}
+        del secret[path]
+        assert [loc for loc, _ in _errors({"secrets": [secret]})] == [f"secrets.0.{path}"]
+    for field in ("name", "port", "protocol"):
+        listener = {"name": "a", "port": 1, "protocol": "HTTP"}
+        del listener[field]
+        spec = _set(full_spec(), "gateway.listeners", [listener])
+        assert [loc for loc, _ in _errors(spec)] == [f"gateway.listeners.0.{field}"]
+    for field in ("name", "certificate"):
+        ca = {"name": "a", "certificate": "pem"}
+        del ca[field]
+        spec = _set(full_spec(), "gateway.clientCAs", [ca])
+        assert [loc for loc, _ in _errors(spec)] == [f"gateway.clientCAs.0.{field}"]
+
+
+def test_unknown_fields_are_refused() -> None:
+    assert [loc for loc, _ in _errors(_set(full_spec(), "color", "blue"))] == ["color"]
+    errors = _errors(_set(full_spec(), "gateway.listeners.0.tls", {}))
+    assert [loc for loc, _ in errors] == ["gateway.listeners.0.tls"]
+    with pytest.raises(ValidationError):
+        ServingStack.model_validate({**manifest(), "extra": 1})
+
+
+@pytest.mark.parametrize(("path", "expected"), sorted(DEFAULTS.items()))
+def test_defaults(path: str, expected: Any) -> None:
+    spec = ServingStackSpec.model_validate(manifest()["spec"])
+    assert _get(spec.model_dump(mode="json", by_alias=True), path) == expected
+
+
+def test_defaults_leave_optional_fields_empty() -> None:
+    spec = ServingStackSpec.model_validate(manifest()["spec"])
+    assert spec.stack is Stack.STANDARD
+    assert spec.components is ComponentsMode.MANAGED
+    assert spec.gateway.hostname is None
+    assert spec.gateway.listeners == []
+    assert spec.gateway.client_cas == []
+    assert spec.kubeconfig_secret.name == "west-kubeconfig"
+    assert spec.cloud_identity is None
+
+
+def test_status_limits() -> None:
+    GatewayStatus.model_validate({"address": "a" * 256, "caCertificate": "c" * 16384})
+    for field, size in (("address", 257), ("caCertificate", 16385)):
+        with pytest.raises(ValidationError) as err:
+            GatewayStatus.model_validate({field: "a" * size})
+        assert err.value.errors()[0]["loc"] == (field,)
+
+
+def test_manifest_type_is_checked() -> None:
+    with pytest.raises(ValidationError, match="apiVersion must be"):
+        ServingStack.model_validate({**manifest(), "apiVersion": "v1"})
+    with pytest.raises(ValidationError, match="kind must be ServingStack"):
+        ServingStack.model_validate({**manifest(), "kind": "Gateway"})
+
+
+# --- cross-field rules -----------------------------------------------------------
+
+KC = {"type": "Kubeconfig", "name": "kc", "key": "kubeconfig"}
+GCP = {"type": "GoogleApplicationCredentials", "name": "sa", "key": "key.json"}
+AWS = {"type": "AWSWebIdentityCredentials", "name": "aws", "key": "token"}
+
+
+@pytest.mark.parametrize(
+    ("secrets", "path", "message"),
+    [
+        ([GCP], "secrets", m.KUBECONFIG_RULE),
+        ([KC, KC], "secrets", m.KUBECONFIG_RULE),
+        ([KC, GCP, AWS], "secrets", m.IDENTITY_RULE),
+        ([{**KC, "namespace": "other"}], "secrets.0", m.NAMESPACE_RULE),
+        ([GCP, {**KC, "namespace": "other"}], "secrets.1", m.NAMESPACE_RULE),
+    ],
+)
+def test_secret_rules(secrets: list[dict[str, Any]], path: str, message: str) -> None:
+    errors = _errors({"secrets": secrets})
+    assert (path, f"Value error, {message}") in errors
+
+
+@pytest.mark.parametrize(
+    "secrets",
+    [
+        [KC],
+        [KC, GCP],
+        [GCP, KC],
+        [KC, {**GCP, "namespace": "crossplane-system"}],
+        [KC, {**AWS, "namespace": "x"}],
+    ],
+)
+def test_secret_rules_accept(secrets: list[dict[str, Any]]) -> None:
+    assert _errors({"secrets": secrets}) == []
+
+
+def test_cloud_identity_is_the_non_kubeconfig_entry() -> None:
+    spec = ServingStackSpec.model_validate({"secrets": [GCP, KC]})
+    assert spec.kubeconfig_secret.name == "kc"
+    assert spec.cloud_identity is not None and spec.cloud_identity.name == "sa"
+
+
+def test_listener_names_unique() -> None:
+    listeners = [
+        {"name": "web", "port": 80, "protocol": "HTTP"},
+        {"name": "web", "port": 8080, "protocol": "HTTP"},
+    ]
+    errors = _errors({"secrets": [KC], "gateway": {"listeners": listeners}})
+    assert errors == [("gateway.listeners", f"Value error, {m.LISTENER_NAMES_RULE}")]
+    listeners[1]["name"] = "web2"
+    assert _errors({"secrets": [KC], "gateway": {"listeners": listeners}}) == []
+
+
+def test_client_ca_names_unique() -> None:
+    cas = [{"name": "fleet", "certificate": "a"}, {"name": "fleet", "certificate": "b"}]
+    errors = _errors({"secrets": [KC], "gateway": {"clientCAs": cas}})
+    assert errors == [("gateway.clientCAs", f"Value error, {m.CLIENT_CA_NAMES_RULE}")]
+    cas[1]["name"] = "fleet2"
+    assert _errors({"secrets": [KC], "gateway": {"clientCAs": cas}}) == []
+
+
+def test_rule_messages_are_sentences_a_person_reads() -> None:
+    for message in (
+        m.KUBECONFIG_RULE,
+        m.NAMESPACE_RULE,
+        m.IDENTITY_RULE,
+        m.LISTENER_NAMES_RULE,
+        m.CLIENT_CA_NAMES_RULE,
+    ):
+        assert re.fullmatch(r"[a-z][a-zA-Z ,()]+", message), message
