@@ -14,10 +14,23 @@ from modelplane.catalog.types import (
     ApiRef,
     ChartSource,
     Component,
+    ConfigFileWired,
     CRDServes,
+    CriticalPodsAdmitted,
+    GpuNodes,
+    GpuNodesLabelled,
+    GpuNodesPublishSlices,
+    ImageTag,
     ManifestSource,
+    NoNodeAdvertises,
     ObjectExists,
+    SchedulerName,
+    SelectsEverything,
+    ServicePort,
     Values,
+    WorkloadArg,
+    Workloads,
+    WorkloadsAvailable,
 )
 
 if TYPE_CHECKING:
@@ -206,6 +219,53 @@ def _trust_manager_values(_spec: ServingStackSpec) -> Values:
 
 INFERENCE_POOL = ApiRef("inference.networking.k8s.io", "v1", "inferencepools")
 
+# What the advisory checks look for (upstream-facts §17). Workloads are found
+# by image repository, whatever release, namespace or mirror runs them.
+GPUS = GpuNodes(
+    taint=GPU_TAINT_KEY,
+    labels=(
+        "nvidia.com/gpu.present",  # GPU Operator / GPU feature discovery
+        "nvidia.com/gpu.product",
+        "cloud.google.com/gke-accelerator",
+        "k8s.amazonaws.com/accelerator",
+    ),
+    nfd_label_prefix="feature.node.kubernetes.io/pci-",
+    pci_vendor="10de",
+    resource="nvidia.com/gpu",
+    driver=GPU_DEVICE_CLASS,
+)
+CERT_MANAGER_WORKLOADS = Workloads(
+    "the cert-manager controller and webhook",
+    ("jetstack/cert-manager-controller", "jetstack/cert-manager-webhook"),
+)
+PROMETHEUS_OPERATOR_WORKLOADS = Workloads(
+    "the Prometheus Operator", ("prometheus-operator/prometheus-operator",)
+)
+NFD_WORKLOADS = Workloads("the NFD master", ("nfd/node-feature-discovery",))
+DRA_KUBELET_PLUGIN = Workloads(
+    "the DRA driver",
+    ("dra-driver-nvidia/dra-driver-nvidia-gpu", "nvidia/k8s-dra-driver-gpu"),
+    kinds=("DaemonSet",),
+)
+ENVOY_GATEWAY_WORKLOADS = Workloads("the Envoy Gateway controller", ("envoyproxy/gateway",))
+AI_GATEWAY_WORKLOADS = Workloads("the AI Gateway controller", ("envoyproxy/ai-gateway-controller",))
+TRUST_MANAGER_WORKLOADS = Workloads("trust-manager", ("jetstack/trust-manager",))
+LWS_WORKLOADS = Workloads("the LeaderWorkerSet controller", ("lws/lws",))
+KAI_WORKLOADS = Workloads(
+    "the KAI operator and scheduler", ("kai-scheduler/operator", "kai-scheduler/scheduler")
+)
+KAI_SCHEDULER_WORKLOADS = Workloads("the KAI scheduler", ("kai-scheduler/scheduler",))
+GROVE_WORKLOADS = Workloads("the Grove operator", ("grove/grove-operator",))
+KAI_SCHEDULER_NAME = "kai-scheduler"
+PROMETHEUS = ApiRef("monitoring.coreos.com", "v1", "prometheuses")
+
+
+def _envoy_gateway_config(spec: ServingStackSpec) -> Values:
+    # The EnvoyGateway document the chart renders from config.envoyGateway.
+    config: Values = _envoy_gateway_values(spec)["config"]["envoyGateway"]
+    return config
+
+
 _GATEWAY_API_FIX = "install the Gateway API v1.5 CRDs (Envoy Gateway v1.8 ships them)"
 _ENVOY_GATEWAY_FIX = "install the Envoy Gateway v1.8 CRDs"
 
@@ -220,6 +280,9 @@ CERT_MANAGER = Component(
     values=_cert_manager_values,
     wait=True,
     requirements=(CRDServes("certificates.cert-manager.io", "v1", "install cert-manager"),),
+    advisories=(
+        WorkloadsAvailable(CERT_MANAGER_WORKLOADS, "check the cert-manager Deployments' events"),
+    ),
     not_checked=("The cert-manager controller and webhook are running and issue Certificates.",),
 )
 
@@ -240,6 +303,19 @@ KUBE_PROMETHEUS_STACK = Component(
         ),
         CRDServes(
             "servicemonitors.monitoring.coreos.com", "v1", "install the Prometheus Operator CRDs"
+        ),
+    ),
+    advisories=(
+        SelectsEverything(
+            PROMETHEUS,
+            "Prometheus",
+            ("podMonitorSelector", "podMonitorNamespaceSelector"),
+            "Prometheus selects PodMonitors in every namespace",
+            "set prometheus.prometheusSpec.podMonitorSelectorNilUsesHelmValues to false and "
+            "podMonitorNamespaceSelector to {}",
+        ),
+        WorkloadsAvailable(
+            PROMETHEUS_OPERATOR_WORKLOADS, "check the Prometheus Operator Deployment's events"
         ),
     ),
     not_checked=(
@@ -264,6 +340,13 @@ NODE_FEATURE_DISCOVERY = Component(
     values=_nfd_values,
     requirements=(
         CRDServes("nodefeatures.nfd.k8s-sigs.io", "v1alpha1", "install node-feature-discovery"),
+    ),
+    advisories=(
+        GpuNodesLabelled(
+            GPUS,
+            f"run the NFD worker on every GPU node, tolerating the {GPU_TAINT_KEY} taint",
+        ),
+        WorkloadsAvailable(NFD_WORKLOADS, "check the NFD master Deployment's events"),
     ),
     not_checked=(
         "The NFD worker runs on the GPU nodes, tolerating their taint, and labels them with "
@@ -303,6 +386,25 @@ NVIDIA_DRA_DRIVER = Component(
             "install the NVIDIA DRA driver for GPUs (Kubernetes 1.34+ serves resource.k8s.io/v1)",
         ),
     ),
+    advisories=(
+        NoNodeAdvertises(
+            GPUS,
+            "disable the NVIDIA device plugin (GPU Operator: devicePlugin.enabled=false); DRA "
+            "allocates the GPUs",
+        ),
+        GpuNodesPublishSlices(
+            GPUS,
+            "check that the DRA driver's kubelet plugin runs on the node (NVIDIA driver, NFD "
+            "labels, tolerations)",
+        ),
+        CriticalPodsAdmitted(
+            DRA_KUBELET_PLUGIN,
+            SYSTEM_CRITICAL_CLASSES,
+            "kube-system",
+            "create a ResourceQuota scoped to PriorityClass system-node-critical and "
+            "system-cluster-critical in the driver's namespace",
+        ),
+    ),
     not_checked=(
         "The NVIDIA kernel driver and Container Toolkit on every GPU node.",
         "The driver's kubelet plugin publishes each GPU node's devices as ResourceSlices.",
@@ -330,6 +432,17 @@ ENVOY_GATEWAY = Component(
         CRDServes("envoyproxies.gateway.envoyproxy.io", "v1alpha1", _ENVOY_GATEWAY_FIX),
         CRDServes("backends.gateway.envoyproxy.io", "v1alpha1", _ENVOY_GATEWAY_FIX),
         CRDServes("clienttrafficpolicies.gateway.envoyproxy.io", "v1alpha1", _ENVOY_GATEWAY_FIX),
+    ),
+    advisories=(
+        ConfigFileWired(
+            "Envoy Gateway's extensionManager is wired to the AI Gateway",
+            "envoy-gateway-config",
+            "envoy-gateway.yaml",
+            _envoy_gateway_config,
+            "install Envoy Gateway with the extensionApis and extensionManager values the "
+            "requirements page lists",
+        ),
+        WorkloadsAvailable(ENVOY_GATEWAY_WORKLOADS, "check the envoy-gateway Deployment's events"),
     ),
     not_checked=(
         "The Envoy Gateway controller runs with the extensionManager wired exactly as the values "
@@ -368,6 +481,16 @@ AI_GATEWAY = Component(
     chart=ChartSource("ai-gateway-helm", ENVOY_OCI),
     values=_ai_gateway_values,
     depends_on=(AI_GATEWAY_CRDS.name, ENVOY_GATEWAY.name),
+    advisories=(
+        ServicePort(
+            AI_GATEWAY_NAMESPACE,
+            AI_GATEWAY_CONTROLLER,
+            AI_GATEWAY_EXTENSION_PORT,
+            f"install the AI Gateway chart into {AI_GATEWAY_NAMESPACE} with "
+            f"controller.fullnameOverride={AI_GATEWAY_CONTROLLER}",
+        ),
+        WorkloadsAvailable(AI_GATEWAY_WORKLOADS, "check the ai-gateway-controller Deployment"),
+    ),
     not_checked=(
         f"The AI Gateway controller is reachable at {AI_GATEWAY_FQDN}:{AI_GATEWAY_EXTENSION_PORT}, "
         "the address the Envoy Gateway extensionManager values point at.",
@@ -405,6 +528,16 @@ TRUST_MANAGER = Component(
     values=_trust_manager_values,
     depends_on=(CERT_MANAGER.name,),
     requirements=(CRDServes("bundles.trust.cert-manager.io", "v1alpha1", "install trust-manager"),),
+    advisories=(
+        WorkloadArg(
+            TRUST_MANAGER_WORKLOADS,
+            "--trust-namespace",
+            MODELPLANE_NAMESPACE,
+            "cert-manager",
+            f"set the chart value app.trust.namespace={MODELPLANE_NAMESPACE}",
+        ),
+        WorkloadsAvailable(TRUST_MANAGER_WORKLOADS, "check the trust-manager Deployment"),
+    ),
     not_checked=(
         f"trust-manager watches {MODELPLANE_NAMESPACE} as its trust namespace, where the gateway "
         "PKI composes its Bundle.",
@@ -424,6 +557,9 @@ LEADER_WORKER_SET = Component(
             "leaderworkersets.leaderworkerset.x-k8s.io", "v1", "install LeaderWorkerSet v0.8"
         ),
     ),
+    advisories=(
+        WorkloadsAvailable(LWS_WORKLOADS, "check the LeaderWorkerSet controller Deployment"),
+    ),
     not_checked=("The LeaderWorkerSet controller is running. Modelplane composes against v0.8.",),
 )
 
@@ -437,6 +573,15 @@ KAI_SCHEDULER = Component(
     chart=ChartSource("kai-scheduler", "oci://ghcr.io/kai-scheduler/kai-scheduler"),
     wait=True,
     requirements=(CRDServes("queues.scheduling.run.ai", "v2", "install the KAI Scheduler v0.16"),),
+    advisories=(
+        SchedulerName(
+            KAI_SCHEDULER_WORKLOADS,
+            KAI_SCHEDULER_NAME,
+            "--scheduler-name",
+            f"install KAI with its default schedulerName {KAI_SCHEDULER_NAME}",
+        ),
+        WorkloadsAvailable(KAI_WORKLOADS, "check the KAI Deployments in its namespace"),
+    ),
     not_checked=(
         "The scheduler answers to the schedulerName kai-scheduler and its Queue webhook is "
         "serving. Modelplane composes against the v0.16 line.",
@@ -453,6 +598,10 @@ GROVE = Component(
     chart=ChartSource("grove-charts", "oci://ghcr.io/ai-dynamo/grove"),
     depends_on=(KAI_SCHEDULER.name,),
     requirements=(CRDServes("podcliquesets.grove.io", "v1alpha1", f"install Grove {pins.GROVE}"),),
+    advisories=(
+        ImageTag(GROVE_WORKLOADS, f"install Grove {pins.GROVE} (Managed mode pins it)"),
+        WorkloadsAvailable(GROVE_WORKLOADS, "check the grove-operator Deployment"),
+    ),
     not_checked=(
         "Grove's API is v1alpha1 with no compatibility promise, so a provided install must run "
         "exactly the pinned version; a CRD check cannot tell alpha revisions apart.",

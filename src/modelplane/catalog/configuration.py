@@ -21,6 +21,7 @@ GATEWAY_NAME = "inference-gateway"
 ENVOY_PROXY_NAME = "inference-gateway"
 ENVOY_GATEWAY_CONTROLLER = "gateway.envoyproxy.io/gatewayclass-controller"
 HTTPS_LISTENER = "https"
+HTTPS_PORT = 443
 SELF_SIGNED_ISSUER = "modelplane-selfsigned"
 CLUSTER_CA = "modelplane-cluster-ca"  # Certificate, its Secret, the CA Issuer and the Bundle
 SERVING_CERT = "cluster-gateway-serving"
@@ -102,11 +103,11 @@ def _listeners(spec: ServingStackSpec) -> list[dict[str, Any]]:
             "allowedRoutes": {"namespaces": {"from": "All"}},
         }
     ]
-    if spec.gateway.hostname and spec.gateway.client_cas:
+    if spec.gateway.hostname and https_listener_withheld(spec) is None:
         listeners.append(
             {
                 "name": HTTPS_LISTENER,
-                "port": 443,
+                "port": HTTPS_PORT,
                 "protocol": "HTTPS",
                 "hostname": spec.gateway.hostname,
                 "tls": {"mode": "Terminate", "certificateRefs": [{"name": SERVING_CERT}]},
@@ -125,6 +126,15 @@ def https_listener_withheld(spec: ServingStackSpec) -> str | None:
             f"the HTTPS listener for {spec.gateway.hostname} waits for a clientCAs entry: "
             "without one it would accept any client"
         )
+    # The Gateway would be refused (two listeners of one name) or conflicted
+    # (HTTPS sharing a port with another protocol).
+    for listener in spec.gateway.listeners:
+        if listener.name == HTTPS_LISTENER or listener.port == HTTPS_PORT:
+            return (
+                f"the HTTPS listener for {spec.gateway.hostname} needs the name "
+                f"{HTTPS_LISTENER!r} and port {HTTPS_PORT}, but gateway.listeners entry "
+                f"{listener.name!r} (port {listener.port}) takes one of them"
+            )
     return None
 
 
@@ -265,7 +275,7 @@ def client_ca_objects(spec: ServingStackSpec) -> list[ConfigObject]:
         ca.certificate if ca.certificate.endswith("\n") else ca.certificate + "\n" for ca in cas
     )
     withheld = (
-        None
+        https_listener_withheld(spec)
         if spec.gateway.hostname
         else "clientCAs need gateway.hostname: without it there is no HTTPS listener to "
         "require client certificates on"

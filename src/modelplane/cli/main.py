@@ -9,7 +9,6 @@ from typing import Annotated
 
 import typer
 import yaml
-from rich.console import Console
 
 from modelplane.api.crd import servingstack_crd
 from modelplane.api.models import ServingStack, Stack
@@ -62,7 +61,7 @@ def render(
     elif output is RenderFormat.YAML:
         print(present.to_yaml(p), end="")
     else:
-        present.print_text(p, Console(width=None if sys.stdout.isatty() else 160))
+        present.print_text(p, present.text_console())
 
 
 @app.command()
@@ -79,6 +78,15 @@ def requirements(
     from modelplane.catalog.reference import requirements_markdown
 
     print(requirements_markdown(stack), end="")
+
+
+from modelplane.cli.run import run as _run  # noqa: E402
+
+app.command("run")(_run)
+
+from modelplane.cli.check import check as _check  # noqa: E402
+
+app.command("check")(_check)
 
 
 def main() -> None:

@@ -21,6 +21,7 @@ from modelplane.catalog.configuration import (
     object_key,
 )
 from modelplane.catalog.types import Component, CRDServes, ObjectExists, Requirement
+from modelplane.plan.advisories import evaluate_advisory
 from modelplane.plan.model import (
     ComponentPlan,
     GatewayReport,
@@ -140,13 +141,26 @@ def plan(
         releases=releases,
         manifests=manifests,
         objects=objects,
-        requirements=requirements,
+        requirements=requirements + _advisories(components, spec, observed),
         notes=_notes(stack),
         gateway=GatewayReport(
             address=observed.gateway_addresses[0] if observed.gateway_addresses else None,
             ca_certificate=observed.bundle_ca_certificate if spec.gateway.hostname else None,
         ),
     )
+
+
+def _advisories(
+    components: list[Component], spec: Any, observed: Observed
+) -> list[RequirementResult]:
+    """The "not checked" entries, where the facts were gathered; never RequirementsMet."""
+    if observed.cluster is None:
+        return []
+    return [
+        evaluate_advisory(component, advisory, spec, observed.cluster)
+        for component in components
+        for advisory in component.advisories
+    ]
 
 
 def _evaluate(component: str, requirement: Requirement, observed: Observed) -> RequirementResult:
@@ -192,7 +206,8 @@ def _evaluate(component: str, requirement: Requirement, observed: Observed) -> R
 
 def release_state(desired_digest: str, observed: ObservedRelease | None) -> ReleaseState:
     """Name the one state a release is in, from Helm's storage and the desired digest."""
-    if observed is None:
+    # An uninstalled release whose history was kept is as good as absent.
+    if observed is None or observed.status == "uninstalled":
         return ReleaseState.ABSENT
     if observed.status in _LOCKED:
         return ReleaseState.LOCKED
@@ -364,7 +379,11 @@ def _component_plan(
         version=spec_version,
         namespace=component.namespace,
         chart=component.chart.chart if component.chart else None,
-        repository=component.chart.repository if component.chart else None,
+        # The repository the release really comes from (a mirror, if one is set).
+        repository=next(
+            (r.repository for r in releases if r.component == component.name),
+            component.chart.repository if component.chart else None,
+        ),
         state=state,
         message=message,
     )
@@ -382,7 +401,7 @@ def _notes(stack: ServingStack) -> list[str]:
     if withheld:
         notes.append(f"Held back: {withheld}.")
     for obj in client_ca_objects(spec):
-        if obj.withheld:
+        if obj.withheld and obj.withheld != withheld:
             notes.append(f"Held back: {obj.withheld}.")
     if spec.components is ComponentsMode.PROVIDED:
         notes.append(

@@ -1,0 +1,175 @@
+"""``modelplane check``: the Provided-mode checks against any cluster, without a hub.
+
+Exit status: 0 when every checked requirement is met, 1 when any is unmet, 2
+for usage or connection errors (with the reason on stderr). Advisory results
+(warnings, unknowns) never change the exit status.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import httpx2
+import typer
+from lightkube import AsyncClient
+from lightkube.config.kubeconfig import KubeConfig, SingleConfig
+from rich.console import Console
+from rich.markup import escape
+
+from modelplane.api.models import Stack
+from modelplane.checks.checker import run_checks, summarize
+from modelplane.plan.model import RequirementResult, RequirementStatus
+from modelplane.target.discovery import ApiStatusError, TargetError
+
+EXIT_UNMET = 1
+EXIT_USAGE = 2
+
+MARKS: dict[RequirementStatus, tuple[str, str]] = {
+    RequirementStatus.MET: ("✓", "green"),
+    RequirementStatus.UNMET: ("✗", "red"),
+    RequirementStatus.WARNING: ("!", "yellow"),
+    RequirementStatus.UNKNOWN: ("?", "cyan"),
+}
+
+
+class CheckFormat(enum.StrEnum):
+    TABLE = "table"
+    JSON = "json"
+
+
+class CheckError(Exception):
+    """A usage or connection problem; the message is for a person."""
+
+
+def _fail(message: str) -> None:
+    print(f"error: {message}", file=sys.stderr)
+    raise typer.Exit(EXIT_USAGE)
+
+
+def load_config(path: Path, context: str | None) -> SingleConfig:
+    if not path.is_file():
+        raise CheckError(f"kubeconfig {path} does not exist or is not a file")
+    try:
+        kubeconfig = KubeConfig.from_file(str(path))
+    except Exception as err:  # lightkube raises several kinds for a bad file
+        raise CheckError(f"kubeconfig {path} cannot be read: {err}") from err
+    try:
+        config = kubeconfig.get(context_name=context)
+    except Exception as err:
+        what = f"context {context!r}" if context else "the current context"
+        raise CheckError(f"kubeconfig {path}: {what} cannot be used: {err}") from err
+    if config is None:
+        raise CheckError(f"kubeconfig {path} has no current context: pass --context NAME")
+    return config
+
+
+async def _check(config: SingleConfig, stack: Stack, timeout: float) -> list[RequirementResult]:
+    client = AsyncClient(config, timeout=httpx2.Timeout(timeout), trust_env=False)
+    try:
+        return await run_checks(client, stack)
+    finally:
+        await client.close()
+
+
+def run(config: SingleConfig, stack: Stack, timeout: float = 10.0) -> list[RequirementResult]:
+    server = config.cluster.server
+    try:
+        return asyncio.run(_check(config, stack, timeout))
+    except ApiStatusError as err:
+        if err.status in (401, 403):
+            raise CheckError(
+                f"the API server at {server} refused the credentials ({err.status} {err.reason})"
+            ) from err
+        raise CheckError(f"the API server at {server} answered {err}") from err
+    except TargetError as err:
+        raise CheckError(f"{err} ({server})") from err
+    except Exception as err:  # exec plugins, TLS setup, timeouts: all "cannot connect"
+        raise CheckError(
+            f"cannot check the cluster at {server}: {type(err).__name__}: {err}"
+        ) from err
+
+
+def document(stack: Stack, server: str, results: list[RequirementResult]) -> dict[str, Any]:
+    return {
+        "stack": str(stack),
+        "server": server,
+        "results": [
+            {
+                "component": r.component,
+                "requirement": r.requirement,
+                "status": str(r.status),
+                "message": r.message,
+                "severity": r.severity,
+            }
+            for r in results
+        ],
+        "summary": summarize(results).as_dict(),
+    }
+
+
+def print_table(
+    stack: Stack, server: str, results: list[RequirementResult], console: Console
+) -> None:
+    console.print(f"[bold]modelplane check[/bold]: {stack} stack on {escape(server)}")
+    component = None
+    for r in results:
+        if r.component != component:
+            component = r.component
+            console.print(f"\n[bold]{escape(component)}[/bold]")
+        mark, colour = MARKS[r.status]
+        console.print(f"  [{colour}]{mark}[/{colour}] {escape(r.requirement)}")
+        if r.status is not RequirementStatus.MET:
+            console.print(
+                f"      {escape(r.message)}", style="dim" if r.severity != "required" else None
+            )
+    s = summarize(results)
+    verdict = (
+        "[green]every checked requirement is met[/green]"
+        if s.requirements_met
+        else f"[red]{s.unmet} checked requirement{'s' if s.unmet != 1 else ''} unmet[/red]"
+    )
+    console.print(
+        f"\nStatus: {verdict} ({s.met} met, {s.unmet} unmet, {s.warning} "
+        f"warning{'s' if s.warning != 1 else ''}, {s.unknown} unknown)"
+    )
+
+
+def check(
+    kubeconfig: Annotated[
+        Path, typer.Option("--kubeconfig", help="Kubeconfig of the cluster to check.")
+    ],
+    context: Annotated[
+        str | None, typer.Option("--context", help="Kubeconfig context (default: current).")
+    ] = None,
+    stack: Annotated[Stack, typer.Option("--stack", help="Which stack's requirements.")] = (
+        Stack.STANDARD
+    ),
+    output: Annotated[CheckFormat, typer.Option("-o", "--output")] = CheckFormat.TABLE,
+    timeout: Annotated[
+        float, typer.Option("--timeout", help="Seconds to wait for each API request.", min=0.1)
+    ] = 10.0,
+) -> None:
+    """Check a cluster against the requirements of a stack in Provided mode.
+
+    Exit 0 when every checked requirement is met, 1 when any is unmet, 2 on
+    usage or connection errors. Warnings and unknowns are advice only.
+    """
+    try:
+        config = load_config(kubeconfig, context)
+        results = run(config, stack, timeout)
+    except CheckError as err:
+        _fail(str(err))
+        return
+    server = config.cluster.server
+    if output is CheckFormat.JSON:
+        print(json.dumps(document(stack, server, results), indent=2))
+    else:
+        console = Console(highlight=False, soft_wrap=True, emoji=False)
+        print_table(stack, server, results, console)
+    if not summarize(results).requirements_met:
+        raise typer.Exit(EXIT_UNMET)

@@ -1,0 +1,118 @@
+"""``modelplane run``: the operator."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from modelplane.operator.options import OperatorOptions
+
+
+def _pairs(values: list[str], flag: str) -> dict[str, str]:
+    out = {}
+    for value in values:
+        name, sep, url = value.partition("=")
+        if not sep or not name or not url:
+            raise typer.BadParameter(f"expected COMPONENT=URL, got {value!r}", param_hint=flag)
+        out[name] = url
+    return out
+
+
+def run(
+    kubeconfig: Annotated[
+        Path | None,
+        typer.Option(
+            "--kubeconfig",
+            help="The hub's kubeconfig (default: $KUBECONFIG, ~/.kube/config or in-cluster).",
+        ),
+    ] = None,
+    namespace: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--namespace", "-n", help="Watch ServingStacks in this namespace (repeatable)."
+        ),
+    ] = None,
+    all_namespaces: Annotated[
+        bool, typer.Option("--all-namespaces", "-A", help="Watch every namespace (default).")
+    ] = False,
+    chart_repository: Annotated[
+        str | None,
+        typer.Option(
+            "--chart-repository",
+            help="Take every chart from this Helm repository "
+            "(https://... with an index.yaml, or an oci:// prefix), e.g. a mirror.",
+        ),
+    ] = None,
+    chart_repository_for: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--chart-repository-for",
+            help="COMPONENT=URL: one component's chart repository (repeatable).",
+        ),
+    ] = None,
+    gaie_manifests_url: Annotated[
+        str | None,
+        typer.Option(
+            "--gaie-manifests-url",
+            help="Base URL of the Gateway API Inference "
+            "Extension release manifests (<base>/<version>/manifests.yaml).",
+        ),
+    ] = None,
+    manifests_url_for: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--manifests-url-for",
+            help="COMPONENT=BASE_URL for other fetched manifests (modelexpress-crds).",
+        ),
+    ] = None,
+    allow_unsafe_kubeconfig: Annotated[
+        bool,
+        typer.Option(
+            "--allow-unsafe-kubeconfig",
+            help="Let target kubeconfigs run exec or "
+            "auth-provider plugins and read local files. Anyone who can write a "
+            "Secret the operator reads can then run code as the operator.",
+        ),
+    ] = False,
+    resync: Annotated[
+        float, typer.Option("--resync", help="Seconds between full re-checks.")
+    ] = 300.0,
+    helm_timeout: Annotated[
+        int, typer.Option("--helm-timeout", help="Seconds one helm action may take.")
+    ] = 600,
+    metrics_port: Annotated[
+        int | None, typer.Option("--metrics-port", help="Serve Prometheus metrics here.")
+    ] = None,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
+) -> None:
+    """Run the operator: reconcile every ServingStack onto its target cluster."""
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s %(message)s",
+    )
+    if kubeconfig is not None:
+        # kopf's own login reads the same file.
+        os.environ["KUBECONFIG"] = str(kubeconfig)
+    options = OperatorOptions(
+        hub_kubeconfig=kubeconfig,
+        namespaces=namespace or [],
+        all_namespaces=all_namespaces,
+        chart_repository=chart_repository,
+        chart_repository_for=_pairs(chart_repository_for or [], "--chart-repository-for"),
+        gaie_manifests_url=gaie_manifests_url,
+        manifests_url_for=_pairs(manifests_url_for or [], "--manifests-url-for"),
+        allow_unsafe_kubeconfig=allow_unsafe_kubeconfig,
+        resync_seconds=resync,
+        helm_timeout_seconds=helm_timeout,
+        metrics_port=metrics_port,
+    )
+    from modelplane.operator.handlers import run as run_operator
+
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(run_operator(options))

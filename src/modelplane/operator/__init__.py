@@ -1,0 +1,1 @@
+"""The operator: reconciles each ServingStack onto its target cluster."""

@@ -1,0 +1,281 @@
+"""kopf wiring: one long-lived reconcile task per ServingStack, and teardown.
+
+Each ServingStack gets a kopf daemon that reconciles, reports, then sleeps
+until something that matters changes: its spec (a raw watch event on the
+hub), its target (the target watches), or the resync period. One task per
+object means reconciles of one stack never overlap, and kopf stops the task
+with the object.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import logging
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import kopf
+from lightkube import AsyncClient, KubeConfig
+from lightkube.core.exceptions import ApiError
+from lightkube.generic_resource import create_namespaced_resource
+from lightkube.types import PatchType
+
+from modelplane.api.models import API_GROUP, API_VERSION, KIND, PLURAL
+from modelplane.operator import metrics
+from modelplane.operator.options import OperatorOptions
+from modelplane.operator.reconciler import StackReconciler
+from modelplane.operator.status import (
+    TEARDOWN,
+    Outcome,
+    condition,
+    desired_status,
+    merge_conditions,
+    status_changed,
+)
+from modelplane.operator.watch import TargetWatcher
+from modelplane.target.connect import CredentialsError, connect, read_kubeconfig
+from modelplane.target.helm import Helm
+
+log = logging.getLogger("modelplane.operator")
+
+FINALIZER = f"{API_GROUP}/teardown"
+# Set on a ServingStack to finish its deletion without touching the target,
+# e.g. when the target is gone for good or its credentials were deleted.
+SKIP_TEARDOWN_ANNOTATION = "modelplane.ai/skip-teardown"
+# While credentials are missing or the target is unreachable, look again
+# sooner than the resync period.
+RETRY_BLOCKED_SECONDS = 10.0
+
+ServingStackResource = create_namespaced_resource(API_GROUP, API_VERSION, KIND, PLURAL)
+
+
+@dataclass
+class Runtime:
+    options: OperatorOptions
+    hub: AsyncClient
+    helm: Helm
+    wakers: dict[tuple[str, str], asyncio.Event] = field(default_factory=dict)
+    generations: dict[tuple[str, str], Any] = field(default_factory=dict)
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _emitter(body: kopf.Body) -> Any:
+    def emit(type_: str, reason: str, message: str) -> None:
+        kopf.event(body, type=type_, reason=reason, message=message[:1000])
+
+    return emit
+
+
+async def write_status(rt: Runtime, body: kopf.Body, desired: dict[str, Any]) -> bool:
+    """Patch status only when it differs from what the hub has: no-op writes cost."""
+    current = dict(body.get("status") or {})
+    desired = {
+        **desired,
+        "conditions": merge_conditions(
+            desired["conditions"], current.get("conditions") or [], _now()
+        ),
+    }
+    if not status_changed(current, desired):
+        return False
+    await rt.hub.patch(
+        ServingStackResource.Status,
+        body.meta.name or "",
+        {"status": desired},
+        namespace=body.meta.namespace,
+        patch_type=PatchType.MERGE,
+    )
+    metrics.STATUS_WRITES.inc()
+    return True
+
+
+def register(registry: kopf.OperatorRegistry, rt: Runtime) -> None:
+    resource = (API_GROUP, API_VERSION, PLURAL)
+
+    @kopf.on.event(*resource, registry=registry)
+    async def wake_on_change(body: kopf.Body, **_: Any) -> None:
+        # Status writes come back as events too; only a new generation (spec)
+        # or a deletion is a reason to reconcile again.
+        key = (body.meta.namespace or "", body.meta.name or "")
+        marker = (body.meta.get("generation"), body.meta.get("deletionTimestamp"))
+        if rt.generations.get(key) != marker:
+            rt.generations[key] = marker
+            if key in rt.wakers:
+                rt.wakers[key].set()
+
+    @kopf.daemon(*resource, registry=registry, cancellation_timeout=30.0)
+    async def reconcile_stack(body: kopf.Body, stopped: kopf.DaemonStopped, **_: Any) -> None:
+        key = (body.meta.namespace or "", body.meta.name or "")
+        wake = rt.wakers.setdefault(key, asyncio.Event())
+        reconciler = StackReconciler(rt.hub, rt.helm, rt.options, _emitter(body))
+        watcher: TargetWatcher | None = None
+        watched_kubeconfig: str | None = None
+        try:
+            while not stopped:
+                wake.clear()
+                if body.meta.get("deletionTimestamp"):
+                    return
+                with metrics.RECONCILE_SECONDS.time():
+                    try:
+                        outcome = await reconciler.reconcile(dict(body))
+                    except Exception as err:  # reported, never a crashed daemon
+                        log.exception("reconcile of %s/%s failed", *key)
+                        outcome = Outcome(
+                            blocked_reason="ReconcileError",
+                            blocked_message=f"{type(err).__name__}: {str(err)[:500]}",
+                        )
+                metrics.RECONCILES.labels(result=outcome.blocked_reason or "ok").inc()
+                await write_status(rt, body, desired_status(outcome, body.meta.get("generation")))
+                if outcome.blocked_reason is None:
+                    watcher, watched_kubeconfig = await _ensure_watcher(
+                        rt, body, wake, watcher, watched_kubeconfig
+                    )
+                delay = (
+                    RETRY_BLOCKED_SECONDS
+                    if outcome.blocked_reason or outcome.failures
+                    else rt.options.resync_seconds
+                )
+                await _sleep(wake, stopped, delay)
+        finally:
+            if watcher is not None:
+                await watcher.close()
+            rt.wakers.pop(key, None)
+
+    @kopf.on.delete(*resource, registry=registry, backoff=2.0)
+    async def teardown(body: kopf.Body, runtime: datetime.timedelta, **_: Any) -> None:
+        if (body.meta.annotations or {}).get(SKIP_TEARDOWN_ANNOTATION) == "true":
+            kopf.event(
+                body,
+                type="Warning",
+                reason="TeardownSkipped",
+                message=f"{SKIP_TEARDOWN_ANNOTATION}=true: the target is left as it is",
+            )
+            return
+        reconciler = StackReconciler(rt.hub, rt.helm, rt.options, _emitter(body))
+        try:
+            waiting = await reconciler.teardown(dict(body), runtime.total_seconds())
+        except CredentialsError as err:
+            message = (
+                f"{err}. Teardown needs the target's credentials: restore the Secret, or "
+                f"annotate this ServingStack {SKIP_TEARDOWN_ANNOTATION}=true to delete it "
+                "without touching the target"
+            )
+            await _teardown_condition(rt, body, err.reason, message)
+            raise kopf.TemporaryError(message, delay=RETRY_BLOCKED_SECONDS) from err
+        except (OSError, ApiError) as err:
+            message = f"teardown could not reach the target: {type(err).__name__}: {err}"
+            await _teardown_condition(rt, body, "TargetUnreachable", message[:1000])
+            raise kopf.TemporaryError(message, delay=RETRY_BLOCKED_SECONDS) from err
+        if waiting:
+            await _teardown_condition(rt, body, "Waiting", waiting)
+            raise kopf.TemporaryError(waiting, delay=2.0)
+        kopf.event(body, type="Normal", reason="TornDown", message="teardown finished")
+
+
+async def _teardown_condition(rt: Runtime, body: kopf.Body, reason: str, message: str) -> None:
+    current = dict(body.get("status") or {})
+    conditions = [c for c in current.get("conditions") or [] if c.get("type") != TEARDOWN]
+    conditions.append(
+        {
+            **condition(TEARDOWN, False, reason, message, body.meta.get("generation")),
+            "lastTransitionTime": _now(),
+        }
+    )
+    try:
+        await write_status(rt, body, {"conditions": conditions})
+    except ApiError as err:  # the object may be gone already
+        log.debug("teardown status: %s", err.status.message)
+
+
+async def _ensure_watcher(
+    rt: Runtime,
+    body: kopf.Body,
+    wake: asyncio.Event,
+    watcher: TargetWatcher | None,
+    watched: str | None,
+) -> tuple[TargetWatcher | None, str | None]:
+    """Keep one set of target watches, restarted when the credentials change."""
+    from modelplane.api.models import ServingStack
+
+    try:
+        stack = ServingStack.model_validate(
+            {k: body[k] for k in ("apiVersion", "kind", "metadata", "spec")}
+        )
+        kubeconfig = await read_kubeconfig(rt.hub, stack.spec, stack.metadata.namespace)
+        if watcher is not None and kubeconfig == watched:
+            return watcher, watched
+        if watcher is not None:
+            await watcher.close()
+        target = connect(
+            kubeconfig,
+            allow_unsafe=rt.options.allow_unsafe_kubeconfig,
+            timeout=rt.options.target_timeout_seconds,
+        )
+        fresh = TargetWatcher(target.client, wake.set)
+        fresh.start()
+        return fresh, kubeconfig
+    except (CredentialsError, ApiError, ValueError):
+        return watcher, watched
+
+
+async def _sleep(wake: asyncio.Event, stopped: kopf.DaemonStopped, seconds: float) -> None:
+    waiter = asyncio.ensure_future(wake.wait())
+    stopper = asyncio.ensure_future(stopped.wait())
+    try:
+        await asyncio.wait({waiter, stopper}, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        waiter.cancel()
+        stopper.cancel()
+    # Coalesce a burst of target events (a chart brings many CRDs at once).
+    if wake.is_set():
+        await asyncio.sleep(0.2)
+
+
+def settings() -> kopf.OperatorSettings:
+    s = kopf.OperatorSettings()
+    s.persistence.finalizer = FINALIZER
+    s.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="modelplane.ai")
+    s.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix="modelplane.ai", key="last-handled-configuration"
+    )
+    s.posting.level = logging.INFO
+    s.watching.server_timeout = 300
+    return s
+
+
+async def run(options: OperatorOptions) -> None:
+    """Run the operator until interrupted."""
+    if options.metrics_port is not None:
+        metrics.serve(options.metrics_port)
+    config = (
+        KubeConfig.from_file(options.hub_kubeconfig)
+        if options.hub_kubeconfig
+        else KubeConfig.from_env()
+    )
+    hub = AsyncClient(config)
+    with tempfile.TemporaryDirectory(prefix="modelplane-helm-") as home:
+        rt = Runtime(
+            options=options, hub=hub, helm=Helm.find(Path(home), options.helm_timeout_seconds)
+        )
+        registry = kopf.OperatorRegistry()
+        register(registry, rt)
+
+        @kopf.on.login(registry=registry)
+        def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+            return kopf.login_with_kubeconfig(**kwargs)
+
+        try:
+            await kopf.operator(
+                registry=registry,
+                settings=settings(),
+                standalone=True,
+                clusterwide=options.all_namespaces or not options.namespaces,
+                namespaces=options.namespaces,
+            )
+        finally:
+            await hub.close()

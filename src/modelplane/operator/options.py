@@ -1,0 +1,40 @@
+"""How the operator was started, as one model every part reads."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from modelplane.plan.planner import Sources
+
+
+class OperatorOptions(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    hub_kubeconfig: Path | None = None
+    namespaces: list[str] = Field(default_factory=list)
+    all_namespaces: bool = False
+    chart_repository: str | None = None
+    chart_repository_for: dict[str, str] = Field(default_factory=dict)
+    gaie_manifests_url: str | None = None
+    manifests_url_for: dict[str, str] = Field(default_factory=dict)
+    allow_unsafe_kubeconfig: bool = False
+    # A periodic full re-check; target watches make changes arrive sooner.
+    resync_seconds: float = 300.0
+    helm_timeout_seconds: int = 600
+    target_timeout_seconds: float = 10.0
+    # How long teardown waits for one wave of objects to go before it gives up
+    # waiting and goes on (saying so in a condition and an event).
+    teardown_wait_seconds: float = 120.0
+    metrics_port: int | None = None
+
+    def sources(self) -> Sources:
+        manifests = dict(self.manifests_url_for)
+        if self.gaie_manifests_url:
+            manifests.setdefault("gaie-crds", self.gaie_manifests_url)
+        return Sources(
+            chart_repository=self.chart_repository,
+            chart_repository_for=dict(self.chart_repository_for),
+            manifests_base_url_for=manifests,
+        )

@@ -1,0 +1,254 @@
+"""One ServingStack's reconcile and teardown: observe, plan, act, report.
+
+The reconciler holds no rule the plan could hold: it reads credentials,
+observes the target, calls ``plan`` and carries out the actions it names.
+The only state it keeps between reconciles is backoff after failures and a
+cache of fetched manifests; both are safe to lose.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx2
+from lightkube import AsyncClient
+from lightkube.core.exceptions import ApiError
+from pydantic import ValidationError
+
+from modelplane.api.models import ComponentsMode, ServingStack
+from modelplane.catalog.configuration import LAST
+from modelplane.operator.options import OperatorOptions
+from modelplane.operator.status import Outcome
+from modelplane.plan import Observed, Plan, plan
+from modelplane.plan.model import ObjectAction, PlannedRelease, ReleaseAction
+from modelplane.target.apply import (
+    apply_object,
+    delete_object,
+    fetch_manifests,
+    stamp_manifest,
+)
+from modelplane.target.connect import CredentialsError, Target, connect, read_kubeconfig
+from modelplane.target.helm import Helm, HelmError
+from modelplane.target.observe import observe
+
+log = logging.getLogger("modelplane.operator")
+
+Emit = Callable[[str, str, str], None]  # (type, reason, message) -> event on the ServingStack
+
+# Each round re-observes after acting, so an install that brings new APIs
+# unblocks the objects waiting for them in the same reconcile.
+MAX_ROUNDS = 6
+UNREACHABLE = (httpx2.HTTPError, OSError, asyncio.TimeoutError)
+
+
+@dataclass
+class Backoff:
+    attempts: int = 0
+    not_before: float = 0.0
+
+    def fail(self, now: float) -> None:
+        self.attempts += 1
+        self.not_before = now + min(300.0, 5.0 * 2 ** (self.attempts - 1))
+
+
+@dataclass
+class StackReconciler:
+    hub: AsyncClient
+    helm: Helm
+    options: OperatorOptions
+    emit: Emit
+    backoff: dict[str, Backoff] = field(default_factory=dict)
+    failures: dict[str, str] = field(default_factory=dict)
+    manifests: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    clock: Callable[[], float] = time.monotonic
+
+    # -- reconcile -----------------------------------------------------------
+
+    async def reconcile(self, body: dict[str, Any]) -> Outcome:
+        try:
+            stack = ServingStack.model_validate(_without_status(body))
+        except ValidationError as err:
+            return Outcome(blocked_reason="InvalidSpec", blocked_message=_first_error(err))
+        try:
+            target = await self._target(stack)
+        except CredentialsError as err:
+            return Outcome(blocked_reason=err.reason, blocked_message=str(err))
+        current: Plan | None = None
+        try:
+            for _ in range(MAX_ROUNDS):
+                observed = await observe(target.client, stack.spec)
+                current = plan(stack, observed, self.options.sources())
+                if not await self._act(current, target):
+                    break
+        except UNREACHABLE as err:
+            return Outcome(
+                plan=None,
+                blocked_reason="TargetUnreachable",
+                blocked_message=f"cannot reach the target API server: {_describe(err)}",
+            )
+        except ApiError as err:
+            reason = "TargetUnauthorized" if err.status.code in (401, 403) else "TargetError"
+            return Outcome(
+                plan=current,
+                blocked_reason=reason,
+                blocked_message=f"the target API server answered {err.status.code}: "
+                f"{err.status.message}",
+            )
+        finally:
+            await target.close()
+        return Outcome(plan=current, failures=dict(self.failures))
+
+    async def _target(self, stack: ServingStack) -> Target:
+        kubeconfig = await read_kubeconfig(self.hub, stack.spec, stack.metadata.namespace)
+        return connect(
+            kubeconfig,
+            allow_unsafe=self.options.allow_unsafe_kubeconfig,
+            timeout=self.options.target_timeout_seconds,
+        )
+
+    async def _act(self, p: Plan, target: Target) -> bool:
+        """Carry out what the plan says now; True if anything changed."""
+        changed = False
+        for m in p.manifests:
+            if m.action is ObjectAction.APPLY and self._due(m.component):
+                changed |= await self._guard(
+                    m.component, self._apply_manifests(m.url, m.digest, target)
+                )
+        for o in p.objects:
+            if o.action is ObjectAction.APPLY and self._due(o.component):
+                changed |= await self._guard(o.component, apply_object(target.client, o.object))
+        releases = [
+            r
+            for r in p.releases
+            if r.action not in (ReleaseAction.NONE, ReleaseAction.WAIT) and self._due(r.component)
+        ]
+        # Releases the plan lets go now do not depend on each other.
+        results = await asyncio.gather(*(self._release(r, target) for r in releases))
+        return changed or any(results)
+
+    async def _apply_manifests(self, url: str, digest: str, target: Target) -> None:
+        if url not in self.manifests:
+            self.manifests[url] = await fetch_manifests(url)
+        for body in self.manifests[url]:
+            await apply_object(target.client, stamp_manifest(body, digest))
+
+    async def _release(self, release: PlannedRelease, target: Target) -> bool:
+        verb = {
+            ReleaseAction.INSTALL: "Install",
+            ReleaseAction.UPGRADE: "Upgrade",
+            ReleaseAction.REINSTALL: "Reinstall",
+            ReleaseAction.ROLLBACK: "Rollback",
+        }[release.action]
+        ok = await self._guard(
+            release.component,
+            self.helm.apply(release, target.kubeconfig),
+            what=f"{verb.lower()} of release {release.name}",
+        )
+        if ok:
+            self.emit(
+                "Normal",
+                f"{verb}Succeeded",
+                f"{verb.lower()} of {release.name} {release.chart} {release.version} "
+                f"in {release.namespace} succeeded",
+            )
+        return ok
+
+    def _due(self, component: str) -> bool:
+        backoff = self.backoff.get(component)
+        return backoff is None or backoff.not_before <= self.clock()
+
+    async def _guard(self, component: str, action: Any, what: str | None = None) -> bool:
+        try:
+            await action
+        except (HelmError, ApiError, httpx2.HTTPStatusError, ValueError) as err:
+            message = f"{what or component} failed: {_describe(err)}"
+            self.failures[component] = message
+            self.backoff.setdefault(component, Backoff()).fail(self.clock())
+            self.emit("Warning", "ActionFailed", message)
+            log.warning("%s", message)
+            return False
+        self.failures.pop(component, None)
+        self.backoff.pop(component, None)
+        return True
+
+    # -- teardown ------------------------------------------------------------
+
+    async def teardown(self, body: dict[str, Any], waited_seconds: float) -> str | None:
+        """One pass of teardown. Returns what it still waits for, or None when done."""
+        stack = ServingStack.model_validate(_without_status(body))
+        target = await self._target(stack)
+        try:
+            observed = await observe(target.client, stack.spec)
+            p = plan(stack, observed, self.options.sources())
+            give_up = waited_seconds > self.options.teardown_wait_seconds
+            waves = sorted({o.teardown_wave for o in p.objects if o.teardown_wave < LAST})
+            for wave in waves:
+                waiting = await self._delete_wave(p, observed, wave, target)
+                if waiting and not give_up:
+                    return f"waiting for {', '.join(waiting)} to be deleted"
+                if waiting:
+                    self.emit(
+                        "Warning",
+                        "TeardownTimeout",
+                        f"gave up waiting for {', '.join(waiting)}; going on",
+                    )
+            for m in p.manifests:
+                if m.teardown:
+                    for crd in m.crds:
+                        await delete_object(
+                            target.client,
+                            {
+                                "apiVersion": "apiextensions.k8s.io/v1",
+                                "kind": "CustomResourceDefinition",
+                                "metadata": {"name": crd},
+                            },
+                        )
+            if stack.spec.components is ComponentsMode.MANAGED:
+                for release in reversed(p.releases):
+                    if release.name in observed.releases:
+                        await self.helm.uninstall(
+                            release.name, release.namespace, target.kubeconfig
+                        )
+                        self.emit(
+                            "Normal",
+                            "Uninstalled",
+                            f"uninstalled release {release.name} from {release.namespace}",
+                        )
+            waiting = await self._delete_wave(p, observed, LAST, target)
+            if waiting and not give_up:
+                return f"waiting for {', '.join(waiting)} to be deleted"
+        finally:
+            await target.close()
+        return None
+
+    async def _delete_wave(
+        self, p: Plan, observed: Observed, wave: int, target: Target
+    ) -> list[str]:
+        waiting = []
+        for o in p.objects:
+            if (
+                o.teardown_wave == wave
+                and o.key in observed.applied
+                and await delete_object(target.client, o.object)
+            ):
+                waiting.append(f"{o.object['kind']} {o.object['metadata']['name']}")
+        return waiting
+
+
+def _without_status(body: dict[str, Any]) -> dict[str, Any]:
+    return {k: body[k] for k in ("apiVersion", "kind", "metadata", "spec") if k in body}
+
+
+def _first_error(err: ValidationError) -> str:
+    first = err.errors()[0]
+    return f"{'.'.join(str(p) for p in first['loc'])}: {first['msg']}"
+
+
+def _describe(err: BaseException) -> str:
+    text = str(err).strip() or type(err).__name__
+    return text if len(text) < 600 else text[:600] + "..."

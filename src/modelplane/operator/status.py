@@ -1,0 +1,128 @@
+"""The status a reconcile reports, computed from the plan and what went wrong."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from modelplane.plan.model import Plan
+
+READY = "Ready"
+REQUIREMENTS_MET = "RequirementsMet"
+TEARDOWN = "Teardown"
+
+
+@dataclass
+class Outcome:
+    """What one reconcile found and did, beyond the plan itself."""
+
+    plan: Plan | None = None
+    # component name -> error message of its last failed action
+    failures: dict[str, str] = field(default_factory=dict)
+    # A problem that stopped the reconcile before or while planning.
+    blocked_reason: str | None = None
+    blocked_message: str | None = None
+
+
+def condition(
+    type_: str, ok: bool, reason: str, message: str, generation: int | None
+) -> dict[str, Any]:
+    return {
+        "type": type_,
+        "status": "True" if ok else "False",
+        "reason": reason,
+        "message": message,
+        "observedGeneration": generation,
+    }
+
+
+def desired_status(outcome: Outcome, generation: int | None) -> dict[str, Any]:
+    """The status without transition times (see ``merge_conditions``)."""
+    conditions: list[dict[str, Any]] = []
+    plan = outcome.plan
+    if outcome.blocked_reason is not None:
+        conditions.append(
+            condition(
+                READY, False, outcome.blocked_reason, outcome.blocked_message or "", generation
+            )
+        )
+    elif outcome.failures:
+        failed = "; ".join(f"{name}: {msg}" for name, msg in sorted(outcome.failures.items()))
+        conditions.append(condition(READY, False, "ActionFailed", failed, generation))
+    elif plan is not None and (plan.pending or not plan.requirements_met):
+        pending = plan.pending
+        message = "; ".join(pending) if pending else "waiting for requirements"
+        conditions.append(condition(READY, False, "Progressing", message, generation))
+    elif plan is not None:
+        conditions.append(
+            condition(READY, True, "Reconciled", "every release and object is in place", generation)
+        )
+
+    status: dict[str, Any] = {"observedGeneration": generation}
+    if plan is not None:
+        unmet = plan.unmet
+        if unmet:
+            conditions.append(
+                condition(
+                    REQUIREMENTS_MET,
+                    False,
+                    "RequirementsUnmet",
+                    "; ".join(r.message for r in unmet),
+                    generation,
+                )
+            )
+        else:
+            conditions.append(
+                condition(
+                    REQUIREMENTS_MET,
+                    True,
+                    "RequirementsMet",
+                    f"all {len(plan.requirements)} checked requirements are met",
+                    generation,
+                )
+            )
+        status["components"] = [
+            {
+                "name": c.name,
+                "mode": c.mode,
+                "version": c.version,
+                "state": "Failed" if c.name in outcome.failures else c.state,
+                "message": outcome.failures.get(c.name, c.message),
+            }
+            for c in plan.components
+        ]
+        gateway = {
+            k: v
+            for k, v in (
+                ("address", plan.gateway.address),
+                ("caCertificate", plan.gateway.ca_certificate),
+            )
+            if v
+        }
+        status["gateway"] = gateway or None
+    status["conditions"] = conditions
+    return status
+
+
+def merge_conditions(
+    new: list[dict[str, Any]], old: list[dict[str, Any]], now: str
+) -> list[dict[str, Any]]:
+    """Keep lastTransitionTime where a condition's status did not change."""
+    previous = {c.get("type"): c for c in old}
+    merged = []
+    for cond in new:
+        before = previous.get(cond["type"])
+        if before is not None and before.get("status") == cond["status"]:
+            merged.append({**cond, "lastTransitionTime": before.get("lastTransitionTime", now)})
+        else:
+            merged.append({**cond, "lastTransitionTime": now})
+    # Conditions this reconcile does not speak about (Teardown) are kept.
+    merged += [
+        c for t, c in previous.items() if t not in {m["type"] for m in merged} and t == TEARDOWN
+    ]
+    return merged
+
+
+def status_changed(current: dict[str, Any] | None, desired: dict[str, Any]) -> bool:
+    current = current or {}
+    return any(current.get(k) != v for k, v in desired.items())

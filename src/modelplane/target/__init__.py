@@ -1,0 +1,1 @@
+"""Talking to a target cluster: credentials, discovery, observation, apply and helm."""

@@ -1,0 +1,74 @@
+"""Reaching a target cluster from a ServingStack's credentials on the hub."""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass
+
+import httpx2
+import yaml
+from lightkube import AsyncClient
+from lightkube.core.exceptions import ApiError
+from lightkube.resources.core_v1 import Secret
+
+from modelplane.api.models import ServingStackSpec
+from modelplane.target.kubeconfig import KubeconfigError, parse_kubeconfig
+
+
+class CredentialsError(Exception):
+    """The credentials cannot be read or used. ``reason`` is a condition reason."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+@dataclass
+class Target:
+    client: AsyncClient
+    # The kubeconfig text, for helm; never logged.
+    kubeconfig: str
+
+    async def close(self) -> None:
+        await self.client.close()
+
+
+async def read_kubeconfig(hub: AsyncClient, spec: ServingStackSpec, namespace: str) -> str:
+    ref = spec.kubeconfig_secret
+    # The Kubeconfig entry may not name another namespace (the CRD refuses
+    # it); only cloud identities may, as the spec says.
+    try:
+        secret = await hub.get(Secret, ref.name, namespace=namespace)
+    except ApiError as err:
+        if err.status.code == 404:
+            raise CredentialsError(
+                "SecretNotFound",
+                f"Secret {namespace}/{ref.name} named by the Kubeconfig entry does not exist",
+            ) from err
+        raise
+    data = secret.data or {}
+    if ref.key not in data:
+        raise CredentialsError(
+            "SecretKeyMissing",
+            f"Secret {namespace}/{ref.name} has no key {ref.key!r} (keys: "
+            f"{', '.join(sorted(data)) or 'none'})",
+        )
+    try:
+        return base64.b64decode(data[ref.key]).decode()
+    except (ValueError, UnicodeDecodeError) as err:
+        raise CredentialsError(
+            "KubeconfigInvalid", f"Secret {namespace}/{ref.name} key {ref.key!r} is not text"
+        ) from err
+
+
+def connect(kubeconfig: str, *, allow_unsafe: bool = False, timeout: float = 10.0) -> Target:
+    try:
+        config = parse_kubeconfig(kubeconfig, allow_unsafe=allow_unsafe)
+    except KubeconfigError as err:
+        raise CredentialsError("KubeconfigRefused", str(err)) from err
+    client = AsyncClient(config, timeout=httpx2.Timeout(timeout), field_manager="modelplane")
+    return Target(client=client, kubeconfig=_normalise(kubeconfig))
+
+
+def _normalise(kubeconfig: str) -> str:
+    return yaml.safe_dump(yaml.safe_load(kubeconfig))

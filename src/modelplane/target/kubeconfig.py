@@ -1,0 +1,78 @@
+"""Kubeconfigs read from Secrets are untrusted input.
+
+A kubeconfig can tell a client to run a program (``exec``), call an auth
+provider plugin, or read files from the operator's disk (certificate, key or
+token paths). Any of those would let whoever writes a Secret on the hub run
+code or read files as the operator, so they are refused unless the operator
+was started with ``--allow-unsafe-kubeconfig`` (the same stance Flux takes
+with ``--insecure-kubeconfig-exec``). Error messages name the offending
+field, never its value.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+from lightkube.config.kubeconfig import KubeConfig, SingleConfig
+
+_FILE_FIELDS = {
+    "cluster": ("certificate-authority",),
+    "user": ("client-certificate", "client-key", "tokenFile", "token-file"),
+}
+_PLUGIN_FIELDS = ("exec", "auth-provider")
+
+
+class KubeconfigError(Exception):
+    """The kubeconfig cannot be used; the message is safe to show and log."""
+
+
+def parse_kubeconfig(data: bytes | str, *, allow_unsafe: bool = False) -> SingleConfig:
+    """Parse and vet a kubeconfig, returning the config of its current context."""
+    try:
+        doc = yaml.safe_load(data)
+    except yaml.YAMLError as err:
+        raise KubeconfigError("the kubeconfig is not valid YAML") from err
+    if not isinstance(doc, dict):
+        raise KubeconfigError("the kubeconfig is not a YAML mapping")
+    if not allow_unsafe:
+        _refuse_unsafe(doc)
+    try:
+        config = KubeConfig.from_dict(doc).get()
+    except Exception as err:  # lightkube raises several types for a bad document
+        raise KubeconfigError(f"the kubeconfig cannot be used: {type(err).__name__}") from err
+    if config is None:
+        raise KubeconfigError("the kubeconfig has no current context")
+    return config
+
+
+def _named(doc: dict[str, Any], section: str, inner: str) -> list[tuple[str, dict[str, Any]]]:
+    out = []
+    for entry in doc.get(section) or []:
+        if isinstance(entry, dict) and isinstance(entry.get(inner), dict):
+            out.append((str(entry.get("name", "?")), entry[inner]))
+    return out
+
+
+def _refuse_unsafe(doc: dict[str, Any]) -> None:
+    for name, user in _named(doc, "users", "user"):
+        for field in _PLUGIN_FIELDS:
+            if field in user:
+                raise KubeconfigError(
+                    f"user {name!r} uses {field!r}, which would run a program or plugin in the "
+                    "operator; use an embedded token or client certificate, a cloud identity "
+                    "secret, or start the operator with --allow-unsafe-kubeconfig"
+                )
+        for field in _FILE_FIELDS["user"]:
+            if field in user:
+                raise KubeconfigError(
+                    f"user {name!r} sets {field!r}, a path on the operator's disk; embed the "
+                    "data instead (for example client-certificate-data or token)"
+                )
+    for name, cluster in _named(doc, "clusters", "cluster"):
+        for field in _FILE_FIELDS["cluster"]:
+            if field in cluster:
+                raise KubeconfigError(
+                    f"cluster {name!r} sets {field!r}, a path on the operator's disk; embed "
+                    "it as certificate-authority-data instead"
+                )

@@ -1,0 +1,34 @@
+"""Lightkube resource classes for objects known only as dictionaries."""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any
+
+from lightkube.generic_resource import create_global_resource, create_namespaced_resource
+
+# Kubernetes pluralises kinds this way for every kind the product applies.
+_IRREGULAR: dict[str, str] = {}
+
+
+def plural(kind: str) -> str:
+    lower = kind.lower()
+    if lower in _IRREGULAR:
+        return _IRREGULAR[lower]
+    if lower.endswith("s"):
+        return lower + "es"
+    if lower.endswith("y") and lower[-2:-1] not in "aeiou":
+        return lower[:-1] + "ies"
+    return lower + "s"
+
+
+@cache
+def resource(api_version: str, kind: str, namespaced: bool) -> Any:
+    """A resource class for apiVersion/kind (generic resources cover built-ins too)."""
+    group, _, version = api_version.rpartition("/")
+    maker = create_namespaced_resource if namespaced else create_global_resource
+    return maker(group, version, kind, plural(kind))
+
+
+def resource_of(body: dict[str, Any]) -> Any:
+    return resource(body["apiVersion"], body["kind"], bool(body["metadata"].get("namespace")))

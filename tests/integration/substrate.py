@@ -1,0 +1,215 @@
+"""Fixture charts and manifests that stand in for the real substrate.
+
+Each chart has the real chart's name and the catalog's pinned version, renders
+its values into a ConfigMap (so tests read back exactly what the operator
+installed) and brings minimal CRDs of the APIs the real component serves, so
+the plan's gates open as they would on a real cluster. The CRDs are the
+project's own: schemaless, one served version.
+"""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import os
+import subprocess
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from modelplane.catalog import components as catalog
+
+# CRDs each fixture chart brings: (group, version, plural, kind, namespaced).
+Crd = tuple[str, str, str, str, bool]
+_GW = "gateway.networking.k8s.io"
+_EG = "gateway.envoyproxy.io"
+CHART_CRDS: dict[str, list[Crd]] = {
+    "cert-manager": [
+        ("cert-manager.io", "v1", "certificates", "Certificate", True),
+        ("cert-manager.io", "v1", "issuers", "Issuer", True),
+    ],
+    "kube-prometheus-stack": [
+        ("monitoring.coreos.com", "v1", "podmonitors", "PodMonitor", True),
+        ("monitoring.coreos.com", "v1", "servicemonitors", "ServiceMonitor", True),
+    ],
+    "node-feature-discovery": [
+        ("nfd.k8s-sigs.io", "v1alpha1", "nodefeatures", "NodeFeature", True)
+    ],
+    "gateway-helm": [
+        (_GW, "v1", "gatewayclasses", "GatewayClass", False),
+        (_GW, "v1", "gateways", "Gateway", True),
+        (_GW, "v1", "httproutes", "HTTPRoute", True),
+        (_EG, "v1alpha1", "envoyproxies", "EnvoyProxy", True),
+        (_EG, "v1alpha1", "backends", "Backend", True),
+        (_EG, "v1alpha1", "clienttrafficpolicies", "ClientTrafficPolicy", True),
+    ],
+    "ai-gateway-crds-helm": [
+        ("aigateway.envoyproxy.io", "v1alpha1", "aigatewayroutes", "AIGatewayRoute", True)
+    ],
+    "trust-manager": [("trust.cert-manager.io", "v1alpha1", "bundles", "Bundle", False)],
+    "lws": [("leaderworkerset.x-k8s.io", "v1", "leaderworkersets", "LeaderWorkerSet", True)],
+    "kai-scheduler": [("scheduling.run.ai", "v2", "queues", "Queue", False)],
+    "grove-charts": [("grove.io", "v1alpha1", "podcliquesets", "PodCliqueSet", True)],
+}
+MANIFEST_CRDS: dict[str, list[Crd]] = {
+    "gaie-crds": [("inference.networking.k8s.io", "v1", "inferencepools", "InferencePool", True)],
+    "modelexpress-crds": [
+        ("modelexpress.nvidia.com", "v1alpha1", "modelmetadatas", "ModelMetadata", True)
+    ],
+}
+# Versions besides the pins, for upgrade tests.
+EXTRA_VERSIONS = {"kube-prometheus-stack": ["84.5.0"]}
+
+
+def crd(group: str, version: str, plural: str, kind: str, namespaced: bool) -> dict[str, Any]:
+    metadata: dict[str, Any] = {"name": f"{plural}.{group}"}
+    if group.endswith(".k8s.io"):
+        # The API server protects *.k8s.io groups; upstream CRDs carry this.
+        metadata["annotations"] = {"api-approved.kubernetes.io": "unapproved, fixture"}
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": metadata,
+        "spec": {
+            "group": group,
+            "scope": "Namespaced" if namespaced else "Cluster",
+            "names": {
+                "plural": plural,
+                "kind": kind,
+                "singular": kind.lower(),
+                "listKind": f"{kind}List",
+            },
+            "versions": [
+                {
+                    "name": version,
+                    "served": True,
+                    "storage": True,
+                    "subresources": {"status": {}},
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "type": "object",
+                            "x-kubernetes-preserve-unknown-fields": True,
+                        }
+                    },
+                }
+            ],
+        },
+    }
+
+
+_VALUES_CONFIGMAP = """apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: {{ .Release.Name }}-values
+  namespace: {{ .Release.Namespace }}
+data:
+  chart: {{ .Chart.Name | quote }}
+  version: {{ .Chart.Version | quote }}
+  values.json: {{ .Values | toJson | quote }}
+"""
+
+_DEVICE_CLASS = {
+    "apiVersion": "resource.k8s.io/v1",
+    "kind": "DeviceClass",
+    "metadata": {"name": catalog.GPU_DEVICE_CLASS},
+    "spec": {"selectors": [{"cel": {"expression": "device.driver == 'gpu.nvidia.com'"}}]},
+}
+
+
+def write_chart(root: Path, name: str, version: str) -> Path:
+    chart = root / f"{name}-{version}"
+    (chart / "templates").mkdir(parents=True)
+    (chart / "Chart.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v2",
+                "name": name,
+                "version": version,
+                "description": f"fixture stand-in for {name}",
+            }
+        )
+    )
+    (chart / "values.yaml").write_text("{}\n")
+    (chart / "templates" / "values.yaml").write_text(_VALUES_CONFIGMAP)
+    docs = [crd(*c) for c in CHART_CRDS.get(name, [])]
+    if name == "dra-driver-nvidia-gpu":
+        docs.append(_DEVICE_CLASS)
+    if docs:
+        (chart / "templates" / "apis.yaml").write_text(yaml.safe_dump_all(docs))
+    return chart
+
+
+@dataclass(frozen=True)
+class Substrate:
+    chart_repository: str
+    manifests_base: str
+    directory: Path
+
+
+class _Quiet(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+def serve_substrate(helm: Any, workdir: Path) -> Iterator[Substrate]:
+    """Package every catalog chart and the manifests, and serve them on loopback."""
+    sources = workdir / "sources"
+    served = workdir / "served"
+    served.mkdir(parents=True)
+    for component in catalog.COMPONENTS:
+        if component.chart is not None:
+            for version in [component.version, *EXTRA_VERSIONS.get(component.name, [])]:
+                chart = write_chart(sources, component.chart.chart, version)
+                helm.run("package", str(chart), "--destination", str(served / "charts"))
+    handler = functools.partial(_Quiet, directory=os.fspath(served))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    helm.run("repo", "index", str(served / "charts"), "--url", f"{url}/charts")
+    for component in catalog.COMPONENTS:
+        if component.manifests is not None:
+            path = (
+                served
+                / "manifests"
+                / component.name
+                / component.manifests.path.format(version=component.version)
+            )
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(yaml.safe_dump_all([crd(*c) for c in MANIFEST_CRDS[component.name]]))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield Substrate(f"{url}/charts", f"{url}/manifests", served)
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def run_operator(
+    hub_kubeconfig: Path, substrate: Substrate, namespace: str, log: Path, *extra: str
+) -> subprocess.Popen[bytes]:
+    args = [
+        "python",
+        "-m",
+        "modelplane.cli.main",
+        "run",
+        "--kubeconfig",
+        str(hub_kubeconfig),
+        "--namespace",
+        namespace,
+        "--chart-repository",
+        substrate.chart_repository,
+        "--gaie-manifests-url",
+        f"{substrate.manifests_base}/gaie-crds",
+        "--manifests-url-for",
+        f"modelexpress-crds={substrate.manifests_base}/modelexpress-crds",
+        "--resync",
+        "30",
+        "--helm-timeout",
+        "60",
+        *extra,
+    ]
+    return subprocess.Popen(args, stdout=log.open("wb"), stderr=subprocess.STDOUT)

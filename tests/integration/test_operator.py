@@ -1,0 +1,255 @@
+"""The operator against a real hub and target API server and real helm.
+
+The substrate is stood in for by fixture charts with the real names and
+pinned versions, served from a chart repository on loopback (the same
+--chart-repository path an air-gapped install takes).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from lightkube import Client, KubeConfig
+from lightkube.core.exceptions import ApiError
+from lightkube.generic_resource import create_namespaced_resource
+from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
+from lightkube.resources.core_v1 import ConfigMap, Namespace, Secret
+from tests.integration.substrate import Substrate, run_operator, serve_substrate
+
+from modelplane.api.crd import servingstack_crd
+from modelplane.api.models import API_GROUP, API_VERSION, KIND, PLURAL
+from modelplane.catalog import components as catalog
+from modelplane.catalog.configuration import GATEWAY_NAME, NS
+from modelplane.testenv import TestEnv
+
+SS = create_namespaced_resource(API_GROUP, API_VERSION, KIND, PLURAL)
+GATEWAY = create_namespaced_resource("gateway.networking.k8s.io", "v1", "Gateway", "gateways")
+STANDARD_RELEASES = {
+    f"mp-{c.chart.chart}"
+    for c in catalog.components_of_stack(catalog.Stack.STANDARD)
+    if c.chart is not None
+}
+
+
+def client_for(env: TestEnv) -> Client:
+    return Client(KubeConfig.from_dict(env.kubeconfig), field_manager="test")
+
+
+def wait_for(what: str, check: Callable[[], Any], timeout: float = 60.0) -> Any:
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        try:
+            last = check()
+        except ApiError as err:
+            last = err
+        if last and not isinstance(last, ApiError):
+            return last
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}; last: {last!r}")
+
+
+@pytest.fixture(scope="module")
+def substrate(helm: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Substrate]:
+    yield from serve_substrate(helm, tmp_path_factory.mktemp("substrate"))
+
+
+@pytest.fixture(scope="module")
+def hub(hub_env: TestEnv) -> Client:
+    client = client_for(hub_env)
+    body = servingstack_crd()
+    client.apply(CustomResourceDefinition.from_dict(body), field_manager="test")
+    wait_for(
+        "CRD established",
+        lambda: any(
+            c.type == "Established" and c.status == "True"
+            for c in (
+                client.get(CustomResourceDefinition, body["metadata"]["name"]).status.conditions
+                or []
+            )
+        ),
+    )
+    return client
+
+
+@pytest.fixture
+def target(tmp_path: Path) -> Iterator[TestEnv]:
+    env = TestEnv(tmp_path / "target")
+    env.start()
+    try:
+        yield env
+    finally:
+        env.stop()
+
+
+class Harness:
+    """One namespace on the hub, one target, one operator process."""
+
+    def __init__(
+        self,
+        hub: Client,
+        hub_env: TestEnv,
+        target: TestEnv,
+        substrate: Substrate,
+        tmp: Path,
+        namespace: str,
+    ) -> None:
+        self.hub, self.hub_env, self.target_env = hub, hub_env, target
+        self.target = client_for(target)
+        self.substrate, self.tmp, self.ns = substrate, tmp, namespace
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log = tmp / "operator.log"
+        hub.apply(Namespace.from_dict({"metadata": {"name": namespace}}), field_manager="test")
+
+    def put_secret(self, data: dict[str, str], name: str = "target-kubeconfig") -> None:
+        self.hub.apply(
+            Secret.from_dict(
+                {
+                    "metadata": {"name": name, "namespace": self.ns},
+                    "data": {k: base64.b64encode(v.encode()).decode() for k, v in data.items()},
+                }
+            ),
+            field_manager="test",
+            force=True,
+        )
+
+    def kubeconfig_text(self) -> str:
+        return yaml.safe_dump(self.target_env.kubeconfig)
+
+    def create(self, spec: dict[str, Any], name: str = "stack") -> None:
+        body = {
+            "apiVersion": f"{API_GROUP}/{API_VERSION}",
+            "kind": KIND,
+            "metadata": {"name": name, "namespace": self.ns},
+            "spec": {
+                "secrets": [
+                    {"type": "Kubeconfig", "name": "target-kubeconfig", "key": "kubeconfig"}
+                ],
+                **spec,
+            },
+        }
+        self.hub.apply(SS.from_dict(body), field_manager="test", force=True)
+
+    def start(self, *extra: str) -> None:
+        self.proc = run_operator(
+            self.hub_env.kubeconfig_path, self.substrate, self.ns, self.log, *extra
+        )
+
+    def kill(self) -> None:
+        if self.proc is not None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(10)
+            self.proc = None
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+            self.proc = None
+
+    def status(self, name: str = "stack") -> dict[str, Any]:
+        obj = self.hub.get(SS, name, namespace=self.ns)
+        return dict(obj.to_dict().get("status") or {})
+
+    def condition(self, type_: str, name: str = "stack") -> dict[str, Any]:
+        for c in self.status(name).get("conditions", []):
+            if c["type"] == type_:
+                return dict(c)
+        return {}
+
+    def wait_condition(
+        self,
+        type_: str,
+        status: str,
+        reason: str | None = None,
+        timeout: float = 90.0,
+        name: str = "stack",
+    ) -> dict[str, Any]:
+        def check() -> dict[str, Any] | None:
+            c = self.condition(type_, name)
+            ok = c.get("status") == status and (reason is None or c.get("reason") == reason)
+            return c if ok else None
+
+        try:
+            return dict(wait_for(f"{type_}={status} {reason or ''}", check, timeout))
+        except AssertionError as err:
+            raise AssertionError(
+                f"{err}\nstatus: {self.status(name)}\nlog tail:\n{self.log.read_text()[-3000:]}"
+            ) from None
+
+    def helm_releases(self) -> dict[str, dict[str, Any]]:
+        out = self.substrate_helm("list", "--all-namespaces", "-a", "-o", "json")
+        return {r["name"]: r for r in json.loads(out)}
+
+    def substrate_helm(self, *args: str) -> str:
+        from modelplane.testenv import find_binaries, helm_environ
+
+        proc = subprocess.run(
+            [
+                str(find_binaries()["helm"]),
+                *args,
+                "--kubeconfig",
+                str(self.target_env.kubeconfig_path),
+            ],
+            env=helm_environ(self.tmp / "helm-home"),
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        return proc.stdout
+
+    def release_values(self, name: str, namespace: str) -> dict[str, Any]:
+        cm = self.target.get(ConfigMap, f"{name}-values", namespace=namespace)
+        return dict(json.loads((cm.data or {})["values.json"]))
+
+
+@pytest.fixture
+def harness(
+    hub: Client,
+    hub_env: TestEnv,
+    target: TestEnv,
+    substrate: Substrate,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+) -> Iterator[Harness]:
+    namespace = "t-" + request.node.name.replace("_", "-")[:50].lower().strip("-")
+    h = Harness(hub, hub_env, target, substrate, tmp_path, namespace)
+    try:
+        yield h
+    finally:
+        h.stop()
+
+
+def test_create_installs_every_release_and_object_with_planned_values(harness: Harness) -> None:
+    harness.put_secret({"kubeconfig": harness.kubeconfig_text()})
+    harness.create({"gateway": {"hostname": "west.example.com"}})
+    harness.start()
+    harness.wait_condition("Ready", "True", timeout=120)
+
+    releases = harness.helm_releases()
+    assert set(releases) == STANDARD_RELEASES
+    assert all(r["status"] == "deployed" for r in releases.values())
+    # Values read back from what helm rendered on the target.
+    eg = harness.release_values("mp-gateway-helm", catalog.ENVOY_GATEWAY_NAMESPACE)
+    assert eg == catalog.ENVOY_GATEWAY.values(None)  # type: ignore[arg-type]
+    tm = harness.release_values("mp-trust-manager", catalog.MODELPLANE_NAMESPACE)
+    assert tm["app"]["trust"]["namespace"] == catalog.MODELPLANE_NAMESPACE
+
+    gw = harness.target.get(GATEWAY, GATEWAY_NAME, namespace=NS).to_dict()
+    assert [listener["name"] for listener in gw["spec"]["listeners"]] == ["http"]
+    assert harness.condition("RequirementsMet")["status"] == "True"
+    components = {c["name"]: c for c in harness.status()["components"]}
+    assert components["cert-manager"]["state"] == "Ready"
+    assert components["cert-manager"]["version"] == "v1.20.2"
