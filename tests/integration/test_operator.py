@@ -8,7 +8,9 @@ pinned versions, served from a chart repository on loopback (the same
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
+import re
 import signal
 import subprocess
 import time
@@ -224,7 +226,10 @@ def harness(
     tmp_path: Path,
     request: pytest.FixtureRequest,
 ) -> Iterator[Harness]:
-    namespace = "t-" + request.node.name.replace("_", "-")[:50].lower().strip("-")
+    # Test names carry [param] ids; a namespace name may not.
+    slug = re.sub(r"[^a-z0-9]+", "-", request.node.name.lower().removeprefix("test_"))
+    digest = hashlib.sha256(request.node.name.encode()).hexdigest()[:6]
+    namespace = f"t-{slug[:45].strip('-')}-{digest}"
     h = Harness(hub, hub_env, target, substrate, tmp_path, namespace)
     try:
         yield h
@@ -253,3 +258,216 @@ def test_create_installs_every_release_and_object_with_planned_values(harness: H
     components = {c["name"]: c for c in harness.status()["components"]}
     assert components["cert-manager"]["state"] == "Ready"
     assert components["cert-manager"]["version"] == "v1.20.2"
+
+
+def _revisions(h: Harness) -> dict[str, int]:
+    return {name: int(r["revision"]) for name, r in h.helm_releases().items()}
+
+
+def test_changing_one_version_pin_upgrades_exactly_that_release(harness: Harness) -> None:
+    harness.put_secret({"kubeconfig": harness.kubeconfig_text()})
+    harness.create({})
+    harness.start()
+    harness.wait_condition("Ready", "True", timeout=120)
+    before = _revisions(harness)
+    assert set(before.values()) == {1}
+
+    harness.create({"versions": {"prometheus": "84.5.0"}})
+    wait_for(
+        "the prometheus release to upgrade",
+        lambda: _revisions(harness).get("mp-kube-prometheus-stack") == 2,
+    )
+    harness.wait_condition("Ready", "True")
+    after = _revisions(harness)
+    assert after == {**before, "mp-kube-prometheus-stack": 2}
+    values_cm = harness.target.get(
+        ConfigMap, "mp-kube-prometheus-stack-values", namespace="monitoring"
+    )
+    assert (values_cm.data or {})["version"] == "84.5.0"
+    components = {c["name"]: c for c in harness.status()["components"]}
+    assert components["kube-prometheus-stack"]["version"] == "84.5.0"
+
+
+def test_delete_tears_down_in_order_and_leaves_nothing(harness: Harness) -> None:
+    harness.put_secret({"kubeconfig": harness.kubeconfig_text()})
+    harness.create({"gateway": {"hostname": "west.example.com"}})
+    harness.start()
+    harness.wait_condition("Ready", "True", timeout=120)
+    assert harness.helm_releases()
+
+    harness.hub.delete(SS, "stack", namespace=harness.ns)
+    wait_for("the ServingStack to be gone", lambda: _gone(harness), timeout=120)
+
+    assert harness.helm_releases() == {}
+
+    # The CRDs went with their releases and manifests, so no object of theirs
+    # can remain. Deletion of a CRD finishes asynchronously, and a bare API
+    # server's cleanup of a CRD deleted moments after it was served can stall
+    # ("storage is (re)initializing"), so what is asserted is that nothing is
+    # left that is not being deleted.
+    def crds_not_deleting() -> list[str]:
+        return [
+            c.metadata.name or ""
+            for c in harness.target.list(CustomResourceDefinition)
+            if c.metadata is not None and c.metadata.deletionTimestamp is None
+        ]
+
+    assert crds_not_deleting() == []
+    ns = wait_for("modelplane-system deleted", lambda: _namespace_deleting(harness))
+    assert ns
+    log = harness.log.read_text()
+    order = [
+        "teardown: deleted Gateway inference-gateway",
+        "teardown: deleted GatewayClass envoy",
+        "teardown: deleted EnvoyProxy inference-gateway",
+        "teardown: deleted CustomResourceDefinition inferencepools.inference.networking.k8s.io",
+        "teardown: uninstalled release mp-lws",
+        "teardown: uninstalled release mp-cert-manager",
+        "teardown: deleted Namespace modelplane-system",
+    ]
+    positions = [log.find(line) for line in order]
+    assert all(p >= 0 for p in positions), dict(zip(order, positions, strict=True))
+    assert positions == sorted(positions)
+
+
+def _gone(h: Harness) -> bool:
+    try:
+        h.hub.get(SS, "stack", namespace=h.ns)
+    except ApiError as err:
+        return err.status.code == 404
+    return False
+
+
+def _namespace_deleting(h: Harness) -> bool:
+    # A bare API server has no namespace controller: Terminating is as far
+    # as a namespace gets here.
+    try:
+        ns = h.target.get(Namespace, NS)
+    except ApiError as err:
+        return err.status.code == 404
+    return ns.metadata is not None and ns.metadata.deletionTimestamp is not None
+
+
+def test_operator_killed_mid_install_finishes_without_duplicates(harness: Harness) -> None:
+    harness.put_secret({"kubeconfig": harness.kubeconfig_text()})
+    harness.create({"stack": "Dynamo"})
+    harness.start()
+    wait_for("a first release", lambda: len(harness.helm_releases()) >= 1, timeout=60)
+    harness.kill()
+    partial = harness.helm_releases()
+    assert harness.condition("Ready").get("status") != "True"
+
+    harness.start()
+    harness.wait_condition("Ready", "True", timeout=120)
+    releases = harness.helm_releases()
+    dynamo = {
+        f"mp-{c.chart.chart}"
+        for c in catalog.components_of_stack(catalog.Stack.DYNAMO)
+        if c.chart is not None
+    }
+    assert set(releases) == dynamo
+    assert all(r["status"] == "deployed" for r in releases.values())
+    # Releases deployed before the kill were not installed again.
+    for name, r in partial.items():
+        if r["status"] == "deployed":
+            assert releases[name]["revision"] == r["revision"]
+
+
+def test_unreachable_target_turns_ready_false_then_recovers(harness: Harness) -> None:
+    harness.put_secret({"kubeconfig": harness.kubeconfig_text()})
+    harness.create({})
+    harness.start()
+    harness.wait_condition("Ready", "True", timeout=120)
+
+    harness.target_env.stop()
+    c = harness.wait_condition("Ready", "False", "TargetUnreachable", timeout=60)
+    assert "cannot reach the target" in c["message"]
+
+    server = harness.target_env.server
+    harness.target_env.start()
+    assert harness.target_env.server == server, "the target came back elsewhere"
+    harness.wait_condition("Ready", "True", timeout=60)
+
+
+@pytest.mark.parametrize(
+    ("secret", "reason", "words"),
+    [
+        (None, "SecretNotFound", "does not exist"),
+        ({"other": "x"}, "SecretKeyMissing", "has no key 'kubeconfig'"),
+        ({"kubeconfig": "clusters: [unclosed"}, "KubeconfigRefused", "not valid YAML"),
+        ("exec", "KubeconfigRefused", "'exec'"),
+        ("file", "KubeconfigRefused", "a path on the operator's disk"),
+    ],
+    ids=["missing-secret", "missing-key", "not-yaml", "exec-plugin", "file-path"],
+)
+def test_bad_credentials_get_a_clear_condition(
+    harness: Harness, secret: Any, reason: str, words: str
+) -> None:
+    kubeconfig = dict(harness.target_env.kubeconfig)
+    if secret == "exec":
+        kubeconfig["users"][0]["user"] = {
+            "exec": {"apiVersion": "client.authentication.k8s.io/v1", "command": "/bin/true"}
+        }
+        secret = {"kubeconfig": yaml.safe_dump(kubeconfig)}
+    elif secret == "file":
+        kubeconfig["users"][0]["user"] = {
+            "client-certificate": "/etc/passwd",
+            "client-key": "/etc/shadow",
+        }
+        secret = {"kubeconfig": yaml.safe_dump(kubeconfig)}
+    if secret is not None:
+        harness.put_secret(secret)
+    harness.create({})
+    harness.start()
+    c = harness.wait_condition("Ready", "False", reason, timeout=60)
+    assert words in c["message"]
+    # Nothing was installed with credentials the operator refused.
+    assert harness.helm_releases() == {}
+    # No credential reaches status, events or the log.
+    token = harness.target_env.token
+    assert token not in json.dumps(harness.status())
+    assert token not in harness.log.read_text()
+    events = harness.hub_env.http_client().get(f"/api/v1/namespaces/{harness.ns}/events").text
+    assert token not in events
+
+
+WRITE_VERBS = {"POST", "PUT", "PATCH", "APPLY", "DELETE", "DELETECOLLECTION"}
+
+
+def test_noop_resync_writes_nothing(harness: Harness) -> None:
+    harness.put_secret({"kubeconfig": harness.kubeconfig_text()})
+    harness.create({"gateway": {"hostname": "west.example.com"}})
+    harness.start("--resync", "1")
+    harness.wait_condition("Ready", "True", timeout=120)
+    time.sleep(3)  # let the last status write and its echo settle
+
+    def writes(env: TestEnv) -> dict[tuple[str, str], float]:
+        from prometheus_client.parser import text_string_to_metric_families
+
+        out: dict[tuple[str, str], float] = {}
+        for family in text_string_to_metric_families(env.metrics_text()):
+            for sample in family.samples:
+                labels = sample.labels
+                if (
+                    sample.name == "apiserver_request_total"
+                    and labels.get("verb") in WRITE_VERBS
+                    # The API server renews its own identity lease; that
+                    # write is its own, not ours.
+                    and labels.get("resource") != "leases"
+                ):
+                    key = (labels["verb"], labels.get("resource", ""))
+                    out[key] = out.get(key, 0.0) + sample.value
+        return out
+
+    def reads(env: TestEnv) -> float:
+        return sum(env.request_total(verb=v) for v in ("GET", "LIST"))
+
+    hub_w, target_w, target_r = (
+        writes(harness.hub_env),
+        writes(harness.target_env),
+        reads(harness.target_env),
+    )
+    time.sleep(5)  # several resyncs at --resync 1
+    assert reads(harness.target_env) > target_r, "no resync happened in the window"
+    assert writes(harness.target_env) == target_w
+    assert writes(harness.hub_env) == hub_w

@@ -95,7 +95,8 @@ class SecretRef(_Model):
 
 class Listener(_Model):
     name: str = Field(min_length=1, max_length=63, description="Unique listener name.")
-    port: int = Field(ge=1, le=65535, description="Port number for this listener.")
+    # The API server refuses "80" and true for an integer; so does the model.
+    port: int = Field(ge=1, le=65535, strict=True, description="Port number for this listener.")
     protocol: ListenerProtocol = Field(description="Protocol for this listener.")
 
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import httpx2
 import kopf
 from lightkube import AsyncClient, KubeConfig
 from lightkube.core.exceptions import ApiError
@@ -37,6 +38,7 @@ from modelplane.operator.status import (
 )
 from modelplane.operator.watch import TargetWatcher
 from modelplane.target.connect import CredentialsError, connect, read_kubeconfig
+from modelplane.target.discovery import TargetError
 from modelplane.target.helm import Helm
 
 log = logging.getLogger("modelplane.operator")
@@ -167,7 +169,7 @@ def register(registry: kopf.OperatorRegistry, rt: Runtime) -> None:
             )
             await _teardown_condition(rt, body, err.reason, message)
             raise kopf.TemporaryError(message, delay=RETRY_BLOCKED_SECONDS) from err
-        except (OSError, ApiError) as err:
+        except (OSError, ApiError, TargetError, httpx2.HTTPError) as err:
             message = f"teardown could not reach the target: {type(err).__name__}: {err}"
             await _teardown_condition(rt, body, "TargetUnreachable", message[:1000])
             raise kopf.TemporaryError(message, delay=RETRY_BLOCKED_SECONDS) from err
@@ -243,7 +245,8 @@ def settings() -> kopf.OperatorSettings:
     s.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
         prefix="modelplane.ai", key="last-handled-configuration"
     )
-    s.posting.level = logging.INFO
+    # kopf would post an event for every handler run; ours are explicit.
+    s.posting.level = logging.WARNING
     s.watching.server_timeout = 300
     return s
 

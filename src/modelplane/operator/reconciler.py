@@ -21,11 +21,12 @@ from lightkube.core.exceptions import ApiError
 from pydantic import ValidationError
 
 from modelplane.api.models import ComponentsMode, ServingStack
-from modelplane.catalog.configuration import LAST
+from modelplane.catalog.configuration import LAST, object_key
 from modelplane.operator.options import OperatorOptions
 from modelplane.operator.status import Outcome
 from modelplane.plan import Observed, Plan, plan
 from modelplane.plan.model import ObjectAction, PlannedRelease, ReleaseAction
+from modelplane.plan.planner import crd_stub
 from modelplane.target.apply import (
     apply_object,
     delete_object,
@@ -33,6 +34,7 @@ from modelplane.target.apply import (
     stamp_manifest,
 )
 from modelplane.target.connect import CredentialsError, Target, connect, read_kubeconfig
+from modelplane.target.discovery import ApiStatusError, TargetError
 from modelplane.target.helm import Helm, HelmError
 from modelplane.target.observe import observe
 
@@ -85,7 +87,14 @@ class StackReconciler:
                 current = plan(stack, observed, self.options.sources())
                 if not await self._act(current, target):
                     break
-        except UNREACHABLE as err:
+        except ApiStatusError as err:
+            reason = "TargetUnauthorized" if err.status in (401, 403) else "TargetError"
+            return Outcome(
+                plan=current,
+                blocked_reason=reason,
+                blocked_message=f"the target API server answered: {err}",
+            )
+        except (*UNREACHABLE, TargetError) as err:
             return Outcome(
                 plan=None,
                 blocked_reason="TargetUnreachable",
@@ -198,30 +207,27 @@ class StackReconciler:
                         f"gave up waiting for {', '.join(waiting)}; going on",
                     )
             for m in p.manifests:
-                if m.teardown:
-                    for crd in m.crds:
-                        await delete_object(
-                            target.client,
-                            {
-                                "apiVersion": "apiextensions.k8s.io/v1",
-                                "kind": "CustomResourceDefinition",
-                                "metadata": {"name": crd},
-                            },
-                        )
+                for crd in m.crds if m.teardown else []:
+                    stub = crd_stub(crd)
+                    # Only what we applied: a CRD the cluster owner brought stays.
+                    if object_key(stub) in observed.applied:
+                        await delete_object(target.client, stub)
+                        log.info("teardown: deleted CustomResourceDefinition %s", crd)
             if stack.spec.components is ComponentsMode.MANAGED:
                 for release in reversed(p.releases):
                     if release.name in observed.releases:
                         await self.helm.uninstall(
                             release.name, release.namespace, target.kubeconfig
                         )
+                        log.info("teardown: uninstalled release %s", release.name)
                         self.emit(
                             "Normal",
                             "Uninstalled",
                             f"uninstalled release {release.name} from {release.namespace}",
                         )
-            waiting = await self._delete_wave(p, observed, LAST, target)
-            if waiting and not give_up:
-                return f"waiting for {', '.join(waiting)} to be deleted"
+            # The namespace goes last; the cluster empties it on its own time,
+            # and nothing of ours waits on that.
+            await self._delete_wave(p, observed, LAST, target)
         finally:
             await target.close()
         return None
@@ -231,12 +237,11 @@ class StackReconciler:
     ) -> list[str]:
         waiting = []
         for o in p.objects:
-            if (
-                o.teardown_wave == wave
-                and o.key in observed.applied
-                and await delete_object(target.client, o.object)
-            ):
-                waiting.append(f"{o.object['kind']} {o.object['metadata']['name']}")
+            if o.teardown_wave == wave and o.key in observed.applied:
+                name = f"{o.object['kind']} {o.object['metadata']['name']}"
+                log.info("teardown: deleted %s", name)
+                if await delete_object(target.client, o.object):
+                    waiting.append(name)
         return waiting
 
 

@@ -85,6 +85,9 @@ class TargetWatcher:
                 log.debug("watch %s: %s", name, err.status.message)
             except Exception as err:  # the target may be unreachable for a while
                 log.debug("watch %s: %s", name, type(err).__name__)
+                # A broken watch may mean the target went away: let the
+                # reconcile find out and say so, rather than wait for resync.
+                self._wake()
             await asyncio.sleep(delay)
             delay = min(delay * 2, 30.0)
 

@@ -281,7 +281,7 @@ def _manifests(
     url = component.manifests.url(version, sources.manifests_base_url_for.get(component.name))
     want = manifests_digest(url)
     crds = [r.crd for r in component.requirements if isinstance(r, CRDServes)]
-    applied = all(observed.applied.get(object_key(_crd_stub(name))) == want for name in crds)
+    applied = all(observed.applied.get(object_key(crd_stub(name))) == want for name in crds)
     return PlannedManifests(
         component=component.name,
         url=url,
@@ -293,7 +293,7 @@ def _manifests(
     )
 
 
-def _crd_stub(name: str) -> dict[str, Any]:
+def crd_stub(name: str) -> dict[str, Any]:
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",

@@ -37,6 +37,7 @@ def parse_kubeconfig(data: bytes | str, *, allow_unsafe: bool = False) -> Single
         raise KubeconfigError("the kubeconfig is not a YAML mapping")
     if not allow_unsafe:
         _refuse_unsafe(doc)
+    _check_structure(doc)
     try:
         config = KubeConfig.from_dict(doc).get()
     except Exception as err:  # lightkube raises several types for a bad document
@@ -76,3 +77,23 @@ def _refuse_unsafe(doc: dict[str, Any]) -> None:
                     f"cluster {name!r} sets {field!r}, a path on the operator's disk; embed "
                     "it as certificate-authority-data instead"
                 )
+
+
+def _check_structure(doc: dict[str, Any]) -> None:
+    """Name what is missing, rather than let the client fail on a KeyError."""
+    current = doc.get("current-context")
+    if not current:
+        raise KubeconfigError("the kubeconfig sets no current-context")
+    contexts = dict(_named(doc, "contexts", "context"))
+    if current not in contexts:
+        raise KubeconfigError(f"the kubeconfig has no context {current!r} (its current-context)")
+    context = contexts[current]
+    for field, section, inner in (("cluster", "clusters", "cluster"), ("user", "users", "user")):
+        name = context.get(field)
+        if name is None or name not in dict(_named(doc, section, inner)):
+            raise KubeconfigError(
+                f"context {current!r} names {field} {name!r}, which the kubeconfig does not have"
+            )
+    cluster = dict(_named(doc, "clusters", "cluster"))[context["cluster"]]
+    if not cluster.get("server"):
+        raise KubeconfigError(f"cluster {context['cluster']!r} has no server")

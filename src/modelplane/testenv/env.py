@@ -219,6 +219,10 @@ _PKI_FILES = ("ca.crt", "apiserver.crt", "apiserver.key", "sa.key", "sa.pub", "t
 def _free_port(preferred: int | None = None) -> int:
     if preferred:
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            # Connections of the previous run may linger in TIME_WAIT; the
+            # servers bind with SO_REUSEADDR, so the probe must too, or a
+            # restart would move to a new port and strand every kubeconfig.
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
                 s.bind((_LOOPBACK, preferred))
             except OSError:
