@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx2
 import pytest
 import yaml
 from lightkube import Client, KubeConfig
@@ -25,6 +26,7 @@ from lightkube.core.exceptions import ApiError
 from lightkube.generic_resource import create_namespaced_resource
 from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
 from lightkube.resources.core_v1 import ConfigMap, Namespace, Secret
+from lightkube.types import PatchType
 from tests.integration.substrate import Substrate, run_operator, serve_substrate
 
 from modelplane.api.crd import servingstack_crd
@@ -178,10 +180,12 @@ class Harness:
         reason: str | None = None,
         timeout: float = 90.0,
         name: str = "stack",
+        generation: int | None = None,
     ) -> dict[str, Any]:
         def check() -> dict[str, Any] | None:
             c = self.condition(type_, name)
             ok = c.get("status") == status and (reason is None or c.get("reason") == reason)
+            ok = ok and (generation is None or c.get("observedGeneration") == generation)
             return c if ok else None
 
         try:
@@ -471,3 +475,154 @@ def test_noop_resync_writes_nothing(harness: Harness) -> None:
     assert reads(harness.target_env) > target_r, "no resync happened in the window"
     assert writes(harness.target_env) == target_w
     assert writes(harness.hub_env) == hub_w
+
+
+def _apply_crds(h: Harness, crds: list[Any]) -> None:
+    from tests.integration.substrate import crd
+
+    for spec in crds:
+        h.target.apply(CustomResourceDefinition.from_dict(crd(*spec)), field_manager="owner")
+
+
+def _provided_substrate() -> list[Any]:
+    from tests.integration.substrate import CHART_CRDS, MANIFEST_CRDS
+
+    standard = {
+        c.chart.chart
+        for c in catalog.components_of_stack(catalog.Stack.STANDARD)
+        if c.chart is not None
+    }
+    return [
+        spec for chart, specs in CHART_CRDS.items() if chart in standard for spec in specs
+    ] + MANIFEST_CRDS["gaie-crds"]
+
+
+CA_PEM = "-----BEGIN CERTIFICATE-----\nMIIBfleet\n-----END CERTIFICATE-----\n"
+
+
+def test_provided_mode_installs_nothing_and_applies_config_once_served(
+    harness: Harness,
+) -> None:
+    harness.put_secret({"kubeconfig": harness.kubeconfig_text()})
+    harness.create(
+        {
+            "components": "Provided",
+            "gateway": {
+                "hostname": "west.example.com",
+                "clientCAs": [{"name": "fleet", "certificate": CA_PEM}],
+            },
+        }
+    )
+    harness.start()
+    c = harness.wait_condition("RequirementsMet", "False", "RequirementsUnmet")
+    # Every unmet requirement is listed, not just the first.
+    for component in catalog.components_of_stack(catalog.Stack.STANDARD):
+        for requirement in component.requirements:
+            name = getattr(requirement, "crd", None) or getattr(requirement, "name", "")
+            assert name in c["message"], name
+    assert harness.condition("Ready")["status"] == "False"
+    components = {x["name"]: x for x in harness.status()["components"]}
+    assert components["cert-manager"]["mode"] == "Provided"
+    assert components["cert-manager"]["state"] == "Unmet"
+    assert _absent(harness, GATEWAY, GATEWAY_NAME, NS)
+
+    # The cluster owner brings the substrate; nothing is installed for them.
+    _apply_crds(harness, _provided_substrate())
+    harness.target.apply(_device_class(), field_manager="owner")
+    harness.wait_condition("RequirementsMet", "True")
+    harness.wait_condition("Ready", "True")
+    assert harness.helm_releases() == {}
+    gw = harness.target.get(GATEWAY, GATEWAY_NAME, namespace=NS).to_dict()
+    assert [listener["name"] for listener in gw["spec"]["listeners"]] == ["http", "https"]
+    policy = create_namespaced_resource(
+        "gateway.envoyproxy.io", "v1alpha1", "ClientTrafficPolicy", "clienttrafficpolicies"
+    )
+    assert harness.target.get(policy, "cluster-gateway-client-auth", namespace=NS)
+    cas = harness.target.get(ConfigMap, "modelplane-fleet-gateway-cas", namespace=NS)
+    assert (cas.data or {})["ca.crt"] == CA_PEM
+
+    # Provided substrate is never touched on delete; only the configuration goes.
+    harness.hub.delete(SS, "stack", namespace=harness.ns)
+    wait_for("the ServingStack to be gone", lambda: _gone(harness), timeout=60)
+    assert len(list(harness.target.list(CustomResourceDefinition))) == len(_provided_substrate())
+    assert _absent(harness, GATEWAY, GATEWAY_NAME, NS)
+
+
+def _absent(h: Harness, res: Any, name: str, namespace: str | None) -> bool:
+    # An API that is not served answers a bare 404 that lightkube does not
+    # turn into an ApiError.
+    try:
+        h.target.get(res, name, namespace=namespace)
+    except (ApiError, httpx2.HTTPStatusError) as err:
+        code = err.status.code if isinstance(err, ApiError) else err.response.status_code
+        return code == 404
+    return False
+
+
+def _device_class() -> Any:
+    from lightkube.generic_resource import create_global_resource
+
+    dc = create_global_resource("resource.k8s.io", "v1", "DeviceClass", "deviceclasses")
+    return dc.from_dict(
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "DeviceClass",
+            "metadata": {"name": catalog.GPU_DEVICE_CLASS},
+            "spec": {},
+        }
+    )
+
+
+def test_switch_to_provided_never_uninstalls(harness: Harness) -> None:
+    harness.put_secret({"kubeconfig": harness.kubeconfig_text()})
+    harness.create({})
+    harness.start()
+    harness.wait_condition("Ready", "True", timeout=120)
+    installed = set(harness.helm_releases())
+
+    harness.create({"components": "Provided"})
+    harness.wait_condition("RequirementsMet", "True", generation=2)
+    harness.wait_condition("Ready", "True", generation=2)
+    components = {x["name"]: x["mode"] for x in harness.status()["components"]}
+    assert components["cert-manager"] == "Provided"
+    harness.hub.delete(SS, "stack", namespace=harness.ns)
+    wait_for("the ServingStack to be gone", lambda: _gone(harness), timeout=60)
+    assert set(harness.helm_releases()) == installed
+
+
+def test_gateway_address_and_ca_reach_status_within_seconds(harness: Harness) -> None:
+    harness.put_secret({"kubeconfig": harness.kubeconfig_text()})
+    harness.create({"gateway": {"hostname": "west.example.com"}})
+    # A long resync: only the target watches can bring the change this fast.
+    harness.start("--resync", "600")
+    harness.wait_condition("Ready", "True", timeout=120)
+
+    started = time.monotonic()
+    harness.target.patch(
+        GATEWAY.Status,
+        GATEWAY_NAME,
+        {"status": {"addresses": [{"type": "IPAddress", "value": "203.0.113.10"}]}},
+        namespace=NS,
+        patch_type=PatchType.MERGE,
+    )
+    wait_for(
+        "the address in status",
+        lambda: (harness.status().get("gateway") or {}).get("address") == "203.0.113.10",
+        timeout=10,
+    )
+    assert time.monotonic() - started < 5.0
+
+    # trust-manager's part, played by hand: the CA ConfigMap from the Bundle.
+    harness.target.create(
+        ConfigMap.from_dict(
+            {
+                "metadata": {"name": "modelplane-cluster-ca", "namespace": NS},
+                "data": {"ca.crt": CA_PEM},
+            }
+        )
+    )
+    wait_for(
+        "the CA in status",
+        lambda: (harness.status().get("gateway") or {}).get("caCertificate") == CA_PEM,
+        timeout=10,
+    )

@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 from lightkube import AsyncClient
 
 from modelplane.api.models import API_GROUP, API_VERSION, KIND, ServingStack, Stack
-from modelplane.catalog.components import BY_NAME, COMPONENTS, components_of_stack
+from modelplane.catalog.components import COMPONENTS, components_of_stack
 from modelplane.catalog.types import (
     ApiRef,
     Component,
@@ -337,15 +337,10 @@ def provided_stack(stack: Stack) -> ServingStack:
 
 
 def check_results(stack: Stack, observed: Observed) -> list[RequirementResult]:
-    """The plan's requirement results for the substrate, grouped by component.
-
-    Only substrate components: the product's own configuration (ModelExpress
-    CRDs) is applied by the product itself, not provided by the cluster.
-    """
+    """The plan's requirement results for the substrate, grouped by component."""
     results = plan(provided_stack(stack), observed).requirements
     order = {c.name: i for i, c in enumerate(COMPONENTS)}
-    substrate = [r for r in results if BY_NAME[r.component].role == "substrate"]
-    return sorted(substrate, key=lambda r: order[r.component])
+    return sorted(results, key=lambda r: order[r.component])
 
 
 async def run_checks(client: AsyncClient, stack: Stack) -> list[RequirementResult]:

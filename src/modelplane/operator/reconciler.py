@@ -21,7 +21,9 @@ from lightkube.core.exceptions import ApiError
 from pydantic import ValidationError
 
 from modelplane.api.models import ComponentsMode, ServingStack
+from modelplane.catalog.components import components_for
 from modelplane.catalog.configuration import LAST, object_key
+from modelplane.checks.checker import observe_cluster
 from modelplane.operator.options import OperatorOptions
 from modelplane.operator.status import Outcome
 from modelplane.plan import Observed, Plan, plan
@@ -84,6 +86,14 @@ class StackReconciler:
         try:
             for _ in range(MAX_ROUNDS):
                 observed = await observe(target.client, stack.spec)
+                if stack.spec.components is ComponentsMode.PROVIDED:
+                    # The silent failures the spec cannot check: only a
+                    # provided substrate needs them watched, and they cost a
+                    # few LISTs more.
+                    facts = await observe_cluster(
+                        target.client, components_for(stack.spec), observed.apis
+                    )
+                    observed = observed.model_copy(update={"cluster": facts})
                 current = plan(stack, observed, self.options.sources())
                 if not await self._act(current, target):
                     break

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from modelplane.plan.model import Plan
+from modelplane.plan.model import Plan, RequirementStatus
 
 READY = "Ready"
 REQUIREMENTS_MET = "RequirementsMet"
@@ -72,14 +72,18 @@ def desired_status(outcome: Outcome, generation: int | None) -> dict[str, Any]:
                 )
             )
         else:
+            checked = [r for r in plan.requirements if r.severity == "required"]
+            message = f"all {len(checked)} checked requirements are met"
+            # Warnings never turn the condition False, but a person should see them.
+            warnings = [
+                r.message
+                for r in plan.requirements
+                if r.severity != "required" and r.status is RequirementStatus.WARNING
+            ]
+            if warnings:
+                message += f"; {len(warnings)} warning(s): " + "; ".join(warnings)
             conditions.append(
-                condition(
-                    REQUIREMENTS_MET,
-                    True,
-                    "RequirementsMet",
-                    f"all {len(plan.requirements)} checked requirements are met",
-                    generation,
-                )
+                condition(REQUIREMENTS_MET, True, "RequirementsMet", message, generation)
             )
         status["components"] = [
             {

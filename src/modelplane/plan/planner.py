@@ -79,9 +79,12 @@ def plan(
     components = components_for(spec)
     enabled = {c.name for c in components}
 
+    # The cluster's requirements: the product's own configuration (the
+    # ModelExpress CRDs) is applied, not required, so it is not among them.
     requirements = [
         _evaluate(component.name, requirement, observed)
         for component in components
+        if component.role == "substrate"
         for requirement in component.requirements
     ]
     unmet_by_component = {
