@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import httpx
@@ -11,7 +12,7 @@ from lightkube.core.exceptions import ApiError
 
 from modelplane.catalog.configuration import object_key
 from modelplane.plan.planner import DIGEST_ANNOTATION, MANAGED_BY, MANAGED_BY_LABEL
-from modelplane.target.resources import resource_of
+from modelplane.target.resources import SETTLE_ATTEMPTS, SETTLE_DELAY, resource_of
 
 FIELD_MANAGER = "modelplane"
 
@@ -19,15 +20,24 @@ FIELD_MANAGER = "modelplane"
 async def apply_object(client: AsyncClient, body: dict[str, Any]) -> None:
     res = resource_of(body)
     obj: Any = res.from_dict(body)
-    await client.apply(
-        obj,
-        name=body["metadata"]["name"],
-        namespace=body["metadata"].get("namespace"),
-        field_manager=FIELD_MANAGER,
-        # The product owns these fields; another manager that took them over
-        # (someone's kubectl edit) is overruled, as drift correction should.
-        force=True,
-    )
+    for attempt in range(SETTLE_ATTEMPTS):
+        try:
+            await client.apply(
+                obj,
+                name=body["metadata"]["name"],
+                namespace=body["metadata"].get("namespace"),
+                field_manager=FIELD_MANAGER,
+                # The product owns these fields; another manager that took them
+                # over (someone's kubectl edit) is overruled, as drift
+                # correction should.
+                force=True,
+            )
+            return
+        except ApiError as err:
+            # 429: the CRD's storage is still initialising (see list_settled).
+            if err.status.code != 429 or attempt == SETTLE_ATTEMPTS - 1:
+                raise
+            await asyncio.sleep(SETTLE_DELAY)
 
 
 async def delete_object(client: AsyncClient, body: dict[str, Any]) -> bool:

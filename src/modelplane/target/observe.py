@@ -37,7 +37,7 @@ from modelplane.plan.planner import (
     RELEASE_DIGEST_LABEL,
 )
 from modelplane.target.discovery import served_apis
-from modelplane.target.resources import plural, resource
+from modelplane.target.resources import list_settled, plural, resource
 
 CRD_API_VERSION = "apiextensions.k8s.io/v1"
 
@@ -76,7 +76,7 @@ async def observe(client: AsyncClient, spec: ServingStackSpec) -> Observed:
         kwargs: dict[str, Any] = {"labels": {MANAGED_BY_LABEL: MANAGED_BY}}
         if namespaced:
             kwargs["namespace"] = "*"
-        async for item in client.list(res, **kwargs):
+        for item in await list_settled(client, res, **kwargs):
             # List items carry no apiVersion or kind of their own.
             body = {**_as_dict(item), "apiVersion": api_version, "kind": kind}
             annotations = body["metadata"].get("annotations") or {}
