@@ -438,6 +438,27 @@ def test_bad_credentials_get_a_clear_condition(
 WRITE_VERBS = {"POST", "PUT", "PATCH", "APPLY", "DELETE", "DELETECOLLECTION"}
 
 
+def test_cloud_identity_is_refused_not_silently_ignored(harness: Harness) -> None:
+    harness.put_secret({"kubeconfig": harness.kubeconfig_text()})
+    harness.create(
+        {
+            "secrets": [
+                {"type": "Kubeconfig", "name": "target-kubeconfig", "key": "kubeconfig"},
+                {
+                    "type": "GoogleApplicationCredentials",
+                    "name": "sa",
+                    "key": "key.json",
+                    "namespace": "crossplane-system",
+                },
+            ]
+        }
+    )
+    harness.start()
+    c = harness.wait_condition("Ready", "False", "CloudIdentityUnsupported")
+    assert "GoogleApplicationCredentials" in c["message"]
+    assert harness.helm_releases() == {}
+
+
 def test_noop_resync_writes_nothing(harness: Harness) -> None:
     harness.put_secret({"kubeconfig": harness.kubeconfig_text()})
     harness.create({"gateway": {"hostname": "west.example.com"}})

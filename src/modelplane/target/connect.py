@@ -34,6 +34,15 @@ class Target:
 
 
 async def read_kubeconfig(hub: AsyncClient, spec: ServingStackSpec, namespace: str) -> str:
+    identity = spec.cloud_identity
+    if identity is not None:
+        # Falling back to the kubeconfig's own credentials would act as a
+        # different principal than the spec asks for; say so instead.
+        raise CredentialsError(
+            "CloudIdentityUnsupported",
+            f"the {identity.type} identity in secrets is not supported by this operator yet: "
+            "remove that entry to authenticate with the kubeconfig's embedded credentials",
+        )
     ref = spec.kubeconfig_secret
     # The Kubeconfig entry may not name another namespace (the CRD refuses
     # it); only cloud identities may, as the spec says.
