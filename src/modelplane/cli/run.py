@@ -96,6 +96,10 @@ def run(
         level=logging.DEBUG if verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s %(message)s",
     )
+    if not verbose:
+        # One line per HTTP request drowns what a person needs to read.
+        for name in ("httpx", "httpx2"):
+            logging.getLogger(name).setLevel(logging.WARNING)
     if kubeconfig is not None:
         # kopf's own login reads the same file.
         os.environ["KUBECONFIG"] = str(kubeconfig)

@@ -15,7 +15,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import httpx
 import httpx2
+import yaml
 from lightkube import AsyncClient
 from lightkube.core.exceptions import ApiError
 from pydantic import ValidationError
@@ -120,6 +122,12 @@ class StackReconciler:
             )
         finally:
             await target.close()
+        if current is not None:
+            # A component the spec no longer has cannot still be failing.
+            live = {c.name for c in current.components} | {o.component for o in current.objects}
+            for gone in set(self.failures) - live:
+                self.failures.pop(gone)
+                self.backoff.pop(gone, None)
         return Outcome(plan=current, failures=dict(self.failures))
 
     async def _target(self, stack: ServingStack) -> Target:
@@ -184,7 +192,15 @@ class StackReconciler:
     async def _guard(self, component: str, action: Any, what: str | None = None) -> bool:
         try:
             await action
-        except (HelmError, ApiError, httpx2.HTTPStatusError, ValueError) as err:
+        except (
+            HelmError,
+            ApiError,
+            httpx2.HTTPStatusError,
+            # Fetching manifests from an upstream release or a mirror.
+            httpx.HTTPError,
+            yaml.YAMLError,
+            ValueError,
+        ) as err:
             message = f"{what or component} failed: {_describe(err)}"
             self.failures[component] = message
             self.backoff.setdefault(component, Backoff()).fail(self.clock())
