@@ -37,6 +37,12 @@ def describe(err: ValidationError, prefix: str = "") -> str:
 
 
 def parse(model: type[M], data: Any, source: str) -> M:
+    if data is None:
+        raise InputError(f"{source}: the file is empty; expected a {model.__name__} document")
+    if not isinstance(data, dict):
+        raise InputError(
+            f"{source}: expected a {model.__name__} mapping, got {type(data).__name__}"
+        )
     try:
         return model.model_validate(data)
     except ValidationError as err:
