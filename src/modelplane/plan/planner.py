@@ -124,7 +124,6 @@ def plan(
     component_plans = [
         _component_plan(
             c,
-            spec.components,
             releases,
             manifests,
             objects,
@@ -343,7 +342,6 @@ def _object(config: ConfigObject, component: str, observed: Observed) -> Planned
 
 def _component_plan(
     component: Component,
-    mode: ComponentsMode,
     releases: list[PlannedRelease],
     manifests: list[PlannedManifests],
     objects: list[PlannedObject],
@@ -375,9 +373,9 @@ def _component_plan(
         state, message = "Pending", "apply objects"
     return ComponentPlan(
         name=component.name,
-        mode=str(ComponentsMode.PROVIDED if provided else ComponentsMode.MANAGED)
-        if component.role == "substrate"
-        else str(ComponentsMode.MANAGED),
+        # Provided applies to the substrate only; the product's own
+        # components are always managed by it.
+        mode=str(ComponentsMode.PROVIDED if provided else ComponentsMode.MANAGED),
         kind=component.kind,
         version=spec_version,
         namespace=component.namespace,
