@@ -12,4 +12,4 @@ echo "setup: pip install -e '.[dev]' in $ROOT (python: $(command -v "$PYTHON"))"
 echo "setup: building integration-test binaries"
 "$ROOT/hack/build-testbin.sh"
 
-echo "setup: done; integration tests: python -m pytest tests/integration"
+echo "setup: done; run every test with: python -m pytest"
