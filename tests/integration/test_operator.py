@@ -647,3 +647,31 @@ def test_gateway_address_and_ca_reach_status_within_seconds(harness: Harness) ->
         lambda: (harness.status().get("gateway") or {}).get("caCertificate") == CA_PEM,
         timeout=10,
     )
+
+
+def test_failed_upgrade_is_reported_and_keeps_what_works(harness: Harness) -> None:
+    harness.put_secret({"kubeconfig": harness.kubeconfig_text()})
+    harness.create({})
+    harness.start()
+    harness.wait_condition("Ready", "True", timeout=120)
+    before = _revisions(harness)
+
+    # A version the repository does not have: helm fails, nothing is undone.
+    harness.create({"versions": {"prometheus": "99.0.0"}})
+    c = harness.wait_condition("Ready", "False", "ActionFailed", generation=2)
+    assert "mp-kube-prometheus-stack" in c["message"]
+    components = {x["name"]: x for x in harness.status()["components"]}
+    assert components["kube-prometheus-stack"]["state"] == "Failed"
+    releases = harness.helm_releases()
+    assert releases["mp-kube-prometheus-stack"]["status"] == "deployed"
+    assert _revisions(harness) == before
+    events = (
+        harness.hub_env.http_client().get(f"/api/v1/namespaces/{harness.ns}/events").json()["items"]
+    )
+    assert any(e["reason"] == "ActionFailed" and e["type"] == "Warning" for e in events)
+    assert any(e["reason"] == "InstallSucceeded" for e in events)
+
+    # Putting the pin back recovers without anything reinstalled.
+    harness.create({"versions": {"prometheus": "84.4.0"}})
+    harness.wait_condition("Ready", "True", generation=3, timeout=60)
+    assert _revisions(harness) == before

@@ -123,11 +123,16 @@ class StackReconciler:
         finally:
             await target.close()
         if current is not None:
-            # A component the spec no longer has cannot still be failing.
-            live = {c.name for c in current.components} | {o.component for o in current.objects}
-            for gone in set(self.failures) - live:
-                self.failures.pop(gone)
-                self.backoff.pop(gone, None)
+            # A failure stands only while its component still has something to
+            # do: a pin put back, or a component the spec no longer has, clears it.
+            pending = (
+                {r.component for r in current.releases if r.action is not ReleaseAction.NONE}
+                | {m.component for m in current.manifests if m.action is not ObjectAction.NONE}
+                | {o.component for o in current.objects if o.action is ObjectAction.APPLY}
+            )
+            for settled in set(self.failures) - pending:
+                self.failures.pop(settled)
+                self.backoff.pop(settled, None)
         return Outcome(plan=current, failures=dict(self.failures))
 
     async def _target(self, stack: ServingStack) -> Target:
