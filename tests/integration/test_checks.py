@@ -251,10 +251,14 @@ def crd_env(
         kube = Kube(env)
         # Later documents win (Gateway API comes twice upstream: standard and experimental).
         crds = {c["metadata"]["name"]: c for c in load_substrate(kube, load_docs(files))}
+
+        async def settle() -> None:
+            await until_discovery(env, lambda apis: all(crd_served(apis, c) for c in crds.values()))
+            for crd in crds.values():
+                await until_storage_ready(kube, crd)
+
+        asyncio.run(settle())
         kube.http.close()
-        asyncio.run(
-            until_discovery(env, lambda apis: all(crd_served(apis, c) for c in crds.values()))
-        )
         yield env, crds
     finally:
         env.stop()
@@ -289,6 +293,16 @@ async def test_every_crd_applied_meets_every_checked_requirement(
     assert summarize(results).requirements_met
 
 
+async def until_storage_ready(kube: Kube, crd: dict[str, Any]) -> None:
+    spec = crd["spec"]
+    version = next(v["name"] for v in spec["versions"] if v.get("served"))
+    path = f"/apis/{spec['group']}/{version}/{spec['names']['plural']}"
+    deadline = time.monotonic() + WAIT_SECONDS
+    while kube.http.get(path, params={"limit": "1"}).status_code == 429:
+        assert time.monotonic() < deadline, f"{path} still initialising"
+        await asyncio.sleep(0.1)
+
+
 async def test_removing_each_crd_makes_exactly_that_requirement_unmet(
     crd_env: tuple[TestEnv, dict[str, dict[str, Any]]],
 ) -> None:
@@ -313,6 +327,10 @@ async def test_removing_each_crd_makes_exactly_that_requirement_unmet(
                 await asyncio.sleep(0.1)
             kube.apply(crd)
             await until_discovery(env, lambda apis, crd=crd: crd_served(apis, crd))
+            # Deleting a CRD while its storage still starts (LISTs answer 429)
+            # can stall the API server's cleanup of it for minutes; the next
+            # round deletes it again, so let the storage settle first.
+            await until_storage_ready(kube, crd)
     finally:
         kube.http.close()
     assert not_met(await results_for(env, Stack.STANDARD)) == {}
