@@ -46,7 +46,6 @@ from modelplane.testenv import TestEnv, find_binaries, helm_environ  # noqa: E40
 
 SS = create_namespaced_resource(API_GROUP, API_VERSION, KIND, PLURAL)
 GATEWAY = create_namespaced_resource("gateway.networking.k8s.io", "v1", "Gateway", "gateways")
-WRITES = ("POST", "PUT", "PATCH", "APPLY", "DELETE", "DELETECOLLECTION")
 
 
 class _Helm:
@@ -69,20 +68,7 @@ def _until(check: Callable[[], bool], timeout: float = 180.0) -> float:
 
 
 def _writes(env: TestEnv) -> float:
-    """Write requests, from one scrape; the API server's own lease renewals aside."""
-    from prometheus_client.parser import text_string_to_metric_families
-
-    total = 0.0
-    for family in text_string_to_metric_families(env.metrics_text()):
-        for sample in family.samples:
-            labels = sample.labels
-            if (
-                sample.name == "apiserver_request_total"
-                and labels.get("verb") in WRITES
-                and labels.get("resource") != "leases"
-            ):
-                total += sample.value
-    return total
+    return sum(env.write_requests().values())
 
 
 def _reads(env: TestEnv) -> float:

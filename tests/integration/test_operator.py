@@ -435,9 +435,6 @@ def test_bad_credentials_get_a_clear_condition(
     assert token not in events
 
 
-WRITE_VERBS = {"POST", "PUT", "PATCH", "APPLY", "DELETE", "DELETECOLLECTION"}
-
-
 def test_cloud_identity_is_refused_not_silently_ignored(harness: Harness) -> None:
     harness.put_secret({"kubeconfig": harness.kubeconfig_text()})
     harness.create(
@@ -466,36 +463,18 @@ def test_noop_resync_writes_nothing(harness: Harness) -> None:
     harness.wait_condition("Ready", "True", timeout=120)
     time.sleep(3)  # let the last status write and its echo settle
 
-    def writes(env: TestEnv) -> dict[tuple[str, str], float]:
-        from prometheus_client.parser import text_string_to_metric_families
-
-        out: dict[tuple[str, str], float] = {}
-        for family in text_string_to_metric_families(env.metrics_text()):
-            for sample in family.samples:
-                labels = sample.labels
-                if (
-                    sample.name == "apiserver_request_total"
-                    and labels.get("verb") in WRITE_VERBS
-                    # The API server renews its own identity lease; that
-                    # write is its own, not ours.
-                    and labels.get("resource") != "leases"
-                ):
-                    key = (labels["verb"], labels.get("resource", ""))
-                    out[key] = out.get(key, 0.0) + sample.value
-        return out
-
     def reads(env: TestEnv) -> float:
         return sum(env.request_total(verb=v) for v in ("GET", "LIST"))
 
     hub_w, target_w, target_r = (
-        writes(harness.hub_env),
-        writes(harness.target_env),
+        harness.hub_env.write_requests(),
+        harness.target_env.write_requests(),
         reads(harness.target_env),
     )
     time.sleep(5)  # several resyncs at --resync 1
     assert reads(harness.target_env) > target_r, "no resync happened in the window"
-    assert writes(harness.target_env) == target_w
-    assert writes(harness.hub_env) == hub_w
+    assert harness.target_env.write_requests() == target_w
+    assert harness.hub_env.write_requests() == hub_w
 
 
 def _apply_crds(h: Harness, crds: list[Any]) -> None:

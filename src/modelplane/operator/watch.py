@@ -9,17 +9,19 @@ either be slow or cost requests; a watch costs one long request each.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import httpx2
 from lightkube import AsyncClient
 from lightkube.core.exceptions import ApiError
 from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
 from lightkube.resources.core_v1 import ConfigMap
 
 from modelplane.catalog.configuration import CLUSTER_CA, GATEWAY_NAME, GATEWAYS, NS
-from modelplane.target.resources import resource
+from modelplane.target.resources import SETTLE_DELAY, resource
 
 log = logging.getLogger("modelplane.operator.watch")
 
@@ -31,6 +33,9 @@ class TargetWatcher:
         self._client = client
         self._wake = wake
         self._tasks: list[asyncio.Task[None]] = []
+        # Set on every CRD event: a watch whose API is not served yet waits
+        # for it instead of polling.
+        self._crds_changed = asyncio.Event()
 
     def start(self) -> None:
         gateway = resource(GATEWAYS.group_version, "Gateway", True)
@@ -67,6 +72,7 @@ class TargetWatcher:
     ) -> None:
         delay = 1.0
         while True:
+            self._crds_changed.clear()
             try:
                 # Start from the list's resourceVersion so that what exists
                 # already does not count as a change.
@@ -76,13 +82,25 @@ class TargetWatcher:
                 rv = getattr(listing, "resourceVersion", None)
                 async for _event in watch(rv):
                     delay = 1.0
+                    if name == "crds":
+                        self._crds_changed.set()
                     self._wake()
             except asyncio.CancelledError:
                 raise
-            except ApiError as err:
-                # 404: the API (Gateway) is not served yet; the next CRD event
-                # or resync brings it.
-                log.debug("watch %s: %s", name, err.status.message)
+            except (ApiError, httpx2.HTTPStatusError) as err:
+                code = err.status.code if isinstance(err, ApiError) else err.response.status_code
+                log.debug("watch %s: HTTP %s", name, code)
+                if code == 429:
+                    # A new CRD's storage is still starting: seconds, not minutes.
+                    await asyncio.sleep(SETTLE_DELAY)
+                    continue
+                if code == 404:
+                    # The API (the Gateway's) is not served yet: try again when
+                    # a CRD changes (or after half a minute), not on a short timer.
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._crds_changed.wait(), 30.0)
+                    delay = 1.0
+                    continue
             except Exception as err:  # the target may be unreachable for a while
                 log.debug("watch %s: %s", name, type(err).__name__)
                 # A broken watch may mean the target went away: let the

@@ -48,6 +48,9 @@ KUBECONFIG_FILE = "kubeconfig"
 _LOOPBACK = "127.0.0.1"
 
 
+WRITE_VERBS = frozenset({"POST", "PUT", "PATCH", "APPLY", "DELETE", "DELETECOLLECTION"})
+
+
 class TestbinMissingError(RuntimeError):
     """The kube-apiserver / etcd / helm binaries have not been built."""
 
@@ -445,6 +448,26 @@ class TestEnv:
                 if all(sample.labels.get(k) == v for k, v in labels.items()):
                     total += sample.value
         return total
+
+    def write_requests(self) -> dict[tuple[str, str], float]:
+        """Write requests served so far by (verb, resource), from one scrape.
+
+        The API server's renewals of its own identity lease are left out: they
+        are its writes, not a client's. One scrape, so the figures agree with
+        each other.
+        """
+        out: dict[tuple[str, str], float] = {}
+        for family in text_string_to_metric_families(self.metrics_text()):
+            for sample in family.samples:
+                labels = sample.labels
+                if (
+                    sample.name == "apiserver_request_total"
+                    and labels.get("verb") in WRITE_VERBS
+                    and labels.get("resource") != "leases"
+                ):
+                    key = (labels["verb"], labels.get("resource", ""))
+                    out[key] = out.get(key, 0.0) + sample.value
+        return out
 
     # ---- lifecycle -------------------------------------------------------------
 
