@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
 import httpx2
@@ -38,49 +38,30 @@ class TargetWatcher:
         self._crds_changed = asyncio.Event()
 
     def start(self) -> None:
-        gateway = resource(GATEWAYS.group_version, "Gateway", True)
-        self._spawn(
-            "crds",
-            lambda rv: self._client.watch(CustomResourceDefinition, resource_version=rv),
-            CustomResourceDefinition,
-            {},
-        )
+        only_ours = {"namespace": NS}
+        self._spawn("crds", CustomResourceDefinition, {})
         self._spawn(
             "gateway",
-            lambda rv: self._client.watch(
-                gateway, namespace=NS, fields={"metadata.name": GATEWAY_NAME}, resource_version=rv
-            ),
-            gateway,
-            {"namespace": NS, "fields": {"metadata.name": GATEWAY_NAME}},
+            resource(GATEWAYS.group_version, "Gateway", True),
+            {**only_ours, "fields": {"metadata.name": GATEWAY_NAME}},
         )
-        self._spawn(
-            "ca",
-            lambda rv: self._client.watch(
-                ConfigMap, namespace=NS, fields={"metadata.name": CLUSTER_CA}, resource_version=rv
-            ),
-            ConfigMap,
-            {"namespace": NS, "fields": {"metadata.name": CLUSTER_CA}},
-        )
+        self._spawn("ca", ConfigMap, {**only_ours, "fields": {"metadata.name": CLUSTER_CA}})
 
-    def _spawn(
-        self, name: str, watch: Callable[[str | None], Any], res: Any, list_kwargs: dict[str, Any]
-    ) -> None:
-        self._tasks.append(asyncio.create_task(self._run(name, watch, res, list_kwargs)))
+    def _spawn(self, name: str, res: Any, selector: dict[str, Any]) -> None:
+        self._tasks.append(asyncio.create_task(self._run(name, res, selector)))
 
-    async def _run(
-        self, name: str, watch: Callable[[str | None], Any], res: Any, list_kwargs: dict[str, Any]
-    ) -> None:
+    async def _run(self, name: str, res: Any, selector: dict[str, Any]) -> None:
         delay = 1.0
         while True:
             self._crds_changed.clear()
             try:
                 # Start from the list's resourceVersion so that what exists
                 # already does not count as a change.
-                listing = self._client.list(res, **list_kwargs)
+                listing = self._client.list(res, **selector)
                 async for _ in listing:
                     pass
                 rv = getattr(listing, "resourceVersion", None)
-                async for _event in watch(rv):
+                async for _event in self._client.watch(res, resource_version=rv, **selector):
                     delay = 1.0
                     if name == "crds":
                         self._crds_changed.set()
@@ -114,6 +95,3 @@ class TargetWatcher:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks.clear()
-
-
-WakeFn = Callable[[], Awaitable[None]]

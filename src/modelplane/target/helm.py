@@ -8,7 +8,6 @@ written to a private file for the duration of one call and removed after.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import shutil
 import tempfile
@@ -16,7 +15,6 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import yaml
 
@@ -145,12 +143,6 @@ class Helm:
         except HelmError as err:
             if "not found" not in str(err):
                 raise
-
-    async def get_values(self, name: str, namespace: str, kubeconfig: str) -> Any:
-        out = await self.run(
-            "get", "values", name, "--namespace", namespace, "-o", "json", kubeconfig=kubeconfig
-        )
-        return json.loads(out)
 
 
 @asynccontextmanager

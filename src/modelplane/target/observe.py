@@ -9,9 +9,6 @@ per object.
 
 from __future__ import annotations
 
-import base64
-import gzip
-import json
 from typing import Any
 
 from lightkube import AsyncClient, operators
@@ -143,10 +140,3 @@ def _as_dict(item: Any) -> dict[str, Any]:
         return item
     result: dict[str, Any] = item.to_dict()
     return result
-
-
-def decode_release(secret_data: str) -> dict[str, Any]:
-    """Helm's release payload: base64 (by the API) of base64 of gzip of JSON."""
-    raw = base64.b64decode(base64.b64decode(secret_data))
-    decoded: dict[str, Any] = json.loads(gzip.decompress(raw))
-    return decoded
