@@ -29,8 +29,8 @@ import yaml
 from lightkube import AsyncClient
 from lightkube.config.kubeconfig import KubeConfig
 
-from modelplane.api.models import Stack
 from modelplane.checks.checker import check_results, observe_for_check
+from modelplane.pins import Stack
 from modelplane.target.discovery import served_apis
 from modelplane.testenv import TestEnv
 

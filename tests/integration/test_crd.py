@@ -26,6 +26,7 @@ from lightkube.resources.core_v1 import Namespace
 from lightkube.types import PatchType
 from pydantic import ValidationError
 
+from modelplane import pins
 from modelplane.api.crd import servingstack_crd
 from modelplane.api.models import (
     API_GROUP,
@@ -41,7 +42,6 @@ from modelplane.api.models import (
     ServingStackSpec,
     ServingStackStatus,
 )
-from modelplane.catalog import pins
 from modelplane.testenv import TestEnv
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

@@ -8,9 +8,10 @@ from typing import Any
 import pytest
 import yaml
 
-from modelplane.api.models import ServingStackSpec, Stack
+from modelplane.api.models import ServingStackSpec
 from modelplane.catalog import components as c
 from modelplane.catalog.components import COMPONENTS, components_for, components_of_stack
+from modelplane.pins import Stack
 
 from .conftest import REQUIREMENTS_DOC
 

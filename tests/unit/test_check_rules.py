@@ -7,9 +7,9 @@ from typing import Any
 import pytest
 import yaml
 
-from modelplane.api.models import Stack
 from modelplane.catalog import components as catalog
 from modelplane.checks.checker import check_results, provided_stack, summarize
+from modelplane.pins import Stack
 from modelplane.plan import plan
 from modelplane.plan.advisories import (
     contains,

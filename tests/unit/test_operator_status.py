@@ -5,7 +5,6 @@ from __future__ import annotations
 import yaml
 
 from modelplane.api.models import ServingStack
-from modelplane.catalog.types import ApiRef
 from modelplane.operator.status import (
     Outcome,
     desired_status,
@@ -13,6 +12,7 @@ from modelplane.operator.status import (
     status_changed,
 )
 from modelplane.plan import Observed, plan
+from modelplane.wire import ApiRef
 
 STACK = ServingStack.model_validate(
     yaml.safe_load("""

@@ -16,13 +16,8 @@ from modelplane.plan.model import (
     RequirementStatus,
 )
 from modelplane.plan.observed import ObservedRelease
-from modelplane.plan.planner import (
-    DIGEST_ANNOTATION,
-    MANAGED_BY_LABEL,
-    Sources,
-    release_action,
-    release_state,
-)
+from modelplane.plan.planner import Sources, release_action, release_state
+from modelplane.wire import DIGEST_ANNOTATION, MANAGED_BY_LABEL
 
 from .conftest import CA_PEM, StackFactory
 

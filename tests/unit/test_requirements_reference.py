@@ -104,7 +104,7 @@ def test_generated_reference_matches_the_document() -> None:
 
 @pytest.mark.parametrize(("stack", "absent"), [("Standard", "grove"), ("Dynamo", "lws")])
 def test_reference_per_stack(stack: str, absent: str) -> None:
-    from modelplane.api.models import Stack
+    from modelplane.pins import Stack
 
     text = requirements_markdown(Stack(stack))
     assert "cert-manager" in text

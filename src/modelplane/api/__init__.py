@@ -4,12 +4,11 @@ from modelplane.api.models import (
     API_GROUP,
     API_VERSION,
     KIND,
-    ComponentsMode,
     ServingStack,
     ServingStackSpec,
     ServingStackStatus,
-    Stack,
 )
+from modelplane.pins import ComponentsMode, Stack
 
 __all__ = [
     "API_GROUP",

@@ -6,7 +6,7 @@ default written here is what the hub's API server enforces too. Cross-field
 rules that a structural schema cannot express are model validators here and
 CEL rules in the CRD, with the same messages.
 
-Default versions come from the catalog, so a version string is written once.
+Default versions come from ``modelplane.pins``, so a version string is written once.
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
-from modelplane.catalog import pins
+from modelplane import pins
+from modelplane.pins import ComponentsMode, Stack
 
 API_GROUP = "infrastructure.modelplane.ai"
 API_VERSION = "v1alpha1"
@@ -35,16 +36,6 @@ class _Model(BaseModel):
         extra="forbid",
         frozen=True,
     )
-
-
-class Stack(StrEnum):
-    STANDARD = "Standard"
-    DYNAMO = "Dynamo"
-
-
-class ComponentsMode(StrEnum):
-    MANAGED = "Managed"
-    PROVIDED = "Provided"
 
 
 class SecretType(StrEnum):

@@ -8,10 +8,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from modelplane.api.models import Stack
-from modelplane.catalog import pins
+from modelplane import pins
 from modelplane.catalog.types import (
-    ApiRef,
     ChartSource,
     Component,
     ConfigFileWired,
@@ -32,6 +30,8 @@ from modelplane.catalog.types import (
     Workloads,
     WorkloadsAvailable,
 )
+from modelplane.pins import Stack
+from modelplane.wire import ApiRef
 
 if TYPE_CHECKING:
     from modelplane.api.models import ServingStackSpec

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from modelplane.catalog import components as c
-from modelplane.catalog.types import ApiRef
+from modelplane.wire import ApiRef, object_key
 
 if TYPE_CHECKING:
     from modelplane.api.models import ServingStackSpec
@@ -68,12 +68,6 @@ class ConfigObject:
     @property
     def key(self) -> str:
         return object_key(self.body)
-
-
-def object_key(body: dict[str, Any]) -> str:
-    meta = body["metadata"]
-    namespace = meta.get("namespace", "")
-    return f"{body['apiVersion']}/{body['kind']}/{namespace}/{meta['name']}".replace("//", "/")
 
 
 def _obj(
@@ -322,7 +316,7 @@ def _queue(name: str, parent: str | None) -> dict[str, Any]:
 
 def dynamo_objects(spec: ServingStackSpec) -> list[ConfigObject]:
     """The KAI Queue hierarchy and the ModelExpress server."""
-    from modelplane.api.models import Stack
+    from modelplane.pins import Stack
 
     if spec.stack is not Stack.DYNAMO:
         return []

@@ -6,9 +6,9 @@ that page could be regenerated from the code.
 
 from __future__ import annotations
 
-from modelplane.api.models import Stack
 from modelplane.catalog.components import COMPONENTS, MODELPLANE_NAMESPACE
 from modelplane.catalog.types import Component, CRDServes, ObjectExists
+from modelplane.pins import Stack
 
 
 def _installs(c: Component) -> str:

@@ -7,29 +7,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
-    from modelplane.api.models import ServingStackSpec, Stack
+    from modelplane.api.models import ServingStackSpec
+    from modelplane.pins import Stack
+
+from modelplane.wire import ApiRef
 
 Values = dict[str, Any]
-
-
-@dataclass(frozen=True, order=True)
-class ApiRef:
-    """One resource of one API group-version, as discovery lists it."""
-
-    group: str
-    version: str
-    resource: str
-
-    @property
-    def group_version(self) -> str:
-        return f"{self.group}/{self.version}" if self.group else self.version
-
-    def __str__(self) -> str:
-        return (
-            f"{self.resource}.{self.group}/{self.version}"
-            if self.group
-            else (f"{self.resource}/{self.version}")
-        )
 
 
 @dataclass(frozen=True)

@@ -17,10 +17,9 @@ from typing import Any, TypeVar
 
 from lightkube import AsyncClient
 
-from modelplane.api.models import API_GROUP, API_VERSION, KIND, ServingStack, Stack
+from modelplane.api.models import API_GROUP, API_VERSION, KIND, ServingStack
 from modelplane.catalog.components import COMPONENTS, components_of_stack
 from modelplane.catalog.types import (
-    ApiRef,
     Component,
     ConfigFileWired,
     CriticalPodsAdmitted,
@@ -35,6 +34,7 @@ from modelplane.catalog.types import (
     WorkloadArg,
     WorkloadsAvailable,
 )
+from modelplane.pins import Stack
 from modelplane.plan import plan
 from modelplane.plan.model import RequirementResult, RequirementStatus
 from modelplane.plan.observed import (
@@ -48,6 +48,7 @@ from modelplane.plan.observed import (
     ObservedWorkload,
 )
 from modelplane.target.discovery import ApiStatusError, get_object, list_objects, served_apis
+from modelplane.wire import ApiRef
 
 NODES = ApiRef("", "v1", "nodes")
 CONFIG_MAPS = ApiRef("", "v1", "configmaps")
@@ -62,10 +63,6 @@ RESOURCE_SLICES = ApiRef("resource.k8s.io", "v1", "resourceslices")
 _UNOBSERVABLE_STATUS = (403, 404, 405)
 
 T = TypeVar("T")
-
-
-def api_key(api: ApiRef) -> str:
-    return f"{api.group}/{api.version}/{api.resource}"
 
 
 @dataclass
@@ -95,8 +92,8 @@ class _Needs:
                 elif isinstance(a, ServicePort):
                     needs.services.add((a.namespace, a.name))
                 elif isinstance(a, SelectsEverything):
-                    have = needs.custom.get(api_key(a.api), (a.api, ()))[1]
-                    needs.custom[api_key(a.api)] = (a.api, tuple(dict.fromkeys(have + a.fields)))
+                    have = needs.custom.get(a.api.key, (a.api, ()))[1]
+                    needs.custom[a.api.key] = (a.api, tuple(dict.fromkeys(have + a.fields)))
                 elif isinstance(a, NoNodeAdvertises):
                     needs.nodes = True
                 elif isinstance(a, GpuNodesLabelled | GpuNodesPublishSlices):
@@ -298,7 +295,7 @@ async def observe_required_objects(
 ) -> dict[str, list[str]]:
     """Names of the objects ``ObjectExists`` requirements ask about: one LIST per kind."""
     wanted = {
-        api_key(r.api): r.api
+        r.api.key: r.api
         for c in components
         for r in c.requirements
         if isinstance(r, ObjectExists) and _serves(apis, r.api)

@@ -21,8 +21,8 @@ from lightkube.config.kubeconfig import KubeConfig, SingleConfig
 from rich.console import Console
 from rich.markup import escape
 
-from modelplane.api.models import Stack
 from modelplane.checks.checker import run_checks, summarize
+from modelplane.pins import Stack
 from modelplane.plan.model import RequirementResult, RequirementStatus
 from modelplane.target.discovery import ApiStatusError, TargetError
 

@@ -11,9 +11,10 @@ import typer
 import yaml
 
 from modelplane.api.crd import servingstack_crd
-from modelplane.api.models import ServingStack, Stack
+from modelplane.api.models import ServingStack
 from modelplane.cli import render as present
 from modelplane.cli.inputs import InputError, load_yaml, parse
+from modelplane.pins import Stack
 from modelplane.plan import Observed, plan
 
 app = typer.Typer(

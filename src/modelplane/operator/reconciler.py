@@ -15,19 +15,19 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
 import httpx2
 import yaml
 from lightkube import AsyncClient
 from lightkube.core.exceptions import ApiError
 from pydantic import ValidationError
 
-from modelplane.api.models import ComponentsMode, ServingStack
+from modelplane.api.models import ServingStack
 from modelplane.catalog.components import components_for
-from modelplane.catalog.configuration import LAST, object_key
+from modelplane.catalog.configuration import LAST
 from modelplane.checks.checker import observe_cluster
 from modelplane.operator.options import OperatorOptions
 from modelplane.operator.status import Outcome
+from modelplane.pins import ComponentsMode
 from modelplane.plan import Observed, Plan, plan
 from modelplane.plan.model import ObjectAction, PlannedRelease, ReleaseAction
 from modelplane.plan.planner import crd_stub
@@ -35,12 +35,12 @@ from modelplane.target.apply import (
     apply_object,
     delete_object,
     fetch_manifests,
-    stamp_manifest,
 )
 from modelplane.target.connect import CredentialsError, Target, connect, read_kubeconfig
 from modelplane.target.discovery import ApiStatusError, TargetError
 from modelplane.target.helm import Helm, HelmError
 from modelplane.target.observe import observe
+from modelplane.wire import object_key, stamp
 
 log = logging.getLogger("modelplane.operator")
 
@@ -167,7 +167,7 @@ class StackReconciler:
         if url not in self.manifests:
             self.manifests[url] = await fetch_manifests(url)
         for body in self.manifests[url]:
-            await apply_object(target.client, stamp_manifest(body, digest))
+            await apply_object(target.client, stamp(body, digest))
 
     async def _release(self, release: PlannedRelease, target: Target) -> bool:
         verb = {
@@ -202,7 +202,7 @@ class StackReconciler:
             ApiError,
             httpx2.HTTPStatusError,
             # Fetching manifests from an upstream release or a mirror.
-            httpx.HTTPError,
+            httpx2.HTTPError,
             yaml.YAMLError,
             ValueError,
         ) as err:

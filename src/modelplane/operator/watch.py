@@ -21,7 +21,8 @@ from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
 from lightkube.resources.core_v1 import ConfigMap
 
 from modelplane.catalog.configuration import CLUSTER_CA, GATEWAY_NAME, GATEWAYS, NS
-from modelplane.target.resources import SETTLE_DELAY, resource
+from modelplane.target.resources import resource
+from modelplane.wire import SETTLE_DELAY, is_settling
 
 log = logging.getLogger("modelplane.operator.watch")
 
@@ -71,7 +72,7 @@ class TargetWatcher:
             except (ApiError, httpx2.HTTPStatusError) as err:
                 code = err.status.code if isinstance(err, ApiError) else err.response.status_code
                 log.debug("watch %s: HTTP %s", name, code)
-                if code == 429:
+                if isinstance(err, ApiError) and is_settling(err):
                     # A new CRD's storage is still starting: seconds, not minutes.
                     await asyncio.sleep(SETTLE_DELAY)
                     continue

@@ -343,7 +343,7 @@ def _scheduler_name(
 def _selects_everything(
     component: Component, a: SelectsEverything, spec: ServingStackSpec, facts: ClusterFacts
 ) -> Outcome:
-    key = f"{a.api.group}/{a.api.version}/{a.api.resource}"
+    key = a.api.key
     if key not in facts.custom:
         return _cannot(facts, key)
     objects = facts.custom[key]

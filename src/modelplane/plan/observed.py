@@ -10,7 +10,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from modelplane.catalog.types import ApiRef
+from modelplane.wire import ApiRef
 
 
 class ObservedRelease(BaseModel):
@@ -134,4 +134,4 @@ class Observed(BaseModel):
         return sorted(self.apis.get(api.group, {}).get(api.resource, []))
 
     def has_object(self, api: ApiRef, name: str) -> bool:
-        return name in self.objects.get(f"{api.group}/{api.version}/{api.resource}", [])
+        return name in self.objects.get(api.key, [])

@@ -6,21 +6,19 @@ the checker and ``render`` only call it.
 
 from __future__ import annotations
 
-import hashlib
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from modelplane.api.models import ComponentsMode, ServingStack
+from modelplane.api.models import ServingStack
 from modelplane.catalog.components import components_for
 from modelplane.catalog.configuration import (
     ConfigObject,
     client_ca_objects,
     configuration_for,
     https_listener_withheld,
-    object_key,
 )
 from modelplane.catalog.types import Component, CRDServes, ObjectExists, Requirement
+from modelplane.pins import ComponentsMode
 from modelplane.plan.advisories import evaluate_advisory
 from modelplane.plan.model import (
     ComponentPlan,
@@ -36,13 +34,8 @@ from modelplane.plan.model import (
     RequirementStatus,
 )
 from modelplane.plan.observed import Observed, ObservedRelease
+from modelplane.wire import DIGEST_ANNOTATION, digest, object_key, stamp
 
-MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
-MANAGED_BY = "modelplane"
-DIGEST_ANNOTATION = "modelplane.ai/digest"
-# Helm stores --labels on its release Secrets; the digest there says whether
-# chart, version and values changed since the last install or upgrade.
-RELEASE_DIGEST_LABEL = "modelplane.ai/digest"
 CONFIGURATION = "configuration"
 
 _LOCKED = {"pending-install", "pending-upgrade", "pending-rollback", "uninstalling"}
@@ -61,12 +54,6 @@ class Sources:
         return self.chart_repository_for.get(
             component.name, self.chart_repository or component.chart.repository
         )
-
-
-def digest(data: Any) -> str:
-    """A short, stable digest of JSON-able data."""
-    blob = json.dumps(data, sort_keys=True, separators=(",", ":")).encode()
-    return hashlib.sha256(blob).hexdigest()[:16]
 
 
 def plan(
@@ -301,15 +288,6 @@ def crd_stub(name: str) -> dict[str, Any]:
         "kind": "CustomResourceDefinition",
         "metadata": {"name": name},
     }
-
-
-def stamp(body: dict[str, Any]) -> dict[str, Any]:
-    """The object as applied: labelled as ours and carrying its own digest."""
-    meta = dict(body["metadata"])
-    meta["labels"] = {**meta.get("labels", {}), MANAGED_BY_LABEL: MANAGED_BY}
-    stamped = {**body, "metadata": meta}
-    meta["annotations"] = {**meta.get("annotations", {}), DIGEST_ANNOTATION: digest(stamped)}
-    return stamped
 
 
 def _object(config: ConfigObject, component: str, observed: Observed) -> PlannedObject:

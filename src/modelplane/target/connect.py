@@ -13,6 +13,7 @@ from lightkube.resources.core_v1 import Secret
 
 from modelplane.api.models import ServingStackSpec
 from modelplane.target.kubeconfig import KubeconfigError, parse_kubeconfig
+from modelplane.wire import FIELD_MANAGER
 
 
 class CredentialsError(Exception):
@@ -75,7 +76,7 @@ def connect(kubeconfig: str, *, allow_unsafe: bool = False, timeout: float = 10.
         config = parse_kubeconfig(kubeconfig, allow_unsafe=allow_unsafe)
     except KubeconfigError as err:
         raise CredentialsError("KubeconfigRefused", str(err)) from err
-    client = AsyncClient(config, timeout=httpx2.Timeout(timeout), field_manager="modelplane")
+    client = AsyncClient(config, timeout=httpx2.Timeout(timeout), field_manager=FIELD_MANAGER)
     return Target(client=client, kubeconfig=_normalise(kubeconfig))
 
 

@@ -19,7 +19,7 @@ from typing import Any
 import httpx2
 from lightkube import AsyncClient
 
-from modelplane.catalog.types import ApiRef
+from modelplane.wire import ApiRef
 
 APIS = dict[str, dict[str, list[str]]]
 

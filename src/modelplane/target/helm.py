@@ -19,7 +19,7 @@ from pathlib import Path
 import yaml
 
 from modelplane.plan.model import PlannedRelease, ReleaseAction
-from modelplane.plan.planner import RELEASE_DIGEST_LABEL
+from modelplane.wire import RELEASE_DIGEST_LABEL
 
 
 class HelmError(Exception):

@@ -23,18 +23,19 @@ from modelplane.catalog.configuration import (
     GATEWAY_NAME,
     NS,
     configuration_for,
-    object_key,
 )
-from modelplane.catalog.types import ApiRef, ObjectExists
+from modelplane.catalog.types import ObjectExists
 from modelplane.plan.observed import Observed, ObservedRelease
-from modelplane.plan.planner import (
+from modelplane.target.discovery import served_apis
+from modelplane.target.resources import list_settled, plural, resource
+from modelplane.wire import (
     DIGEST_ANNOTATION,
     MANAGED_BY,
     MANAGED_BY_LABEL,
     RELEASE_DIGEST_LABEL,
+    ApiRef,
+    object_key,
 )
-from modelplane.target.discovery import served_apis
-from modelplane.target.resources import list_settled, plural, resource
 
 CRD_API_VERSION = "apiextensions.k8s.io/v1"
 
@@ -90,7 +91,7 @@ async def observe(client: AsyncClient, spec: ServingStackSpec) -> Observed:
                 api = requirement.api
                 res = resource(f"{api.group}/{api.version}", requirement.kind, False)
                 names = [_as_dict(o)["metadata"]["name"] async for o in client.list(res)]
-                objects[f"{api.group}/{api.version}/{api.resource}"] = names
+                objects[api.key] = names
 
     return observed.model_copy(
         update={

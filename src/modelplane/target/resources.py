@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
 from functools import cache
 from typing import Any
 
 from lightkube import AsyncClient
-from lightkube.core.exceptions import ApiError
 from lightkube.generic_resource import create_global_resource, create_namespaced_resource
+
+from modelplane.wire import settled
 
 # Kubernetes pluralises kinds this way for every kind the product applies.
 _IRREGULAR: dict[str, str] = {}
@@ -37,20 +37,10 @@ def resource_of(body: dict[str, Any]) -> Any:
     return resource(body["apiVersion"], body["kind"], bool(body["metadata"].get("namespace")))
 
 
-# A CRD's storage takes a moment to initialise after the CRD is served; until
-# then the API server answers 429 with Retry-After: 1. That is a wait, not an
-# error worth a failed reconcile.
-SETTLE_ATTEMPTS = 20
-SETTLE_DELAY = 0.25
-
-
 async def list_settled(client: AsyncClient, res: Any, **kwargs: Any) -> list[Any]:
     """LIST, waiting out the 429s of a CRD whose storage is still initialising."""
-    for attempt in range(SETTLE_ATTEMPTS):
-        try:
-            return [item async for item in client.list(res, **kwargs)]
-        except ApiError as err:
-            if err.status.code != 429 or attempt == SETTLE_ATTEMPTS - 1:
-                raise
-            await asyncio.sleep(SETTLE_DELAY)
-    raise AssertionError("unreachable")
+
+    async def listing() -> list[Any]:
+        return [item async for item in client.list(res, **kwargs)]
+
+    return await settled(listing)

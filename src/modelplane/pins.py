@@ -1,9 +1,24 @@
-"""Every version the product installs and tests against, written once.
+"""What a ServingStack chooses between, and every version it gets by default.
+
+A leaf: the API models and the catalog both import it and it imports
+neither, so neither of them has to import the other for a default.
 
 The requirements document (the newer, main-branch one) decides where it and
-the CRD reference disagree; see ../shared/spec/README.md. The API models take
-their defaults from here, and so does the catalog.
+the CRD reference disagree; see ../shared/spec/README.md.
 """
+
+from enum import StrEnum
+
+
+class Stack(StrEnum):
+    STANDARD = "Standard"
+    DYNAMO = "Dynamo"
+
+
+class ComponentsMode(StrEnum):
+    MANAGED = "Managed"
+    PROVIDED = "Provided"
+
 
 CERT_MANAGER = "v1.20.2"
 KUBE_PROMETHEUS_STACK = "84.4.0"
