@@ -197,7 +197,7 @@ def test_client_cas_configmap_sorted_by_name() -> None:
 def test_client_traffic_policy_requires_client_certificates_on_https() -> None:
     objects = configuration_for(_spec(gateway={"hostname": HOST, "clientCAs": CAS}))
     policy = _one(objects, "ClientTrafficPolicy")
-    assert policy.withheld is None
+    assert policy.hold is None
     assert policy.body["apiVersion"] == "gateway.envoyproxy.io/v1alpha1"
     assert policy.body["metadata"] == {
         "name": "cluster-gateway-client-auth",
@@ -219,7 +219,8 @@ def test_client_traffic_policy_requires_client_certificates_on_https() -> None:
 def test_client_cas_without_hostname_are_withheld() -> None:
     objects = configuration_for(_spec(gateway={"clientCAs": CAS}))
     policy = _one(objects, "ClientTrafficPolicy")
-    assert policy.withheld is not None and "hostname" in policy.withheld
+    assert policy.hold is cfg.Hold.WITHHELD
+    assert policy.hold_reason is not None and "hostname" in policy.hold_reason
     gateway = _one(objects, "Gateway").body
     assert [x["name"] for x in gateway["spec"]["listeners"]] == ["http"]
 
@@ -330,4 +331,4 @@ def test_https_listener_held_back_when_a_spec_listener_takes_its_name_or_port(
     listeners = _one(objects, "Gateway").body["spec"]["listeners"]
     assert [x["name"] for x in listeners] == [listener["name"]]
     # The policy would otherwise target the spec's own listener.
-    assert _one(objects, "ClientTrafficPolicy").withheld == reason
+    assert _one(objects, "ClientTrafficPolicy").hold_reason == reason

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from modelplane.catalog.configuration import object_key
+from modelplane.catalog.configuration import Hold, object_key
 from modelplane.plan import Observed, Plan, plan
 from modelplane.plan.model import (
     ObjectAction,
@@ -101,19 +101,19 @@ def test_config_objects_held_back_naming_the_missing_api(make_stack: StackFactor
     for o in p.objects:
         if o.needs:
             assert o.action is ObjectAction.HOLD, o.key
-            assert o.held_back is not None
+            assert o.hold is not None and o.hold_reason is not None
             for api in o.needs:
-                assert api in o.held_back, (o.key, o.held_back)
+                assert api in o.hold_reason, (o.key, o.hold_reason)
         else:
             assert o.action is ObjectAction.APPLY, o.key
     gateway = _object(p, "Gateway")
-    assert gateway.held_back == (
+    assert gateway.hold_reason == (
         "waits for the target to serve gateways.gateway.networking.k8s.io/v1"
     )
-    assert _object(p, "Deployment").held_back == (
+    assert _object(p, "Deployment").hold_reason == (
         "waits for the target to serve modelmetadatas.modelexpress.nvidia.com/v1alpha1"
     )
-    assert _object(p, "Queue", "modelplane").held_back == (
+    assert _object(p, "Queue", "modelplane").hold_reason == (
         "waits for the target to serve queues.scheduling.run.ai/v2"
     )
 
@@ -382,7 +382,8 @@ def test_observed_digests_mean_nothing_to_do(
     assert all(r.state is ReleaseState.IN_SYNC for r in p.releases)
     assert all(m.action is ObjectAction.NONE for m in p.manifests)
     for o in p.objects:
-        assert o.action is (ObjectAction.HOLD if o.withheld else ObjectAction.NONE), o.key
+        withheld = o.hold is Hold.WITHHELD
+        assert o.action is (ObjectAction.HOLD if withheld else ObjectAction.NONE), o.key
     assert p.pending == []
     assert all(c.state in ("Ready", "Met") for c in p.components)
 
@@ -435,8 +436,8 @@ def test_notes_hostname_without_client_ca(make_stack: StackFactory) -> None:
 def test_client_cas_without_hostname_are_held_back_on_purpose(make_stack: StackFactory) -> None:
     p = plan(make_stack(gateway={"clientCAs": CAS}))
     policy = _object(p, "ClientTrafficPolicy")
-    assert policy.action is ObjectAction.HOLD and policy.withheld
-    assert policy.held_back is not None and "hostname" in policy.held_back
+    assert policy.action is ObjectAction.HOLD and policy.hold is Hold.WITHHELD
+    assert policy.hold_reason is not None and "hostname" in policy.hold_reason
     assert any("hostname" in n for n in p.notes if n.startswith("Held back"))
     assert all("ClientTrafficPolicy" not in x for x in p.pending)
 
@@ -446,7 +447,7 @@ def test_hostname_and_client_cas_add_https(make_stack: StackFactory) -> None:
     listeners = _object(p, "Gateway").object["spec"]["listeners"]
     assert [x["name"] for x in listeners] == ["http", "https"]
     assert not any("HTTPS listener" in n for n in p.notes)
-    assert _object(p, "ClientTrafficPolicy").withheld is False
+    assert _object(p, "ClientTrafficPolicy").hold is not Hold.WITHHELD
 
 
 # --- requirements ----------------------------------------------------------------------------
@@ -531,7 +532,7 @@ def test_observed_apis_per_resource(make_stack: StackFactory, serve_everything: 
     )
     policy = _object(p, "ClientTrafficPolicy")
     assert policy.action is ObjectAction.HOLD
-    assert "clienttrafficpolicies.gateway.envoyproxy.io/v1alpha1" in (policy.held_back or "")
+    assert "clienttrafficpolicies.gateway.envoyproxy.io/v1alpha1" in (policy.hold_reason or "")
     assert _object(p, "EnvoyProxy").action is ObjectAction.APPLY
 
 
@@ -541,4 +542,4 @@ def test_https_conflict_is_one_note(make_stack: StackFactory) -> None:
     held = [n for n in p.notes if n.startswith("Held back")]
     assert len(held) == 1 and "'https'" in held[0]
     policy = _object(p, "ClientTrafficPolicy")
-    assert policy.action is ObjectAction.HOLD and policy.withheld
+    assert policy.action is ObjectAction.HOLD and policy.hold is Hold.WITHHELD

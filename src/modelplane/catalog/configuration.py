@@ -8,6 +8,7 @@ target serves them. Names and shapes follow upstream Modelplane
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import IntEnum, StrEnum
 from typing import TYPE_CHECKING, Any
 
 from modelplane.catalog import components as c
@@ -49,10 +50,31 @@ BUNDLES = ApiRef("trust.cert-manager.io", "v1alpha1", "bundles")
 QUEUES = ApiRef("scheduling.run.ai", "v2", "queues")
 MODEL_METADATAS = c.MODELEXPRESS_CRDS.requirements[0].api
 
-# Teardown waves: the Gateway (and what targets it) goes first while the
-# gateway controller still runs to clear its finalizers, then the
-# GatewayClass, then the rest, the namespace last.
-FIRST, SECOND, THIRD, LAST = 0, 1, 2, 3
+
+class TeardownWave(IntEnum):
+    """When teardown deletes an object; a wave is gone before the next one goes.
+
+    An object that refers to another goes in an earlier wave than the one it
+    refers to, while the controller that clears its finalizers still runs:
+    the Gateway (and what targets it) before the GatewayClass, a KAI queue
+    before its parent (upstream-facts §0.2 "Teardown chain", §13 "Queue webhook").
+    """
+
+    FIRST = 0
+    SECOND = 1
+    THIRD = 2
+    # After the Helm releases, not waited for: a release may live in it.
+    LAST = 3
+
+
+class Hold(StrEnum):
+    """Why an object is not applied (its plan action is hold)."""
+
+    # The spec keeps it back on purpose, whatever the target serves: nothing
+    # changes until the spec does, so it is no work left.
+    WITHHELD = "Withheld"
+    # Until the target serves the APIs it needs.
+    WAITING_FOR_API = "WaitingForAPI"
 
 
 @dataclass(frozen=True)
@@ -61,9 +83,15 @@ class ConfigObject:
 
     body: dict[str, Any]
     needs: tuple[ApiRef, ...] = ()
-    # Why the object is deliberately not applied yet, whatever the target serves.
-    withheld: str | None = None
-    teardown_wave: int = THIRD
+    # Set only when the spec keeps the object back (Hold.WITHHELD); the plan
+    # adds Hold.WAITING_FOR_API from what the target serves.
+    hold: Hold | None = None
+    hold_reason: str | None = None
+    teardown_wave: TeardownWave = TeardownWave.THIRD
+
+    def __post_init__(self) -> None:
+        if (self.hold is None) != (self.hold_reason is None):
+            raise ValueError(f"{self.key}: a hold needs a reason, and a reason a hold")
 
     @property
     def key(self) -> str:
@@ -135,7 +163,7 @@ def https_listener_withheld(spec: ServingStackSpec) -> str | None:
 def gateway_objects(spec: ServingStackSpec) -> list[ConfigObject]:
     """Namespace, EnvoyProxy, GatewayClass and Gateway."""
     return [
-        ConfigObject(_obj("v1", "Namespace", NS, namespace=None), teardown_wave=LAST),
+        ConfigObject(_obj("v1", "Namespace", NS, namespace=None), teardown_wave=TeardownWave.LAST),
         ConfigObject(
             _obj(
                 f"{ENVOY_PROXIES.group_version}",
@@ -150,7 +178,7 @@ def gateway_objects(spec: ServingStackSpec) -> list[ConfigObject]:
                 },
             ),
             needs=(ENVOY_PROXIES,),
-            teardown_wave=THIRD,
+            teardown_wave=TeardownWave.THIRD,
         ),
         ConfigObject(
             _obj(
@@ -169,7 +197,7 @@ def gateway_objects(spec: ServingStackSpec) -> list[ConfigObject]:
                 },
             ),
             needs=(GATEWAY_CLASSES,),
-            teardown_wave=SECOND,
+            teardown_wave=TeardownWave.SECOND,
         ),
         ConfigObject(
             _obj(
@@ -179,7 +207,7 @@ def gateway_objects(spec: ServingStackSpec) -> list[ConfigObject]:
                 spec={"gatewayClassName": spec.gateway.class_name, "listeners": _listeners(spec)},
             ),
             needs=(GATEWAYS,),
-            teardown_wave=FIRST,
+            teardown_wave=TeardownWave.FIRST,
         ),
     ]
 
@@ -300,8 +328,9 @@ def client_ca_objects(spec: ServingStackSpec) -> list[ConfigObject]:
                 },
             ),
             needs=(CLIENT_TRAFFIC_POLICIES,),
-            withheld=withheld,
-            teardown_wave=FIRST,
+            hold=Hold.WITHHELD if withheld else None,
+            hold_reason=withheld,
+            teardown_wave=TeardownWave.FIRST,
         ),
     ]
 
@@ -326,8 +355,12 @@ def dynamo_objects(spec: ServingStackSpec) -> list[ConfigObject]:
     probe = {"tcpSocket": {"port": port}, "periodSeconds": 10}
     return [
         # KAI rejects deleting a queue that still has children: child first.
-        ConfigObject(_queue(KAI_ROOT_QUEUE, None), needs=(QUEUES,), teardown_wave=SECOND),
-        ConfigObject(_queue(KAI_QUEUE, KAI_ROOT_QUEUE), needs=(QUEUES,), teardown_wave=FIRST),
+        ConfigObject(
+            _queue(KAI_ROOT_QUEUE, None), needs=(QUEUES,), teardown_wave=TeardownWave.SECOND
+        ),
+        ConfigObject(
+            _queue(KAI_QUEUE, KAI_ROOT_QUEUE), needs=(QUEUES,), teardown_wave=TeardownWave.FIRST
+        ),
         ConfigObject(_obj("v1", "ServiceAccount", MODELEXPRESS_NAME, namespace=mx_ns)),
         ConfigObject(
             _obj(

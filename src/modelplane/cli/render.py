@@ -25,7 +25,7 @@ def plan_document(p: Plan) -> dict[str, Any]:
         "manifests": [m.model_dump(mode="json") for m in p.manifests],
         "objects": [o.object for o in p.objects],
         "heldBack": [
-            {"object": o.key, "reason": o.held_back}
+            {"object": o.key, "reason": o.hold_reason}
             for o in p.objects
             if o.action is ObjectAction.HOLD
         ],
@@ -101,7 +101,7 @@ def print_text(p: Plan, console: Console) -> None:
     if held or p.notes:
         console.print(Text("Held back", "bold"))
         for o in held:
-            console.print(f"  {o.key}: {o.held_back}", markup=False)
+            console.print(f"  {o.key}: {o.hold_reason}", markup=False)
         for note in p.notes:
             console.print(f"  note: {note}", markup=False)
 

@@ -23,7 +23,7 @@ from pydantic import ValidationError
 
 from modelplane.api.models import ServingStack
 from modelplane.catalog.components import components_for
-from modelplane.catalog.configuration import LAST
+from modelplane.catalog.configuration import TeardownWave
 from modelplane.checks.checker import observe_cluster
 from modelplane.operator.options import OperatorOptions
 from modelplane.operator.status import Outcome
@@ -226,7 +226,9 @@ class StackReconciler:
             observed = await observe(target.client, stack.spec)
             p = plan(stack, observed, self.options.sources())
             give_up = waited_seconds > self.options.teardown_wait_seconds
-            waves = sorted({o.teardown_wave for o in p.objects if o.teardown_wave < LAST})
+            waves = sorted(
+                {o.teardown_wave for o in p.objects if o.teardown_wave < TeardownWave.LAST}
+            )
             for wave in waves:
                 waiting = await self._delete_wave(p, observed, wave, target)
                 if waiting and not give_up:
@@ -258,13 +260,13 @@ class StackReconciler:
                         )
             # The namespace goes last; the cluster empties it on its own time,
             # and nothing of ours waits on that.
-            await self._delete_wave(p, observed, LAST, target)
+            await self._delete_wave(p, observed, TeardownWave.LAST, target)
         finally:
             await target.close()
         return None
 
     async def _delete_wave(
-        self, p: Plan, observed: Observed, wave: int, target: Target
+        self, p: Plan, observed: Observed, wave: TeardownWave, target: Target
     ) -> list[str]:
         waiting = []
         for o in p.objects:

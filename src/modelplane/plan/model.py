@@ -5,7 +5,9 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from modelplane.catalog.configuration import Hold, TeardownWave
 
 
 class _Frozen(BaseModel):
@@ -84,10 +86,17 @@ class PlannedObject(_Frozen):
     object: dict[str, Any]
     needs: list[str]
     action: ObjectAction
-    held_back: str | None = None
-    # Held back on purpose by the spec (not waiting for an API): not pending.
-    withheld: bool = False
-    teardown_wave: int
+    # Set exactly when the action is hold: why, and in words for a person.
+    hold: Hold | None = None
+    hold_reason: str | None = None
+    teardown_wave: TeardownWave
+
+    @model_validator(mode="after")
+    def _held_exactly_when_hold(self) -> PlannedObject:
+        held = self.action is ObjectAction.HOLD
+        if held != (self.hold is not None) or held != (self.hold_reason is not None):
+            raise ValueError(f"{self.key}: a hold and its reason go with action hold, and only")
+        return self
 
 
 class RequirementResult(_Frozen):
@@ -158,8 +167,8 @@ class Plan(_Frozen):
         for o in self.objects:
             if o.action is ObjectAction.APPLY:
                 out.append(f"{_short(o.key)}: apply")
-            elif o.action is ObjectAction.HOLD and not o.withheld:
-                out.append(f"{_short(o.key)}: {o.held_back}")
+            elif o.hold is Hold.WAITING_FOR_API:
+                out.append(f"{_short(o.key)}: {o.hold_reason}")
         return out
 
 

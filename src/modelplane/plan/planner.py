@@ -13,6 +13,7 @@ from modelplane.api.models import ServingStack
 from modelplane.catalog.components import components_for
 from modelplane.catalog.configuration import (
     ConfigObject,
+    Hold,
     client_ca_objects,
     configuration_for,
     https_listener_withheld,
@@ -294,13 +295,10 @@ def _object(config: ConfigObject, component: str, observed: Observed) -> Planned
     body = stamp(config.body)
     key = object_key(body)
     missing = [str(api) for api in config.needs if not observed.serves(api)]
-    held_back: str | None = None
-    withheld = False
-    if config.withheld:
-        held_back, withheld = config.withheld, True
-    elif missing:
-        held_back = f"waits for the target to serve {', '.join(missing)}"
-    if held_back:
+    hold, reason = config.hold, config.hold_reason
+    if hold is None and missing:
+        hold, reason = Hold.WAITING_FOR_API, f"waits for the target to serve {', '.join(missing)}"
+    if hold is not None:
         action = ObjectAction.HOLD
     elif observed.applied.get(key) == body["metadata"]["annotations"][DIGEST_ANNOTATION]:
         action = ObjectAction.NONE
@@ -312,8 +310,8 @@ def _object(config: ConfigObject, component: str, observed: Observed) -> Planned
         object=body,
         needs=[str(api) for api in config.needs],
         action=action,
-        held_back=held_back,
-        withheld=withheld,
+        hold=hold,
+        hold_reason=reason,
         teardown_wave=config.teardown_wave,
     )
 
@@ -380,8 +378,8 @@ def _notes(stack: ServingStack) -> list[str]:
     if withheld:
         notes.append(f"Held back: {withheld}.")
     for obj in client_ca_objects(spec):
-        if obj.withheld and obj.withheld != withheld:
-            notes.append(f"Held back: {obj.withheld}.")
+        if obj.hold_reason and obj.hold_reason != withheld:
+            notes.append(f"Held back: {obj.hold_reason}.")
     if spec.components is ComponentsMode.PROVIDED:
         notes.append(
             "Provided mode: no substrate is installed or removed; the requirements below are "
