@@ -123,17 +123,18 @@ class StackReconciler:
         finally:
             await target.close()
         if current is not None:
-            # A failure stands only while its component still has something to
-            # do: a pin put back, or a component the spec no longer has, clears it.
-            pending = (
-                {r.component for r in current.releases if r.action is not ReleaseAction.NONE}
-                | {m.component for m in current.manifests if m.action is not ObjectAction.NONE}
-                | {o.component for o in current.objects if o.action is ObjectAction.APPLY}
-            )
-            for settled in set(self.failures) - pending:
-                self.failures.pop(settled)
-                self.backoff.pop(settled, None)
+            self.forget_settled(current)
         return Outcome(plan=current, failures=dict(self.failures))
+
+    def forget_settled(self, p: Plan) -> None:
+        """Drop the failures (and backoff) of components with no work left.
+
+        A failure stands only while its component still has something to do:
+        a pin put back, or a component the spec no longer has, clears it.
+        """
+        for settled in set(self.failures) - p.components_with_work:
+            self.failures.pop(settled)
+            self.backoff.pop(settled, None)
 
     async def _target(self, stack: ServingStack) -> Target:
         kubeconfig = await read_kubeconfig(self.hub, stack.spec, stack.metadata.namespace)

@@ -120,6 +120,48 @@ class ComponentPlan(_Frozen):
     message: str = ""
 
 
+class Work(_Frozen):
+    """One thing that still stands between a component and done."""
+
+    component: str
+    what: str  # for a person: "release mp-lws: install", "modelplane-system/x: apply"
+
+
+def work_left(
+    releases: list[PlannedRelease],
+    manifests: list[PlannedManifests],
+    objects: list[PlannedObject],
+) -> list[Work]:
+    """Everything not done yet, in plan order: the one rule of "has work left".
+
+    Waiting counts (a release for its dependencies, an object for its API):
+    it is not done. An object the spec withholds does not: nothing changes
+    until the spec does.
+    """
+    out: list[Work] = []
+    for r in releases:
+        if r.action is ReleaseAction.WAIT:
+            out.append(
+                Work(
+                    component=r.component,
+                    what=f"release {r.name} waits for {', '.join(r.waiting_for)}",
+                )
+            )
+        elif r.action is not ReleaseAction.NONE:
+            out.append(Work(component=r.component, what=f"release {r.name}: {r.action}"))
+    out += [
+        Work(component=m.component, what=f"manifests of {m.component}: apply")
+        for m in manifests
+        if m.action is not ObjectAction.NONE
+    ]
+    for o in objects:
+        if o.action is ObjectAction.APPLY:
+            out.append(Work(component=o.component, what=f"{_short(o.key)}: apply"))
+        elif o.hold is Hold.WAITING_FOR_API:
+            out.append(Work(component=o.component, what=f"{_short(o.key)}: {o.hold_reason}"))
+    return out
+
+
 class GatewayReport(_Frozen):
     address: str | None = None
     ca_certificate: str | None = None
@@ -137,6 +179,9 @@ class Plan(_Frozen):
     requirements: list[RequirementResult]
     notes: list[str]
     gateway: GatewayReport
+    # Computed once by the planner (work_left); the status, component states
+    # and the reconciler's failures all read it.
+    work: list[Work]
 
     @property
     def unmet(self) -> list[RequirementResult]:
@@ -153,23 +198,12 @@ class Plan(_Frozen):
     @property
     def pending(self) -> list[str]:
         """What still stands between the target and Ready, for a person to read."""
-        out: list[str] = []
-        for r in self.releases:
-            if r.action is ReleaseAction.WAIT:
-                out.append(f"release {r.name} waits for {', '.join(r.waiting_for)}")
-            elif r.action is not ReleaseAction.NONE:
-                out.append(f"release {r.name}: {r.action}")
-        out += [
-            f"manifests of {m.component}: apply"
-            for m in self.manifests
-            if m.action is not ObjectAction.NONE
-        ]
-        for o in self.objects:
-            if o.action is ObjectAction.APPLY:
-                out.append(f"{_short(o.key)}: apply")
-            elif o.hold is Hold.WAITING_FOR_API:
-                out.append(f"{_short(o.key)}: {o.hold_reason}")
-        return out
+        return [w.what for w in self.work]
+
+    @property
+    def components_with_work(self) -> set[str]:
+        """The components (and "configuration") that are not done yet."""
+        return {w.component for w in self.work}
 
 
 def _short(key: str) -> str:

@@ -33,6 +33,7 @@ from modelplane.plan.model import (
     ReleaseState,
     RequirementResult,
     RequirementStatus,
+    work_left,
 )
 from modelplane.plan.observed import Observed, ObservedRelease
 from modelplane.wire import DIGEST_ANNOTATION, digest, object_key, stamp
@@ -108,16 +109,18 @@ def plan(
                 ready.add(component.name)
 
     objects += [_object(o, CONFIGURATION, observed) for o in configuration_for(spec)]
+    work = work_left(releases, manifests, objects)
+    busy = {w.component for w in work}
 
     component_plans = [
         _component_plan(
             c,
             releases,
             manifests,
-            objects,
             requirements,
             managed,
             c.name in unmet_by_component,
+            c.name in busy,
             spec_version=c.version_for(spec),
         )
         for c in components
@@ -137,6 +140,7 @@ def plan(
             address=observed.gateway_addresses[0] if observed.gateway_addresses else None,
             ca_certificate=observed.bundle_ca_certificate if spec.gateway.hostname else None,
         ),
+        work=work,
     )
 
 
@@ -320,10 +324,10 @@ def _component_plan(
     component: Component,
     releases: list[PlannedRelease],
     manifests: list[PlannedManifests],
-    objects: list[PlannedObject],
     requirements: list[RequirementResult],
     managed: bool,
     unmet: bool,
+    has_work: bool,
     spec_version: str,
 ) -> ComponentPlan:
     provided = component.role == "substrate" and not managed
@@ -335,18 +339,8 @@ def _component_plan(
             for r in requirements
             if r.component == component.name and r.status is not RequirementStatus.MET
         )
-    elif component.kind == "chart":
-        release = next(r for r in releases if r.component == component.name)
-        if release.action is ReleaseAction.WAIT:
-            state, message = "Waiting", f"waits for {', '.join(release.waiting_for)}"
-        elif release.action is not ReleaseAction.NONE:
-            state, message = "Pending", f"{release.action} ({release.state})"
-    elif component.kind == "manifests":
-        planned = next(m for m in manifests if m.component == component.name)
-        if planned.action is not ObjectAction.NONE:
-            state, message = "Pending", f"apply {planned.url}"
-    elif any(o.action is not ObjectAction.NONE for o in objects if o.component == component.name):
-        state, message = "Pending", "apply objects"
+    elif has_work:
+        state, message = _work_state(component, releases, manifests)
     return ComponentPlan(
         name=component.name,
         # Provided applies to the substrate only; the product's own
@@ -364,6 +358,21 @@ def _component_plan(
         state=state,
         message=message,
     )
+
+
+def _work_state(
+    component: Component, releases: list[PlannedRelease], manifests: list[PlannedManifests]
+) -> tuple[str, str]:
+    """How a component with work left (see ``work_left``) says what it is."""
+    if component.kind == "chart":
+        release = next(r for r in releases if r.component == component.name)
+        if release.action is ReleaseAction.WAIT:
+            return "Waiting", f"waits for {', '.join(release.waiting_for)}"
+        return "Pending", f"{release.action} ({release.state})"
+    if component.kind == "manifests":
+        planned = next(m for m in manifests if m.component == component.name)
+        return "Pending", f"apply {planned.url}"
+    return "Pending", "apply objects"
 
 
 def _notes(stack: ServingStack) -> list[str]:
