@@ -23,14 +23,13 @@ from pydantic import ValidationError
 
 from modelplane.api.models import ServingStack
 from modelplane.catalog.components import components_for
-from modelplane.catalog.configuration import TeardownWave
 from modelplane.checks.checker import observe_cluster
 from modelplane.operator.options import OperatorOptions
 from modelplane.operator.status import Outcome
 from modelplane.pins import ComponentsMode
-from modelplane.plan import Observed, Plan, plan
+from modelplane.plan import Plan, plan
 from modelplane.plan.model import ObjectAction, PlannedRelease, ReleaseAction
-from modelplane.plan.planner import crd_stub
+from modelplane.plan.teardown import DeleteObjects, TeardownStep, UninstallRelease, teardown_steps
 from modelplane.target.apply import (
     apply_object,
     delete_object,
@@ -40,7 +39,7 @@ from modelplane.target.connect import CredentialsError, Target, connect, read_ku
 from modelplane.target.discovery import ApiStatusError, TargetError
 from modelplane.target.helm import Helm, HelmError
 from modelplane.target.observe import observe
-from modelplane.wire import object_key, stamp
+from modelplane.wire import stamp
 
 log = logging.getLogger("modelplane.operator")
 
@@ -225,58 +224,49 @@ class StackReconciler:
         target = await self._target(stack)
         try:
             observed = await observe(target.client, stack.spec)
-            p = plan(stack, observed, self.options.sources())
+            steps = teardown_steps(plan(stack, observed, self.options.sources()), observed)
             give_up = waited_seconds > self.options.teardown_wait_seconds
-            waves = sorted(
-                {o.teardown_wave for o in p.objects if o.teardown_wave < TeardownWave.LAST}
-            )
-            for wave in waves:
-                waiting = await self._delete_wave(p, observed, wave, target)
-                if waiting and not give_up:
-                    return f"waiting for {', '.join(waiting)} to be deleted"
-                if waiting:
-                    self.emit(
-                        "Warning",
-                        "TeardownTimeout",
-                        f"gave up waiting for {', '.join(waiting)}; going on",
-                    )
-            for m in p.manifests:
-                for crd in m.crds if m.teardown else []:
-                    stub = crd_stub(crd)
-                    # Only what we applied: a CRD the cluster owner brought stays.
-                    if object_key(stub) in observed.applied:
-                        await delete_object(target.client, stub)
-                        log.info("teardown: deleted CustomResourceDefinition %s", crd)
-            if stack.spec.components is ComponentsMode.MANAGED:
-                for release in reversed(p.releases):
-                    if release.name in observed.releases:
-                        await self.helm.uninstall(
-                            release.name, release.namespace, target.kubeconfig
-                        )
-                        log.info("teardown: uninstalled release %s", release.name)
-                        self.emit(
-                            "Normal",
-                            "Uninstalled",
-                            f"uninstalled release {release.name} from {release.namespace}",
-                        )
-            # The namespace goes last; the cluster empties it on its own time,
-            # and nothing of ours waits on that.
-            await self._delete_wave(p, observed, TeardownWave.LAST, target)
+            waiting = await self._carry_out(steps, target, give_up)
         finally:
             await target.close()
+        return waiting
+
+    async def _carry_out(
+        self, steps: list[TeardownStep], target: Target, give_up: bool
+    ) -> str | None:
+        """Do the steps in order, up to the first whose objects are still there."""
+        for step in steps:
+            if isinstance(step, UninstallRelease):
+                await self._uninstall(step, target)
+                continue
+            remaining = await self._delete(step, target)
+            if not (step.wait and remaining):
+                continue
+            if not give_up:
+                return f"waiting for {', '.join(remaining)} to be deleted"
+            self.emit(
+                "Warning",
+                "TeardownTimeout",
+                f"gave up waiting for {', '.join(remaining)}; going on",
+            )
         return None
 
-    async def _delete_wave(
-        self, p: Plan, observed: Observed, wave: TeardownWave, target: Target
-    ) -> list[str]:
-        waiting = []
-        for o in p.objects:
-            if o.teardown_wave == wave and o.key in observed.applied:
-                name = f"{o.object['kind']} {o.object['metadata']['name']}"
-                log.info("teardown: deleted %s", name)
-                if await delete_object(target.client, o.object):
-                    waiting.append(name)
-        return waiting
+    async def _delete(self, step: DeleteObjects, target: Target) -> list[str]:
+        """Delete the step's objects; the ones still there (finalizers may hold them)."""
+        remaining = []
+        for ref in step.objects:
+            still_there = await delete_object(target.client, ref.body())
+            log.info("teardown: deleted %s", ref)
+            if still_there:
+                remaining.append(str(ref))
+        return remaining
+
+    async def _uninstall(self, step: UninstallRelease, target: Target) -> None:
+        await self.helm.uninstall(step.release, step.namespace, target.kubeconfig)
+        log.info("teardown: uninstalled release %s", step.release)
+        self.emit(
+            "Normal", "Uninstalled", f"uninstalled release {step.release} from {step.namespace}"
+        )
 
 
 def _without_status(body: dict[str, Any]) -> dict[str, Any]:

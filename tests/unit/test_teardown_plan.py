@@ -1,0 +1,194 @@
+"""``teardown_steps(plan, observed)``: what deleting a ServingStack does, in order."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from modelplane.plan import Observed, Plan, plan
+from modelplane.plan.observed import ObservedRelease
+from modelplane.plan.planner import crd_stub
+from modelplane.plan.teardown import (
+    DeleteObjects,
+    TeardownStep,
+    UninstallRelease,
+    teardown_steps,
+)
+from modelplane.wire import DIGEST_ANNOTATION, object_key
+
+from .conftest import CA_PEM, StackFactory
+
+HOST = "west.example.com"
+CAS = [{"name": "fleet", "certificate": CA_PEM}]
+GAIE_CRDS = ["CustomResourceDefinition inferencepools.inference.networking.k8s.io"]
+
+
+def installed(p: Plan, base: Observed | None = None) -> Observed:
+    """The target once everything in ``p`` was applied and installed."""
+    base = base or Observed()
+    releases = {
+        r.name: ObservedRelease(
+            name=r.name, namespace=r.namespace, revision=1, status="deployed", digest=r.digest
+        )
+        for r in p.releases
+    }
+    applied = {o.key: o.object["metadata"]["annotations"][DIGEST_ANNOTATION] for o in p.objects}
+    for m in p.manifests:
+        applied |= {object_key(crd_stub(crd)): m.digest for crd in m.crds}
+    return base.model_copy(update={"releases": releases, "applied": applied})
+
+
+def described(steps: list[TeardownStep]) -> list[tuple[Any, ...]]:
+    """Steps as a table a person reads: (verb, what, waits)."""
+    out: list[tuple[Any, ...]] = []
+    for step in steps:
+        if isinstance(step, UninstallRelease):
+            out.append(("uninstall", f"{step.namespace}/{step.release}"))
+        else:
+            out.append(("delete", [str(ref) for ref in step.objects], step.wait))
+    return out
+
+
+def test_managed_goes_gateway_first_then_crds_releases_and_the_namespace_last(
+    make_stack: StackFactory,
+) -> None:
+    stack = make_stack(gateway={"hostname": HOST, "clientCAs": CAS})
+    p = plan(stack)
+    assert described(teardown_steps(p, installed(p))) == [
+        # The gateway controller must still run to clear the Gateway's finalizers.
+        (
+            "delete",
+            ["Gateway inference-gateway", "ClientTrafficPolicy cluster-gateway-client-auth"],
+            True,
+        ),
+        ("delete", ["GatewayClass envoy"], True),
+        (
+            "delete",
+            [
+                "EnvoyProxy inference-gateway",
+                "Issuer modelplane-selfsigned",
+                "Certificate modelplane-cluster-ca",
+                "Issuer modelplane-cluster-ca",
+                "Certificate cluster-gateway-serving",
+                "Bundle modelplane-cluster-ca",
+                "ConfigMap modelplane-fleet-gateway-cas",
+            ],
+            True,
+        ),
+        ("delete", GAIE_CRDS, False),
+        ("uninstall", "lws-system/mp-lws"),
+        ("uninstall", "modelplane-system/mp-trust-manager"),
+        ("uninstall", "envoy-ai-gateway-system/mp-ai-gateway-helm"),
+        ("uninstall", "envoy-ai-gateway-system/mp-ai-gateway-crds-helm"),
+        ("uninstall", "envoy-gateway-system/mp-gateway-helm"),
+        ("uninstall", "nvidia-dra-driver/mp-dra-driver-nvidia-gpu"),
+        ("uninstall", "node-feature-discovery/mp-node-feature-discovery"),
+        ("uninstall", "monitoring/mp-kube-prometheus-stack"),
+        ("uninstall", "cert-manager/mp-cert-manager"),
+        # trust-manager lives in it: after the releases, and not waited for.
+        ("delete", ["Namespace modelplane-system"], False),
+    ]
+
+
+def test_kai_queue_goes_before_its_parent(make_stack: StackFactory) -> None:
+    p = plan(make_stack(stack="Dynamo"))
+    steps = described(teardown_steps(p, installed(p)))
+    [leaf] = [i for i, s in enumerate(steps) if "Queue modelplane" in s[1]]
+    [root] = [i for i, s in enumerate(steps) if "Queue modelplane-root" in s[1]]
+    assert leaf < root
+    assert steps[leaf][2] is True  # the parent waits until the child is gone
+
+
+def test_delete_steps_carry_what_the_api_needs_to_find_the_object(
+    make_stack: StackFactory,
+) -> None:
+    p = plan(make_stack(stack="Dynamo"))
+    first = teardown_steps(p, installed(p))[0]
+    assert isinstance(first, DeleteObjects)
+    bodies = {ref.kind: ref.body() for ref in first.objects}
+    assert bodies["Gateway"] == {
+        "apiVersion": "gateway.networking.k8s.io/v1",
+        "kind": "Gateway",
+        "metadata": {"name": "inference-gateway", "namespace": "modelplane-system"},
+    }
+    # Queues are cluster-scoped: no namespace to look them up in.
+    assert bodies["Queue"] == {
+        "apiVersion": "scheduling.run.ai/v2",
+        "kind": "Queue",
+        "metadata": {"name": "modelplane"},
+    }
+
+
+def test_every_release_goes_after_the_releases_that_depend_on_it(
+    make_stack: StackFactory,
+) -> None:
+    p = plan(make_stack(stack="Dynamo"))
+    # Listed the wrong way round, a dependency first in reverse would go too early.
+    shuffled = p.model_copy(update={"releases": list(reversed(p.releases))})
+    for candidate in (p, shuffled):
+        order = [
+            s.release
+            for s in teardown_steps(candidate, installed(p))
+            if isinstance(s, UninstallRelease)
+        ]
+        assert sorted(order) == sorted(r.name for r in p.releases)
+        for r in p.releases:
+            for dependency in r.depends_on:
+                [dep] = [x.name for x in p.releases if x.component == dependency]
+                assert order.index(r.name) < order.index(dep), (r.name, dep)
+
+
+@pytest.mark.parametrize("stack", ["Standard", "Dynamo"])
+def test_provided_never_uninstalls_even_what_managed_installed(
+    make_stack: StackFactory, stack: str
+) -> None:
+    # Installed while Managed; the spec switched to Provided since.
+    managed = plan(make_stack(stack=stack))
+    p = plan(make_stack(stack=stack, components="Provided"))
+    steps = teardown_steps(p, installed(managed))
+    assert not [s for s in steps if isinstance(s, UninstallRelease)]
+    deleted = [str(ref) for s in steps if isinstance(s, DeleteObjects) for ref in s.objects]
+    # The substrate's CRDs stay with the substrate; the configuration still goes.
+    assert not set(GAIE_CRDS) & set(deleted)
+    assert "Gateway inference-gateway" in deleted
+    assert "Namespace modelplane-system" in deleted
+
+
+def test_provided_dynamo_deletes_the_modelexpress_crds_it_applied(
+    make_stack: StackFactory,
+) -> None:
+    p = plan(make_stack(stack="Dynamo", components="Provided"))
+    crd_steps = [
+        s
+        for s in teardown_steps(p, installed(p))
+        if isinstance(s, DeleteObjects) and s.objects[0].kind == "CustomResourceDefinition"
+    ]
+    assert described(crd_steps) == [
+        ("delete", ["CustomResourceDefinition modelmetadatas.modelexpress.nvidia.com"], False)
+    ]
+
+
+def test_only_what_carries_our_marks_is_deleted(make_stack: StackFactory) -> None:
+    p = plan(make_stack())
+    observed = installed(p)
+    # The cluster owner brought the GAIE CRDs (no digest of ours); the
+    # Gateway is gone already; cert-manager was installed by someone else.
+    applied = {
+        key: value
+        for key, value in observed.applied.items()
+        if "CustomResourceDefinition" not in key and "/Gateway/" not in key
+    }
+    releases = {k: v for k, v in observed.releases.items() if k != "mp-cert-manager"}
+    steps = described(
+        teardown_steps(p, observed.model_copy(update={"applied": applied, "releases": releases}))
+    )
+    assert steps[0] == ("delete", ["GatewayClass envoy"], True)
+    assert not [s for s in steps if s[0] == "delete" and "CustomResourceDefinition" in s[1][0]]
+    assert ("uninstall", "cert-manager/mp-cert-manager") not in steps
+    assert steps[-1] == ("delete", ["Namespace modelplane-system"], False)
+
+
+def test_nothing_of_ours_on_the_target_means_nothing_to_do(make_stack: StackFactory) -> None:
+    p = plan(make_stack(stack="Dynamo", gateway={"hostname": HOST, "clientCAs": CAS}))
+    assert teardown_steps(p, Observed()) == []
