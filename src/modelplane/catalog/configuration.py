@@ -39,6 +39,11 @@ MODELEXPRESS_NAME = "modelexpress-server"
 MODELEXPRESS_NAMESPACE = "default"
 MODELEXPRESS_PORT = 8001
 MODELEXPRESS_IMAGE = "nvcr.io/nvidia/ai-dynamo/modelexpress-server"
+# The Lease on a target that names the one ServingStack acting on it
+# (modelplane.target.claim). It lives in the product's namespace so that a
+# person finds it next to the rest of the product's objects.
+CLAIM_NAME = "modelplane-claim"
+CLAIM_NAMESPACE = NS
 
 ENVOY_PROXIES = ApiRef("gateway.envoyproxy.io", "v1alpha1", "envoyproxies")
 CLIENT_TRAFFIC_POLICIES = ApiRef("gateway.envoyproxy.io", "v1alpha1", "clienttrafficpolicies")

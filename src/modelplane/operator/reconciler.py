@@ -30,6 +30,7 @@ from modelplane.pins import ComponentsMode
 from modelplane.plan import Plan, plan
 from modelplane.plan.model import ObjectAction, PlannedRelease, ReleaseAction
 from modelplane.plan.teardown import DeleteObjects, TeardownStep, UninstallRelease, teardown_steps
+from modelplane.target import claim
 from modelplane.target.apply import (
     apply_object,
     delete_object,
@@ -85,6 +86,13 @@ class StackReconciler:
             return Outcome(blocked_reason=err.reason, blocked_message=str(err))
         current: Plan | None = None
         try:
+            # Nothing is written to a target another ServingStack holds.
+            blocked = await claim.before_reconcile(
+                target.client, stack, self.emit, body.get("status")
+            )
+            if blocked is not None:
+                return Outcome(blocked_reason=blocked.reason, blocked_message=blocked.message)
+
             for _ in range(MAX_ROUNDS):
                 observed = await observe(target.client, stack.spec)
                 if stack.spec.components is ComponentsMode.PROVIDED:
@@ -223,10 +231,15 @@ class StackReconciler:
         stack = ServingStack.model_validate(_without_status(body))
         target = await self._target(stack)
         try:
+            if not await claim.before_teardown(target.client, stack, self.emit):
+                return None  # another stack's target: this one installed nothing there
+
             observed = await observe(target.client, stack.spec)
             steps = teardown_steps(plan(stack, observed, self.options.sources()), observed)
             give_up = waited_seconds > self.options.teardown_wait_seconds
             waiting = await self._carry_out(steps, target, give_up)
+            if waiting is None:
+                await claim.after_teardown(target.client, stack, self.emit)
         finally:
             await target.close()
         return waiting

@@ -1,0 +1,318 @@
+"""The claim on a target: one ServingStack at a time acts on a target cluster.
+
+Two ServingStacks that point at one target (from one hub or two) would each
+upgrade the shared releases to their own values on every resync, without
+end. So before a reconcile or a teardown writes anything to a target, the
+target must name its ServingStack as the owner.
+
+The claim is a ``coordination.k8s.io/v1`` Lease, ``modelplane-claim`` in
+``modelplane-system``, whose ``holderIdentity`` is ``namespace/name/uid`` of
+the owning ServingStack on its hub. A Lease because it is the Kubernetes
+object that says who holds something: every cluster serves it without a CRD
+(a Provided target must be claimed before anything is applied to it), and
+``kubectl get lease`` prints the holder. The UID, made by the hub's API
+server, keeps two hubs' ``platform/west`` apart; the namespace and name tell
+a person where to look.
+
+The claim never expires and is not renewed: a no-op resync reads it (one GET)
+and writes nothing, and an owner whose hub is down for a while does not lose
+its target to a competitor that would then fight it when it comes back. A
+claim whose owner is gone for good (deleted with the skip-teardown
+annotation, or its hub lost) is therefore left to a person: the blocked
+stack's condition names the owner and says how to release the claim.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from lightkube import AsyncClient
+from lightkube.core.exceptions import ApiError
+from lightkube.models.coordination_v1 import LeaseSpec
+from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.resources.coordination_v1 import Lease
+from pydantic import BaseModel, ConfigDict
+
+from modelplane.api.models import ServingStack
+from modelplane.catalog.configuration import CLAIM_NAME, CLAIM_NAMESPACE, configuration_for
+from modelplane.target.apply import apply_object
+from modelplane.wire import MANAGED_BY, MANAGED_BY_LABEL, stamp
+
+log = logging.getLogger("modelplane.operator.claim")
+
+Emit = Callable[[str, str, str], None]  # (type, reason, message) -> event on the ServingStack
+
+# The Ready reason of a stack whose target another ServingStack holds.
+TARGET_CLAIMED = "TargetClaimed"
+# Attempts at acquiring a free claim: each lost race re-reads the holder, so
+# more than one is only needed when the claim is freed again right away.
+ACQUIRE_ATTEMPTS = 3
+
+
+class StackIdentity(BaseModel):
+    """A ServingStack on some hub, as a claim names it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    namespace: str
+    name: str
+    uid: str
+
+    @classmethod
+    def of(cls, stack: ServingStack) -> StackIdentity:
+        uid = (stack.metadata.model_extra or {}).get("uid")
+        if not uid:
+            # Every object read from a hub has one; a claim without it could
+            # not tell two hubs' stacks of one name apart.
+            raise ValueError("metadata.uid: a ServingStack from the hub always has one; missing")
+        return cls(namespace=stack.metadata.namespace, name=stack.metadata.name, uid=str(uid))
+
+    @property
+    def holder(self) -> str:
+        return f"{self.namespace}/{self.name}/{self.uid}"
+
+    def __str__(self) -> str:
+        return f"ServingStack {self.namespace}/{self.name} (uid {self.uid})"
+
+
+class ClaimState(StrEnum):
+    """Who holds a target, as seen from one ServingStack."""
+
+    OURS = "Ours"  # it names this stack: act
+    FREE = "Free"  # no Lease, or one that names nobody: acquire, then act
+    HELD = "Held"  # it names another stack: write nothing
+
+
+def decide(holder: str | None, ours: StackIdentity) -> ClaimState:
+    """The state of the claim whose Lease names ``holder`` (None: no Lease)."""
+    if not holder:
+        # Kubernetes' own leader election releases a Lease by emptying the
+        # holder, so an empty holder is a free claim, whoever emptied it.
+        return ClaimState.FREE
+    return ClaimState.OURS if holder == ours.holder else ClaimState.HELD
+
+
+def _parse(holder: str) -> StackIdentity | None:
+    namespace, _, rest = holder.partition("/")
+    name, _, uid = rest.partition("/")
+    if namespace and name and uid and "/" not in uid:
+        return StackIdentity(namespace=namespace, name=name, uid=uid)
+    return None
+
+
+def describe_holder(holder: str) -> str:
+    """The owner as a person reads it; a holder we did not write is shown as is."""
+    owner = _parse(holder)
+    return str(owner) if owner is not None else f"holder {holder!r}"
+
+
+def blocked_message(holder: str, ours: StackIdentity) -> str:
+    """The Ready message of a stack blocked by another owner: stable, so a
+    resync that finds the same owner writes no status."""
+    owner = _parse(holder)
+    namesake = ""
+    if owner is not None and (owner.namespace, owner.name) == (ours.namespace, ours.name):
+        # Looks like "claimed by myself" at a glance; say what it is.
+        namesake = (
+            ", which has this ServingStack's name but another UID: an earlier "
+            "ServingStack of this name, or one on another hub"
+        )
+    return (
+        f"the target is claimed by {describe_holder(holder)}{namesake} (Lease "
+        f"{CLAIM_NAMESPACE}/{CLAIM_NAME} on the target); two ServingStacks on one "
+        "target would overwrite each other's releases, so this one writes nothing "
+        "there. To hand the target over, delete the owner: its teardown releases the "
+        "claim. If the owner is gone "
+        "(deleted with modelplane.ai/skip-teardown, or its hub is lost), release the "
+        f"claim by hand on the target: kubectl -n {CLAIM_NAMESPACE} delete lease {CLAIM_NAME}"
+    )
+
+
+def already_reported(status: Mapping[str, Any] | None, message: str) -> bool:
+    """True when the hub's status already says the stack is blocked by this owner.
+
+    The Warning event goes out once per owner, not once per resync, and the
+    status on the hub (not operator memory) remembers it across restarts.
+    """
+    for cond in (status or {}).get("conditions") or []:
+        if cond.get("type") == "Ready":
+            return bool(cond.get("reason") == TARGET_CLAIMED and cond.get("message") == message)
+    return False
+
+
+class ClaimContendedError(Exception):
+    """The claim kept changing hands while this stack tried to take it."""
+
+
+@dataclass(frozen=True)
+class Blocked:
+    """The reconcile stops here: another stack holds the target."""
+
+    reason: str
+    message: str
+
+
+# -- on the target -----------------------------------------------------------
+
+
+async def before_reconcile(
+    client: AsyncClient, stack: ServingStack, emit: Emit, status: Mapping[str, Any] | None
+) -> Blocked | None:
+    """Hold the claim before acting; None when this stack holds it."""
+    holder = await _hold(client, stack, emit)
+    if holder is None:
+        return None
+    message = blocked_message(holder, StackIdentity.of(stack))
+    if not already_reported(status, message):
+        emit("Warning", TARGET_CLAIMED, message)
+    return Blocked(TARGET_CLAIMED, message)
+
+
+async def before_teardown(client: AsyncClient, stack: ServingStack, emit: Emit) -> bool:
+    """True when teardown may touch the target: this stack holds (or took) the claim.
+
+    A stack that another one's claim blocked never installed anything there,
+    so its deletion leaves the owner's releases and objects alone. A free
+    claim is taken first, so no other stack starts installing while this one
+    uninstalls.
+    """
+    holder = await _hold(client, stack, emit)
+    if holder is None:
+        return True
+    emit(
+        "Normal",
+        "TeardownSkipped",
+        f"the target is claimed by {describe_holder(holder)}: this ServingStack never "
+        "acted on it, so its deletion leaves the target as it is",
+    )
+    return False
+
+
+async def after_teardown(client: AsyncClient, stack: ServingStack, emit: Emit) -> None:
+    """Release the claim, the last step of teardown: only if it still names us."""
+    ours = StackIdentity.of(stack)
+    lease = await _read(client)
+    if lease is None or decide(_holder_of(lease), ours) is not ClaimState.OURS:
+        return
+    # lightkube's delete sends no preconditions. Between the read and the
+    # delete the holder could change only if a person deleted the Lease and
+    # another stack claimed the target in those milliseconds.
+    try:
+        await client.delete(Lease, CLAIM_NAME, namespace=CLAIM_NAMESPACE)
+    except ApiError as err:
+        if err.status.code != 404:
+            raise
+        return
+    log.info("teardown: released the claim on the target (%s)", ours)
+    emit("Normal", "ClaimReleased", f"released the target: Lease {CLAIM_NAMESPACE}/{CLAIM_NAME}")
+
+
+async def _hold(client: AsyncClient, stack: ServingStack, emit: Emit) -> str | None:
+    """Make sure the claim names this stack; the other holder when it cannot."""
+    ours = StackIdentity.of(stack)
+    lease = await _read(client)
+    for _ in range(ACQUIRE_ATTEMPTS):
+        holder = _holder_of(lease)
+        state = decide(holder, ours)
+        if state is ClaimState.OURS:
+            return None
+        if state is ClaimState.HELD:
+            return holder
+        if await _acquire(client, stack, ours, lease):
+            log.info("claimed the target for %s", ours)
+            emit(
+                "Normal",
+                "ClaimAcquired",
+                f"claimed the target: Lease {CLAIM_NAMESPACE}/{CLAIM_NAME} names this "
+                "ServingStack as its owner",
+            )
+            return None
+        # Lost a race: someone else wrote the Lease in between. Whoever won
+        # is what the next read says.
+        log.debug("%s lost the race for the claim; reading it again", ours)
+        lease = await _read(client)
+    holder = _holder_of(lease)
+    if decide(holder, ours) is ClaimState.FREE:
+        raise ClaimContendedError(
+            f"Lease {CLAIM_NAMESPACE}/{CLAIM_NAME} on the target was freed and taken "
+            f"{ACQUIRE_ATTEMPTS} times while this ServingStack tried to claim it; trying later"
+        )
+    return None if decide(holder, ours) is ClaimState.OURS else holder
+
+
+async def _acquire(
+    client: AsyncClient, stack: ServingStack, ours: StackIdentity, lease: Lease | None
+) -> bool:
+    """Write the claim atomically; False when another writer got there first."""
+    now = datetime.datetime.now(datetime.UTC)
+    try:
+        if lease is None:
+            await _create(client, stack, _new_lease(ours, now))
+        else:
+            # A Lease that names nobody: replacing it at the resourceVersion
+            # read is atomic, as a create is for an absent one.
+            spec = lease.spec or LeaseSpec()
+            spec.holderIdentity = ours.holder
+            spec.acquireTime = now
+            spec.leaseTransitions = (spec.leaseTransitions or 0) + 1
+            lease.spec = spec
+            await client.replace(lease)
+    except ApiError as err:
+        if err.status.code == 409:  # AlreadyExists, or Conflict on the resourceVersion
+            return False
+        raise
+    return True
+
+
+async def _create(client: AsyncClient, stack: ServingStack, lease: Lease) -> None:
+    try:
+        await client.create(lease)
+        return
+    except ApiError as err:
+        if err.status.code != 404:
+            raise
+    # The namespace is missing. Created as the configuration would create it,
+    # so the plan finds it in place and teardown removes it with the rest.
+    await apply_object(client, stamp(namespace_body(stack)))
+    await client.create(lease)
+
+
+def namespace_body(stack: ServingStack) -> dict[str, Any]:
+    """The product's namespace, as the stack's configuration declares it."""
+    for config in configuration_for(stack.spec):
+        meta = config.body["metadata"]
+        if config.body["kind"] == "Namespace" and meta["name"] == CLAIM_NAMESPACE:
+            return config.body
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": CLAIM_NAMESPACE}}
+
+
+def _new_lease(ours: StackIdentity, now: datetime.datetime) -> Lease:
+    return Lease(
+        metadata=ObjectMeta(
+            name=CLAIM_NAME,
+            namespace=CLAIM_NAMESPACE,
+            labels={MANAGED_BY_LABEL: MANAGED_BY},
+        ),
+        # No leaseDurationSeconds: the claim does not expire (see the module).
+        spec=LeaseSpec(holderIdentity=ours.holder, acquireTime=now, leaseTransitions=0),
+    )
+
+
+async def _read(client: AsyncClient) -> Lease | None:
+    try:
+        return await client.get(Lease, CLAIM_NAME, namespace=CLAIM_NAMESPACE)
+    except ApiError as err:
+        if err.status.code == 404:
+            return None
+        raise
+
+
+def _holder_of(lease: Lease | None) -> str | None:
+    if lease is None or lease.spec is None:
+        return None
+    return lease.spec.holderIdentity
