@@ -1,38 +1,161 @@
-"""Reading user files into models, with errors that name the field."""
+"""Reading user files into models, with errors that name the file and the field.
+
+Whatever a file holds (bytes that are not UTF-8, YAML nested thousands deep,
+keys written twice, a snake_case field name), the outcome is an ``InputError``
+whose message a person can act on, never a traceback.
+"""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, TypeVar
 
 import yaml
 from pydantic import BaseModel, ValidationError
+from yaml.nodes import MappingNode, Node, ScalarNode
 
 M = TypeVar("M", bound=BaseModel)
+
+# Far above any spec (the API server refuses request bodies over 3 MiB) or
+# facts file; it keeps /dev/zero or a stray disk image from filling memory.
+MAX_INPUT_BYTES = 16 * 1024 * 1024
+# A spec is six levels deep and a facts file about as many. PyYAML composes
+# nodes recursively, so without a limit a few thousand "[" exhaust the stack.
+MAX_DEPTH = 64
+# One line per error; past this many the file is not worth reading line by line.
+MAX_ERRORS = 20
+
+_BOMS = (
+    (b"\xff\xfe\x00\x00", "UTF-32"),
+    (b"\x00\x00\xfe\xff", "UTF-32"),
+    (b"\xff\xfe", "UTF-16"),
+    (b"\xfe\xff", "UTF-16"),
+)
 
 
 class InputError(Exception):
     """Bad input: the message says which file and which field."""
 
 
+class _Loader(yaml.SafeLoader):
+    """YAML as kubectl reads it, as far as a verdict can depend on it.
+
+    Timestamps stay strings (kubectl sends ``2024-01-01`` as a string; PyYAML
+    would make it a date the models refuse), a key given twice is an error
+    (kubectl refuses it; PyYAML silently keeps the last), and nesting is
+    bounded.
+    """
+
+    # PyYAML reads this per class; a copy without the timestamp resolver.
+    yaml_implicit_resolvers = {  # noqa: RUF012
+        first: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:timestamp"]
+        for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+    }
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._depth = 0
+
+    def compose_node(self, parent: Node | None, index: Any) -> Node | None:
+        self._depth += 1
+        try:
+            if self._depth > MAX_DEPTH:
+                raise yaml.composer.ComposerError(
+                    None,
+                    None,
+                    f"nested deeper than {MAX_DEPTH} levels",
+                    self.peek_event().start_mark,  # type: ignore[no-untyped-call]
+                )
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+    def construct_mapping(self, node: MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[str] = set()
+        for key_node, _ in node.value:
+            if not isinstance(key_node, ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node)
+            if not isinstance(key, str):
+                # Every key either file holds is a string; 1 and true would
+                # also fold into one Python key.
+                raise yaml.constructor.ConstructorError(
+                    "while constructing a mapping",
+                    node.start_mark,
+                    f"found key {key_node.value!r}, which is not a string (quote it)",
+                    key_node.start_mark,
+                )
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    "while constructing a mapping",
+                    node.start_mark,
+                    f"found key {key!r} a second time",
+                    key_node.start_mark,
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+def _decode(path: Path, data: bytes) -> str:
+    for bom, encoding in _BOMS:
+        if data.startswith(bom):
+            raise InputError(
+                f"{path}: the file is {encoding} text (it starts with a {encoding} byte order "
+                "mark); save it as UTF-8"
+            )
+    try:
+        # A UTF-8 byte order mark is harmless; kubectl skips it too.
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        line = data.count(b"\n", 0, err.start) + 1
+        raise InputError(
+            f"{path}: not UTF-8 text: byte 0x{data[err.start]:02x} at offset {err.start} "
+            f"(line {line}) is not valid UTF-8"
+        ) from None
+
+
 def load_yaml(path: Path) -> Any:
     try:
-        text = path.read_text()
+        with path.open("rb") as f:
+            data = f.read(MAX_INPUT_BYTES + 1)
     except OSError as err:
         raise InputError(f"{path}: {err.strerror or err}") from err
+    if len(data) > MAX_INPUT_BYTES:
+        raise InputError(f"{path}: larger than {MAX_INPUT_BYTES // (1024 * 1024)} MiB")
+    text = _decode(path, data)
+    loader = _Loader(text)
+    loader.name = str(path)  # for the marks in an error: the file, not "<unicode string>"
     try:
-        return yaml.safe_load(text)
+        return loader.get_single_data()
     except yaml.YAMLError as err:
         raise InputError(f"{path}: not valid YAML: {err}") from err
+    except RecursionError:
+        # The depth limit should come first; this is the net under it.
+        raise InputError(f"{path}: not valid YAML: nested too deeply") from None
+    finally:
+        loader.dispose()
+
+
+def _show(part: object) -> str:
+    # A key from the file is printed as itself only when it cannot carry a
+    # terminal escape or a line break into the message.
+    text = str(part)
+    if re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", text):
+        return text
+    return repr(text[:64]) + ("..." if len(text) > 64 else "")
 
 
 def describe(err: ValidationError, prefix: str = "") -> str:
     lines = []
-    for e in err.errors():
-        loc = ".".join(str(p) for p in e["loc"])
+    errors = err.errors()
+    for e in errors[:MAX_ERRORS]:
+        loc = ".".join(_show(p) for p in e["loc"])
         path = f"{prefix}.{loc}" if prefix and loc else (prefix or loc)
         msg = e["msg"].removeprefix("Value error, ")
         lines.append(f"{path}: {msg}" if path else msg)
+    if len(errors) > MAX_ERRORS:
+        lines.append(f"... and {len(errors) - MAX_ERRORS} more errors")
     return "\n".join(lines)
 
 
@@ -47,3 +170,5 @@ def parse(model: type[M], data: Any, source: str) -> M:
         return model.model_validate(data)
     except ValidationError as err:
         raise InputError(f"{source}: invalid {model.__name__}:\n{describe(err)}") from err
+    except RecursionError:
+        raise InputError(f"{source}: invalid {model.__name__}: nested too deeply") from None
