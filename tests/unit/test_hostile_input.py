@@ -8,13 +8,17 @@ same verdicts is tests/integration/test_admission_parity.py.
 
 from __future__ import annotations
 
+import copy
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from pydantic import BaseModel, ValidationError
 from typer.testing import CliRunner
 
+from modelplane.api.models import ServingStackSpec
 from modelplane.cli import inputs
 from modelplane.cli.main import app
 
@@ -136,3 +140,48 @@ def test_a_flood_of_errors_is_cut_short(tmp_path: Path) -> None:
     path = _stack_file(tmp_path, manifest(**{f"field{i}": i for i in range(500)}))
     err = _refused(_render("-f", str(path)), "and 480 more errors")
     assert err.count("\n") < 30
+
+
+# --- wire names only ---------------------------------------------------------------
+
+
+def _renamed(model: type[BaseModel], prefix: str = "") -> Iterator[tuple[str, str]]:
+    """(dotted wire path of the parent, python name) of every field whose wire name differs."""
+    for name, field in model.model_fields.items():
+        alias = field.alias or name
+        if alias != name:
+            yield prefix, name
+        annotation = field.annotation
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            yield from _renamed(annotation, f"{prefix}.{alias}".lstrip("."))
+
+
+RENAMED = sorted(_renamed(ServingStackSpec))
+
+
+@pytest.mark.parametrize(("parent", "name"), RENAMED, ids=[f"{p}.{n}" for p, n in RENAMED])
+def test_a_python_field_name_is_refused_as_the_api_server_does(
+    tmp_path: Path, parent: str, name: str
+) -> None:
+    spec: dict[str, Any] = {"secrets": [{"type": "Kubeconfig", "name": "kc", "key": "k"}]}
+    node = spec
+    for part in filter(None, parent.split(".")):
+        node = node.setdefault(part, {})
+    field = (
+        ServingStackSpec.model_fields[name] if not parent else _model_at(parent).model_fields[name]
+    )
+    node[name] = copy.deepcopy(field.get_default(call_default_factory=True))
+    with pytest.raises(ValidationError):
+        ServingStackSpec.model_validate(spec)
+    path = _stack_file(tmp_path, manifest(**{k: v for k, v in spec.items() if k != "secrets"}))
+    wire = f"spec.{parent}.{name}".replace("..", ".")
+    _refused(_render("-f", str(path)), f"{wire}: unknown field; the field is written {field.alias}")
+
+
+def _model_at(dotted: str) -> type[BaseModel]:
+    model: type[BaseModel] = ServingStackSpec
+    for part in dotted.split("."):
+        field = next(f for n, f in model.model_fields.items() if (f.alias or n) == part)
+        assert isinstance(field.annotation, type)
+        model = field.annotation
+    return model

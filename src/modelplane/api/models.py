@@ -28,11 +28,16 @@ SHORT_NAME = "ss"
 
 
 class _Model(BaseModel):
-    """Camel-case on the wire, snake_case in Python, unknown fields refused."""
+    """Camel-case on the wire, snake_case in Python, unknown fields refused.
+
+    Input is read by alias only: the API server knows only the wire names and
+    refuses ``nvidia_driver_root``, so the models (and ``render``) must too.
+    """
 
     model_config = ConfigDict(
         alias_generator=to_camel,
-        populate_by_name=True,
+        validate_by_alias=True,
+        validate_by_name=False,
         extra="forbid",
         frozen=True,
     )
@@ -296,7 +301,9 @@ class ObjectMeta(BaseModel):
 class ServingStack(BaseModel):
     """A whole ServingStack object as read from a manifest or the hub."""
 
-    model_config = ConfigDict(populate_by_name=True, extra="forbid", frozen=True)
+    model_config = ConfigDict(
+        validate_by_alias=True, validate_by_name=False, extra="forbid", frozen=True
+    )
 
     api_version: str = Field(alias="apiVersion")
     kind: str

@@ -8,6 +8,8 @@ whose message a person can act on, never a traceback.
 from __future__ import annotations
 
 import re
+import types
+import typing
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -137,6 +139,35 @@ def load_yaml(path: Path) -> Any:
         loader.dispose()
 
 
+def _models_in(annotation: Any) -> list[type[BaseModel]]:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is not None:
+        return [m for arg in typing.get_args(annotation) for m in _models_in(arg)]
+    return []
+
+
+def _wire_name(model: type[BaseModel], loc: tuple[int | str, ...]) -> str | None:
+    """The wire name of the field ``loc`` names by its Python name, if it does."""
+    current = [model]
+    for part in loc[:-1]:
+        if isinstance(part, int):
+            continue  # an index into a list: the same models
+        current = [
+            inner
+            for m in current
+            for name, field in m.model_fields.items()
+            if (field.alias or name) == part
+            for inner in _models_in(field.annotation)
+        ]
+    last = loc[-1] if loc else None
+    for m in current:
+        field = m.model_fields.get(str(last))
+        if field is not None and field.alias and field.alias != last:
+            return field.alias
+    return None
+
+
 def _show(part: object) -> str:
     # A key from the file is printed as itself only when it cannot carry a
     # terminal escape or a line break into the message.
@@ -146,13 +177,18 @@ def _show(part: object) -> str:
     return repr(text[:64]) + ("..." if len(text) > 64 else "")
 
 
-def describe(err: ValidationError, prefix: str = "") -> str:
+def describe(err: ValidationError, prefix: str = "", model: type[BaseModel] | None = None) -> str:
     lines = []
     errors = err.errors()
     for e in errors[:MAX_ERRORS]:
         loc = ".".join(_show(p) for p in e["loc"])
         path = f"{prefix}.{loc}" if prefix and loc else (prefix or loc)
         msg = e["msg"].removeprefix("Value error, ")
+        wire = _wire_name(model, tuple(e["loc"])) if model is not None else None
+        if e["type"] == "extra_forbidden" and wire is not None:
+            # Accepting the Python name would let render pass what the API
+            # server refuses; saying the wire name makes the fix obvious.
+            msg = f"unknown field; the field is written {wire}"
         lines.append(f"{path}: {msg}" if path else msg)
     if len(errors) > MAX_ERRORS:
         lines.append(f"... and {len(errors) - MAX_ERRORS} more errors")
@@ -169,6 +205,8 @@ def parse(model: type[M], data: Any, source: str) -> M:
     try:
         return model.model_validate(data)
     except ValidationError as err:
-        raise InputError(f"{source}: invalid {model.__name__}:\n{describe(err)}") from err
+        raise InputError(
+            f"{source}: invalid {model.__name__}:\n{describe(err, model=model)}"
+        ) from err
     except RecursionError:
         raise InputError(f"{source}: invalid {model.__name__}: nested too deeply") from None
