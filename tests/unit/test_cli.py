@@ -231,8 +231,11 @@ def test_text_output_sections(tmp_path: Path) -> None:
 
 
 def test_text_output_does_not_read_input_as_markup(tmp_path: Path) -> None:
-    data = manifest(gateway={"hostname": "[bold]x", "clientCAs": []})
-    result = _run("render", "-f", str(_write(tmp_path, data)))
+    # No spec field that reaches the text output may hold "[" any more; an
+    # observed fact still can.
+    stack = _write(tmp_path, manifest())
+    observed = _write(tmp_path, {"gateway_addresses": ["[bold]x"]}, "observed.yaml")
+    result = _run("render", "-f", str(stack), "--observed", str(observed))
     assert result.exit_code == 0, result.output
     assert "[bold]x" in result.stdout
 

@@ -8,6 +8,7 @@ same verdicts is tests/integration/test_admission_parity.py.
 
 from __future__ import annotations
 
+import asyncio
 import copy
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,11 +19,17 @@ import yaml
 from pydantic import BaseModel, ValidationError
 from typer.testing import CliRunner
 
+from modelplane import pins
+from modelplane.api import models as m
+from modelplane.api.crd import servingstack_crd
 from modelplane.api.models import ServingStackSpec
+from modelplane.catalog.components import MODELEXPRESS_CRDS
 from modelplane.cli import inputs
 from modelplane.cli.main import app
+from modelplane.operator.options import OperatorOptions
+from modelplane.operator.reconciler import StackReconciler
 
-from .conftest import manifest
+from .conftest import CA_PEM, manifest
 
 UPSTREAM = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "upstream"
 
@@ -185,3 +192,257 @@ def _model_at(dotted: str) -> type[BaseModel]:
         assert isinstance(field.annotation, type)
         model = field.annotation
     return model
+
+
+# --- values as the API server reads them -----------------------------------------
+
+
+def test_a_null_is_an_absent_field_as_the_api_server_reads_it() -> None:
+    spec = ServingStackSpec.model_validate(
+        {
+            "secrets": [{"type": "Kubeconfig", "name": "kc", "key": "k", "namespace": None}],
+            "nvidiaDriverRoot": None,
+            "gateway": {"className": None, "listeners": None},
+            "versions": None,
+        }
+    )
+    assert spec.nvidia_driver_root == pins.NVIDIA_DRIVER_ROOT
+    assert spec.gateway.class_name == pins.GATEWAY_CLASS_NAME
+    assert spec.gateway.listeners == []
+    assert spec.versions.cert_manager == pins.CERT_MANAGER
+    with pytest.raises(ValidationError):
+        ServingStackSpec.model_validate({"secrets": None})
+
+
+@pytest.mark.parametrize(
+    ("port", "valid"), [(80, True), (80.0, True), ("80", False), (True, False), (80.5, False)]
+)
+def test_a_port_is_an_integer_as_json_writes_one(port: Any, valid: bool) -> None:
+    spec = _spec_with_port(port)
+    if valid:
+        assert ServingStackSpec.model_validate(spec).gateway.listeners[0].port == 80
+    else:
+        with pytest.raises(ValidationError):
+            ServingStackSpec.model_validate(spec)
+
+
+def _spec_with_port(port: Any) -> dict[str, Any]:
+    return {
+        "secrets": [{"type": "Kubeconfig", "name": "kc", "key": "k"}],
+        "gateway": {"listeners": [{"name": "web", "port": port, "protocol": "HTTP"}]},
+    }
+
+
+# --- strings that reach a URL, an image, a helm argument or the target -----------
+
+VERSION_FIELDS = [
+    "versions.certManager",
+    "versions.envoyGateway",
+    "versions.nodeFeatureDiscovery",
+    "versions.nvidiaDraDriver",
+    "versions.prometheus",
+    "versions.trustManager",
+    "standard.leaderWorkerSet",
+    "dynamo.grove",
+    "dynamo.kaiScheduler",
+]
+HOSTILE_STRINGS = [
+    "x/../../../other/repo/main/a?",
+    "../..",
+    "a?b",
+    "a#b",
+    "a%2f..",
+    "1.2.3\n",
+    "1.2.3 --set x=y",
+    "--post-renderer=/bin/sh",
+    "v1.2.3;rm",
+    "\x1b[31m1.2.3",
+    "1.2.3/../x",
+]
+
+# (wire path, valid values, invalid values)
+GRAMMARS: list[tuple[str, list[str], list[str]]] = [
+    *(
+        (
+            path,
+            ["1.2.3", "v1.2.3", "v0.1.0-alpha.12-rc2", "0.19.0", "84.4.0", "1.0.0+build.5"],
+            ["v1", "1.2", "01.2.3", "1.2.3-", "1.2.3-01", "latest", "V1.2.3", *HOSTILE_STRINGS],
+        )
+        for path in VERSION_FIELDS
+    ),
+    (
+        "dynamo.modelExpress",
+        ["0.4.1", "v0.5.0", "latest", "_x", "A-1.b_2"],
+        [".x", "-x", "a:b", "a@sha256", *HOSTILE_STRINGS],
+    ),
+    (
+        "nvidiaDriverRoot",
+        ["/", "/home/kubernetes/bin/nvidia", "/run/nvidia/driver", "/opt/.nvidia", "/a...b"],
+        ["", "//", "/a//b", "/a/", "a/b", "/./a", "/a/..", "/a/../b", "/...", "/a b", "/a\n"],
+    ),
+    (
+        "gateway.hostname",
+        ["west.example.com", "gateway", "a-1.b-2.example", "x" * 63 + ".com"],
+        [
+            "West.example.com",
+            "*.example.com",
+            "10.0.0.1",
+            "example.com.",
+            ".example.com",
+            "-a.com",
+            "a-.com",
+            "a_b.com",
+            "host:443",
+            "[::1]",
+            "x" * 64 + ".com",
+            "a.123",
+        ],
+    ),
+    (
+        "gateway.className",
+        ["envoy", "eg", "my.class-1"],
+        ["Envoy", "-envoy", "envoy-", "a_b", "a/b", "a..b"],
+    ),
+    (
+        "gateway.listeners.0.name",
+        ["http", "web-1", "a.b"],
+        ["HTTP", "web_1", "-web", "web-", "a b"],
+    ),
+    (
+        "gateway.clientCAs.0.name",
+        ["fleet", "fleet-a.b"],
+        ["Fleet", "fleet/a", "../fleet", "fleet a"],
+    ),
+    ("secrets.0.name", ["kc", "a.b-c"], ["x/../../../kube-system/secrets/y", "KC", ""]),
+    ("secrets.0.key", ["kubeconfig", "key.json", "a_B-1.x"], ["a/b", "a b", ""]),
+    ("secrets.1.namespace", ["identities"], ["a.b", "A", "../kube-system", ""]),
+]
+
+
+def _base() -> dict[str, Any]:
+    return {
+        "secrets": [
+            {"type": "Kubeconfig", "name": "kc", "key": "kubeconfig"},
+            {"type": "GoogleApplicationCredentials", "name": "sa", "key": "k", "namespace": "ns"},
+        ],
+        "gateway": {
+            "listeners": [{"name": "http", "port": 80, "protocol": "HTTP"}],
+            "clientCAs": [{"name": "fleet", "certificate": CA_PEM}],
+        },
+    }
+
+
+def _with(path: str, value: Any) -> dict[str, Any]:
+    spec = _base()
+    node: Any = spec
+    parts = path.split(".")
+    for part in parts[:-1]:
+        node = node[int(part)] if part.isdigit() else node.setdefault(part, {})
+    node[parts[-1]] = value
+    return spec
+
+
+def _paths(spec: dict[str, Any]) -> list[str]:
+    try:
+        ServingStackSpec.model_validate(spec)
+    except ValidationError as err:
+        return [".".join(str(p) for p in e["loc"]) for e in err.errors()]
+    return []
+
+
+CASES = [(path, v, True) for path, ok, _ in GRAMMARS for v in ok] + [
+    (path, v, False) for path, _, bad in GRAMMARS for v in bad
+]
+
+
+@pytest.mark.parametrize(("path", "value", "valid"), CASES)
+def test_grammar(path: str, value: str, valid: bool) -> None:
+    # The length limits stay what they were; a value past one is refused for that.
+    assert _paths(_with(path, value)) == ([] if valid else [path])
+
+
+def test_every_pin_is_a_chart_version() -> None:
+    for name in dir(pins):
+        value = getattr(pins, name)
+        if name.isupper() and isinstance(value, str) and value[:1] in "v0123456789":
+            if name == "MODEL_EXPRESS":
+                assert m.IMAGE_TAG.matches(value), name
+            else:
+                assert m.CHART_VERSION.matches(value), (name, value)
+
+
+def test_model_express_cannot_steer_the_manifest_url() -> None:
+    url = MODELEXPRESS_CRDS.manifests.url("x/../../../other/repo/main/a?")  # type: ignore[union-attr]
+    assert "other/repo" in url  # what the spec field could do before it had a grammar
+    assert _paths(_with("dynamo.modelExpress", "x/../../../other/repo/main/a?")) == [
+        "dynamo.modelExpress"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("path", "value"),
+    [
+        ("spec.gateway.hostname", "10.0.0.1"),
+        ("spec.nvidiaDriverRoot", "//"),
+        ("spec.dynamo.modelExpress", "x/../../../other/repo/main/a?"),
+        ("spec.gateway.listeners.0.name", "Web"),
+        ("spec.gateway.className", "Envoy"),
+    ],
+)
+def test_render_names_the_field_and_what_it_must_be(tmp_path: Path, path: str, value: str) -> None:
+    spec = _with(path.removeprefix("spec."), value)
+    data = {**manifest(), "spec": spec}
+    err = _refused(_render("-f", str(_stack_file(tmp_path, data))), f"\n{path}: must be ")
+    assert repr(value) in err
+
+
+def test_the_operator_names_the_field_in_invalid_spec() -> None:
+    # The spec is refused before the hub or a target is reached.
+    reconciler = StackReconciler(
+        hub=None,  # type: ignore[arg-type]
+        helm=None,  # type: ignore[arg-type]
+        options=OperatorOptions(),
+        emit=lambda *_: None,
+    )
+    body = {**manifest(), "spec": _with("gateway.hostname", "10.0.0.1")}
+    outcome = asyncio.run(reconciler.reconcile(body))
+    assert outcome.blocked_reason == "InvalidSpec"
+    assert outcome.blocked_message is not None
+    assert outcome.blocked_message.startswith("spec.gateway.hostname: must be a lowercase DNS")
+
+
+def _schema_at(path: str) -> dict[str, Any]:
+    node: dict[str, Any] = servingstack_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    node = node["properties"]["spec"]
+    for part in path.split("."):
+        node = node["items"] if part.isdigit() else node["properties"][part]
+    return node
+
+
+GRAMMAR_OF = {
+    "dynamo.modelExpress": m.IMAGE_TAG,
+    "nvidiaDriverRoot": m.HOST_PATH,
+    "gateway.hostname": m.HOSTNAME,
+    "gateway.className": m.DNS_SUBDOMAIN,
+    "gateway.listeners.0.name": m.DNS_SUBDOMAIN,
+    "gateway.clientCAs.0.name": m.DNS_SUBDOMAIN,
+    "secrets.0.name": m.DNS_SUBDOMAIN,
+    "secrets.0.key": m.SECRET_KEY,
+    "secrets.0.namespace": m.DNS_LABEL,
+    **dict.fromkeys(VERSION_FIELDS, m.CHART_VERSION),
+}
+
+
+@pytest.mark.parametrize("path", sorted(GRAMMAR_OF))
+def test_the_crd_carries_the_same_pattern(path: str) -> None:
+    node = _schema_at(path)
+    assert node["pattern"] == GRAMMAR_OF[path].pattern
+    assert node["pattern"].startswith("^") and node["pattern"].endswith("$")
+
+
+@pytest.mark.parametrize("grammar", sorted({g.pattern for g in GRAMMAR_OF.values()}))
+def test_patterns_stay_in_the_subset_re2_and_ecma_share(grammar: str) -> None:
+    # Python-only or ECMA-only syntax the API server's Go regexp would refuse
+    # or read differently; the integration parity test checks the rest.
+    for construct in ("(?=", "(?!", "(?<", "\\d", "\\w", "\\s", "\\b", "\\Z", "\\A"):
+        assert construct not in grammar

@@ -23,15 +23,15 @@ from .conftest import full_spec, manifest
 # (wire path, lowest allowed length/value or None, highest allowed length/value)
 # for every string, integer and list field of the spec, from the CRD reference.
 STRING_LIMITS: list[tuple[str, int, int]] = [
-    ("secrets.0.name", 0, 253),
-    ("secrets.0.key", 0, 253),
-    ("secrets.1.namespace", 0, 253),
+    ("secrets.0.name", 1, 253),
+    ("secrets.0.key", 1, 253),
+    ("secrets.1.namespace", 1, 253),
     ("gateway.className", 1, 63),
     ("gateway.hostname", 1, 253),
     ("gateway.listeners.0.name", 1, 63),
     ("gateway.clientCAs.0.name", 1, 253),
     ("gateway.clientCAs.0.certificate", 1, 16384),
-    ("nvidiaDriverRoot", 0, 512),
+    ("nvidiaDriverRoot", 1, 512),
     ("versions.certManager", 1, 32),
     ("versions.envoyGateway", 1, 32),
     ("versions.nodeFeatureDiscovery", 1, 32),
@@ -112,19 +112,35 @@ def test_full_spec_is_valid() -> None:
     assert _errors(full_spec()) == []
 
 
+def _filler(path: str, size: int) -> str | None:
+    """A string of ``size`` characters that only its length can make invalid.
+
+    None when the field's grammar has no valid value that short.
+    """
+    if path == "nvidiaDriverRoot":
+        return ("/" + "a" * size)[:size]
+    if path.startswith(("versions.", "standard.", "dynamo.")) and path != "dynamo.modelExpress":
+        # SemVer, padded with a build identifier; no version is shorter than 1.0.0.
+        return ("1.0.0+" + "a" * size)[:size] if size >= 6 else "1.0.0" if size == 5 else None
+    if path == "gateway.hostname":
+        # DNS labels are at most 63 characters; a name does not end in ".".
+        text = (("a" * 62 + ".") * 5)[:size]
+        return text[:-1] + "a" if text.endswith(".") else text
+    return "a" * size
+
+
 @pytest.mark.parametrize(("path", "low", "high"), STRING_LIMITS)
 def test_string_length_limits(path: str, low: int, high: int) -> None:
-    assert _errors(_set(full_spec(), path, "a" * high)) == []
-    errors = _errors(_set(full_spec(), path, "a" * (high + 1)))
+    assert _errors(_set(full_spec(), path, _filler(path, high))) == []
+    errors = _errors(_set(full_spec(), path, _filler(path, high + 1)))
     assert [loc for loc, _ in errors] == [path]
     assert f"at most {high} character" in errors[0][1]
-    if low > 0:
-        assert _errors(_set(full_spec(), path, "a" * low)) == []
-        errors = _errors(_set(full_spec(), path, "a" * (low - 1)))
-        assert [loc for loc, _ in errors] == [path]
-        assert f"at least {low} character" in errors[0][1]
-    else:
-        assert _errors(_set(full_spec(), path, "")) == []
+    shortest = _filler(path, low)
+    if shortest is not None:
+        assert _errors(_set(full_spec(), path, shortest)) == []
+    errors = _errors(_set(full_spec(), path, ""))
+    assert [loc for loc, _ in errors] == [path]
+    assert f"at least {low} character" in errors[0][1]
 
 
 @pytest.mark.parametrize(("path", "low", "high"), INT_LIMITS)

@@ -11,11 +11,21 @@ Default versions come from ``modelplane.pins``, so a version string is written o
 
 from __future__ import annotations
 
+import re
 from enum import StrEnum
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_validator,
+)
 from pydantic.alias_generators import to_camel
+from pydantic_core import PydanticCustomError
 
 from modelplane import pins
 from modelplane.pins import ComponentsMode, Stack
@@ -42,6 +52,24 @@ class _Model(BaseModel):
         frozen=True,
     )
 
+    @model_validator(mode="before")
+    @classmethod
+    def _null_is_absent(cls, data: Any) -> Any:
+        # The API server prunes a null from a field that is not nullable
+        # before it defaults and validates, so "className: null" is the
+        # default there; the models read it the same way.
+        if isinstance(data, dict):
+            return {k: v for k, v in data.items() if v is not None}
+        return data
+
+
+def _integral(value: Any) -> Any:
+    # The API server takes 80.0 for an integer field (JSON has one number
+    # type); "80" and true it refuses, and so does the strict check after this.
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
 
 class SecretType(StrEnum):
     KUBECONFIG = "Kubeconfig"
@@ -62,7 +90,146 @@ LISTENER_NAMES_RULE = "listener names must be unique"
 CLIENT_CA_NAMES_RULE = "clientCAs names must be unique"
 
 
-VersionPin = Annotated[str, Field(min_length=1, max_length=32)]
+# --- string grammars -------------------------------------------------------------
+#
+# Each grammar is written once and used twice: by the models (Python ``re``)
+# and, through the generated CRD, by the API server (Go's RE2, which reads the
+# ECMA-262 subset OpenAPI asks for). So every pattern stays in what the three
+# share: anchored with ^...$ (Go searches, Python is asked to fullmatch, and a
+# trailing newline matches neither), ASCII classes spelled out instead of \d or
+# \w (Python's \d matches any Unicode digit), no lookaround, no backreferences.
+# No pattern matches one string in more than one way (a path segment is
+# leading dots, one non-dot, then anything), so Python's backtracking stays
+# short: tens of microseconds at each field's maximum length.
+
+
+class Grammar:
+    """A pattern a string field must match, and what to tell a person who missed it."""
+
+    def __init__(self, pattern: str, must: str) -> None:
+        self.pattern = pattern
+        self.must = must
+        self._compiled = re.compile(pattern)
+
+    def matches(self, value: str) -> bool:
+        return self._compiled.fullmatch(value) is not None
+
+    def check(self, value: str) -> str:
+        if not self.matches(value):
+            # repr() keeps a control character in the value from reaching a
+            # terminal or an event as itself; the cut keeps a 16 KiB value short.
+            shown = repr(value) if len(value) <= 80 else repr(value[:80]) + "..."
+            raise PydanticCustomError(
+                "grammar_mismatch",
+                "{must} (got {shown})",
+                {"must": self.must, "shown": shown},
+            )
+        return value
+
+    @property
+    def schema(self) -> dict[str, Any]:
+        return {"pattern": self.pattern}
+
+
+_LABEL = "[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+# The Kubernetes object name (apimachinery IsDNS1123Subdomain), and the
+# pattern the Gateway API puts on a SectionName, the type of a listener name
+# (gateway.networking.k8s.io_gateways.yaml at v1.5.1, listeners[].name;
+# /work/shared/fixtures/upstream/gateway-api-standard). A GatewayClass, whose
+# name is spec.gateway.className, is an object, so its name is one too.
+DNS_SUBDOMAIN = Grammar(
+    f"^{_LABEL}(\\.{_LABEL})*$",
+    "must be a lowercase DNS-1123 subdomain: labels of a-z, 0-9 and '-', starting and "
+    "ending with a letter or digit, separated by '.'",
+)
+DNS_LABEL = Grammar(
+    f"^{_LABEL}$",
+    "must be a lowercase DNS-1123 label: a-z, 0-9 and '-', starting and ending with a "
+    "letter or digit",
+)
+# The Gateway API's Hostname (same CRD, listeners[].hostname) is a subdomain
+# with an optional "*." and "IPs are not allowed" in its description, which
+# its pattern cannot tell. Here: no wildcard (the gateway's certificate is for
+# one name), labels of at most 63 characters (RFC 1035 §2.3.4), and a last
+# label that starts with a letter, which RFC 1123 §2.1 gives as what tells a
+# name from a dotted-decimal address.
+_HOST_LABEL = "[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?"
+HOSTNAME = Grammar(
+    f"^({_HOST_LABEL}\\.)*[a-z]([-a-z0-9]{{0,61}}[a-z0-9])?$",
+    "must be a lowercase DNS name without a wildcard: labels of a-z, 0-9 and '-' of at "
+    "most 63 characters separated by '.', the last starting with a letter (an IP address "
+    "is not a hostname)",
+)
+# Secret data keys (apimachinery IsConfigMapKey's character set).
+SECRET_KEY = Grammar(
+    "^[-._a-zA-Z0-9]+$",
+    "must be a Secret key: letters, digits, '-', '_' and '.'",
+)
+# A chart version is SemVer 2 (helm.sh/docs/topics/charts, "Charts and
+# Versioning"); the grammar is semver.org's, with the leading "v" charts such
+# as cert-manager and Envoy Gateway publish under. Every pin in
+# modelplane.pins matches it (v0.1.0-alpha.12-rc2 included).
+_NUMBER = "(0|[1-9][0-9]*)"
+_PRERELEASE_ID = "(0|[1-9][0-9]*|[0-9]*[a-zA-Z-][0-9a-zA-Z-]*)"
+CHART_VERSION = Grammar(
+    f"^v?{_NUMBER}\\.{_NUMBER}\\.{_NUMBER}"
+    f"(-{_PRERELEASE_ID}(\\.{_PRERELEASE_ID})*)?"
+    "(\\+[0-9a-zA-Z-]+(\\.[0-9a-zA-Z-]+)*)?$",
+    "must be a chart version: SemVer 2 such as 1.2.3 or v0.1.0-alpha.1, with an "
+    "optional leading 'v'",
+)
+# An image tag (OCI distribution spec, "tag"). No '/', '?', '#' or '%': the
+# ModelExpress tag is also a path segment of the URL its CRDs are fetched from.
+IMAGE_TAG = Grammar(
+    "^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}$",
+    "must be an image tag: a letter, digit or '_', then letters, digits, '.', '_' or '-'",
+)
+# A host path handed to the DRA driver's hostPath mounts: absolute and clean
+# (no empty, '.' or '..' segment, no trailing '/'), of POSIX portable filename
+# characters. A segment starts with its dots, then one non-dot, so it is
+# never all dots.
+HOST_PATH = Grammar(
+    "^(/|(/\\.*[A-Za-z0-9_-][A-Za-z0-9._-]*)+)$",
+    "must be an absolute, clean path such as / or /home/kubernetes/bin/nvidia: no empty, "
+    "'.' or '..' segment, no trailing '/', letters, digits, '.', '_' and '-' only",
+)
+
+
+# String types that must match a grammar, in the models and (as the pattern) in the CRD.
+DnsSubdomain = Annotated[
+    str, Field(json_schema_extra=DNS_SUBDOMAIN.schema), AfterValidator(DNS_SUBDOMAIN.check)
+]
+DnsLabel = Annotated[
+    str, Field(json_schema_extra=DNS_LABEL.schema), AfterValidator(DNS_LABEL.check)
+]
+# An optional field's own length limits would be checked after the grammar
+# (on the union), so these carry theirs inside.
+Hostname = Annotated[
+    str,
+    Field(min_length=1, max_length=253, json_schema_extra=HOSTNAME.schema),
+    AfterValidator(HOSTNAME.check),
+]
+SecretNamespace = Annotated[
+    str,
+    Field(min_length=1, max_length=253, json_schema_extra=DNS_LABEL.schema),
+    AfterValidator(DNS_LABEL.check),
+]
+SecretKey = Annotated[
+    str, Field(json_schema_extra=SECRET_KEY.schema), AfterValidator(SECRET_KEY.check)
+]
+HostPath = Annotated[
+    str, Field(json_schema_extra=HOST_PATH.schema), AfterValidator(HOST_PATH.check)
+]
+VersionPin = Annotated[
+    str,
+    Field(min_length=1, max_length=32, json_schema_extra=CHART_VERSION.schema),
+    AfterValidator(CHART_VERSION.check),
+]
+ImageTag = Annotated[
+    str,
+    Field(min_length=1, max_length=32, json_schema_extra=IMAGE_TAG.schema),
+    AfterValidator(IMAGE_TAG.check),
+]
 
 
 class SecretRef(_Model):
@@ -73,11 +240,14 @@ class SecretRef(_Model):
         "any other value is a cloud identity the operator authenticates as instead of the "
         "kubeconfig's embedded credentials."
     )
-    name: str = Field(max_length=253, description="Name of the Secret.")
-    key: str = Field(max_length=253, description="Key within the Secret that holds the credential.")
-    namespace: str | None = Field(
+    # The name goes into the path of the hub request that reads the Secret:
+    # "x/../../../kube-system/secrets/y" would read another namespace's Secret.
+    name: DnsSubdomain = Field(min_length=1, max_length=253, description="Name of the Secret.")
+    key: SecretKey = Field(
+        min_length=1, max_length=253, description="Key within the Secret that holds the credential."
+    )
+    namespace: SecretNamespace | None = Field(
         default=None,
-        max_length=253,
         description="Namespace of the Secret when it is not this ServingStack's namespace. "
         "Allowed only on cloud identity entries.",
     )
@@ -90,14 +260,23 @@ class SecretRef(_Model):
 
 
 class Listener(_Model):
-    name: str = Field(min_length=1, max_length=63, description="Unique listener name.")
+    name: DnsSubdomain = Field(
+        min_length=1,
+        max_length=63,
+        description="Unique listener name: a lowercase DNS subdomain, as the Gateway API "
+        "requires of a listener's name.",
+    )
     # The API server refuses "80" and true for an integer; so does the model.
-    port: int = Field(ge=1, le=65535, strict=True, description="Port number for this listener.")
+    port: Annotated[int, BeforeValidator(_integral)] = Field(
+        ge=1, le=65535, strict=True, description="Port number for this listener."
+    )
     protocol: ListenerProtocol = Field(description="Protocol for this listener.")
 
 
 class ClientCA(_Model):
-    name: str = Field(
+    # Not a key anywhere (every CA goes into one bundle key), but the name of
+    # an InferenceGateway, so an object name.
+    name: DnsSubdomain = Field(
         min_length=1, max_length=253, description="The InferenceGateway this CA belongs to."
     )
     certificate: str = Field(
@@ -106,17 +285,15 @@ class ClientCA(_Model):
 
 
 class GatewaySpec(_Model):
-    class_name: str = Field(
+    class_name: DnsSubdomain = Field(
         default=pins.GATEWAY_CLASS_NAME,
         min_length=1,
         max_length=63,
         description="GatewayClass name. Override if the cluster already has a GatewayClass "
         "with this name.",
     )
-    hostname: str | None = Field(
+    hostname: Hostname | None = Field(
         default=None,
-        min_length=1,
-        max_length=253,
         description="The name this cluster's gateway is reached by. The gateway serves a "
         "certificate for it; without it the gateway serves plain HTTP and carries no fleet "
         "traffic.",
@@ -192,7 +369,7 @@ class DynamoVersions(_Model):
     kai_scheduler: VersionPin = Field(
         default=pins.KAI_SCHEDULER, description="KAI Scheduler chart version."
     )
-    model_express: VersionPin = Field(
+    model_express: ImageTag = Field(
         default=pins.MODEL_EXPRESS, description="ModelExpress server image tag."
     )
 
@@ -212,10 +389,12 @@ class ServingStackSpec(_Model):
         description="Managed installs every substrate component; Provided installs none "
         "and checks that the cluster serves what they would have.",
     )
-    nvidia_driver_root: str = Field(
+    nvidia_driver_root: HostPath = Field(
         default=pins.NVIDIA_DRIVER_ROOT,
+        min_length=1,
         max_length=512,
-        description="Host path of the NVIDIA driver, passed to the DRA driver. A non-default "
+        description="Host path of the NVIDIA driver, absolute and clean, passed to the DRA "
+        "driver. A non-default "
         "value also composes a ResourceQuota admitting the DRA driver's system-critical pods.",
     )
     versions: Versions = Field(default_factory=Versions, description="Version pins.")
@@ -293,8 +472,10 @@ class ServingStackStatus(_Model):
 class ObjectMeta(BaseModel):
     model_config = ConfigDict(extra="allow", frozen=True)
 
-    name: str
-    namespace: str = "default"
+    # What the API server checks of a custom resource's name and namespace,
+    # so a manifest render accepts is one the hub accepts too.
+    name: DnsSubdomain = Field(min_length=1, max_length=253)
+    namespace: DnsLabel = Field(default="default", min_length=1, max_length=63)
     generation: int | None = None
 
 
