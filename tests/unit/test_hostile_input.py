@@ -10,6 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import functools
+import http.server
+import os
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,11 +27,14 @@ from modelplane import pins
 from modelplane.api import models as m
 from modelplane.api.crd import servingstack_crd
 from modelplane.api.models import ServingStackSpec
-from modelplane.catalog.components import MODELEXPRESS_CRDS
+from modelplane.catalog.components import BY_NAME, GAIE_CRDS, MODELEXPRESS_CRDS
+from modelplane.catalog.types import CRDServes
 from modelplane.cli import inputs
 from modelplane.cli.main import app
 from modelplane.operator.options import OperatorOptions
 from modelplane.operator.reconciler import StackReconciler
+from modelplane.target import apply
+from modelplane.target.apply import ManifestError, fetch_manifests, vet_manifests
 
 from .conftest import CA_PEM, manifest
 
@@ -446,3 +453,139 @@ def test_patterns_stay_in_the_subset_re2_and_ecma_share(grammar: str) -> None:
     # or read differently; the integration parity test checks the rest.
     for construct in ("(?=", "(?!", "(?<", "\\d", "\\w", "\\s", "\\b", "\\Z", "\\A"):
         assert construct not in grammar
+
+
+# --- fetched manifests ----------------------------------------------------------------
+
+
+def _crd(name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": name},
+    }
+
+
+def _expected(component: str) -> tuple[list[str], tuple[str, ...]]:
+    c = BY_NAME[component]
+    assert c.manifests is not None
+    return [r.crd for r in c.requirements if isinstance(r, CRDServes)], c.manifests.other_crds
+
+
+GAIE_REQUIRED, GAIE_OTHERS = _expected(GAIE_CRDS.name)
+URL = "https://user:s3cret@mirror.example/gaie/v1.0.1/manifests.yaml"
+
+
+@pytest.mark.parametrize(
+    ("extra", "named"),
+    [
+        (
+            {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "planted"}},
+            "ConfigMap planted",
+        ),
+        (
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "ClusterRoleBinding",
+                "metadata": {"name": "own-the-cluster"},
+            },
+            "ClusterRoleBinding own-the-cluster",
+        ),
+        (_crd("widgets.example.com"), "CustomResourceDefinition widgets.example.com"),
+        (
+            {**_crd(GAIE_REQUIRED[0]), "apiVersion": "apiextensions.k8s.io/v1beta1"},
+            f"CustomResourceDefinition {GAIE_REQUIRED[0]}",
+        ),
+        ({"kind": "Secret\x1b[2J", "metadata": {"name": ["x"]}}, "Secret?[2J (no name)"),
+        ({"metadata": None}, "(no kind) (no name)"),
+    ],
+)
+def test_anything_else_refuses_the_whole_set(extra: dict[str, Any], named: str) -> None:
+    objects = [_crd(n) for n in GAIE_REQUIRED] + [extra]
+    with pytest.raises(ManifestError) as refused:
+        vet_manifests(objects, GAIE_REQUIRED, GAIE_OTHERS, URL)
+    message = str(refused.value)
+    assert named in message
+    assert "none of it was applied" in message
+    assert "s3cret" not in message and "mirror.example/gaie" in message
+    assert isinstance(refused.value, ValueError)  # what the reconciler's guard catches
+
+
+def test_the_set_must_hold_the_required_crd() -> None:
+    every = [_crd(n) for n in GAIE_REQUIRED + list(GAIE_OTHERS)]
+    assert vet_manifests(every, GAIE_REQUIRED, GAIE_OTHERS, URL) == every
+    with pytest.raises(ManifestError, match=f"lacks CustomResourceDefinition {GAIE_REQUIRED[0]}"):
+        vet_manifests([_crd(GAIE_OTHERS[0])], GAIE_REQUIRED, GAIE_OTHERS, URL)
+
+
+@pytest.mark.parametrize(
+    ("component", "files"),
+    [
+        (GAIE_CRDS.name, sorted((UPSTREAM / "gateway-api-inference-extension").glob("*.yaml"))),
+        (MODELEXPRESS_CRDS.name, [UPSTREAM / "modelexpress" / "crds.yaml"]),
+    ],
+)
+def test_the_real_upstream_crds_pass(component: str, files: list[Path]) -> None:
+    if not files or not files[0].exists():
+        pytest.skip(f"no upstream fixtures at {UPSTREAM}")
+    objects = [d for f in files for d in yaml.safe_load_all(f.read_text()) if d]
+    required, others = _expected(component)
+    assert vet_manifests(objects, required, others, "fixture") == objects
+    # Every CRD the catalog expects is one the upstream files hold.
+    assert {o["metadata"]["name"] for o in objects} == set(required) | set(others)
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    handler = functools.partial(Quiet, directory=os.fspath(tmp_path))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", tmp_path
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b"[" * 5000 + b"]" * 5000, "nested too deeply"),
+        (b"\xff\xfe" + "kind: x".encode("utf-16-le"), "not UTF-8"),
+        (b"---\n---\nkind: A\n---\njust a string\n", "document 3 is a str"),
+    ],
+)
+def test_fetched_manifests_that_are_not_objects_are_refused(
+    served: tuple[str, Path], content: bytes, message: str
+) -> None:
+    url, directory = served
+    (directory / "m.yaml").write_bytes(content)
+    with pytest.raises(ManifestError, match=message):
+        asyncio.run(fetch_manifests(f"{url}/m.yaml"))
+
+
+def test_fetched_manifests_are_bounded(
+    served: tuple[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(apply, "MAX_MANIFEST_BYTES", 1024 * 1024)
+    url, directory = served
+    (directory / "m.yaml").write_bytes(b"#" * (2 * 1024 * 1024))
+    with pytest.raises(ManifestError, match="more than 1 MiB"):
+        asyncio.run(fetch_manifests(f"{url}/m.yaml"))
+
+
+def test_fetched_manifests_are_objects(served: tuple[str, Path]) -> None:
+    url, directory = served
+    docs = [_crd("a.example.com"), None, _crd("b.example.com")]
+    (directory / "m.yaml").write_text(yaml.safe_dump_all(docs))
+    # An empty document between two "---" is nothing; a list is not an object.
+    assert asyncio.run(fetch_manifests(f"{url}/m.yaml")) == [docs[0], docs[2]]
+    (directory / "m.yaml").write_text(yaml.safe_dump_all([*docs, ["a", "b"]]))
+    with pytest.raises(ManifestError, match="document 4 is a list"):
+        asyncio.run(fetch_manifests(f"{url}/m.yaml"))

@@ -506,6 +506,11 @@ GAIE_CRDS = Component(
     manifests=ManifestSource(
         "https://github.com/kubernetes-sigs/gateway-api-inference-extension/releases/download",
         "{version}/manifests.yaml",
+        # The v1.0.1 release's CRDs besides InferencePool v1 (upstream-facts §9).
+        other_crds=(
+            "inferencepools.inference.networking.x-k8s.io",
+            "inferenceobjectives.inference.networking.x-k8s.io",
+        ),
     ),
     requirements=(
         CRDServes(
@@ -621,6 +626,7 @@ MODELEXPRESS_CRDS = Component(
     manifests=ManifestSource(
         "https://raw.githubusercontent.com/ai-dynamo/modelexpress",
         "v{version}/examples/crds.yaml",
+        other_crds=("modelcacheentries.modelexpress.nvidia.com",),  # upstream-facts §14
     ),
     requirements=(
         CRDServes(

@@ -270,6 +270,9 @@ class ManifestSource:
 
     base_url: str
     path: str  # relative to base_url; "{version}" is substituted
+    # CRDs the file carries besides those the requirements check. Nothing
+    # else is applied from it: a file holding anything more is refused whole.
+    other_crds: tuple[str, ...] = ()
 
     def url(self, version: str, base_url: str | None = None) -> str:
         base = (base_url or self.base_url).rstrip("/")

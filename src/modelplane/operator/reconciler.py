@@ -22,19 +22,20 @@ from lightkube.core.exceptions import ApiError
 from pydantic import ValidationError
 
 from modelplane.api.models import ServingStack
-from modelplane.catalog.components import components_for
+from modelplane.catalog.components import BY_NAME, components_for
 from modelplane.checks.checker import observe_cluster
 from modelplane.operator.options import OperatorOptions
 from modelplane.operator.status import Outcome
 from modelplane.pins import ComponentsMode
 from modelplane.plan import Plan, plan
-from modelplane.plan.model import ObjectAction, PlannedRelease, ReleaseAction
+from modelplane.plan.model import ObjectAction, PlannedManifests, PlannedRelease, ReleaseAction
 from modelplane.plan.teardown import DeleteObjects, TeardownStep, UninstallRelease, teardown_steps
 from modelplane.target import claim
 from modelplane.target.apply import (
     apply_object,
     delete_object,
     fetch_manifests,
+    vet_manifests,
 )
 from modelplane.target.connect import CredentialsError, Target, connect, read_kubeconfig
 from modelplane.target.discovery import ApiStatusError, TargetError
@@ -156,9 +157,7 @@ class StackReconciler:
         changed = False
         for m in p.manifests:
             if m.action is ObjectAction.APPLY and self._due(m.component):
-                changed |= await self._guard(
-                    m.component, self._apply_manifests(m.url, m.digest, target)
-                )
+                changed |= await self._guard(m.component, self._apply_manifests(m, target))
         for o in p.objects:
             if o.action is ObjectAction.APPLY and self._due(o.component):
                 changed |= await self._guard(o.component, apply_object(target.client, o.object))
@@ -171,11 +170,16 @@ class StackReconciler:
         results = await asyncio.gather(*(self._release(r, target) for r in releases))
         return changed or any(results)
 
-    async def _apply_manifests(self, url: str, digest: str, target: Target) -> None:
-        if url not in self.manifests:
-            self.manifests[url] = await fetch_manifests(url)
-        for body in self.manifests[url]:
-            await apply_object(target.client, stamp(body, digest))
+    async def _apply_manifests(self, m: PlannedManifests, target: Target) -> None:
+        if m.url not in self.manifests:
+            source = BY_NAME[m.component].manifests
+            others = source.other_crds if source is not None else ()
+            # Vetted before it is cached: a refused set is fetched afresh next time.
+            self.manifests[m.url] = vet_manifests(
+                await fetch_manifests(m.url), m.crds, others, m.url
+            )
+        for body in self.manifests[m.url]:
+            await apply_object(target.client, stamp(body, m.digest))
 
     async def _release(self, release: PlannedRelease, target: Target) -> bool:
         verb = {

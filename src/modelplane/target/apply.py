@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import re
+from collections.abc import Collection
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import httpx2
 import yaml
@@ -49,9 +52,110 @@ async def delete_object(client: AsyncClient, body: dict[str, Any]) -> bool:
     return True
 
 
+# A release's CRD file is a few hundred KiB (Gateway API's largest CRD is
+# under 500 KiB); more than this is not a manifest we asked for.
+MAX_MANIFEST_BYTES = 8 * 1024 * 1024
+CRD_API_VERSION = "apiextensions.k8s.io/v1"
+CRD_KIND = "CustomResourceDefinition"
+
+
+class ManifestError(ValueError):
+    """A fetched manifest set the operator will not apply; nothing of it was applied.
+
+    A ValueError, so the reconciler's guard reports it as the component's failure.
+    """
+
+
+def shown_url(url: str) -> str:
+    """``url`` without user and password, which a mirror's URL may carry."""
+    parsed = urlsplit(url)
+    if "@" not in parsed.netloc:
+        return url
+    return urlunsplit(parsed._replace(netloc=parsed.netloc.rpartition("@")[2]))
+
+
 async def fetch_manifests(url: str, timeout: float = 60.0) -> list[dict[str, Any]]:
     """The objects of a release manifest, as the upstream (or a mirror) serves it."""
-    async with httpx2.AsyncClient(timeout=timeout, follow_redirects=True) as http:
-        response = await http.get(url)
+    shown = shown_url(url)
+    async with (
+        httpx2.AsyncClient(timeout=timeout, follow_redirects=True) as http,
+        http.stream("GET", url) as response,
+    ):
         response.raise_for_status()
-    return [doc for doc in yaml.safe_load_all(response.text) if isinstance(doc, dict)]
+        data = bytearray()
+        async for chunk in response.aiter_bytes():
+            data += chunk
+            if len(data) > MAX_MANIFEST_BYTES:
+                raise ManifestError(
+                    f"{shown} serves more than {MAX_MANIFEST_BYTES // (1024 * 1024)} MiB"
+                )
+    try:
+        text = bytes(data).decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        raise ManifestError(f"{shown} is not UTF-8 text (byte {err.start})") from None
+    try:
+        docs = list(yaml.safe_load_all(text))
+    except RecursionError:
+        # PyYAML composes nodes recursively; the guard does not catch this.
+        raise ManifestError(f"{shown} is not valid YAML: nested too deeply") from None
+    objects = []
+    for index, doc in enumerate(docs):
+        if doc is None:
+            continue  # an empty document between two "---"
+        if not isinstance(doc, dict):
+            raise ManifestError(
+                f"{shown}: document {index + 1} is a {type(doc).__name__}, not an object"
+            )
+        objects.append(doc)
+    return objects
+
+
+def _printable(value: object, limit: int) -> str:
+    # The text goes into an event and the status: no control characters, short.
+    return re.sub(r"[^\x20-\x7e]", "?", str(value))[:limit]
+
+
+def _name(body: dict[str, Any]) -> str | None:
+    metadata = body.get("metadata")
+    name = metadata.get("name") if isinstance(metadata, dict) else None
+    return name if isinstance(name, str) else None
+
+
+def vet_manifests(
+    objects: list[dict[str, Any]],
+    required: Collection[str],
+    allowed: Collection[str],
+    source: str,
+) -> list[dict[str, Any]]:
+    """``objects`` if they are exactly what the catalog expects the source to bring.
+
+    Every object must be a CustomResourceDefinition named in ``required`` or
+    ``allowed``, and every ``required`` one must be there. Anything else
+    refuses the whole set: the URL is built from a spec field and may point at
+    a mirror, and whatever it serves would be applied with the operator's
+    rights on the target.
+    """
+    source = shown_url(source)
+    expected = set(required) | set(allowed)
+    unexpected = [
+        f"{_printable(body.get('kind') or '(no kind)', 80)} "
+        f"{_printable(_name(body) or '(no name)', 253)}"
+        for body in objects
+        if body.get("apiVersion") != CRD_API_VERSION
+        or body.get("kind") != CRD_KIND
+        or _name(body) not in expected
+    ]
+    if unexpected:
+        shown = ", ".join(unexpected[:5]) + (
+            f" and {len(unexpected) - 5} more" if len(unexpected) > 5 else ""
+        )
+        raise ManifestError(
+            f"{source} holds objects this component does not bring, so none of it was "
+            f"applied: {shown} (expected only {CRD_KIND} {', '.join(sorted(expected))})"
+        )
+    missing = sorted(set(required) - {_name(body) for body in objects})
+    if missing:
+        raise ManifestError(
+            f"{source} lacks {CRD_KIND} {', '.join(missing)}, so none of it was applied"
+        )
+    return objects
