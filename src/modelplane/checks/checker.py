@@ -36,7 +36,7 @@ from modelplane.catalog.types import (
 )
 from modelplane.pins import Stack
 from modelplane.plan import plan
-from modelplane.plan.model import RequirementResult, RequirementStatus
+from modelplane.plan.model import RequirementResult, RequirementStatus, Severity
 from modelplane.plan.observed import (
     ClusterFacts,
     Observed,
@@ -373,7 +373,9 @@ def summarize(results: list[RequirementResult]) -> Summary:
     return Summary(
         met=count(RequirementStatus.MET),
         unmet=sum(
-            1 for r in results if r.severity == "required" and r.status is not RequirementStatus.MET
+            1
+            for r in results
+            if r.severity is Severity.REQUIRED and r.status is not RequirementStatus.MET
         ),
         warning=count(RequirementStatus.WARNING),
         unknown=count(RequirementStatus.UNKNOWN),

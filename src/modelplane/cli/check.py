@@ -23,7 +23,7 @@ from rich.markup import escape
 
 from modelplane.checks.checker import run_checks, summarize
 from modelplane.pins import Stack
-from modelplane.plan.model import RequirementResult, RequirementStatus
+from modelplane.plan.model import RequirementResult, RequirementStatus, Severity
 from modelplane.target.discovery import ApiStatusError, TargetError
 
 EXIT_UNMET = 1
@@ -104,7 +104,7 @@ def document(stack: Stack, server: str, results: list[RequirementResult]) -> dic
                 "requirement": r.requirement,
                 "status": str(r.status),
                 "message": r.message,
-                "severity": r.severity,
+                "severity": str(r.severity),
             }
             for r in results
         ],
@@ -124,9 +124,8 @@ def print_table(
         mark, colour = MARKS[r.status]
         console.print(f"  [{colour}]{mark}[/{colour}] {escape(r.requirement)}")
         if r.status is not RequirementStatus.MET:
-            console.print(
-                f"      {escape(r.message)}", style="dim" if r.severity != "required" else None
-            )
+            dim = r.severity is Severity.ADVISORY
+            console.print(f"      {escape(r.message)}", style="dim" if dim else None)
     s = summarize(results)
     verdict = (
         "[green]every checked requirement is met[/green]"

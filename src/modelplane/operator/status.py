@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from modelplane.plan.model import Plan, RequirementStatus
+from modelplane.plan.model import Plan, RequirementStatus, Severity
 
 READY = "Ready"
 REQUIREMENTS_MET = "RequirementsMet"
@@ -72,13 +72,13 @@ def desired_status(outcome: Outcome, generation: int | None) -> dict[str, Any]:
                 )
             )
         else:
-            checked = [r for r in plan.requirements if r.severity == "required"]
+            checked = [r for r in plan.requirements if r.severity is Severity.REQUIRED]
             message = f"all {len(checked)} checked requirements are met"
             # Warnings never turn the condition False, but a person should see them.
             warnings = [
                 r.message
                 for r in plan.requirements
-                if r.severity != "required" and r.status is RequirementStatus.WARNING
+                if r.severity is Severity.ADVISORY and r.status is RequirementStatus.WARNING
             ]
             if warnings:
                 message += f"; {len(warnings)} warning(s): " + "; ".join(warnings)

@@ -31,13 +31,12 @@ from modelplane.catalog.types import (
     Workloads,
     WorkloadsAvailable,
 )
-from modelplane.plan.model import RequirementResult, RequirementStatus
+from modelplane.plan.model import RequirementResult, RequirementStatus, Severity
 from modelplane.plan.observed import ClusterFacts, ObservedNode, ObservedWorkload
 
 if TYPE_CHECKING:
     from modelplane.api.models import ServingStackSpec
 
-ADVISORY = "advisory"
 MET, WARNING, UNKNOWN = RequirementStatus.MET, RequirementStatus.WARNING, RequirementStatus.UNKNOWN
 _MAX_LISTED = 5
 
@@ -55,7 +54,7 @@ def evaluate_advisory(
         requirement=advisory.title,
         status=status,
         message=message,
-        severity=ADVISORY,
+        severity=Severity.ADVISORY,
     )
 
 

@@ -50,6 +50,16 @@ class RequirementStatus(StrEnum):
     UNKNOWN = "unknown"
 
 
+class Severity(StrEnum):
+    """Whether a requirement's result decides RequirementsMet."""
+
+    # The spec's checked entries: met or unmet, and RequirementsMet follows them.
+    REQUIRED = "required"
+    # The spec's "not checked" entries, where observable: met, warning or
+    # unknown, never unmet, so they never turn RequirementsMet False.
+    ADVISORY = "advisory"
+
+
 class PlannedRelease(_Frozen):
     component: str
     name: str
@@ -104,8 +114,7 @@ class RequirementResult(_Frozen):
     requirement: str
     status: RequirementStatus
     message: str
-    # "required" results decide RequirementsMet; "advisory" ones never do.
-    severity: str = "required"
+    severity: Severity = Severity.REQUIRED
 
 
 class ComponentPlan(_Frozen):
@@ -188,7 +197,7 @@ class Plan(_Frozen):
         return [
             r
             for r in self.requirements
-            if r.severity == "required" and r.status is not RequirementStatus.MET
+            if r.severity is Severity.REQUIRED and r.status is not RequirementStatus.MET
         ]
 
     @property
