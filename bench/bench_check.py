@@ -29,8 +29,9 @@ import yaml
 from lightkube import AsyncClient
 from lightkube.config.kubeconfig import KubeConfig
 
-from modelplane.checks.checker import check_results, observe_for_check
+from modelplane.checks.checker import check_results
 from modelplane.pins import Stack
+from modelplane.target.cluster import observe_for_check
 from modelplane.target.discovery import served_apis
 from modelplane.testenv import TestEnv
 

@@ -25,10 +25,11 @@ from lightkube import AsyncClient
 from lightkube.config.kubeconfig import KubeConfig
 from typer.testing import CliRunner
 
-from modelplane.checks.checker import check_results, observe_for_check, summarize
+from modelplane.checks.checker import check_results, summarize
 from modelplane.cli.main import app
 from modelplane.pins import Stack
 from modelplane.plan.model import RequirementResult, RequirementStatus
+from modelplane.target.cluster import observe_for_check
 from modelplane.target.discovery import served_apis
 from modelplane.testenv import TestEnv
 

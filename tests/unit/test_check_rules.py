@@ -8,10 +8,7 @@ import pytest
 import yaml
 
 from modelplane.catalog import components as catalog
-from modelplane.checks.checker import check_results, provided_stack, summarize
-from modelplane.pins import Stack
-from modelplane.plan import plan
-from modelplane.plan.advisories import (
+from modelplane.catalog.advisories import (
     contains,
     flag_value,
     image_repository,
@@ -19,6 +16,9 @@ from modelplane.plan.advisories import (
     is_image,
     is_nfd_vendor_label,
 )
+from modelplane.checks.checker import check_results, provided_stack, summarize
+from modelplane.pins import Stack
+from modelplane.plan import plan
 from modelplane.plan.model import RequirementResult, RequirementStatus
 from modelplane.plan.observed import (
     ClusterFacts,

@@ -9,26 +9,28 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from modelplane import pins
-from modelplane.catalog.types import (
-    ChartSource,
-    Component,
+from modelplane.catalog.advisories import (
     ConfigFileWired,
-    CRDServes,
     CriticalPodsAdmitted,
-    GpuNodes,
     GpuNodesLabelled,
     GpuNodesPublishSlices,
     ImageTag,
-    ManifestSource,
     NoNodeAdvertises,
-    ObjectExists,
     SchedulerName,
     SelectsEverything,
     ServicePort,
-    Values,
     WorkloadArg,
-    Workloads,
     WorkloadsAvailable,
+)
+from modelplane.catalog.types import (
+    ChartSource,
+    Component,
+    CRDServes,
+    GpuNodes,
+    ManifestSource,
+    ObjectExists,
+    Values,
+    Workloads,
 )
 from modelplane.pins import Stack
 from modelplane.wire import ApiRef

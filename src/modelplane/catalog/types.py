@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any, Literal, Protocol
+
+from modelplane.catalog.facts import ClusterFacts, Fact, WorkloadsOfKind
+from modelplane.wire import ApiRef
 
 if TYPE_CHECKING:
     from modelplane.api.models import ServingStackSpec
     from modelplane.pins import Stack
-
-from modelplane.wire import ApiRef
 
 Values = dict[str, Any]
 
@@ -55,9 +57,44 @@ class ObjectExists:
 Requirement = CRDServes | ObjectExists
 
 
-# Advisory checks: the spec's "not checked" entries, observed wherever the
-# target lets us. Their results are warnings or unknowns, never unmet: they
-# never turn RequirementsMet False (upstream-facts §17 says where each is seen).
+class RequirementStatus(StrEnum):
+    MET = "met"
+    UNMET = "unmet"
+    WARNING = "warning"
+    UNKNOWN = "unknown"
+
+
+class Severity(StrEnum):
+    """Whether a requirement's result decides RequirementsMet."""
+
+    # The spec's checked entries: met or unmet, and RequirementsMet follows them.
+    REQUIRED = "required"
+    # The spec's "not checked" entries, where observable: met, warning or
+    # unknown, never unmet, so they never turn RequirementsMet False.
+    ADVISORY = "advisory"
+
+
+# An advisory's verdict and the message that says why.
+Finding = tuple[RequirementStatus, str]
+
+
+class Advisory(Protocol):
+    """A spec "not checked" entry, observed wherever the target lets us.
+
+    Each kind (``catalog.advisories``) says which facts it reads and how it
+    judges them, so adding one is one class: ``target.cluster`` reads what
+    ``needs`` asks for, the plan calls ``evaluate``. Evaluation is pure and
+    never answers UNMET (upstream-facts §17 says where each is seen).
+    """
+
+    @property
+    def title(self) -> str: ...
+
+    def needs(self) -> tuple[Fact, ...]: ...
+
+    def evaluate(
+        self, component: Component, spec: ServingStackSpec, facts: ClusterFacts
+    ) -> Finding: ...
 
 
 @dataclass(frozen=True)
@@ -72,103 +109,8 @@ class Workloads:
     images: tuple[str, ...]
     kinds: tuple[str, ...] = ("Deployment",)
 
-
-@dataclass(frozen=True)
-class WorkloadsAvailable:
-    """Every image of ``workloads`` runs in a workload that reports Available."""
-
-    workloads: Workloads
-    fix: str
-
-    @property
-    def title(self) -> str:
-        return f"{self.workloads.describe} available"
-
-
-@dataclass(frozen=True)
-class ConfigFileWired:
-    """A ConfigMap key holds a YAML document that contains ``expected``.
-
-    ``expected`` is computed from the spec by the same function that gives the
-    Managed install its values, so the wiring is written once.
-    """
-
-    title: str
-    config_map: str  # looked up in every namespace
-    key: str
-    expected: Callable[[ServingStackSpec], Values]
-    fix: str
-
-
-@dataclass(frozen=True)
-class ServicePort:
-    """A Service exists at a fixed address and exposes a port."""
-
-    namespace: str
-    name: str
-    port: int
-    fix: str
-
-    @property
-    def title(self) -> str:
-        return f"Service {self.name}.{self.namespace} exposes port {self.port}"
-
-
-@dataclass(frozen=True)
-class WorkloadArg:
-    """The workload runs with ``flag=value`` (``default`` when the flag is absent)."""
-
-    workloads: Workloads
-    flag: str
-    value: str
-    default: str | None
-    fix: str
-
-    @property
-    def title(self) -> str:
-        return f"{self.workloads.describe} runs with {self.flag}={self.value}"
-
-
-@dataclass(frozen=True)
-class ImageTag:
-    """The workload's image tag is the component's pinned version."""
-
-    workloads: Workloads
-    fix: str
-
-    @property
-    def title(self) -> str:
-        return f"{self.workloads.describe} runs the pinned version"
-
-
-@dataclass(frozen=True)
-class SchedulerName:
-    """A scheduler answers to ``name``: its Deployment is ``<name>-<shard>``.
-
-    KAI's operator names each shard's scheduler Deployment after the
-    schedulerName it serves; a ``--scheduler-name`` argument, where present,
-    says it directly.
-    """
-
-    workloads: Workloads
-    name: str
-    flag: str
-    fix: str
-
-    @property
-    def title(self) -> str:
-        return f"a scheduler answers to schedulerName {self.name}"
-
-
-@dataclass(frozen=True)
-class SelectsEverything:
-    """Some object of a kind has each of ``fields`` (spec.*) set to ``{}`` (select all)."""
-
-    api: ApiRef
-    kind: str
-    fields: tuple[str, ...]
-    title: str
-    fix: str
+    def facts(self) -> tuple[Fact, ...]:
+        return tuple(WorkloadsOfKind(kind) for kind in self.kinds)
 
 
 @dataclass(frozen=True)
@@ -181,76 +123,6 @@ class GpuNodes:
     pci_vendor: str
     resource: str  # the extended resource a device plugin advertises
     driver: str  # the DRA driver name on ResourceSlices
-
-
-@dataclass(frozen=True)
-class NoNodeAdvertises:
-    """No Node advertises the GPU extended resource (a device plugin next to DRA)."""
-
-    gpus: GpuNodes
-    fix: str
-
-    @property
-    def title(self) -> str:
-        return f"no node advertises {self.gpus.resource} through a device plugin"
-
-
-@dataclass(frozen=True)
-class GpuNodesLabelled:
-    """Every GPU node carries NFD's PCI vendor label."""
-
-    gpus: GpuNodes
-    fix: str
-
-    @property
-    def title(self) -> str:
-        return f"GPU nodes carry NFD's PCI vendor label ({self.gpus.pci_vendor})"
-
-
-@dataclass(frozen=True)
-class GpuNodesPublishSlices:
-    """Every GPU node has a ResourceSlice of the driver."""
-
-    gpus: GpuNodes
-    fix: str
-
-    @property
-    def title(self) -> str:
-        return f"GPU nodes publish ResourceSlices of {self.gpus.driver}"
-
-
-@dataclass(frozen=True)
-class CriticalPodsAdmitted:
-    """Where quota restricts system-critical pods, the driver's namespace admits them.
-
-    A ResourceQuota scoped to these PriorityClasses in ``restricted_in`` (GKE's
-    ``gcp-critical-pods`` in kube-system) is the sign of the restriction; the
-    driver's namespace is where ``workloads`` runs.
-    """
-
-    workloads: Workloads
-    classes: tuple[str, ...]
-    restricted_in: str
-    fix: str
-
-    @property
-    def title(self) -> str:
-        return f"{self.workloads.describe}'s namespace admits system-critical pods"
-
-
-Advisory = (
-    WorkloadsAvailable
-    | ConfigFileWired
-    | ServicePort
-    | WorkloadArg
-    | ImageTag
-    | SchedulerName
-    | SelectsEverything
-    | NoNodeAdvertises
-    | GpuNodesLabelled
-    | GpuNodesPublishSlices
-    | CriticalPodsAdmitted
-)
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
 """Checks of a target cluster against the requirements of a stack (Provided mode)."""
 
-from modelplane.checks.checker import observe_for_check, run_checks
+from modelplane.checks.checker import check_results, run_checks, summarize
 
-__all__ = ["observe_for_check", "run_checks"]
+__all__ = ["check_results", "run_checks", "summarize"]

@@ -23,7 +23,6 @@ from pydantic import ValidationError
 
 from modelplane.api.models import ServingStack
 from modelplane.catalog.components import BY_NAME, components_for
-from modelplane.checks.checker import observe_cluster
 from modelplane.operator.options import OperatorOptions
 from modelplane.operator.status import Outcome
 from modelplane.pins import ComponentsMode
@@ -37,6 +36,7 @@ from modelplane.target.apply import (
     fetch_manifests,
     vet_manifests,
 )
+from modelplane.target.cluster import observe_cluster
 from modelplane.target.connect import CredentialsError, Target, connect, read_kubeconfig
 from modelplane.target.discovery import ApiStatusError, TargetError
 from modelplane.target.helm import Helm, HelmError

@@ -9,6 +9,10 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from modelplane.catalog.configuration import Hold, TeardownWave
 
+# Requirement results speak the catalog's words; re-exported for callers of the plan.
+from modelplane.catalog.types import RequirementStatus as RequirementStatus
+from modelplane.catalog.types import Severity as Severity
+
 
 class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True)
@@ -41,23 +45,6 @@ class ObjectAction(StrEnum):
     APPLY = "apply"
     NONE = "none"
     HOLD = "hold"
-
-
-class RequirementStatus(StrEnum):
-    MET = "met"
-    UNMET = "unmet"
-    WARNING = "warning"
-    UNKNOWN = "unknown"
-
-
-class Severity(StrEnum):
-    """Whether a requirement's result decides RequirementsMet."""
-
-    # The spec's checked entries: met or unmet, and RequirementsMet follows them.
-    REQUIRED = "required"
-    # The spec's "not checked" entries, where observable: met, warning or
-    # unknown, never unmet, so they never turn RequirementsMet False.
-    ADVISORY = "advisory"
 
 
 class PlannedRelease(_Frozen):

@@ -6,10 +6,17 @@ A pydantic model because it crosses a boundary: ``modelplane render
 
 from __future__ import annotations
 
-from typing import Any
-
 from pydantic import BaseModel, ConfigDict, Field
 
+# The advisory checks' facts are the catalog's (its advisories are written in
+# them); re-exported here, next to the rest of what is observed.
+from modelplane.catalog.facts import ClusterFacts as ClusterFacts
+from modelplane.catalog.facts import ObservedConfigMap as ObservedConfigMap
+from modelplane.catalog.facts import ObservedNode as ObservedNode
+from modelplane.catalog.facts import ObservedObject as ObservedObject
+from modelplane.catalog.facts import ObservedQuota as ObservedQuota
+from modelplane.catalog.facts import ObservedService as ObservedService
+from modelplane.catalog.facts import ObservedWorkload as ObservedWorkload
 from modelplane.wire import ApiRef
 
 
@@ -23,84 +30,6 @@ class ObservedRelease(BaseModel):
     revision: int
     status: str  # deployed, failed, pending-install, pending-upgrade, ...
     digest: str | None = None  # the modelplane.ai/digest release label, if we set it
-
-
-class ObservedWorkload(BaseModel):
-    """A Deployment or DaemonSet, reduced to what the advisory checks read."""
-
-    model_config = ConfigDict(frozen=True)
-
-    kind: str  # Deployment or DaemonSet
-    namespace: str
-    name: str
-    images: list[str] = Field(default_factory=list)
-    # command and args of every container, in order
-    args: list[str] = Field(default_factory=list)
-    available: bool = False
-
-
-class ObservedNode(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
-    name: str
-    labels: dict[str, str] = Field(default_factory=dict)
-    taints: list[str] = Field(default_factory=list)  # keys
-    # extended resources only (names with a "/"), e.g. nvidia.com/gpu
-    allocatable: dict[str, str] = Field(default_factory=dict)
-
-
-class ObservedService(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
-    namespace: str
-    name: str
-    ports: list[int] = Field(default_factory=list)
-
-
-class ObservedConfigMap(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
-    namespace: str
-    name: str
-    data: dict[str, str] = Field(default_factory=dict)
-
-
-class ObservedQuota(BaseModel):
-    """A ResourceQuota, reduced to the PriorityClasses its scope selector admits."""
-
-    model_config = ConfigDict(frozen=True)
-
-    namespace: str
-    name: str
-    priority_classes: list[str] = Field(default_factory=list)
-
-
-class ObservedObject(BaseModel):
-    """A custom object, reduced to the spec fields a check asks about."""
-
-    model_config = ConfigDict(frozen=True)
-
-    namespace: str = ""
-    name: str
-    spec: dict[str, Any] = Field(default_factory=dict)
-
-
-class ClusterFacts(BaseModel):
-    """What the advisory checks read. ``None`` means not observed (see ``unobservable``)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    nodes: list[ObservedNode] | None = None
-    # DRA driver name -> nodes that have a ResourceSlice of it
-    resource_slices: dict[str, list[str]] | None = None
-    workloads: list[ObservedWorkload] | None = None
-    config_maps: list[ObservedConfigMap] | None = None
-    services: list[ObservedService] | None = None
-    quotas: list[ObservedQuota] | None = None
-    # "group/version/resource" -> objects; absent when the kind is not served
-    custom: dict[str, list[ObservedObject]] = Field(default_factory=dict)
-    # fact ("nodes", "workloads", ...) -> why it could not be observed
-    unobservable: dict[str, str] = Field(default_factory=dict)
 
 
 class Observed(BaseModel):

@@ -20,7 +20,6 @@ from modelplane.catalog.configuration import (
 )
 from modelplane.catalog.types import Component, CRDServes, ObjectExists, Requirement
 from modelplane.pins import ComponentsMode
-from modelplane.plan.advisories import evaluate_advisory
 from modelplane.plan.model import (
     ComponentPlan,
     GatewayReport,
@@ -33,6 +32,7 @@ from modelplane.plan.model import (
     ReleaseState,
     RequirementResult,
     RequirementStatus,
+    Severity,
     work_left,
 )
 from modelplane.plan.observed import Observed, ObservedRelease
@@ -150,11 +150,22 @@ def _advisories(
     """The "not checked" entries, where the facts were gathered; never RequirementsMet."""
     if observed.cluster is None:
         return []
-    return [
-        evaluate_advisory(component, advisory, spec, observed.cluster)
-        for component in components
-        for advisory in component.advisories
-    ]
+    results: list[RequirementResult] = []
+    for component in components:
+        for advisory in component.advisories:
+            status, message = advisory.evaluate(component, spec, observed.cluster)
+            # An advisory answering unmet would decide RequirementsMet.
+            assert status is not RequirementStatus.UNMET, advisory.title
+            results.append(
+                RequirementResult(
+                    component=component.name,
+                    requirement=advisory.title,
+                    status=status,
+                    message=message,
+                    severity=Severity.ADVISORY,
+                )
+            )
+    return results
 
 
 def _evaluate(component: str, requirement: Requirement, observed: Observed) -> RequirementResult:

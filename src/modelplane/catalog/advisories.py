@@ -1,0 +1,644 @@
+"""The advisory checks: the spec's "not checked" entries, observed wherever the target lets us.
+
+Each kind is one class: the record the catalog fills in, the facts it reads
+(``needs``) and the rule that judges them (``evaluate``). Adding a kind
+touches this module only; ``target.cluster`` reads whatever ``needs`` asks
+for and the plan calls ``evaluate``.
+
+Pure, like the planner: facts in, a finding out, no I/O. A finding is
+``met``, ``warning`` (observed and wrong) or ``unknown`` (the target does not
+let us see it, and the message says why); never ``unmet``, so advisories
+never turn RequirementsMet False. Where each fact is seen on a live
+cluster: upstream-facts §17.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import yaml
+
+from modelplane.catalog.facts import (
+    ClusterFacts,
+    ConfigMapsNamed,
+    CustomObjects,
+    Fact,
+    Nodes,
+    ObservedNode,
+    ObservedWorkload,
+    Quotas,
+    ResourceSlices,
+    ServiceAt,
+)
+from modelplane.catalog.types import (
+    Component,
+    Finding,
+    GpuNodes,
+    RequirementStatus,
+    Values,
+    Workloads,
+)
+from modelplane.wire import ApiRef
+
+if TYPE_CHECKING:
+    from modelplane.api.models import ServingStackSpec
+
+MET, WARNING, UNKNOWN = RequirementStatus.MET, RequirementStatus.WARNING, RequirementStatus.UNKNOWN
+_MAX_LISTED = 5
+
+
+# ---- the kinds -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class WorkloadsAvailable:
+    """Every image of ``workloads`` runs in a workload that reports Available."""
+
+    workloads: Workloads
+    fix: str
+
+    @property
+    def title(self) -> str:
+        return f"{self.workloads.describe} available"
+
+    def needs(self) -> tuple[Fact, ...]:
+        return self.workloads.facts()
+
+    def evaluate(
+        self, component: Component, spec: ServingStackSpec, facts: ClusterFacts
+    ) -> Finding:
+        if facts.workloads is None:
+            return _cannot(facts, "workloads")
+        found = _matching(self.workloads, facts.workloads)
+        if not found:
+            return _not_found(self.workloads, f"the state of {self.workloads.describe}")
+        missing = [
+            tail for tail in self.workloads.images if not any(runs_image(w, tail) for w in found)
+        ]
+        problems = [f"{_ref(w)} is not Available" for w in found if not w.available]
+        problems += [f"no {_kinds(self.workloads)} runs {tail}" for tail in missing]
+        if problems:
+            return WARNING, f"{'; '.join(problems)}: {self.fix}"
+        return MET, f"{_listed([_ref(w) for w in found])} Available"
+
+
+@dataclass(frozen=True)
+class ConfigFileWired:
+    """A ConfigMap key holds a YAML document that contains ``expected``.
+
+    ``expected`` is computed from the spec by the same function that gives the
+    Managed install its values, so the wiring is written once.
+    """
+
+    title: str
+    config_map: str  # looked up in every namespace
+    key: str
+    expected: Callable[[ServingStackSpec], Values]
+    fix: str
+
+    def needs(self) -> tuple[Fact, ...]:
+        return (ConfigMapsNamed(self.config_map),)
+
+    def evaluate(
+        self, component: Component, spec: ServingStackSpec, facts: ClusterFacts
+    ) -> Finding:
+        if facts.config_maps is None:
+            return _cannot(facts, "configmaps")
+        found = [cm for cm in facts.config_maps if cm.name == self.config_map]
+        if not found:
+            return UNKNOWN, (
+                f"no ConfigMap {self.config_map} in any namespace, so the live configuration "
+                "cannot be read (it may be configured another way)"
+            )
+        expected = self.expected(spec)
+        failures: list[str] = []
+        for cm in found:
+            where = f"ConfigMap {cm.namespace}/{cm.name} key {self.key}"
+            if self.key not in cm.data:
+                failures.append(f"{where} is missing")
+                continue
+            try:
+                doc = yaml.safe_load(cm.data[self.key])
+            except yaml.YAMLError:
+                failures.append(f"{where} is not YAML")
+                continue
+            diffs = contains(expected, doc)
+            if not diffs:
+                return MET, f"{where} holds the expected wiring"
+            failures.append(f"{where}: {_listed(diffs)}")
+        return WARNING, f"{'; '.join(failures)}: {self.fix}"
+
+
+@dataclass(frozen=True)
+class ServicePort:
+    """A Service exists at a fixed address and exposes a port."""
+
+    namespace: str
+    name: str
+    port: int
+    fix: str
+
+    @property
+    def title(self) -> str:
+        return f"Service {self.name}.{self.namespace} exposes port {self.port}"
+
+    def needs(self) -> tuple[Fact, ...]:
+        return (ServiceAt(self.namespace, self.name),)
+
+    def evaluate(
+        self, component: Component, spec: ServingStackSpec, facts: ClusterFacts
+    ) -> Finding:
+        if facts.services is None:
+            return _cannot(facts, "services")
+        ref = f"Service {self.namespace}/{self.name}"
+        address = f"{self.name}.{self.namespace}.svc.cluster.local:{self.port}"
+        svc = next(
+            (s for s in facts.services if s.namespace == self.namespace and s.name == self.name),
+            None,
+        )
+        if svc is None:
+            return WARNING, f"{ref} does not exist, so nothing answers at {address}: {self.fix}"
+        if self.port not in svc.ports:
+            ports = ", ".join(str(p) for p in svc.ports) or "none"
+            return WARNING, f"{ref} exposes ports {ports}, not {self.port}: {self.fix}"
+        return MET, f"{ref} exposes port {self.port} ({address})"
+
+
+@dataclass(frozen=True)
+class WorkloadArg:
+    """The workload runs with ``flag=value`` (``default`` when the flag is absent)."""
+
+    workloads: Workloads
+    flag: str
+    value: str
+    default: str | None
+    fix: str
+
+    @property
+    def title(self) -> str:
+        return f"{self.workloads.describe} runs with {self.flag}={self.value}"
+
+    def needs(self) -> tuple[Fact, ...]:
+        return self.workloads.facts()
+
+    def evaluate(
+        self, component: Component, spec: ServingStackSpec, facts: ClusterFacts
+    ) -> Finding:
+        if facts.workloads is None:
+            return _cannot(facts, "workloads")
+        found = _matching(self.workloads, facts.workloads)
+        if not found:
+            return _not_found(self.workloads, f"its {self.flag}")
+        wrong: list[str] = []
+        for w in found:
+            value = flag_value(w.args, self.flag)
+            shown = (
+                f"{self.flag}={value}"
+                if value is not None
+                else f"no {self.flag} (default {self.default})"
+            )
+            if (value if value is not None else self.default) != self.value:
+                wrong.append(f"{_ref(w)} runs with {shown}")
+        if wrong:
+            return WARNING, f"{'; '.join(wrong)}, not {self.flag}={self.value}: {self.fix}"
+        return MET, f"{_listed([_ref(w) for w in found])} runs with {self.flag}={self.value}"
+
+
+@dataclass(frozen=True)
+class ImageTag:
+    """The workload's image tag is the component's pinned version."""
+
+    workloads: Workloads
+    fix: str
+
+    @property
+    def title(self) -> str:
+        return f"{self.workloads.describe} runs the pinned version"
+
+    def needs(self) -> tuple[Fact, ...]:
+        return self.workloads.facts()
+
+    def evaluate(
+        self, component: Component, spec: ServingStackSpec, facts: ClusterFacts
+    ) -> Finding:
+        if facts.workloads is None:
+            return _cannot(facts, "workloads")
+        found = _matching(self.workloads, facts.workloads)
+        if not found:
+            return _not_found(self.workloads, "its version")
+        want = component.version_for(spec)
+        wrong: list[str] = []
+        untagged: list[str] = []
+        for w in found:
+            for image in w.images:
+                if not any(is_image(image, t) for t in self.workloads.images):
+                    continue
+                tag = image_tag(image)
+                if tag is None:
+                    untagged.append(f"{_ref(w)} runs {image}")
+                elif tag.removeprefix("v") != want.removeprefix("v"):
+                    wrong.append(f"{_ref(w)} runs {image}")
+        if wrong:
+            return WARNING, f"{'; '.join(wrong)}, not {want}: {self.fix}"
+        if untagged:
+            return UNKNOWN, f"{'; '.join(untagged)} by digest, so its version cannot be read"
+        return MET, f"{_listed([_ref(w) for w in found])} runs {want}"
+
+
+@dataclass(frozen=True)
+class SchedulerName:
+    """A scheduler answers to ``name``: its Deployment is ``<name>-<shard>``.
+
+    KAI's operator names each shard's scheduler Deployment after the
+    schedulerName it serves; a ``--scheduler-name`` argument, where present,
+    says it directly.
+    """
+
+    workloads: Workloads
+    name: str
+    flag: str
+    fix: str
+
+    @property
+    def title(self) -> str:
+        return f"a scheduler answers to schedulerName {self.name}"
+
+    def needs(self) -> tuple[Fact, ...]:
+        return self.workloads.facts()
+
+    def evaluate(
+        self, component: Component, spec: ServingStackSpec, facts: ClusterFacts
+    ) -> Finding:
+        if facts.workloads is None:
+            return _cannot(facts, "workloads")
+        found = _matching(self.workloads, facts.workloads)
+        if not found:
+            return _not_found(
+                self.workloads, f"the schedulerName {self.workloads.describe} answers to"
+            )
+        others: list[str] = []
+        for w in found:
+            name = flag_value(w.args, self.flag)
+            if name is None:
+                # The operator names each shard's Deployment <schedulerName>-<shard>.
+                name = self.name if w.name.startswith(self.name + "-") else None
+            if name == self.name:
+                return MET, f"{_ref(w)} answers to {self.name}"
+            others.append(
+                f"{_ref(w)} answers to {name}"
+                if name
+                else f"{_ref(w)} is not named {self.name}-<shard> and sets no {self.flag}"
+            )
+        return WARNING, f"{'; '.join(others)}; pods requesting {self.name} stay Pending: {self.fix}"
+
+
+@dataclass(frozen=True)
+class SelectsEverything:
+    """Some object of a kind has each of ``fields`` (spec.*) set to ``{}`` (select all)."""
+
+    api: ApiRef
+    kind: str
+    fields: tuple[str, ...]
+    title: str
+    fix: str
+
+    def needs(self) -> tuple[Fact, ...]:
+        return (CustomObjects(self.api),)
+
+    def evaluate(
+        self, component: Component, spec: ServingStackSpec, facts: ClusterFacts
+    ) -> Finding:
+        key = self.api.key
+        if key not in facts.custom:
+            return _cannot(facts, key)
+        objects = facts.custom[key]
+        if not objects:
+            return UNKNOWN, (
+                f"no {self.kind} object exists in any namespace, so what scrapes the "
+                "PodMonitors cannot be observed"
+            )
+        failures: list[str] = []
+        for obj in objects:
+            bad = [
+                f"spec.{f} is {_show(obj.spec[f]) if f in obj.spec else 'unset'}"
+                for f in self.fields
+                if obj.spec.get(f) != {}
+            ]
+            if not bad:
+                fields = " and ".join(self.fields)
+                return MET, f"{self.kind} {obj.namespace}/{obj.name} sets {fields} to {{}}"
+            failures.append(f"{self.kind} {obj.namespace}/{obj.name}: {', '.join(bad)}")
+        return WARNING, f"{'; '.join(failures[:_MAX_LISTED])}: {self.fix}"
+
+
+@dataclass(frozen=True)
+class NoNodeAdvertises:
+    """No Node advertises the GPU extended resource (a device plugin next to DRA)."""
+
+    gpus: GpuNodes
+    fix: str
+
+    @property
+    def title(self) -> str:
+        return f"no node advertises {self.gpus.resource} through a device plugin"
+
+    def needs(self) -> tuple[Fact, ...]:
+        return (Nodes(),)
+
+    def evaluate(
+        self, component: Component, spec: ServingStackSpec, facts: ClusterFacts
+    ) -> Finding:
+        if facts.nodes is None:
+            return _cannot(facts, "nodes")
+        r = self.gpus.resource
+        offenders = [n.name for n in facts.nodes if n.allocatable.get(r, "0") not in ("0", "")]
+        if offenders:
+            return WARNING, (
+                f"{_listed(offenders)} advertise{'s' if len(offenders) == 1 else ''} {r}: a "
+                f"device plugin hands out the same GPUs behind DRA's back: {self.fix}"
+            )
+        return MET, f"no node advertises {r} ({len(facts.nodes)} nodes)"
+
+
+@dataclass(frozen=True)
+class GpuNodesLabelled:
+    """Every GPU node carries NFD's PCI vendor label."""
+
+    gpus: GpuNodes
+    fix: str
+
+    @property
+    def title(self) -> str:
+        return f"GPU nodes carry NFD's PCI vendor label ({self.gpus.pci_vendor})"
+
+    def needs(self) -> tuple[Fact, ...]:
+        # Slices too: a node that publishes them is a GPU node without any label.
+        return (Nodes(), ResourceSlices())
+
+    def evaluate(
+        self, component: Component, spec: ServingStackSpec, facts: ClusterFacts
+    ) -> Finding:
+        if facts.nodes is None:
+            return _cannot(facts, "nodes")
+        gpu = gpu_nodes(self.gpus, facts.nodes, facts.resource_slices)
+        if not gpu:
+            return UNKNOWN, (
+                f"no node shows a sign of a GPU ({_gpu_signs(self.gpus)}): nothing to check"
+            )
+        label = f"{self.gpus.nfd_label_prefix}*{self.gpus.pci_vendor}*.present"
+        bare = [
+            n.name
+            for n in gpu
+            if not any(is_nfd_vendor_label(self.gpus, k, v) for k, v in n.labels.items())
+        ]
+        if bare:
+            return WARNING, (
+                f"GPU node{'s' if len(bare) > 1 else ''} {_listed(bare)} "
+                f"lack{'s' if len(bare) == 1 else ''} a {label} label, so the DRA driver's "
+                f"kubelet plugin never schedules there: {self.fix}"
+            )
+        return MET, f"all {len(gpu)} GPU nodes carry {label}"
+
+
+@dataclass(frozen=True)
+class GpuNodesPublishSlices:
+    """Every GPU node has a ResourceSlice of the driver."""
+
+    gpus: GpuNodes
+    fix: str
+
+    @property
+    def title(self) -> str:
+        return f"GPU nodes publish ResourceSlices of {self.gpus.driver}"
+
+    def needs(self) -> tuple[Fact, ...]:
+        return (Nodes(), ResourceSlices())
+
+    def evaluate(
+        self, component: Component, spec: ServingStackSpec, facts: ClusterFacts
+    ) -> Finding:
+        if facts.nodes is None:
+            return _cannot(facts, "nodes")
+        if facts.resource_slices is None:
+            return _cannot(facts, "resourceslices")
+        gpu = gpu_nodes(self.gpus, facts.nodes, facts.resource_slices)
+        if not gpu:
+            return UNKNOWN, (
+                f"no node shows a sign of a GPU ({_gpu_signs(self.gpus)}): nothing to check"
+            )
+        driver = self.gpus.driver
+        published = set(facts.resource_slices.get(driver, []))
+        missing = [n.name for n in gpu if n.name not in published]
+        if missing:
+            return WARNING, (
+                f"GPU node{'s' if len(missing) > 1 else ''} {_listed(missing)} "
+                f"ha{'ve' if len(missing) > 1 else 's'} no ResourceSlice of {driver}, so GPU "
+                f"claims cannot be allocated there: {self.fix}"
+            )
+        return MET, f"all {len(gpu)} GPU nodes publish ResourceSlices of {driver}"
+
+
+@dataclass(frozen=True)
+class CriticalPodsAdmitted:
+    """Where quota restricts system-critical pods, the driver's namespace admits them.
+
+    A ResourceQuota scoped to these PriorityClasses in ``restricted_in`` (GKE's
+    ``gcp-critical-pods`` in kube-system) is the sign of the restriction; the
+    driver's namespace is where ``workloads`` runs.
+    """
+
+    workloads: Workloads
+    classes: tuple[str, ...]
+    restricted_in: str
+    fix: str
+
+    @property
+    def title(self) -> str:
+        return f"{self.workloads.describe}'s namespace admits system-critical pods"
+
+    def needs(self) -> tuple[Fact, ...]:
+        return (Quotas(), *self.workloads.facts())
+
+    def evaluate(
+        self, component: Component, spec: ServingStackSpec, facts: ClusterFacts
+    ) -> Finding:
+        if facts.quotas is None:
+            return _cannot(facts, "resourcequotas")
+        quotas = facts.quotas
+
+        def admits(classes: list[str]) -> bool:
+            return "*" in classes or any(c in classes for c in self.classes)
+
+        restricting = [
+            q for q in quotas if q.namespace == self.restricted_in and admits(q.priority_classes)
+        ]
+        if not restricting:
+            return MET, (
+                f"no PriorityClass-scoped ResourceQuota in {self.restricted_in} (GKE's "
+                "gcp-critical-pods is one), the sign of a cluster restricting system-critical "
+                "pods by quota; nothing to admit"
+            )
+        sign = f"ResourceQuota {self.restricted_in}/{restricting[0].name} restricts them"
+        if facts.workloads is None:
+            return _cannot(facts, "workloads")
+        found = _matching(self.workloads, facts.workloads)
+        if not found:
+            return UNKNOWN, (
+                f"{sign}, but no {_kinds(self.workloads)} runs "
+                f"{' or '.join(self.workloads.images)}, so the driver's namespace is not known"
+            )
+        namespaces = sorted({w.namespace for w in found})
+        bare = [
+            ns
+            for ns in namespaces
+            if not any(q.namespace == ns and admits(q.priority_classes) for q in quotas)
+        ]
+        if bare:
+            return WARNING, (
+                f"{sign}, and namespace {', '.join(bare)} has no ResourceQuota admitting them, "
+                f"so the kubelet plugin's pods are never created: {self.fix}"
+            )
+        return MET, f"{sign}; namespace {', '.join(namespaces)} has a ResourceQuota admitting them"
+
+
+# ---- helpers ---------------------------------------------------------------------------
+
+
+def _listed(items: list[str]) -> str:
+    shown = ", ".join(items[:_MAX_LISTED])
+    return shown + (f" and {len(items) - _MAX_LISTED} more" if len(items) > _MAX_LISTED else "")
+
+
+def _cannot(facts: ClusterFacts, what: str) -> Finding:
+    why = facts.unobservable.get(what, "not gathered")
+    return UNKNOWN, f"cannot observe {what}: {why}"
+
+
+def image_repository(image: str) -> str:
+    """The image without tag or digest: ``quay.io/jetstack/trust-manager``."""
+    name = image.split("@", 1)[0]
+    slash = name.rfind("/")
+    colon = name.rfind(":")
+    return name[:colon] if colon > slash else name
+
+
+def image_tag(image: str) -> str | None:
+    name = image.split("@", 1)[0]
+    slash, colon = name.rfind("/"), name.rfind(":")
+    return name[colon + 1 :] if colon > slash else None
+
+
+def is_image(image: str, tail: str) -> bool:
+    """Whether the image's repository is ``tail`` or ends with ``/tail``."""
+    repo = image_repository(image)
+    return repo == tail or repo.endswith("/" + tail)
+
+
+def runs_image(workload: ObservedWorkload, tail: str) -> bool:
+    return any(is_image(image, tail) for image in workload.images)
+
+
+def _matching(spec: Workloads, workloads: list[ObservedWorkload]) -> list[ObservedWorkload]:
+    return [
+        w
+        for w in workloads
+        if w.kind in spec.kinds and any(runs_image(w, tail) for tail in spec.images)
+    ]
+
+
+def _ref(w: ObservedWorkload) -> str:
+    return f"{w.kind} {w.namespace}/{w.name}"
+
+
+def _kinds(spec: Workloads) -> str:
+    return " or ".join(spec.kinds)
+
+
+def _not_found(spec: Workloads, what: str) -> Finding:
+    return UNKNOWN, (
+        f"no {_kinds(spec)} runs an image {' or '.join(spec.images)}, so {what} cannot be "
+        "observed (it may run under another image, or outside the cluster)"
+    )
+
+
+def flag_value(args: list[str], flag: str) -> str | None:
+    """The last value given for ``flag`` (``--f=v`` or ``--f v``), or None."""
+    value: str | None = None
+    for i, arg in enumerate(args):
+        if arg.startswith(flag + "="):
+            value = arg[len(flag) + 1 :]
+        elif arg == flag and i + 1 < len(args):
+            value = args[i + 1]
+    return value
+
+
+def contains(expected: Any, actual: Any, path: str = "") -> list[str]:
+    """What in ``expected`` the ``actual`` document lacks, one line per difference.
+
+    Mappings are compared key by key (extra keys in ``actual`` are fine);
+    every item of an expected list must match some item of the actual list.
+    """
+    where = path or "the document"
+    if isinstance(expected, dict):
+        if not isinstance(actual, dict):
+            return [f"{where} is {_show(actual)}, not a mapping"]
+        out: list[str] = []
+        for key, value in expected.items():
+            sub = f"{path}.{key}" if path else str(key)
+            if key not in actual:
+                out.append(f"{sub} is missing")
+            else:
+                out += contains(value, actual[key], sub)
+        return out
+    if isinstance(expected, list):
+        if not isinstance(actual, list):
+            return [f"{where} is {_show(actual)}, not a list"]
+        return [
+            f"{where} lacks {_show(item)}"
+            for item in expected
+            if not any(not contains(item, candidate) for candidate in actual)
+        ]
+    if expected != actual:
+        return [f"{where} is {_show(actual)}, not {_show(expected)}"]
+    return []
+
+
+def _show(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, default=str)
+
+
+def is_nfd_vendor_label(gpus: GpuNodes, key: str, value: str) -> bool:
+    """``feature.node.kubernetes.io/pci-0302_10de.present=true`` and friends."""
+    suffix = ".present"
+    if not (key.startswith(gpus.nfd_label_prefix) and key.endswith(suffix)):
+        return False
+    fields = key[len(gpus.nfd_label_prefix) : -len(suffix)].split("_")
+    return gpus.pci_vendor in fields and value == "true"
+
+
+def gpu_nodes(
+    gpus: GpuNodes, nodes: list[ObservedNode], slices: dict[str, list[str]] | None
+) -> list[ObservedNode]:
+    """Nodes that look like GPU nodes by any sign: taint, labels, resources, slices."""
+    with_slices = set((slices or {}).get(gpus.driver, []))
+    out = []
+    for node in nodes:
+        if (
+            gpus.taint in node.taints
+            or any(node.labels.get(label, "false") != "false" for label in gpus.labels)
+            or any(is_nfd_vendor_label(gpus, k, v) for k, v in node.labels.items())
+            or gpus.resource in node.allocatable
+            or node.name in with_slices
+        ):
+            out.append(node)
+    return out
+
+
+def _gpu_signs(gpus: GpuNodes) -> str:
+    return (
+        f"the {gpus.taint} taint, a label {', '.join(gpus.labels)}, an NFD PCI label of vendor "
+        f"{gpus.pci_vendor}, {gpus.resource} capacity or a {gpus.driver} ResourceSlice"
+    )

@@ -1,0 +1,108 @@
+"""Reading what the checks need from a target, in a bounded number of requests.
+
+The advisories say which facts they read (``Advisory.needs``); each fact
+says which LIST reads it (``catalog.facts``). This module only issues those
+LISTs: one per distinct listing, all at once, whatever the number of
+advisories or CRDs. With the requirements' own objects (the DeviceClasses)
+and discovery, a check of either stack costs a fixed 11 requests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable
+from typing import Any
+
+from lightkube import AsyncClient
+
+from modelplane.catalog.components import components_of_stack
+from modelplane.catalog.facts import ClusterFacts, Fact, Item, Listing, assemble
+from modelplane.catalog.types import Component, ObjectExists
+from modelplane.pins import Stack
+from modelplane.plan.observed import Observed
+from modelplane.target.discovery import ApiStatusError, list_objects, served_apis
+from modelplane.wire import ApiRef
+
+APIS = dict[str, dict[str, list[str]]]
+
+# Answers that mean "you may not see this" or "there is no such thing": the
+# fact becomes unobservable and its checks unknown. Anything else is raised.
+_UNOBSERVABLE_STATUS = (403, 404, 405)
+
+
+def needed_facts(components: Iterable[Component]) -> list[Fact]:
+    """Every fact the advisories of ``components`` read, each once, in a stable order."""
+    return list(dict.fromkeys(f for c in components for a in c.advisories for f in a.needs()))
+
+
+def _serves(apis: APIS, api: ApiRef) -> bool:
+    return api.version in apis.get(api.group, {}).get(api.resource, [])
+
+
+async def _read(client: AsyncClient, listing: Listing) -> list[Item] | ApiStatusError:
+    try:
+        return await list_objects(
+            client, listing.api, namespace=listing.namespace, fields=listing.field_selector
+        )
+    except ApiStatusError as err:
+        if err.status not in _UNOBSERVABLE_STATUS:
+            raise
+        return err
+
+
+async def observe_cluster(
+    client: AsyncClient, components: Iterable[Component], apis: APIS
+) -> ClusterFacts:
+    """The facts the advisory checks of ``components`` read: one LIST per listing, at once."""
+    facts = needed_facts(components)
+    unobservable: dict[str, str] = {}
+    listings: list[Listing] = []
+    for fact in facts:
+        if not _serves(apis, fact.listing.api):
+            unobservable.setdefault(fact.what, fact.not_served())
+        elif fact.listing not in listings:
+            listings.append(fact.listing)
+    answers = dict(
+        zip(
+            listings,
+            await asyncio.gather(*(_read(client, listing) for listing in listings)),
+            strict=True,
+        )
+    )
+    read: list[tuple[Fact, list[Item]]] = []
+    for fact in facts:
+        answer = answers.get(fact.listing)
+        if isinstance(answer, ApiStatusError):
+            unobservable.setdefault(fact.what, f"{answer.status} {answer.reason}")
+        elif answer is not None:
+            read.append((fact, answer))
+    return assemble(read, unobservable)
+
+
+async def observe_required_objects(
+    client: AsyncClient, components: Iterable[Component], apis: APIS
+) -> dict[str, list[str]]:
+    """Names of the objects ``ObjectExists`` requirements ask about: one LIST per kind."""
+    wanted = {
+        r.api.key: r.api
+        for c in components
+        for r in c.requirements
+        if isinstance(r, ObjectExists) and _serves(apis, r.api)
+    }
+    lists = await asyncio.gather(*(list_objects(client, api) for api in wanted.values()))
+    return {key: sorted(_name(o) for o in items) for key, items in zip(wanted, lists, strict=True)}
+
+
+def _name(obj: dict[str, Any]) -> str:
+    return str((obj.get("metadata") or {}).get("name") or "")
+
+
+async def observe_for_check(client: AsyncClient, stack: Stack) -> Observed:
+    """What the checks of ``stack`` read from the target, in a bounded number of requests."""
+    components = components_of_stack(stack)
+    apis = await served_apis(client)
+    objects, cluster = await asyncio.gather(
+        observe_required_objects(client, components, apis),
+        observe_cluster(client, components, apis),
+    )
+    return Observed(apis=apis, objects=objects, cluster=cluster)

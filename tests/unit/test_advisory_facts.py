@@ -1,0 +1,155 @@
+"""Advisories declare their facts and their rule; facts declare the LIST behind them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from modelplane.api.models import ServingStackSpec
+from modelplane.catalog.components import components_of_stack
+from modelplane.catalog.facts import (
+    CONFIG_MAPS,
+    DAEMON_SETS,
+    DEPLOYMENTS,
+    NODES,
+    RESOURCE_QUOTAS,
+    RESOURCE_SLICES,
+    SERVICES,
+    ClusterFacts,
+    ConfigMapsNamed,
+    CustomObjects,
+    Fact,
+    Listing,
+    WorkloadsOfKind,
+    assemble,
+)
+from modelplane.catalog.types import Component, Finding, RequirementStatus, Severity
+from modelplane.checks.checker import provided_stack
+from modelplane.pins import Stack
+from modelplane.plan.model import RequirementResult
+from modelplane.plan.observed import Observed
+from modelplane.plan.planner import _advisories
+from modelplane.target.cluster import needed_facts
+from modelplane.wire import ApiRef
+
+PROMETHEUSES = ApiRef("monitoring.coreos.com", "v1", "prometheuses")
+
+
+@dataclass(frozen=True)
+class ConfigMapPresent:
+    """A kind written only here: nothing else in the product knows about it."""
+
+    name: str
+
+    @property
+    def title(self) -> str:
+        return f"ConfigMap {self.name} exists"
+
+    def needs(self) -> tuple[Fact, ...]:
+        return (ConfigMapsNamed(self.name),)
+
+    def evaluate(
+        self, component: Component, spec: ServingStackSpec, facts: ClusterFacts
+    ) -> Finding:
+        if facts.config_maps is None:
+            return RequirementStatus.UNKNOWN, "not observed"
+        if any(cm.name == self.name for cm in facts.config_maps):
+            return RequirementStatus.MET, "there"
+        return RequirementStatus.WARNING, "missing"
+
+
+def test_a_new_advisory_kind_is_one_class() -> None:
+    component = Component(
+        name="toy",
+        summary="",
+        namespace="",
+        version="1",
+        stacks=frozenset(Stack),
+        advisories=(ConfigMapPresent("toy-config"),),
+    )
+    # What it reads comes from the class itself...
+    assert needed_facts([component]) == [ConfigMapsNamed("toy-config")]
+    assert ConfigMapsNamed("toy-config").listing == Listing(CONFIG_MAPS, name="toy-config")
+    # ... and so does how the plan judges it.
+    spec = provided_stack(Stack.STANDARD).spec
+    facts = assemble(
+        [(ConfigMapsNamed("toy-config"), [{"metadata": {"name": "toy-config", "namespace": "a"}}])],
+        {},
+    )
+    (result,) = _advisories([component], spec, Observed(cluster=facts))
+    assert result == RequirementResult(
+        component="toy",
+        requirement="ConfigMap toy-config exists",
+        status=RequirementStatus.MET,
+        message="there",
+        severity=Severity.ADVISORY,
+    )
+
+
+def test_a_check_of_either_stack_lists_each_kind_once() -> None:
+    # With discovery (2) and the DeviceClasses (1) this is the 11 requests a
+    # check costs; more listings here means a dearer check.
+    for stack in Stack:
+        listings = {f.listing for f in needed_facts(components_of_stack(stack))}
+        assert listings == {
+            Listing(NODES),
+            Listing(RESOURCE_SLICES),
+            Listing(DEPLOYMENTS),
+            Listing(DAEMON_SETS),
+            Listing(RESOURCE_QUOTAS),
+            Listing(CONFIG_MAPS, name="envoy-gateway-config"),
+            Listing(SERVICES, namespace="envoy-ai-gateway-system", name="ai-gateway-controller"),
+            Listing(PROMETHEUSES),
+        }, stack
+
+
+def test_equal_needs_are_one_fact() -> None:
+    # Every workload advisory asks for Deployments; they are read once.
+    facts = needed_facts(components_of_stack(Stack.DYNAMO))
+    assert facts.count(WorkloadsOfKind("Deployment")) == 1
+    assert len(facts) == len(set(facts))
+
+
+def _deployment(name: str) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "namespace": "ns"},
+        "spec": {"template": {"spec": {"containers": [{"image": "example/x:v1"}]}}},
+    }
+
+
+def test_a_key_half_observed_is_not_observed() -> None:
+    read = [(WorkloadsOfKind("Deployment"), [_deployment("d")])]
+    # DaemonSets could not be listed: "no DaemonSet runs X" would be a lie.
+    facts = assemble(read, {"workloads": "403 daemonsets is forbidden"})
+    assert facts.workloads is None
+    assert facts.unobservable == {"workloads": "403 daemonsets is forbidden"}
+    whole = assemble([*read, (WorkloadsOfKind("DaemonSet"), [])], {})
+    assert whole.workloads is not None
+    assert [(w.kind, w.name, w.images) for w in whole.workloads] == [
+        ("Deployment", "d", ["example/x:v1"])
+    ]
+
+
+def test_an_empty_listing_is_observed_and_empty() -> None:
+    facts = assemble([(ConfigMapsNamed("c"), []), (CustomObjects(PROMETHEUSES), [])], {})
+    assert facts.config_maps == []
+    assert facts.custom == {PROMETHEUSES.key: []}
+    # What no advisory asked for stays unobserved rather than empty.
+    assert facts.nodes is None
+
+
+def test_unknown_workload_kind_is_refused_naming_it() -> None:
+    with pytest.raises(ValueError, match="'StatefulSet'"):
+        WorkloadsOfKind("StatefulSet")
+
+
+def test_severity_is_a_closed_set() -> None:
+    base = {"component": "c", "requirement": "r", "status": "warning", "message": "m"}
+    loaded = RequirementResult.model_validate({**base, "severity": "advisory"})
+    assert loaded.severity is Severity.ADVISORY
+    assert RequirementResult.model_validate(base).severity is Severity.REQUIRED
+    with pytest.raises(ValidationError, match="severity"):
+        RequirementResult.model_validate({**base, "severity": "optional"})
