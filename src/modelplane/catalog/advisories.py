@@ -87,10 +87,14 @@ class WorkloadsAvailable:
 
 @dataclass(frozen=True)
 class ConfigFileWired:
-    """A ConfigMap key holds a YAML document that contains ``expected``.
+    """A ConfigMap key holds a YAML document that carries ``expected``.
 
     ``expected`` is computed from the spec by the same function that gives the
-    Managed install its values, so the wiring is written once.
+    Managed install its values, so the wiring is written once. Outside the
+    ``exact`` paths the document may hold more (other keys, other list items);
+    under them it must hold exactly ``expected``: no extra keys, lists equal
+    item for item and in order. ``unset_means`` gives the value an absent key
+    has, so spelling out a default is not a difference.
     """
 
     title: str
@@ -98,6 +102,8 @@ class ConfigFileWired:
     key: str
     expected: Callable[[ServingStackSpec], Values]
     fix: str
+    exact: tuple[str, ...] = ()  # dotted paths into the document
+    unset_means: tuple[tuple[str, Any], ...] = ()  # (dotted path, value when absent)
 
     def needs(self) -> tuple[Fact, ...]:
         return (ConfigMapsNamed(self.config_map),)
@@ -125,10 +131,12 @@ class ConfigFileWired:
             except yaml.YAMLError:
                 failures.append(f"{where} is not YAML")
                 continue
-            diffs = contains(expected, doc)
+            diffs = differences(
+                expected, doc, exact=frozenset(self.exact), unset_means=dict(self.unset_means)
+            )
             if not diffs:
                 return MET, f"{where} holds the expected wiring"
-            failures.append(f"{where}: {_listed(diffs)}")
+            failures.append(f"{where}: {_listed(diffs, sep='; ')}")
         return WARNING, f"{'; '.join(failures)}: {self.fix}"
 
 
@@ -507,8 +515,8 @@ class CriticalPodsAdmitted:
 # ---- helpers ---------------------------------------------------------------------------
 
 
-def _listed(items: list[str]) -> str:
-    shown = ", ".join(items[:_MAX_LISTED])
+def _listed(items: list[str], sep: str = ", ") -> str:
+    shown = sep.join(items[:_MAX_LISTED])
     return shown + (f" and {len(items) - _MAX_LISTED} more" if len(items) > _MAX_LISTED else "")
 
 
@@ -581,18 +589,48 @@ def contains(expected: Any, actual: Any, path: str = "") -> list[str]:
     Mappings are compared key by key (extra keys in ``actual`` are fine);
     every item of an expected list must match some item of the actual list.
     """
+    return differences(expected, actual, path=path)
+
+
+class _Missing:
+    pass
+
+
+_MISSING = _Missing()
+
+
+def differences(
+    expected: Any,
+    actual: Any,
+    *,
+    exact: frozenset[str] = frozenset(),
+    unset_means: dict[str, Any] | None = None,
+    path: str = "",
+) -> list[str]:
+    """How ``actual`` differs from ``expected``, one line per difference, by dotted path.
+
+    Like ``contains``, except under the ``exact`` paths, where ``actual`` must
+    be ``expected`` exactly (see ``ConfigFileWired``).
+    """
+    if path in exact:
+        return _exactly(expected, actual, path, unset_means or {})
     where = path or "the document"
+    if isinstance(actual, _Missing):
+        return [f"{where} is missing"]
     if isinstance(expected, dict):
         if not isinstance(actual, dict):
             return [f"{where} is {_show(actual)}, not a mapping"]
-        out: list[str] = []
-        for key, value in expected.items():
-            sub = f"{path}.{key}" if path else str(key)
-            if key not in actual:
-                out.append(f"{sub} is missing")
-            else:
-                out += contains(value, actual[key], sub)
-        return out
+        return [
+            line
+            for key, value in expected.items()
+            for line in differences(
+                value,
+                actual.get(key, _MISSING),
+                exact=exact,
+                unset_means=unset_means,
+                path=f"{path}.{key}" if path else str(key),
+            )
+        ]
     if isinstance(expected, list):
         if not isinstance(actual, list):
             return [f"{where} is {_show(actual)}, not a list"]
@@ -604,6 +642,46 @@ def contains(expected: Any, actual: Any, path: str = "") -> list[str]:
     if expected != actual:
         return [f"{where} is {_show(actual)}, not {_show(expected)}"]
     return []
+
+
+def _exactly(want: Any, got: Any, path: str, unset_means: dict[str, Any]) -> list[str]:
+    if isinstance(got, _Missing):
+        if path not in unset_means:
+            return [f"{path} is missing (expected {_show(want)})"]
+        got = unset_means[path]
+    if isinstance(want, dict) and isinstance(got, dict):
+        out: list[str] = []
+        for key, value in want.items():
+            out += _exactly(value, got.get(key, _MISSING), f"{path}.{key}", unset_means)
+        for key in got.keys() - want.keys():
+            sub = f"{path}.{key}"
+            if sub not in unset_means:
+                out.append(f"{sub} is {_show(got[key])}, not unset")
+            elif not _same(got[key], unset_means[sub]):
+                out.append(f"{sub} is {_show(got[key])}, not {_show(unset_means[sub])} (unset)")
+        return out
+    if isinstance(want, list) and isinstance(got, list):
+        if _same(want, got):
+            return []
+        lacks = [item for item in want if not any(_same(item, g) for g in got)]
+        extra = [item for item in got if not any(_same(item, w) for w in want)]
+        problems = []
+        if lacks:
+            problems.append("lacks " + ", ".join(_show(item) for item in lacks))
+        if extra:
+            problems.append("has extra " + ", ".join(_show(item) for item in extra))
+        if not problems:
+            same_items = sorted(map(_show, want)) == sorted(map(_show, got))
+            problems.append("is in another order" if same_items else "repeats items")
+        return [f"{path} {' and '.join(problems)} (expected {_show(want)}, got {_show(got)})"]
+    if not _same(want, got):
+        return [f"{path} is {_show(got)}, not {_show(want)}"]
+    return []
+
+
+def _same(a: Any, b: Any) -> bool:
+    # By canonical JSON, so true is not 1 and 1063 is not "1063".
+    return _show(a) == _show(b)
 
 
 def _show(value: Any) -> str:

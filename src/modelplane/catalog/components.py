@@ -443,6 +443,17 @@ ENVOY_GATEWAY = Component(
             _envoy_gateway_config,
             "install Envoy Gateway with the extensionApis and extensionManager values the "
             "requirements page lists",
+            # The spec says "wired exactly as the values above". extensionManager
+            # is the contract with the AI Gateway's extension server, so all of it
+            # is exact: another hook order or another post list, an extra
+            # backendResource, extra resources sent to the extension, or
+            # failOpen: true (a failing hook then skips the AI Gateway's changes
+            # instead of stopping the update) each change what routes. Other
+            # extensionApis are the owner's business: the AI Gateway's own
+            # values also enable EnvoyPatchPolicy (upstream-facts §7).
+            exact=("extensionManager",),
+            # ExtensionManager.failOpen defaults to false (upstream-facts §7).
+            unset_means=(("extensionManager.failOpen", False),),
         ),
         WorkloadsAvailable(ENVOY_GATEWAY_WORKLOADS, "check the envoy-gateway Deployment's events"),
     ),
