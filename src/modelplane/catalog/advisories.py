@@ -217,14 +217,21 @@ class WorkloadArg:
 
 @dataclass(frozen=True)
 class ImageTag:
-    """The workload's image tag is the component's pinned version."""
+    """The workload's image tag is a version the product supports.
+
+    With ``exact``, the component's pinned version itself (Grove: an alpha
+    API with no compatibility promise); without, any version in the
+    component's ``supported`` range. Out of that range always warns.
+    """
 
     workloads: Workloads
     fix: str
+    exact: bool = True
 
     @property
     def title(self) -> str:
-        return f"{self.workloads.describe} runs the pinned version"
+        what = "the pinned version" if self.exact else "a supported version"
+        return f"{self.workloads.describe} runs {what}"
 
     def needs(self) -> tuple[Fact, ...]:
         return self.workloads.facts()
@@ -238,22 +245,37 @@ class ImageTag:
         if not found:
             return _not_found(self.workloads, "its version")
         want = component.version_for(spec)
+        supported = component.supported
         wrong: list[str] = []
-        untagged: list[str] = []
+        unreadable: list[str] = []
+        tags: list[str] = []
         for w in found:
             for image in w.images:
                 if not any(is_image(image, t) for t in self.workloads.images):
                     continue
                 tag = image_tag(image)
-                if tag is None:
-                    untagged.append(f"{_ref(w)} runs {image}")
-                elif tag.removeprefix("v") != want.removeprefix("v"):
-                    wrong.append(f"{_ref(w)} runs {image}")
+                inside = supported.contains(tag) if supported and tag else None
+                problems = []
+                if self.exact and tag and tag.removeprefix("v") != want.removeprefix("v"):
+                    problems.append(f"not {want}")
+                if supported and inside is False:
+                    problems.append(f"outside the supported range, {supported}: {supported.why}")
+                if problems:
+                    wrong.append(f"{_ref(w)} runs {image}, {', and '.join(problems)}")
+                elif tag is None:
+                    unreadable.append(f"{_ref(w)} runs {image} by digest")
+                elif supported and inside is None:
+                    unreadable.append(f"{_ref(w)} runs {image}, a tag that is not a version")
+                else:
+                    tags.append(tag)
         if wrong:
-            return WARNING, f"{'; '.join(wrong)}, not {want}: {self.fix}"
-        if untagged:
-            return UNKNOWN, f"{'; '.join(untagged)} by digest, so its version cannot be read"
-        return MET, f"{_listed([_ref(w) for w in found])} runs {want}"
+            return WARNING, f"{'; '.join(wrong)}: {self.fix}"
+        if unreadable:
+            return UNKNOWN, f"{'; '.join(unreadable)}, so its version cannot be read"
+        refs = _listed([_ref(w) for w in found])
+        if self.exact:
+            return MET, f"{refs} runs {want}"
+        return MET, f"{refs} runs {', '.join(dict.fromkeys(tags))}, {supported or 'any version'}"
 
 
 @dataclass(frozen=True)

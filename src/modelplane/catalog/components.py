@@ -30,6 +30,7 @@ from modelplane.catalog.types import (
     ManifestSource,
     ObjectExists,
     Values,
+    VersionRange,
     Workloads,
 )
 from modelplane.pins import Stack
@@ -422,6 +423,16 @@ ENVOY_GATEWAY = Component(
     namespace=ENVOY_GATEWAY_NAMESPACE,
     version=pins.ENVOY_GATEWAY,
     version_field="versions.envoyGateway",
+    # ServingStack reference, versions.envoyGateway: v1.8 is the first with
+    # InferencePool backend resources, and the AI Gateway v1.1 line is tested
+    # against Envoy Gateway v1.8.x only.
+    supported=VersionRange(
+        "v1.8.0",
+        "v1.9.0",
+        "Envoy AI Gateway v1.1 is tested against Envoy Gateway v1.8.x with Gateway API v1.5.x, "
+        "so v1.9.x waits for the AI Gateway release that pairs with it, and releases before "
+        "v1.8 cannot route to an InferencePool",
+    ),
     stacks=BOTH,
     chart=ChartSource("gateway-helm", ENVOY_OCI),
     values=_envoy_gateway_values,
@@ -456,6 +467,12 @@ ENVOY_GATEWAY = Component(
             unset_means=(("extensionManager.failOpen", False),),
         ),
         WorkloadsAvailable(ENVOY_GATEWAY_WORKLOADS, "check the envoy-gateway Deployment's events"),
+        # The image tag is the chart version (gateway-helm sets it from appVersion).
+        ImageTag(
+            ENVOY_GATEWAY_WORKLOADS,
+            f"install Envoy Gateway {pins.ENVOY_GATEWAY} (Managed mode pins it)",
+            exact=False,
+        ),
     ),
     not_checked=(
         "The Envoy Gateway controller runs with the extensionManager wired exactly as the values "
@@ -612,6 +629,12 @@ GROVE = Component(
     namespace="grove-system",
     version=pins.GROVE,
     version_field="dynamo.grove",
+    # ServingStack reference, dynamo.grove; upstream-facts §12 (grove#753).
+    supported=VersionRange(
+        "v0.1.0-alpha.12-rc2",
+        why="earlier releases append Grove's own env vars after the template's instead of "
+        "prepending them (grove#753), so MODELPLANE_LEADER_ADDRESS cannot be aliased to them",
+    ),
     stacks=DYNAMO,
     chart=ChartSource("grove-charts", "oci://ghcr.io/ai-dynamo/grove"),
     depends_on=(KAI_SCHEDULER.name,),

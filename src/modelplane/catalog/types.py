@@ -8,6 +8,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from modelplane.catalog.facts import ClusterFacts, Fact, WorkloadsOfKind
+from modelplane.catalog.versions import parse_version
 from modelplane.wire import ApiRef
 
 if TYPE_CHECKING:
@@ -126,6 +127,47 @@ class GpuNodes:
 
 
 @dataclass(frozen=True)
+class VersionRange:
+    """The versions of a component the product supports.
+
+    A pin outside it is accepted, and reported: in the plan's notes, the
+    component's status, an event, and ``modelplane check`` for what runs.
+    """
+
+    at_least: str | None = None
+    below: str | None = None  # the first version out; its pre-releases are out too
+    why: str = ""  # what goes wrong outside, for the message
+
+    def __post_init__(self) -> None:
+        for name in ("at_least", "below"):
+            bound = getattr(self, name)
+            if bound is not None and parse_version(bound) is None:
+                raise ValueError(f"VersionRange.{name}: {bound!r} is not a version")
+
+    def contains(self, version: str) -> bool | None:
+        """Whether ``version`` is supported; None when it is not a version at all."""
+        v = parse_version(version)
+        if v is None:
+            return None
+        low = parse_version(self.at_least) if self.at_least else None
+        high = parse_version(self.below) if self.below else None
+        if low is not None and v < low:
+            return False
+        # "Before v1.9.0" leaves out v1.9.0-rc.1 too: it is the v1.9 line.
+        return high is None or not (
+            v >= high or (not high.is_prerelease and v.release == high.release)
+        )
+
+    def __str__(self) -> str:
+        parts = []
+        if self.at_least:
+            parts.append(f"{self.at_least} or later")
+        if self.below:
+            parts.append(f"before {self.below}")
+        return " and ".join(parts) or "any version"
+
+
+@dataclass(frozen=True)
 class ChartSource:
     """Where a chart comes from: a classic HTTP repository or an OCI registry."""
 
@@ -165,6 +207,8 @@ class Component:
     version: str
     stacks: frozenset[Stack]
     version_field: str | None = None  # dotted spec path that overrides ``version``
+    # The versions the product supports; a pin outside is accepted, and reported.
+    supported: VersionRange | None = None
     # substrate: installed in Managed mode, only checked in Provided mode.
     # config: the product's own, applied in both modes (ModelExpress CRDs).
     role: Literal["substrate", "config"] = "substrate"

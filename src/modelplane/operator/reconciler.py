@@ -73,6 +73,9 @@ class StackReconciler:
     failures: dict[str, str] = field(default_factory=dict)
     manifests: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     clock: Callable[[], float] = time.monotonic
+    # The out-of-range pins last reported by event, so a resync that finds
+    # the same ones stays quiet; safe to lose (a restart reports them once).
+    version_warnings: frozenset[str] = frozenset()
 
     # -- reconcile -----------------------------------------------------------
 
@@ -132,6 +135,7 @@ class StackReconciler:
             await target.close()
         if current is not None:
             self.forget_settled(current)
+            self._report_versions(current)
         return Outcome(plan=current, failures=dict(self.failures))
 
     def forget_settled(self, p: Plan) -> None:
@@ -143,6 +147,13 @@ class StackReconciler:
         for settled in set(self.failures) - p.components_with_work:
             self.failures.pop(settled)
             self.backoff.pop(settled, None)
+
+    def _report_versions(self, p: Plan) -> None:
+        """One Warning event per out-of-range pin, when it appears, not on every resync."""
+        messages = frozenset(w.message for w in p.version_warnings)
+        for message in sorted(messages - self.version_warnings):
+            self.emit("Warning", "VersionOutOfRange", message)
+        self.version_warnings = messages
 
     async def _target(self, stack: ServingStack) -> Target:
         kubeconfig = await read_kubeconfig(self.hub, stack.spec, stack.metadata.namespace)

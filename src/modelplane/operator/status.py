@@ -9,6 +9,7 @@ from modelplane.plan.model import Plan, RequirementStatus, Severity
 
 READY = "Ready"
 REQUIREMENTS_MET = "RequirementsMet"
+VERSIONS_SUPPORTED = "VersionsSupported"
 TEARDOWN = "Teardown"
 
 
@@ -85,6 +86,7 @@ def desired_status(outcome: Outcome, generation: int | None) -> dict[str, Any]:
             conditions.append(
                 condition(REQUIREMENTS_MET, True, "RequirementsMet", message, generation)
             )
+        conditions.append(versions_condition(plan, generation))
         status["components"] = [
             {
                 "name": c.name,
@@ -106,6 +108,16 @@ def desired_status(outcome: Outcome, generation: int | None) -> dict[str, Any]:
         status["gateway"] = gateway or None
     status["conditions"] = conditions
     return status
+
+
+def versions_condition(plan: Plan, generation: int | None) -> dict[str, Any]:
+    """Pins outside their supported range are accepted; this says so where tools look."""
+    if plan.version_warnings:
+        message = "; ".join(w.message for w in plan.version_warnings)
+        return condition(VERSIONS_SUPPORTED, False, "OutOfRange", message, generation)
+    return condition(
+        VERSIONS_SUPPORTED, True, "InRange", "every pinned version is supported", generation
+    )
 
 
 def merge_conditions(

@@ -104,6 +104,14 @@ class RequirementResult(_Frozen):
     severity: Severity = Severity.REQUIRED
 
 
+class VersionWarning(_Frozen):
+    """A component's pinned version outside its supported range: accepted, and reported."""
+
+    component: str
+    version: str
+    message: str
+
+
 class ComponentPlan(_Frozen):
     name: str
     mode: str  # Managed or Provided (config-role components are always Managed)
@@ -178,6 +186,7 @@ class Plan(_Frozen):
     # Computed once by the planner (work_left); the status, component states
     # and the reconciler's failures all read it.
     work: list[Work]
+    version_warnings: list[VersionWarning] = Field(default_factory=list)
 
     @property
     def unmet(self) -> list[RequirementResult]:

@@ -33,6 +33,7 @@ from modelplane.plan.model import (
     RequirementResult,
     RequirementStatus,
     Severity,
+    VersionWarning,
     work_left,
 )
 from modelplane.plan.observed import Observed, ObservedRelease
@@ -112,6 +113,8 @@ def plan(
     work = work_left(releases, manifests, objects)
     busy = {w.component for w in work}
 
+    version_warnings = _version_warnings(components, spec)
+    out_of_range = {w.component: w.message for w in version_warnings}
     component_plans = [
         _component_plan(
             c,
@@ -122,6 +125,7 @@ def plan(
             c.name in unmet_by_component,
             c.name in busy,
             spec_version=c.version_for(spec),
+            warning=out_of_range.get(c.name),
         )
         for c in components
     ]
@@ -135,13 +139,43 @@ def plan(
         manifests=manifests,
         objects=objects,
         requirements=requirements + _advisories(components, spec, observed),
-        notes=_notes(stack),
+        notes=_notes(stack) + [w.message for w in version_warnings],
         gateway=GatewayReport(
             address=observed.gateway_addresses[0] if observed.gateway_addresses else None,
             ca_certificate=observed.bundle_ca_certificate if spec.gateway.hostname else None,
         ),
         work=work,
+        version_warnings=version_warnings,
     )
+
+
+def _version_warnings(components: list[Component], spec: Any) -> list[VersionWarning]:
+    """Pins outside their component's supported range: accepted, never refused."""
+    out: list[VersionWarning] = []
+    for component in components:
+        supported = component.supported
+        if supported is None:
+            continue
+        version = component.version_for(spec)
+        inside = supported.contains(version)
+        if inside:
+            continue
+        pinned = f"{component.name} {version}"
+        if component.version_field:
+            pinned += f" (spec.{component.version_field})"
+        what = (
+            "is outside the supported range"
+            if inside is False
+            else "is not a version, so it cannot be held to the supported range"
+        )
+        out.append(
+            VersionWarning(
+                component=component.name,
+                version=version,
+                message=f"{pinned} {what}, {supported}: {supported.why}. Accepted, but untested.",
+            )
+        )
+    return out
 
 
 def _advisories(
@@ -340,6 +374,7 @@ def _component_plan(
     unmet: bool,
     has_work: bool,
     spec_version: str,
+    warning: str | None = None,
 ) -> ComponentPlan:
     provided = component.role == "substrate" and not managed
     state, message = "Ready", ""
@@ -367,7 +402,7 @@ def _component_plan(
             component.chart.repository if component.chart else None,
         ),
         state=state,
-        message=message,
+        message="; ".join(m for m in (message, warning) if m),
     )
 
 

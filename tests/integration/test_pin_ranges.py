@@ -1,0 +1,260 @@
+"""Out-of-range versions against real API servers: the operator's status and events, and check.
+
+The operator runs as a process against the session hub and this module's own
+target, with a one-second resync so that "once, not on every resync" is
+actually put to the test.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from lightkube import Client, KubeConfig
+from lightkube.generic_resource import create_namespaced_resource
+from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
+from lightkube.resources.core_v1 import Namespace, Secret
+from tests.waiting import wait_for
+
+from modelplane.api.crd import servingstack_crd
+from modelplane.api.models import API_GROUP, API_VERSION, KIND, PLURAL
+from modelplane.checks.checker import check_results
+from modelplane.pins import Stack
+from modelplane.plan.model import RequirementStatus
+from modelplane.target.cluster import observe_for_check
+from modelplane.testenv import TestEnv
+
+SS = create_namespaced_resource(API_GROUP, API_VERSION, KIND, PLURAL)
+NS = "pin-ranges"
+DEADLINE = 90.0
+
+
+def client_for(env: TestEnv) -> Client:
+    return Client(KubeConfig.from_dict(env.kubeconfig), field_manager="test")
+
+
+@pytest.fixture(scope="module")
+def target(testbin: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestEnv]:
+    env = TestEnv(tmp_path_factory.mktemp("pin-ranges-target"))
+    env.start()
+    try:
+        yield env
+    finally:
+        env.stop()
+
+
+@pytest.fixture(scope="module")
+def hub(hub_env: TestEnv) -> Client:
+    client = client_for(hub_env)
+    body = servingstack_crd()
+    client.apply(CustomResourceDefinition.from_dict(body), field_manager="test")
+    wait_for(
+        "the ServingStack CRD established",
+        lambda: any(
+            c.type == "Established" and c.status == "True"
+            for c in client.get(
+                CustomResourceDefinition, body["metadata"]["name"]
+            ).status.conditions
+            or []
+        ),
+        deadline=DEADLINE,
+    )
+    return client
+
+
+def put_stack(hub: Client, envoy_gateway: str) -> None:
+    body = {
+        "apiVersion": f"{API_GROUP}/{API_VERSION}",
+        "kind": KIND,
+        "metadata": {"name": "stack", "namespace": NS},
+        "spec": {
+            "components": "Provided",
+            "secrets": [{"type": "Kubeconfig", "name": "target-kubeconfig", "key": "kubeconfig"}],
+            "versions": {"envoyGateway": envoy_gateway},
+        },
+    }
+    hub.apply(SS.from_dict(body), field_manager="test", force=True)
+
+
+def status(hub: Client) -> dict[str, Any]:
+    return dict(hub.get(SS, "stack", namespace=NS).to_dict().get("status") or {})
+
+
+def versions_condition(hub: Client, state: str, generation: int) -> dict[str, Any] | None:
+    for c in status(hub).get("conditions", []):
+        if (
+            c["type"] == "VersionsSupported"
+            and c["status"] == state
+            and c.get("observedGeneration") == generation
+        ):
+            return dict(c)
+    return None
+
+
+def out_of_range_events(hub_env: TestEnv) -> list[str]:
+    with hub_env.http_client() as http:
+        items = http.get(f"/api/v1/namespaces/{NS}/events").json()["items"]
+    return [
+        e["message"]
+        for e in items
+        if e["reason"] == "VersionOutOfRange" and e["type"] == "Warning"
+        # One Event object may stand for several if anything counted them.
+        for _ in range(int(e.get("count") or 1))
+    ]
+
+
+def reconciles(target: TestEnv) -> float:
+    # Every reconcile lists Helm's release Secrets on the target once.
+    return target.request_total(verb="LIST", resource="secrets")
+
+
+def test_operator_reports_an_out_of_range_pin_once_per_change(
+    hub: Client, hub_env: TestEnv, target: TestEnv, tmp_path: Path
+) -> None:
+    hub.apply(Namespace.from_dict({"metadata": {"name": NS}}), field_manager="test")
+    kubeconfig = yaml.safe_dump(target.kubeconfig)
+    hub.apply(
+        Secret.from_dict(
+            {
+                "metadata": {"name": "target-kubeconfig", "namespace": NS},
+                "data": {"kubeconfig": base64.b64encode(kubeconfig.encode()).decode()},
+            }
+        ),
+        field_manager="test",
+        force=True,
+    )
+    put_stack(hub, "v1.9.0")
+    log = tmp_path / "operator.log"
+    operator = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "modelplane.cli.main",
+            "run",
+            "--kubeconfig",
+            str(hub_env.kubeconfig_path),
+            "--namespace",
+            NS,
+            "--resync",
+            "1",
+        ],
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        c = wait_for(
+            "VersionsSupported=False",
+            lambda: versions_condition(hub, "False", 1),
+            deadline=DEADLINE,
+        )
+        assert c["reason"] == "OutOfRange"
+        assert c["message"].startswith(
+            "envoy-gateway v1.9.0 (spec.versions.envoyGateway) is outside the supported range"
+        )
+        components = {x["name"]: x for x in status(hub)["components"]}
+        assert "outside the supported range" in components["envoy-gateway"]["message"]
+        # Accepted: nothing about the pin turns Ready into an error.
+        assert all(
+            x["reason"] not in ("InvalidSpec", "ReconcileError") for x in status(hub)["conditions"]
+        )
+        wait_for("the event", lambda: out_of_range_events(hub_env), deadline=DEADLINE)
+
+        # Several resyncs later there is still one event.
+        seen = reconciles(target)
+        wait_for("three more reconciles", lambda: reconciles(target) >= seen + 3, deadline=DEADLINE)
+        assert len(out_of_range_events(hub_env)) == 1
+
+        # Back in range: the condition clears and nothing is said.
+        put_stack(hub, "v1.8.4")
+        c = wait_for(
+            "VersionsSupported=True", lambda: versions_condition(hub, "True", 2), deadline=DEADLINE
+        )
+        assert c["reason"] == "InRange"
+        # Another out-of-range pin is a change: one more event, about it.
+        put_stack(hub, "v1.9.1")
+        wait_for(
+            "a second event",
+            lambda: len(out_of_range_events(hub_env)) == 2,
+            deadline=DEADLINE,
+        )
+        assert "envoy-gateway v1.9.1" in " ".join(out_of_range_events(hub_env))
+    except AssertionError as err:
+        raise AssertionError(f"{err}\noperator log tail:\n{log.read_text()[-3000:]}") from None
+    finally:
+        operator.terminate()
+        try:
+            operator.wait(15)
+        except subprocess.TimeoutExpired:
+            operator.kill()
+            operator.wait(15)
+
+
+def apply(target: TestEnv, path: str, body: dict[str, Any]) -> None:
+    with target.http_client(timeout=30) as http:
+        response = http.patch(
+            path,
+            params={"fieldManager": "pin-ranges-test", "force": "true"},
+            content=json.dumps(body),
+            headers={"Content-Type": "application/apply-patch+yaml"},
+        )
+    assert response.status_code in (200, 201), response.text
+
+
+async def test_check_warns_when_the_running_envoy_gateway_is_out_of_range(
+    target: TestEnv,
+) -> None:
+    from lightkube import AsyncClient
+
+    apply(
+        target,
+        "/api/v1/namespaces/eg",
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "eg"}},
+    )
+
+    def deployment(tag: str) -> dict[str, Any]:
+        labels = {"app": "envoy-gateway"}
+        return {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": "envoy-gateway", "namespace": "eg"},
+            "spec": {
+                "selector": {"matchLabels": labels},
+                "template": {
+                    "metadata": {"labels": labels},
+                    "spec": {
+                        "containers": [
+                            {
+                                "name": "envoy-gateway",
+                                "image": f"docker.io/envoyproxy/gateway:{tag}",
+                            }
+                        ]
+                    },
+                },
+            },
+        }
+
+    async def result() -> Any:
+        config = KubeConfig.from_dict(target.kubeconfig).get()
+        async with AsyncClient(config, trust_env=False) as client:
+            observed = await observe_for_check(client, Stack.STANDARD)
+        (found,) = [
+            r
+            for r in check_results(Stack.STANDARD, observed)
+            if r.requirement == "the Envoy Gateway controller runs a supported version"
+        ]
+        return found
+
+    path = "/apis/apps/v1/namespaces/eg/deployments/envoy-gateway"
+    apply(target, path, deployment("v1.9.0"))
+    r = await result()
+    assert r.status is RequirementStatus.WARNING
+    assert "gateway:v1.9.0, outside the supported range" in r.message
+    apply(target, path, deployment("v1.8.4"))
+    assert (await result()).status is RequirementStatus.MET
