@@ -186,11 +186,6 @@ def test_grove_before_rc2_is_noted_on_the_dynamo_stack_only() -> None:
     assert plan(stack({"stack": "Standard", **rc1})).version_warnings == []
 
 
-def test_a_pin_that_is_not_a_version_is_noted_as_such() -> None:
-    message = warnings_of(plan(stack({"versions": {"envoyGateway": "latest"}})))[EG]
-    assert "envoy-gateway latest (spec.versions.envoyGateway) is not a version" in message
-
-
 def test_render_prints_the_note(tmp_path: Path) -> None:
     path = tmp_path / "stack.yaml"
     body = stack({"versions": {"envoyGateway": "v1.9.0"}})
