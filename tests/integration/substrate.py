@@ -22,6 +22,7 @@ from typing import Any
 import yaml
 
 from modelplane.catalog import components as catalog
+from modelplane.testenv import find_binaries
 
 # CRDs each fixture chart brings: (group, version, plural, kind, namespaced).
 Crd = tuple[str, str, str, str, bool]
@@ -212,4 +213,6 @@ def run_operator(
         "60",
         *extra,
     ]
-    return subprocess.Popen(args, stdout=log.open("wb"), stderr=subprocess.STDOUT)
+    # The operator finds helm only through MODELPLANE_HELM or PATH; give it the built one.
+    env = {**os.environ, "MODELPLANE_HELM": str(find_binaries()["helm"])}
+    return subprocess.Popen(args, stdout=log.open("wb"), stderr=subprocess.STDOUT, env=env)

@@ -35,14 +35,19 @@ class Helm:
 
     @classmethod
     def find(cls, home: Path, timeout_seconds: int = 600) -> Helm:
-        binary = os.environ.get("MODELPLANE_HELM") or shutil.which("helm")
+        """The helm named by ``$MODELPLANE_HELM``, else the first ``helm`` on ``$PATH``."""
+        override = os.environ.get("MODELPLANE_HELM")
+        if override:
+            binary = shutil.which(override)
+            if binary is None:
+                raise HelmError(
+                    f"MODELPLANE_HELM={override} is not an executable helm binary; "
+                    "point it at helm, or unset it to use the helm on PATH"
+                )
+            return cls(binary, home, timeout_seconds)
+        binary = shutil.which("helm")
         if binary is None:
-            from modelplane.testenv.env import find_binaries
-
-            try:
-                binary = str(find_binaries()["helm"])
-            except Exception as err:
-                raise HelmError("no helm binary: put helm on PATH or set MODELPLANE_HELM") from err
+            raise HelmError("no helm binary: set MODELPLANE_HELM to its path, or put helm on PATH")
         return cls(binary, home, timeout_seconds)
 
     def _env(self) -> dict[str, str]:
