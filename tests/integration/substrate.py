@@ -13,6 +13,7 @@ import functools
 import http.server
 import os
 import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -193,7 +194,7 @@ def run_operator(
     hub_kubeconfig: Path, substrate: Substrate, namespace: str, log: Path, *extra: str
 ) -> subprocess.Popen[bytes]:
     args = [
-        "python",
+        sys.executable,
         "-m",
         "modelplane.cli.main",
         "run",

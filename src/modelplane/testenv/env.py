@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
+import httpx2
 import yaml
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -414,9 +414,9 @@ class TestEnv:
     def ssl_context(self) -> ssl.SSLContext:
         return ssl.create_default_context(cadata=self.ca_pem.decode())
 
-    def http_client(self, timeout: float = 10.0) -> httpx.Client:
-        """An httpx client for the API server, authenticated as the admin."""
-        return httpx.Client(
+    def http_client(self, timeout: float = 10.0) -> httpx2.Client:
+        """An httpx2 client for the API server, authenticated as the admin."""
+        return httpx2.Client(
             base_url=self.server,
             verify=self.ssl_context(),
             headers={"Authorization": f"Bearer {self.token}"},
@@ -639,8 +639,8 @@ class TestEnv:
                 raise TestEnvError(
                     f"etcd exited with {proc.returncode}:\n{_log_tail(self.data_dir / 'etcd.log')}"
                 )
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(url, timeout=2).status_code == 200:
+            with contextlib.suppress(httpx2.HTTPError):
+                if httpx2.get(url, timeout=2).status_code == 200:
                     return
             if time.monotonic() > deadline:
                 raise TestEnvError(
@@ -668,7 +668,7 @@ class TestEnv:
                         last = f"namespace default: {ns.status_code}"
                         if ns.status_code == 200:
                             return
-                except httpx.HTTPError as exc:
+                except httpx2.HTTPError as exc:
                     last = f"{type(exc).__name__}: {exc}"
                 if time.monotonic() > deadline:
                     raise TestEnvError(
