@@ -54,6 +54,11 @@ if has_all "$DEST"; then
     exit 0
 fi
 
+# The official Go tarball installs to /usr/local/go, which a clean shell's
+# PATH does not name; look there before giving up.
+if ! command -v go >/dev/null 2>&1 && [[ -x /usr/local/go/bin/go ]]; then
+    PATH="/usr/local/go/bin:$PATH"
+fi
 command -v go >/dev/null 2>&1 || die "'go' not found on PATH; install Go (https://go.dev/dl/," \
     ">= the 'go' line of hack/testbin/*/go.mod) and re-run, or point MODELPLANE_TESTBIN" \
     "at a directory holding ${BINS[*]}"
