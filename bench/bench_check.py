@@ -27,11 +27,13 @@ from typing import Any
 import httpx2
 import yaml
 from lightkube import AsyncClient
+from lightkube.config.client_adapter import ConnectionParams
 from lightkube.config.kubeconfig import KubeConfig
 
 from modelplane.checks.checker import check_results
 from modelplane.pins import Stack
 from modelplane.target.cluster import observe_for_check
+from modelplane.target.connect import TargetClient
 from modelplane.target.discovery import served_apis
 from modelplane.testenv import TestEnv
 
@@ -98,7 +100,8 @@ async def wait_served(client: AsyncClient, crds: dict[str, dict[str, Any]]) -> N
 async def measure(env: TestEnv, stack: Stack, runs: int) -> dict[str, Any]:
     config = KubeConfig.from_file(str(env.kubeconfig_path)).get()
     transport = CountingTransport(verify=env.ssl_context())
-    client = AsyncClient(config, trust_env=False, transport=transport)
+    params = ConnectionParams(trust_env=False, transport=transport)  # type: ignore[arg-type]
+    client = TargetClient(config, params)
     times: list[float] = []
     per_run: list[int] = []
     server_delta: list[float] = []
@@ -142,7 +145,7 @@ def bench(name: str, files: list[Path], stack: Stack, runs: int) -> dict[str, An
 
             async def go() -> dict[str, Any]:
                 config = KubeConfig.from_file(str(env.kubeconfig_path)).get()
-                async with AsyncClient(config, trust_env=False) as client:
+                async with TargetClient(config, ConnectionParams(trust_env=False)) as client:
                     await wait_served(client, crds)
                     apis = await served_apis(client)
                 out = await measure(env, stack, runs)

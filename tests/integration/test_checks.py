@@ -22,6 +22,7 @@ import httpx2
 import pytest
 import yaml
 from lightkube import AsyncClient
+from lightkube.config.client_adapter import ConnectionParams
 from lightkube.config.kubeconfig import KubeConfig
 from typer.testing import CliRunner
 
@@ -30,6 +31,7 @@ from modelplane.cli.main import app
 from modelplane.pins import Stack
 from modelplane.plan.model import RequirementResult, RequirementStatus
 from modelplane.target.cluster import observe_for_check
+from modelplane.target.connect import TargetClient
 from modelplane.target.discovery import served_apis
 from modelplane.testenv import TestEnv
 
@@ -163,7 +165,8 @@ def crd_gone(apis: dict[str, dict[str, list[str]]], crd: dict[str, Any]) -> bool
 
 @asynccontextmanager
 async def client_for(env: TestEnv) -> AsyncIterator[AsyncClient]:
-    client = AsyncClient(KubeConfig.from_file(str(env.kubeconfig_path)).get(), trust_env=False)
+    config = KubeConfig.from_file(str(env.kubeconfig_path)).get()
+    client = TargetClient(config, ConnectionParams(trust_env=False))
     try:
         yield client
     finally:
@@ -755,7 +758,8 @@ async def test_observation_cost_does_not_grow_with_crds(env: TestEnv) -> None:
             return await super().handle_async_request(request)
 
     config = KubeConfig.from_file(str(env.kubeconfig_path)).get()
-    client = AsyncClient(config, trust_env=False, transport=Counting(verify=env.ssl_context()))
+    counting = Counting(verify=env.ssl_context())
+    client = TargetClient(config, ConnectionParams(trust_env=False, transport=counting))  # type: ignore[arg-type]
     try:
         observed = await observe_for_check(client, Stack.DYNAMO)
     finally:

@@ -14,9 +14,7 @@ import sys
 from pathlib import Path
 from typing import Annotated, Any
 
-import httpx2
 import typer
-from lightkube import AsyncClient
 from lightkube.config.kubeconfig import KubeConfig, SingleConfig
 from rich.console import Console
 from rich.markup import escape
@@ -24,6 +22,7 @@ from rich.markup import escape
 from modelplane.checks.checker import run_checks, summarize
 from modelplane.pins import Stack
 from modelplane.plan.model import RequirementResult, RequirementStatus, Severity
+from modelplane.target.connect import open_target
 from modelplane.target.discovery import ApiStatusError, TargetError
 
 EXIT_UNMET = 1
@@ -69,11 +68,9 @@ def load_config(path: Path, context: str | None) -> SingleConfig:
 
 
 async def _check(config: SingleConfig, stack: Stack, timeout: float) -> list[RequirementResult]:
-    client = AsyncClient(config, timeout=httpx2.Timeout(timeout), trust_env=False)
-    try:
-        return await run_checks(client, stack)
-    finally:
-        await client.close()
+    target = await open_target(config, timeout=timeout, trust_env=False)
+    async with target:
+        return await run_checks(target.client, stack)
 
 
 def run(config: SingleConfig, stack: Stack, timeout: float = 10.0) -> list[RequirementResult]:

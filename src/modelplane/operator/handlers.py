@@ -37,7 +37,7 @@ from modelplane.operator.status import (
     status_changed,
 )
 from modelplane.operator.watch import TargetWatcher
-from modelplane.target.connect import CredentialsError, connect, read_kubeconfig
+from modelplane.target.connect import CredentialsError, connect, open_targets, read_kubeconfig
 from modelplane.target.discovery import TargetError
 from modelplane.target.helm import Helm
 
@@ -56,11 +56,22 @@ ServingStackResource = create_namespaced_resource(API_GROUP, API_VERSION, KIND, 
 
 @dataclass
 class Runtime:
+    """What the operator keeps across ServingStacks; every entry goes with its stack."""
+
     options: OperatorOptions
     hub: AsyncClient
     helm: Helm
+    # The reconcile task of each live stack waits on its event.
     wakers: dict[tuple[str, str], asyncio.Event] = field(default_factory=dict)
+    # The (generation, deletionTimestamp) last seen per stack, dropped when
+    # the stack is deleted.
     generations: dict[tuple[str, str], Any] = field(default_factory=dict)
+
+    def expose(self) -> None:
+        """Report the sizes of what is kept in the metrics: a size that only grows is a leak."""
+        metrics.TRACKED.labels(what="wakers").set_function(lambda: len(self.wakers))
+        metrics.TRACKED.labels(what="generations").set_function(lambda: len(self.generations))
+        metrics.TARGETS_OPEN.set_function(open_targets)
 
 
 def _now() -> str:
@@ -100,10 +111,16 @@ def register(registry: kopf.OperatorRegistry, rt: Runtime) -> None:
     resource = (API_GROUP, API_VERSION, PLURAL)
 
     @kopf.on.event(*resource, registry=registry)
-    async def wake_on_change(body: kopf.Body, **_: Any) -> None:
+    async def wake_on_change(body: kopf.Body, event: kopf.RawEvent, **_: Any) -> None:
+        key = (body.meta.namespace or "", body.meta.name or "")
+        if event.get("type") == "DELETED":
+            # The object is gone: forget it. Its daemon stops and drops its waker.
+            rt.generations.pop(key, None)
+            if key in rt.wakers:
+                rt.wakers[key].set()
+            return
         # Status writes come back as events too; only a new generation (spec)
         # or a deletion is a reason to reconcile again.
-        key = (body.meta.namespace or "", body.meta.name or "")
         marker = (body.meta.get("generation"), body.meta.get("deletionTimestamp"))
         if rt.generations.get(key) != marker:
             rt.generations[key] = marker
@@ -209,20 +226,24 @@ async def _ensure_watcher(
             {k: body[k] for k in ("apiVersion", "kind", "metadata", "spec")}
         )
         kubeconfig = await read_kubeconfig(rt.hub, stack.spec, stack.metadata.namespace)
-        if watcher is not None and kubeconfig == watched:
-            return watcher, watched
-        if watcher is not None:
-            await watcher.close()
-        target = connect(
+    except (CredentialsError, ApiError, ValueError):
+        return watcher, watched
+    if watcher is not None and kubeconfig == watched:
+        return watcher, watched
+    if watcher is not None:
+        await watcher.close()
+    try:
+        target = await connect(
             kubeconfig,
             allow_unsafe=rt.options.allow_unsafe_kubeconfig,
             timeout=rt.options.target_timeout_seconds,
         )
-        fresh = TargetWatcher(target.client, wake.set)
-        fresh.start()
-        return fresh, kubeconfig
-    except (CredentialsError, ApiError, ValueError):
-        return watcher, watched
+    except CredentialsError:
+        # The next reconcile reports why; a closed watcher is not kept.
+        return None, None
+    fresh = TargetWatcher(target, wake.set)
+    fresh.start()
+    return fresh, kubeconfig
 
 
 async def _sleep(wake: asyncio.Event, stopped: kopf.DaemonStopped, seconds: float) -> None:
@@ -253,8 +274,6 @@ def settings() -> kopf.OperatorSettings:
 
 async def run(options: OperatorOptions) -> None:
     """Run the operator until interrupted."""
-    if options.metrics_port is not None:
-        metrics.serve(options.metrics_port)
     config = (
         KubeConfig.from_file(options.hub_kubeconfig)
         if options.hub_kubeconfig
@@ -265,6 +284,9 @@ async def run(options: OperatorOptions) -> None:
         rt = Runtime(
             options=options, hub=hub, helm=Helm.find(Path(home), options.helm_timeout_seconds)
         )
+        rt.expose()
+        if options.metrics_port is not None:
+            metrics.serve(options.metrics_port)
         registry = kopf.OperatorRegistry()
         register(registry, rt)
 

@@ -156,8 +156,9 @@ class StackReconciler:
         self.version_warnings = messages
 
     async def _target(self, stack: ServingStack) -> Target:
+        """Open the stack's target; the caller closes it. Refusals are ``CredentialsError``."""
         kubeconfig = await read_kubeconfig(self.hub, stack.spec, stack.metadata.namespace)
-        return connect(
+        return await connect(
             kubeconfig,
             allow_unsafe=self.options.allow_unsafe_kubeconfig,
             timeout=self.options.target_timeout_seconds,

@@ -15,12 +15,12 @@ from collections.abc import Callable
 from typing import Any
 
 import httpx2
-from lightkube import AsyncClient
 from lightkube.core.exceptions import ApiError
 from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
 from lightkube.resources.core_v1 import ConfigMap
 
 from modelplane.catalog.configuration import CLUSTER_CA, GATEWAY_NAME, GATEWAYS, NS
+from modelplane.target.connect import Target
 from modelplane.target.resources import resource
 from modelplane.wire import SETTLE_DELAY, is_settling
 
@@ -28,10 +28,15 @@ log = logging.getLogger("modelplane.operator.watch")
 
 
 class TargetWatcher:
-    """Runs the watches for one target until closed; calls ``wake`` on change."""
+    """Runs the watches for one target until closed; calls ``wake`` on change.
 
-    def __init__(self, client: AsyncClient, wake: Callable[[], None]) -> None:
-        self._client = client
+    The watcher owns the ``Target`` it is given: ``close`` stops the watches
+    and closes the target's connections.
+    """
+
+    def __init__(self, target: Target, wake: Callable[[], None]) -> None:
+        self._target = target
+        self._client = target.client
         self._wake = wake
         self._tasks: list[asyncio.Task[None]] = []
         # Set on every CRD event: a watch whose API is not served yet waits
@@ -94,5 +99,8 @@ class TargetWatcher:
     async def close(self) -> None:
         for task in self._tasks:
             task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        self._tasks.clear()
+        try:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+        finally:
+            self._tasks.clear()
+            await self._target.close()

@@ -6,10 +6,10 @@ version, whatever the number of CRDs. Against an older server it falls back to
 the legacy documents (one request per group-version, still independent of how
 many CRDs a group holds).
 
-Requests go through the lightkube client's own HTTP client, so whatever the
-kubeconfig authenticates with (token, client certificate, exec plugin) and its
-transport apply; lightkube 1.0.1 has no public call for a raw GET with custom
-headers, so this module reaches the client it wraps.
+Requests go through the target's raw HTTP client (``TargetClient.http``),
+built by lightkube's public client adapter from the same connection
+parameters as the lightkube client, so authentication and TLS apply alike;
+lightkube 1.0 has no public call for a GET with its own ``Accept`` header.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from typing import Any
 import httpx2
 from lightkube import AsyncClient
 
+from modelplane.target.connect import TargetClient
 from modelplane.wire import ApiRef
 
 APIS = dict[str, dict[str, list[str]]]
@@ -46,10 +47,12 @@ class ApiStatusError(TargetError):
 
 
 def _http(client: AsyncClient) -> httpx2.AsyncClient:
-    # lightkube.AsyncClient -> GenericAsyncClient -> httpx2.AsyncClient, which
-    # carries base URL, TLS, auth (exec plugins included) and the transport.
-    http: httpx2.AsyncClient = client._client._client
-    return http
+    if not isinstance(client, TargetClient):
+        raise TypeError(
+            "discovery needs the client of a Target (modelplane.target.connect), "
+            f"not a {type(client).__name__}"
+        )
+    return client.http
 
 
 async def get_json(
