@@ -22,6 +22,8 @@ from rich.markup import escape
 from modelplane.checks.checker import run_checks, summarize
 from modelplane.pins import Stack
 from modelplane.plan.model import RequirementResult, RequirementStatus, Severity
+from modelplane.target.address import DEFAULT_DENIED, AddressDenied, IPNetwork, deny_list
+from modelplane.target.answers import describe_error
 from modelplane.target.connect import open_target
 from modelplane.target.discovery import ApiStatusError, TargetError
 
@@ -67,16 +69,25 @@ def load_config(path: Path, context: str | None) -> SingleConfig:
     return config
 
 
-async def _check(config: SingleConfig, stack: Stack, timeout: float) -> list[RequirementResult]:
-    target = await open_target(config, timeout=timeout, trust_env=False)
+async def _check(
+    config: SingleConfig, stack: Stack, timeout: float, deny: tuple[IPNetwork, ...]
+) -> list[RequirementResult]:
+    target = await open_target(config, deny=deny, timeout=timeout, trust_env=False)
     async with target:
         return await run_checks(target.client, stack)
 
 
-def run(config: SingleConfig, stack: Stack, timeout: float = 10.0) -> list[RequirementResult]:
+def run(
+    config: SingleConfig,
+    stack: Stack,
+    timeout: float = 10.0,
+    deny: tuple[IPNetwork, ...] = DEFAULT_DENIED,
+) -> list[RequirementResult]:
     server = config.cluster.server
     try:
-        return asyncio.run(_check(config, stack, timeout))
+        return asyncio.run(_check(config, stack, timeout, deny))
+    except AddressDenied as err:
+        raise CheckError(str(err)) from err
     except ApiStatusError as err:
         if err.status in (401, 403):
             raise CheckError(
@@ -87,7 +98,7 @@ def run(config: SingleConfig, stack: Stack, timeout: float = 10.0) -> list[Requi
         raise CheckError(f"{err} ({server})") from err
     except Exception as err:  # exec plugins, TLS setup, timeouts: all "cannot connect"
         raise CheckError(
-            f"cannot check the cluster at {server}: {type(err).__name__}: {err}"
+            f"cannot check the cluster at {server}: {type(err).__name__}: {describe_error(err)}"
         ) from err
 
 
@@ -149,6 +160,15 @@ def check(
     timeout: Annotated[
         float, typer.Option("--timeout", help="Seconds to wait for each API request.", min=0.1)
     ] = 10.0,
+    deny_target_cidr: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--deny-target-cidr",
+            help="Never connect to an address in this range (repeatable; replaces the "
+            "default: link-local and the cloud metadata addresses; 'default' stands for "
+            "that list, 'none' for no range).",
+        ),
+    ] = None,
 ) -> None:
     """Check a cluster against the requirements of a stack in Provided mode.
 
@@ -156,8 +176,13 @@ def check(
     usage or connection errors. Warnings and unknowns are advice only.
     """
     try:
+        deny = deny_list(deny_target_cidr)
+    except ValueError as err:
+        _fail(f"--deny-target-cidr: {err}")
+        return
+    try:
         config = load_config(kubeconfig, context)
-        results = run(config, stack, timeout)
+        results = run(config, stack, timeout, deny)
     except CheckError as err:
         _fail(str(err))
         return

@@ -12,6 +12,7 @@ from typing import Annotated
 import typer
 
 from modelplane.operator.options import OperatorOptions
+from modelplane.target.address import deny_list
 
 
 def _pairs(values: list[str], flag: str) -> dict[str, str]:
@@ -80,6 +81,16 @@ def run(
             "Secret the operator reads can then run code as the operator.",
         ),
     ] = False,
+    deny_target_cidr: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--deny-target-cidr",
+            help="Never send a target's requests (or run helm) to an address in this range "
+            "(repeatable). Replaces the default: link-local (169.254.0.0/16, fe80::/10) and "
+            "the cloud metadata addresses; 'default' stands for that list, 'none' for no "
+            "range. Add the hub's own networks to keep kubeconfigs from reaching them.",
+        ),
+    ] = None,
     resync: Annotated[
         float, typer.Option("--resync", help="Seconds between full re-checks.")
     ] = 300.0,
@@ -100,6 +111,10 @@ def run(
         # One line per HTTP request drowns what a person needs to read.
         for name in ("httpx", "httpx2"):
             logging.getLogger(name).setLevel(logging.WARNING)
+    try:
+        deny = deny_list(deny_target_cidr)
+    except ValueError as err:
+        raise typer.BadParameter(str(err), param_hint="--deny-target-cidr") from None
     if kubeconfig is not None:
         # kopf's own login reads the same file.
         os.environ["KUBECONFIG"] = str(kubeconfig)
@@ -112,6 +127,7 @@ def run(
         gaie_manifests_url=gaie_manifests_url,
         manifests_url_for=_pairs(manifests_url_for or [], "--manifests-url-for"),
         allow_unsafe_kubeconfig=allow_unsafe_kubeconfig,
+        deny_target_cidrs=deny,
         resync_seconds=resync,
         helm_timeout_seconds=helm_timeout,
         metrics_port=metrics_port,

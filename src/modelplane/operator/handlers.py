@@ -37,7 +37,16 @@ from modelplane.operator.status import (
     status_changed,
 )
 from modelplane.operator.watch import TargetWatcher
-from modelplane.target.connect import CredentialsError, connect, open_targets, read_kubeconfig
+from modelplane.target.address import AddressDenied
+from modelplane.target.answers import describe_error
+from modelplane.target.connect import (
+    ADDRESS_DENIED,
+    CredentialsError,
+    TargetHelm,
+    connect,
+    open_targets,
+    read_kubeconfig,
+)
 from modelplane.target.discovery import TargetError
 from modelplane.target.helm import Helm
 
@@ -146,7 +155,7 @@ def register(registry: kopf.OperatorRegistry, rt: Runtime) -> None:
                         log.exception("reconcile of %s/%s failed", *key)
                         outcome = Outcome(
                             blocked_reason="ReconcileError",
-                            blocked_message=f"{type(err).__name__}: {str(err)[:500]}",
+                            blocked_message=f"{type(err).__name__}: {describe_error(err)}",
                         )
                 metrics.RECONCILES.labels(result=outcome.blocked_reason or "ok").inc()
                 await write_status(rt, body, desired_status(outcome, body.meta.get("generation")))
@@ -176,18 +185,28 @@ def register(registry: kopf.OperatorRegistry, rt: Runtime) -> None:
             )
             return
         reconciler = StackReconciler(rt.hub, rt.helm, rt.options, _emitter(body))
+        skip = (
+            f"annotate this ServingStack {SKIP_TEARDOWN_ANNOTATION}=true to delete it "
+            "without touching the target"
+        )
         try:
             waiting = await reconciler.teardown(dict(body), runtime.total_seconds())
+        except AddressDenied as err:
+            message = f"{err}. Teardown does not reach a refused address: {skip}"
+            await _teardown_condition(rt, body, ADDRESS_DENIED, message)
+            raise kopf.TemporaryError(message, delay=RETRY_BLOCKED_SECONDS) from err
         except CredentialsError as err:
-            message = (
-                f"{err}. Teardown needs the target's credentials: restore the Secret, or "
-                f"annotate this ServingStack {SKIP_TEARDOWN_ANNOTATION}=true to delete it "
-                "without touching the target"
-            )
+            if err.reason == ADDRESS_DENIED:
+                message = f"{err}. Teardown does not reach a refused address: {skip}"
+            else:
+                message = (
+                    f"{err}. Teardown needs the target's credentials: restore the Secret, or {skip}"
+                )
             await _teardown_condition(rt, body, err.reason, message)
             raise kopf.TemporaryError(message, delay=RETRY_BLOCKED_SECONDS) from err
         except (OSError, ApiError, TargetError, httpx2.HTTPError) as err:
-            message = f"teardown could not reach the target: {type(err).__name__}: {err}"
+            message = f"teardown could not reach the target: {type(err).__name__}: "
+            message += describe_error(err)
             await _teardown_condition(rt, body, "TargetUnreachable", message[:1000])
             raise kopf.TemporaryError(message, delay=RETRY_BLOCKED_SECONDS) from err
         if waiting:
@@ -237,6 +256,7 @@ async def _ensure_watcher(
             kubeconfig,
             allow_unsafe=rt.options.allow_unsafe_kubeconfig,
             timeout=rt.options.target_timeout_seconds,
+            deny=rt.options.deny_target_cidrs,
         )
     except CredentialsError:
         # The next reconcile reports why; a closed watcher is not kept.
@@ -281,8 +301,9 @@ async def run(options: OperatorOptions) -> None:
     )
     hub = AsyncClient(config)
     with tempfile.TemporaryDirectory(prefix="modelplane-helm-") as home:
+        helm = Helm.find(Path(home), options.helm_timeout_seconds)
         rt = Runtime(
-            options=options, hub=hub, helm=Helm.find(Path(home), options.helm_timeout_seconds)
+            options=options, hub=hub, helm=TargetHelm.guarding(helm, options.deny_target_cidrs)
         )
         rt.expose()
         if options.metrics_port is not None:

@@ -7,6 +7,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from modelplane.plan.planner import Sources
+from modelplane.target.address import DEFAULT_DENIED, IPNetwork
 
 
 class OperatorOptions(BaseModel):
@@ -20,6 +21,9 @@ class OperatorOptions(BaseModel):
     gaie_manifests_url: str | None = None
     manifests_url_for: dict[str, str] = Field(default_factory=dict)
     allow_unsafe_kubeconfig: bool = False
+    # Addresses no target request may go to (the cloud metadata services and
+    # link-local by default); see modelplane.target.address.
+    deny_target_cidrs: tuple[IPNetwork, ...] = DEFAULT_DENIED
     # A periodic full re-check; target watches make changes arrive sooner.
     resync_seconds: float = 300.0
     helm_timeout_seconds: int = 600

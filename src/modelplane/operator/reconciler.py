@@ -30,6 +30,8 @@ from modelplane.plan import Plan, plan
 from modelplane.plan.model import ObjectAction, PlannedManifests, PlannedRelease, ReleaseAction
 from modelplane.plan.teardown import DeleteObjects, TeardownStep, UninstallRelease, teardown_steps
 from modelplane.target import claim
+from modelplane.target.address import AddressDenied
+from modelplane.target.answers import describe_error
 from modelplane.target.apply import (
     apply_object,
     delete_object,
@@ -37,7 +39,13 @@ from modelplane.target.apply import (
     vet_manifests,
 )
 from modelplane.target.cluster import observe_cluster
-from modelplane.target.connect import CredentialsError, Target, connect, read_kubeconfig
+from modelplane.target.connect import (
+    ADDRESS_DENIED,
+    CredentialsError,
+    Target,
+    connect,
+    read_kubeconfig,
+)
 from modelplane.target.discovery import ApiStatusError, TargetError
 from modelplane.target.helm import Helm, HelmError
 from modelplane.target.observe import observe
@@ -110,6 +118,9 @@ class StackReconciler:
                 current = plan(stack, observed, self.options.sources())
                 if not await self._act(current, target):
                     break
+        except AddressDenied as err:
+            # The name resolved to a refused address after the target was opened.
+            return Outcome(plan=None, blocked_reason=ADDRESS_DENIED, blocked_message=str(err))
         except ApiStatusError as err:
             reason = "TargetUnauthorized" if err.status in (401, 403) else "TargetError"
             return Outcome(
@@ -117,19 +128,18 @@ class StackReconciler:
                 blocked_reason=reason,
                 blocked_message=f"the target API server answered: {err}",
             )
-        except (*UNREACHABLE, TargetError) as err:
-            return Outcome(
-                plan=None,
-                blocked_reason="TargetUnreachable",
-                blocked_message=f"cannot reach the target API server: {_describe(err)}",
-            )
         except ApiError as err:
             reason = "TargetUnauthorized" if err.status.code in (401, 403) else "TargetError"
             return Outcome(
                 plan=current,
                 blocked_reason=reason,
-                blocked_message=f"the target API server answered {err.status.code}: "
-                f"{err.status.message}",
+                blocked_message=f"the target API server answered {_describe(err)}",
+            )
+        except (*UNREACHABLE, TargetError) as err:
+            return Outcome(
+                plan=None,
+                blocked_reason="TargetUnreachable",
+                blocked_message=f"cannot reach the target API server: {_describe(err)}",
             )
         finally:
             await target.close()
@@ -162,6 +172,7 @@ class StackReconciler:
             kubeconfig,
             allow_unsafe=self.options.allow_unsafe_kubeconfig,
             timeout=self.options.target_timeout_seconds,
+            deny=self.options.deny_target_cidrs,
         )
 
     async def _act(self, p: Plan, target: Target) -> bool:
@@ -308,5 +319,6 @@ def _first_error(err: ValidationError) -> str:
 
 
 def _describe(err: BaseException) -> str:
-    text = str(err).strip() or type(err).__name__
-    return text if len(text) < 600 else text[:600] + "..."
+    # Conditions and events repeat a target's answer only when it is a
+    # Kubernetes Status, and then only its message (see target/answers.py).
+    return describe_error(err)

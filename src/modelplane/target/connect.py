@@ -9,6 +9,8 @@ through. Whoever opens a Target closes it, once, and everything closes.
 from __future__ import annotations
 
 import base64
+import ssl
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from types import TracebackType
 
@@ -22,7 +24,10 @@ from lightkube.core.exceptions import ApiError
 from lightkube.resources.core_v1 import Secret
 
 from modelplane.api.models import ServingStackSpec
+from modelplane.target.address import DEFAULT_DENIED, AddressDenied, IPNetwork, host_and_port, vet
+from modelplane.target.helm import Helm
 from modelplane.target.kubeconfig import KubeconfigError, parse_kubeconfig
+from modelplane.target.transport import GuardedTransport
 from modelplane.wire import FIELD_MANAGER
 
 
@@ -33,6 +38,8 @@ class CredentialsError(Exception):
         super().__init__(message)
         self.reason = reason
 
+
+ADDRESS_DENIED = "TargetAddressDenied"
 
 # Targets opened and not yet closed, for the metrics: a number that only grows
 # is a leak.
@@ -150,28 +157,110 @@ async def read_kubeconfig(hub: AsyncClient, spec: ServingStackSpec, namespace: s
         ) from err
 
 
+async def check_server(server: str, deny: Iterable[IPNetwork]) -> None:
+    """Refuse a server whose host is, or resolves to, a denied address.
+
+    A name that cannot be resolved now is let through: the first request
+    fails on it and says the target is unreachable, which is what it is.
+    """
+    host, port = host_and_port(server)
+    try:
+        await vet(host, port, deny)
+    except AddressDenied:
+        raise
+    except httpx2.TransportError:
+        pass
+
+
 async def open_target(
     config: SingleConfig,
     *,
+    deny: Iterable[IPNetwork] = DEFAULT_DENIED,
     timeout: float = 10.0,
     trust_env: bool = True,
     kubeconfig: str = "",
 ) -> Target:
-    """Connect to the cluster ``config`` names."""
+    """Connect to the cluster ``config`` names, refusing a denied address before anything.
+
+    Raises ``AddressDenied`` for a refused server, ``ValueError`` or
+    ``ssl.SSLError`` for certificate data that cannot be loaded.
+    """
     global _open
-    params = ConnectionParams(timeout=httpx2.Timeout(timeout), trust_env=trust_env)
+    deny = tuple(deny)
+    await check_server(config.cluster.server, deny)
+    assert config.user is not None, "lightkube gives every context a user"
+    verify = client_adapter.verify_cluster(
+        config.cluster, config.user, config.abs_file, trust_env=trust_env
+    )
+    transport = GuardedTransport(deny, httpx2.AsyncHTTPTransport(verify=verify))
+    params = ConnectionParams(
+        timeout=httpx2.Timeout(timeout),
+        trust_env=trust_env,
+        # lightkube types the field as a sync transport; its AsyncClient takes an async one.
+        transport=transport,  # type: ignore[arg-type]
+    )
     client = TargetClient(config, params)
     _open += 1
     return Target(client=client, kubeconfig=kubeconfig)
 
 
-async def connect(kubeconfig: str, *, allow_unsafe: bool = False, timeout: float = 10.0) -> Target:
-    """Vet a kubeconfig from a Secret and connect to its target."""
+async def connect(
+    kubeconfig: str,
+    *,
+    allow_unsafe: bool = False,
+    timeout: float = 10.0,
+    deny: Iterable[IPNetwork] = DEFAULT_DENIED,
+) -> Target:
+    """Vet a kubeconfig from a Secret and connect to its target.
+
+    Every refusal is a ``CredentialsError`` whose reason goes to ``Ready``
+    and whose message names the field, host or range, never a credential.
+    """
     try:
         config = parse_kubeconfig(kubeconfig, allow_unsafe=allow_unsafe)
     except KubeconfigError as err:
         raise CredentialsError("KubeconfigRefused", str(err)) from err
-    return await open_target(config, timeout=timeout, kubeconfig=_normalise(kubeconfig))
+    try:
+        return await open_target(
+            config, deny=deny, timeout=timeout, kubeconfig=_normalise(kubeconfig)
+        )
+    except AddressDenied as err:
+        raise CredentialsError(ADDRESS_DENIED, str(err)) from err
+    except (ssl.SSLError, ValueError) as err:
+        # Certificate data that is not base64 or not PEM; its text could
+        # quote the data, so only the kind of failure is named.
+        raise CredentialsError(
+            "KubeconfigRefused",
+            "the kubeconfig's certificate-authority-data, client-certificate-data or "
+            f"client-key-data cannot be loaded ({type(err).__name__})",
+        ) from err
+
+
+async def kubeconfig_allowed(kubeconfig: str, deny: Iterable[IPNetwork]) -> None:
+    """Raise ``AddressDenied`` if the kubeconfig's server is refused: the rule of every request."""
+    config = parse_kubeconfig(kubeconfig, allow_unsafe=True)
+    await check_server(config.cluster.server, deny)
+
+
+@dataclass(frozen=True)
+class TargetHelm(Helm):
+    """helm that runs only against a target the operator would connect to itself.
+
+    helm opens its own connections, outside the guarded transport, so the
+    server of the kubeconfig it gets is checked just before every call.
+    Between that check and helm's own lookup a name could change its answer;
+    the Python clients, which pin the address they checked, cannot be fooled so.
+    """
+
+    deny: tuple[IPNetwork, ...] = DEFAULT_DENIED
+
+    @classmethod
+    def guarding(cls, helm: Helm, deny: Iterable[IPNetwork]) -> TargetHelm:
+        return cls(helm.binary, helm.home, helm.timeout_seconds, deny=tuple(deny))
+
+    async def run(self, *args: str, kubeconfig: str, stdin: bytes | None = None) -> str:
+        await kubeconfig_allowed(kubeconfig, self.deny)
+        return await super().run(*args, kubeconfig=kubeconfig, stdin=stdin)
 
 
 def _normalise(kubeconfig: str) -> str:

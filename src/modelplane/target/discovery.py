@@ -8,8 +8,9 @@ many CRDs a group holds).
 
 Requests go through the target's raw HTTP client (``TargetClient.http``),
 built by lightkube's public client adapter from the same connection
-parameters as the lightkube client, so authentication and TLS apply alike;
-lightkube 1.0 has no public call for a GET with its own ``Accept`` header.
+parameters and transport as the lightkube client, so authentication, TLS and
+the address and answer checks of ``transport.py`` apply alike; lightkube 1.0
+has no public call for a GET with its own ``Accept`` header.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from typing import Any
 import httpx2
 from lightkube import AsyncClient
 
+from modelplane.target.address import AddressDenied
+from modelplane.target.answers import describe_answer, describe_error, status_message
 from modelplane.target.connect import TargetClient
 from modelplane.wire import ApiRef
 
@@ -37,7 +40,11 @@ class TargetError(Exception):
 
 
 class ApiStatusError(TargetError):
-    """The API server answered with an error status (403, 404, ...)."""
+    """The API server answered with an error status (403, 404, ...).
+
+    ``reason`` is the answer's Status message, or a description by HTTP status
+    code and media type when the answer is not a Kubernetes Status.
+    """
 
     def __init__(self, status: int, path: str, message: str) -> None:
         super().__init__(f"GET {path}: {status} {message}".rstrip())
@@ -65,16 +72,17 @@ async def get_json(
     """GET ``path`` (absolute, e.g. ``/apis``) and decode the JSON answer."""
     try:
         response = await _http(client).get(path, params=params, headers={"Accept": accept})
+    except AddressDenied:
+        raise
     except httpx2.TransportError as err:
-        raise TargetError(f"cannot reach the API server: {type(err).__name__}: {err}") from err
-    if response.status_code >= 400:
-        message = response.reason_phrase
-        try:
-            body = response.json()
-            if isinstance(body, dict) and body.get("message"):
-                message = str(body["message"])
-        except ValueError:
-            pass
+        raise TargetError(f"cannot reach the API server: {describe_error(err)}") from err
+    if response.status_code >= 300:
+        content_type = response.headers.get("content-type")
+        message = status_message(response.content, content_type)
+        if message is None:
+            # Not a Status: its body, reason phrase and headers are the
+            # server's free text, and are not repeated.
+            message = describe_answer(content_type)
         raise ApiStatusError(response.status_code, path, message)
     try:
         return response.json()

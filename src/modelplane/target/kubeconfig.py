@@ -5,13 +5,15 @@ provider plugin, or read files from the operator's disk (certificate, key or
 token paths). Any of those would let whoever writes a Secret on the hub run
 code or read files as the operator, so they are refused unless the operator
 was started with ``--allow-unsafe-kubeconfig`` (the same stance Flux takes
-with ``--insecure-kubeconfig-exec``). Error messages name the offending
-field, never its value.
+with ``--insecure-kubeconfig-exec``). A ``proxy-url`` is refused with them:
+helm would send every request through it, to an address no check saw.
+Error messages name the offending field, never its value.
 """
 
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlsplit
 
 import yaml
 from lightkube.config.kubeconfig import KubeConfig, SingleConfig
@@ -77,6 +79,12 @@ def _refuse_unsafe(doc: dict[str, Any]) -> None:
                     f"cluster {name!r} sets {field!r}, a path on the operator's disk; embed "
                     "it as certificate-authority-data instead"
                 )
+        if "proxy-url" in cluster:
+            raise KubeconfigError(
+                f"cluster {name!r} sets 'proxy-url', which would send the operator's requests "
+                "through a proxy of the kubeconfig's choosing; remove it, or start the "
+                "operator with --allow-unsafe-kubeconfig"
+            )
 
 
 def _check_structure(doc: dict[str, Any]) -> None:
@@ -95,5 +103,16 @@ def _check_structure(doc: dict[str, Any]) -> None:
                 f"context {current!r} names {field} {name!r}, which the kubeconfig does not have"
             )
     cluster = dict(_named(doc, "clusters", "cluster"))[context["cluster"]]
-    if not cluster.get("server"):
+    server = cluster.get("server")
+    if not server:
         raise KubeconfigError(f"cluster {context['cluster']!r} has no server")
+    try:
+        parts = urlsplit(str(server))
+        parts.port  # noqa: B018 - raises ValueError for a port that is not a number
+    except ValueError:
+        parts = None
+    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+        raise KubeconfigError(
+            f"cluster {context['cluster']!r} has a server that is not an https:// (or "
+            "http://) URL with a host and an optional port"
+        )
