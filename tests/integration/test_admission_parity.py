@@ -513,7 +513,7 @@ def _reconcile(
     body = {
         "apiVersion": f"{API_GROUP}/{API_VERSION}",
         "kind": KIND,
-        "metadata": {"name": "vetted", "namespace": namespace, "generation": 1},
+        "metadata": {"name": "vetted", "namespace": namespace, "generation": 1, "uid": "u-vetted"},
         # Provided: no chart is installed, and the ModelExpress CRDs (the
         # product's own configuration) are still fetched and applied.
         "spec": {
