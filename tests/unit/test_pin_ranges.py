@@ -193,7 +193,8 @@ def test_render_prints_the_note(tmp_path: Path) -> None:
     text = CliRunner().invoke(app, ["render", "-f", str(path)])
     assert text.exit_code == 0, text.output
     flat = " ".join(text.stdout.split())
-    assert "note: envoy-gateway v1.9.0 (spec.versions.envoyGateway) is outside" in flat
+    notes = flat.split(" Notes ", 1)[1]
+    assert "envoy-gateway v1.9.0 (spec.versions.envoyGateway) is outside" in notes
     doc = json.loads(CliRunner().invoke(app, ["render", "-f", str(path), "-o", "json"]).stdout)
     assert any(n.startswith("envoy-gateway v1.9.0") for n in doc["notes"])
 

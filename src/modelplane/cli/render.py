@@ -98,12 +98,16 @@ def print_text(p: Plan, console: Console) -> None:
     console.print(table)
 
     held = [o for o in p.objects if o.action is ObjectAction.HOLD]
-    if held or p.notes:
+    if held:
         console.print(Text("Held back", "bold"))
         for o in held:
             console.print(f"  {o.key}: {o.hold_reason}", markup=False)
+    # Notes are about the spec as a whole (an out-of-range pin, a withheld
+    # listener, Provided mode), not about one held object.
+    if p.notes:
+        console.print(Text("Notes", "bold"))
         for note in p.notes:
-            console.print(f"  note: {note}", markup=False)
+            console.print(f"  {note}", markup=False)
 
     unmet = p.unmet
     console.print(
