@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -18,6 +19,7 @@ from typing import Any
 import pytest
 import yaml
 from lightkube import Client, KubeConfig
+from lightkube.config.client_adapter import ConnectionParams
 from lightkube.generic_resource import create_namespaced_resource
 from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
 from lightkube.resources.core_v1 import Namespace, Secret
@@ -29,7 +31,8 @@ from modelplane.checks.checker import check_results
 from modelplane.pins import Stack
 from modelplane.plan.model import RequirementStatus
 from modelplane.target.cluster import observe_for_check
-from modelplane.testenv import TestEnv
+from modelplane.target.connect import TargetClient
+from modelplane.testenv import TestEnv, find_binaries
 
 SS = create_namespaced_resource(API_GROUP, API_VERSION, KIND, PLURAL)
 NS = "pin-ranges"
@@ -147,6 +150,8 @@ def test_operator_reports_an_out_of_range_pin_once_per_change(
         ],
         stdout=log.open("wb"),
         stderr=subprocess.STDOUT,
+        # The operator finds helm only through MODELPLANE_HELM or PATH.
+        env={**os.environ, "MODELPLANE_HELM": str(find_binaries()["helm"])},
     )
     try:
         c = wait_for(
@@ -210,8 +215,6 @@ def apply(target: TestEnv, path: str, body: dict[str, Any]) -> None:
 async def test_check_warns_when_the_running_envoy_gateway_is_out_of_range(
     target: TestEnv,
 ) -> None:
-    from lightkube import AsyncClient
-
     apply(
         target,
         "/api/v1/namespaces/eg",
@@ -242,7 +245,7 @@ async def test_check_warns_when_the_running_envoy_gateway_is_out_of_range(
 
     async def result() -> Any:
         config = KubeConfig.from_dict(target.kubeconfig).get()
-        async with AsyncClient(config, trust_env=False) as client:
+        async with TargetClient(config, ConnectionParams(trust_env=False)) as client:
             observed = await observe_for_check(client, Stack.STANDARD)
         (found,) = [
             r

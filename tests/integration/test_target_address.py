@@ -68,6 +68,10 @@ _CORE = {
 _GROUPS = {"kind": "APIGroupDiscoveryList", "apiVersion": "apidiscovery.k8s.io/v2", "items": []}
 
 
+_LEASES = "/apis/coordination.k8s.io/v1/namespaces/modelplane-system/leases"
+_NOT_FOUND = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 404}
+
+
 def _answer(kind: str) -> tuple[int, str, bytes]:
     """An error answer that is not a Kubernetes Status: (code, content type, body)."""
     if kind == "metadata":
@@ -84,6 +88,10 @@ class Server:
 
     ip: str
     requests: list[str] = field(default_factory=list)
+    # The operator claims a target before it writes anything else; the
+    # "apply" and "helm" parts keep that one Lease so the claim succeeds and the next
+    # write is the one that meets the HTML answer.
+    lease: bytes | None = None
 
     def __post_init__(self) -> None:
         server = self
@@ -113,6 +121,14 @@ class Server:
                 elif part == "lists":
                     # Discovery works; every list is refused with a non-Status body.
                     self._reply(*_answer("metadata"), REASON)
+                elif part in ("apply", "helm") and path.startswith(_LEASES):
+                    if self.command == "POST":
+                        server.lease = body
+                        self._reply(201, "application/json", body, "Created")
+                    elif self.command == "GET" and server.lease is not None:
+                        self._reply(200, "application/json", server.lease, "OK")
+                    else:
+                        self._reply(404, "application/json", json.dumps(_NOT_FOUND).encode(), "")
                 elif self.command == "GET":
                     empty = {"kind": "List", "apiVersion": "v1", "metadata": {}, "items": []}
                     self._reply(200, "application/json", json.dumps(empty).encode(), "OK")

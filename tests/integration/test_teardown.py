@@ -30,7 +30,7 @@ from modelplane.operator.options import OperatorOptions
 from modelplane.operator.reconciler import StackReconciler
 from modelplane.plan.model import ObjectAction
 from modelplane.target.helm import Helm
-from modelplane.testenv import TestEnv
+from modelplane.testenv import TestEnv, find_binaries
 
 SS = create_namespaced_resource(API_GROUP, API_VERSION, KIND, PLURAL)
 GATEWAY = create_namespaced_resource("gateway.networking.k8s.io", "v1", "Gateway", "gateways")
@@ -140,7 +140,7 @@ async def test_teardown_waits_for_each_wave_then_gives_up_and_goes_on(
     try:
         reconciler = StackReconciler(
             hub_async,
-            Helm.find(tmp_path / "helm-home", 60),
+            Helm(str(find_binaries()["helm"]), tmp_path / "helm-home", 60),
             OperatorOptions(teardown_wait_seconds=WAIT_LIMIT),
             lambda *event: events.append(event),
         )

@@ -41,6 +41,7 @@ from pydantic import BaseModel, ConfigDict
 from modelplane.api.models import ServingStack
 from modelplane.catalog.configuration import CLAIM_NAME, CLAIM_NAMESPACE, configuration_for
 from modelplane.target.apply import apply_object
+from modelplane.target.discovery import TargetError
 from modelplane.wire import MANAGED_BY, MANAGED_BY_LABEL, stamp
 
 log = logging.getLogger("modelplane.operator.claim")
@@ -305,11 +306,19 @@ def _new_lease(ours: StackIdentity, now: datetime.datetime) -> Lease:
 
 async def _read(client: AsyncClient) -> Lease | None:
     try:
-        return await client.get(Lease, CLAIM_NAME, namespace=CLAIM_NAMESPACE)
+        lease = await client.get(Lease, CLAIM_NAME, namespace=CLAIM_NAMESPACE)
     except ApiError as err:
         if err.status.code == 404:
             return None
         raise
+    # lightkube decodes any JSON object as the kind asked for; something
+    # that is not our Lease must not be replaced as if it were one.
+    if lease.metadata is None or lease.metadata.name != CLAIM_NAME:
+        raise TargetError(
+            f"GET Lease {CLAIM_NAMESPACE}/{CLAIM_NAME}: the target answered with an object "
+            "that is not that Lease"
+        )
+    return lease
 
 
 def _holder_of(lease: Lease | None) -> str | None:
