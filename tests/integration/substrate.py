@@ -193,6 +193,7 @@ def serve_substrate(helm: Any, workdir: Path) -> Iterator[Substrate]:
 def run_operator(
     hub_kubeconfig: Path, substrate: Substrate, namespace: str, log: Path, *extra: str
 ) -> subprocess.Popen[bytes]:
+    # The interpreter running the tests, not whichever "python" is first on PATH.
     args = [
         sys.executable,
         "-m",
