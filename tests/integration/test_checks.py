@@ -12,7 +12,6 @@ import asyncio
 import json
 import subprocess
 import sys
-import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -24,6 +23,7 @@ import yaml
 from lightkube import AsyncClient
 from lightkube.config.client_adapter import ConnectionParams
 from lightkube.config.kubeconfig import KubeConfig
+from tests.waiting import wait_for_async
 from typer.testing import CliRunner
 
 from modelplane.checks.checker import check_results, summarize
@@ -177,14 +177,12 @@ async def until_discovery(
     env: TestEnv, predicate: Callable[[dict[str, dict[str, list[str]]]], bool]
 ) -> None:
     """Poll aggregated discovery until ``predicate`` holds (a new CRD takes a moment)."""
-    deadline = time.monotonic() + WAIT_SECONDS
     async with client_for(env) as client:
-        while True:
-            if predicate(await served_apis(client)):
-                return
-            if time.monotonic() > deadline:
-                raise AssertionError(f"discovery did not settle in {WAIT_SECONDS:.0f}s")
-            await asyncio.sleep(0.1)
+
+        async def settled() -> bool:
+            return predicate(await served_apis(client))
+
+        await wait_for_async("discovery to settle", settled, deadline=WAIT_SECONDS)
 
 
 async def results_for(env: TestEnv, stack: Stack) -> list[RequirementResult]:
@@ -301,10 +299,21 @@ async def until_storage_ready(kube: Kube, crd: dict[str, Any]) -> None:
     spec = crd["spec"]
     version = next(v["name"] for v in spec["versions"] if v.get("served"))
     path = f"/apis/{spec['group']}/{version}/{spec['names']['plural']}"
-    deadline = time.monotonic() + WAIT_SECONDS
-    while kube.http.get(path, params={"limit": "1"}).status_code == 429:
-        assert time.monotonic() < deadline, f"{path} still initialising"
-        await asyncio.sleep(0.1)
+
+    async def ready() -> bool:
+        return kube.http.get(path, params={"limit": "1"}).status_code != 429
+
+    await wait_for_async(f"{path} to finish initialising", ready, deadline=WAIT_SECONDS)
+
+
+async def until_gone(kube: Kube, body: dict[str, Any]) -> None:
+    """Wait until a deleted object is gone (a deleted CRD lingers a moment)."""
+
+    async def gone() -> bool:
+        return not kube.exists(body)
+
+    name = body["metadata"]["name"]
+    await wait_for_async(f"{body['kind']} {name} to be gone", gone, deadline=WAIT_SECONDS)
 
 
 async def test_removing_each_crd_makes_exactly_that_requirement_unmet(
@@ -324,11 +333,8 @@ async def test_removing_each_crd_makes_exactly_that_requirement_unmet(
                 assert list(unmet) == [title], (name, stack, list(unmet))
                 assert unmet[title].status is UNMET
                 assert f"CRD {name} is not served" in unmet[title].message
-            # Recreate once the old object is gone (a deleted CRD lingers a moment).
-            deadline = time.monotonic() + WAIT_SECONDS
-            while kube.exists(crd):
-                assert time.monotonic() < deadline, f"{name} still terminating"
-                await asyncio.sleep(0.1)
+            # Recreate once the old object is gone.
+            await until_gone(kube, crd)
             kube.apply(crd)
             await until_discovery(env, lambda apis, crd=crd: crd_served(apis, crd))
             # Deleting a CRD while its storage still starts (LISTs answer 429)
@@ -352,8 +358,7 @@ async def test_crd_serving_another_version_is_unmet_naming_both(env: TestEnv) ->
     try:
         kube.delete(original)
         await until_discovery(env, lambda apis: crd_gone(apis, original))
-        while kube.exists(original):
-            await asyncio.sleep(0.1)
+        await until_gone(kube, original)
         kube.apply(old)
         await until_discovery(env, lambda apis: crd_served(apis, old))
         unmet = not_met(await results_for(env, Stack.STANDARD))
@@ -368,8 +373,7 @@ async def test_crd_serving_another_version_is_unmet_naming_both(env: TestEnv) ->
         assert "v1" in apis["gateway.networking.k8s.io"]["httproutes"]
     finally:
         kube.delete(old)
-        while kube.exists(old):
-            await asyncio.sleep(0.1)
+        await until_gone(kube, old)
         kube.apply(original)
         kube.http.close()
         await until_discovery(env, lambda apis: crd_served(apis, original))

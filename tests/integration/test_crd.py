@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import copy
 import re
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +24,7 @@ from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
 from lightkube.resources.core_v1 import Namespace
 from lightkube.types import PatchType
 from pydantic import ValidationError
+from tests.waiting import wait_for
 
 from modelplane import pins
 from modelplane.api.crd import servingstack_crd
@@ -62,17 +62,6 @@ PEM = "-----BEGIN CERTIFICATE-----\nMIIBszCCAVmgAwIBAgIUQ==\n-----END CERTIFICAT
 # --------------------------------------------------------------------------
 
 
-def _wait_for(what: str, check: Callable[[], Any], timeout: float = 30.0) -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}; last: {last!r}")
-
-
 def _established(client: Client) -> bool:
     crd = client.get(CustomResourceDefinition, CRD_NAME)
     conditions = crd.status.conditions if crd.status else None
@@ -84,10 +73,10 @@ def hub(hub_env: TestEnv) -> Client:
     """A client of the hub with the generated CRD applied and the test namespace created."""
     client = Client(KubeConfig.from_dict(hub_env.kubeconfig), field_manager=FIELD_MANAGER)
     client.apply(CustomResourceDefinition.from_dict(servingstack_crd()), force=True)
-    _wait_for("CRD Established", lambda: _established(client))
+    wait_for("CRD Established", lambda: _established(client), deadline=60)
     client.apply(Namespace.from_dict({"metadata": {"name": NAMESPACE}}))
     # Established is reported before the new resource is served everywhere.
-    _wait_for("ServingStacks served", lambda: _served(hub_env))
+    wait_for("ServingStacks served", lambda: _served(hub_env), deadline=60)
     return client
 
 

@@ -14,7 +14,7 @@ import re
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,7 @@ from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
 from lightkube.resources.core_v1 import ConfigMap, Namespace, Secret
 from lightkube.types import PatchType
 from tests.integration.substrate import Substrate, run_operator, serve_substrate
+from tests.waiting import wait_for
 
 from modelplane.api.crd import servingstack_crd
 from modelplane.api.models import API_GROUP, API_VERSION, KIND, PLURAL
@@ -46,20 +47,6 @@ STANDARD_RELEASES = {
 
 def client_for(env: TestEnv) -> Client:
     return Client(KubeConfig.from_dict(env.kubeconfig), field_manager="test")
-
-
-def wait_for(what: str, check: Callable[[], Any], timeout: float = 60.0) -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        try:
-            last = check()
-        except ApiError as err:
-            last = err
-        if last and not isinstance(last, ApiError):
-            return last
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}; last: {last!r}")
 
 
 @pytest.fixture(scope="module")
@@ -81,6 +68,7 @@ def hub(hub_env: TestEnv) -> Client:
                 or []
             )
         ),
+        deadline=60,
     )
     return client
 
@@ -178,7 +166,8 @@ class Harness:
         type_: str,
         status: str,
         reason: str | None = None,
-        timeout: float = 90.0,
+        *,
+        deadline: float,
         name: str = "stack",
         generation: int | None = None,
     ) -> dict[str, Any]:
@@ -189,7 +178,7 @@ class Harness:
             return c if ok else None
 
         try:
-            return dict(wait_for(f"{type_}={status} {reason or ''}", check, timeout))
+            return dict(wait_for(f"{type_}={status} {reason or ''}", check, deadline=deadline))
         except AssertionError as err:
             raise AssertionError(
                 f"{err}\nstatus: {self.status(name)}\nlog tail:\n{self.log.read_text()[-3000:]}"
@@ -245,7 +234,7 @@ def test_create_installs_every_release_and_object_with_planned_values(harness: H
     harness.put_secret({"kubeconfig": harness.kubeconfig_text()})
     harness.create({"gateway": {"hostname": "west.example.com"}})
     harness.start()
-    harness.wait_condition("Ready", "True", timeout=120)
+    harness.wait_condition("Ready", "True", deadline=120)
 
     releases = harness.helm_releases()
     assert set(releases) == STANDARD_RELEASES
@@ -272,7 +261,7 @@ def test_changing_one_version_pin_upgrades_exactly_that_release(harness: Harness
     harness.put_secret({"kubeconfig": harness.kubeconfig_text()})
     harness.create({})
     harness.start()
-    harness.wait_condition("Ready", "True", timeout=120)
+    harness.wait_condition("Ready", "True", deadline=120)
     before = _revisions(harness)
     assert set(before.values()) == {1}
 
@@ -280,8 +269,9 @@ def test_changing_one_version_pin_upgrades_exactly_that_release(harness: Harness
     wait_for(
         "the prometheus release to upgrade",
         lambda: _revisions(harness).get("mp-kube-prometheus-stack") == 2,
+        deadline=120,
     )
-    harness.wait_condition("Ready", "True")
+    harness.wait_condition("Ready", "True", deadline=90)
     after = _revisions(harness)
     assert after == {**before, "mp-kube-prometheus-stack": 2}
     values_cm = harness.target.get(
@@ -296,11 +286,11 @@ def test_delete_tears_down_in_order_and_leaves_nothing(harness: Harness) -> None
     harness.put_secret({"kubeconfig": harness.kubeconfig_text()})
     harness.create({"gateway": {"hostname": "west.example.com"}})
     harness.start()
-    harness.wait_condition("Ready", "True", timeout=120)
+    harness.wait_condition("Ready", "True", deadline=120)
     assert harness.helm_releases()
 
     harness.hub.delete(SS, "stack", namespace=harness.ns)
-    wait_for("the ServingStack to be gone", lambda: _gone(harness), timeout=120)
+    wait_for("the ServingStack to be gone", lambda: _gone(harness), deadline=120)
 
     assert harness.helm_releases() == {}
 
@@ -317,7 +307,7 @@ def test_delete_tears_down_in_order_and_leaves_nothing(harness: Harness) -> None
         ]
 
     assert crds_not_deleting() == []
-    ns = wait_for("modelplane-system deleted", lambda: _namespace_deleting(harness))
+    ns = wait_for("modelplane-system deleted", lambda: _namespace_deleting(harness), deadline=60)
     assert ns
     log = harness.log.read_text()
     order = [
@@ -356,13 +346,13 @@ def test_operator_killed_mid_install_finishes_without_duplicates(harness: Harnes
     harness.put_secret({"kubeconfig": harness.kubeconfig_text()})
     harness.create({"stack": "Dynamo"})
     harness.start()
-    wait_for("a first release", lambda: len(harness.helm_releases()) >= 1, timeout=60)
+    wait_for("a first release", lambda: len(harness.helm_releases()) >= 1, deadline=60)
     harness.kill()
     partial = harness.helm_releases()
     assert harness.condition("Ready").get("status") != "True"
 
     harness.start()
-    harness.wait_condition("Ready", "True", timeout=120)
+    harness.wait_condition("Ready", "True", deadline=120)
     releases = harness.helm_releases()
     dynamo = {
         f"mp-{c.chart.chart}"
@@ -381,16 +371,16 @@ def test_unreachable_target_turns_ready_false_then_recovers(harness: Harness) ->
     harness.put_secret({"kubeconfig": harness.kubeconfig_text()})
     harness.create({})
     harness.start()
-    harness.wait_condition("Ready", "True", timeout=120)
+    harness.wait_condition("Ready", "True", deadline=120)
 
     harness.target_env.stop()
-    c = harness.wait_condition("Ready", "False", "TargetUnreachable", timeout=60)
+    c = harness.wait_condition("Ready", "False", "TargetUnreachable", deadline=60)
     assert "cannot reach the target" in c["message"]
 
     server = harness.target_env.server
     harness.target_env.start()
     assert harness.target_env.server == server, "the target came back elsewhere"
-    harness.wait_condition("Ready", "True", timeout=60)
+    harness.wait_condition("Ready", "True", deadline=60)
 
 
 @pytest.mark.parametrize(
@@ -423,7 +413,7 @@ def test_bad_credentials_get_a_clear_condition(
         harness.put_secret(secret)
     harness.create({})
     harness.start()
-    c = harness.wait_condition("Ready", "False", reason, timeout=60)
+    c = harness.wait_condition("Ready", "False", reason, deadline=60)
     assert words in c["message"]
     # Nothing was installed with credentials the operator refused.
     assert harness.helm_releases() == {}
@@ -451,7 +441,7 @@ def test_cloud_identity_is_refused_not_silently_ignored(harness: Harness) -> Non
         }
     )
     harness.start()
-    c = harness.wait_condition("Ready", "False", "CloudIdentityUnsupported")
+    c = harness.wait_condition("Ready", "False", "CloudIdentityUnsupported", deadline=90)
     assert "GoogleApplicationCredentials" in c["message"]
     assert harness.helm_releases() == {}
 
@@ -460,7 +450,7 @@ def test_noop_resync_writes_nothing(harness: Harness) -> None:
     harness.put_secret({"kubeconfig": harness.kubeconfig_text()})
     harness.create({"gateway": {"hostname": "west.example.com"}})
     harness.start("--resync", "1")
-    harness.wait_condition("Ready", "True", timeout=120)
+    harness.wait_condition("Ready", "True", deadline=120)
     time.sleep(3)  # let the last status write and its echo settle
 
     def reads(env: TestEnv) -> float:
@@ -514,7 +504,7 @@ def test_provided_mode_installs_nothing_and_applies_config_once_served(
         }
     )
     harness.start()
-    c = harness.wait_condition("RequirementsMet", "False", "RequirementsUnmet")
+    c = harness.wait_condition("RequirementsMet", "False", "RequirementsUnmet", deadline=90)
     # Every unmet requirement is listed, not just the first.
     for component in catalog.components_of_stack(catalog.Stack.STANDARD):
         for requirement in component.requirements:
@@ -529,8 +519,8 @@ def test_provided_mode_installs_nothing_and_applies_config_once_served(
     # The cluster owner brings the substrate; nothing is installed for them.
     _apply_crds(harness, _provided_substrate())
     harness.target.apply(_device_class(), field_manager="owner")
-    harness.wait_condition("RequirementsMet", "True")
-    harness.wait_condition("Ready", "True")
+    harness.wait_condition("RequirementsMet", "True", deadline=90)
+    harness.wait_condition("Ready", "True", deadline=90)
     assert harness.helm_releases() == {}
     gw = harness.target.get(GATEWAY, GATEWAY_NAME, namespace=NS).to_dict()
     assert [listener["name"] for listener in gw["spec"]["listeners"]] == ["http", "https"]
@@ -543,7 +533,7 @@ def test_provided_mode_installs_nothing_and_applies_config_once_served(
 
     # Provided substrate is never touched on delete; only the configuration goes.
     harness.hub.delete(SS, "stack", namespace=harness.ns)
-    wait_for("the ServingStack to be gone", lambda: _gone(harness), timeout=60)
+    wait_for("the ServingStack to be gone", lambda: _gone(harness), deadline=60)
     assert len(list(harness.target.list(CustomResourceDefinition))) == len(_provided_substrate())
     assert _absent(harness, GATEWAY, GATEWAY_NAME, NS)
 
@@ -577,16 +567,16 @@ def test_switch_to_provided_never_uninstalls(harness: Harness) -> None:
     harness.put_secret({"kubeconfig": harness.kubeconfig_text()})
     harness.create({})
     harness.start()
-    harness.wait_condition("Ready", "True", timeout=120)
+    harness.wait_condition("Ready", "True", deadline=120)
     installed = set(harness.helm_releases())
 
     harness.create({"components": "Provided"})
-    harness.wait_condition("RequirementsMet", "True", generation=2)
-    harness.wait_condition("Ready", "True", generation=2)
+    harness.wait_condition("RequirementsMet", "True", generation=2, deadline=90)
+    harness.wait_condition("Ready", "True", generation=2, deadline=90)
     components = {x["name"]: x["mode"] for x in harness.status()["components"]}
     assert components["cert-manager"] == "Provided"
     harness.hub.delete(SS, "stack", namespace=harness.ns)
-    wait_for("the ServingStack to be gone", lambda: _gone(harness), timeout=60)
+    wait_for("the ServingStack to be gone", lambda: _gone(harness), deadline=60)
     assert set(harness.helm_releases()) == installed
 
 
@@ -595,7 +585,7 @@ def test_gateway_address_and_ca_reach_status_within_seconds(harness: Harness) ->
     harness.create({"gateway": {"hostname": "west.example.com"}})
     # A long resync: only the target watches can bring the change this fast.
     harness.start("--resync", "600")
-    harness.wait_condition("Ready", "True", timeout=120)
+    harness.wait_condition("Ready", "True", deadline=120)
 
     started = time.monotonic()
     harness.target.patch(
@@ -608,7 +598,7 @@ def test_gateway_address_and_ca_reach_status_within_seconds(harness: Harness) ->
     wait_for(
         "the address in status",
         lambda: (harness.status().get("gateway") or {}).get("address") == "203.0.113.10",
-        timeout=10,
+        deadline=60,
     )
     assert time.monotonic() - started < 5.0
 
@@ -624,7 +614,7 @@ def test_gateway_address_and_ca_reach_status_within_seconds(harness: Harness) ->
     wait_for(
         "the CA in status",
         lambda: (harness.status().get("gateway") or {}).get("caCertificate") == CA_PEM,
-        timeout=10,
+        deadline=60,
     )
 
 
@@ -632,12 +622,12 @@ def test_failed_upgrade_is_reported_and_keeps_what_works(harness: Harness) -> No
     harness.put_secret({"kubeconfig": harness.kubeconfig_text()})
     harness.create({})
     harness.start()
-    harness.wait_condition("Ready", "True", timeout=120)
+    harness.wait_condition("Ready", "True", deadline=120)
     before = _revisions(harness)
 
     # A version the repository does not have: helm fails, nothing is undone.
     harness.create({"versions": {"prometheus": "99.0.0"}})
-    c = harness.wait_condition("Ready", "False", "ActionFailed", generation=2)
+    c = harness.wait_condition("Ready", "False", "ActionFailed", generation=2, deadline=90)
     assert "mp-kube-prometheus-stack" in c["message"]
     components = {x["name"]: x for x in harness.status()["components"]}
     assert components["kube-prometheus-stack"]["state"] == "Failed"
@@ -652,5 +642,5 @@ def test_failed_upgrade_is_reported_and_keeps_what_works(harness: Harness) -> No
 
     # Putting the pin back recovers without anything reinstalled.
     harness.create({"versions": {"prometheus": "84.4.0"}})
-    harness.wait_condition("Ready", "True", generation=3, timeout=60)
+    harness.wait_condition("Ready", "True", generation=3, deadline=60)
     assert _revisions(harness) == before
