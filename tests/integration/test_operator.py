@@ -14,7 +14,6 @@ import re
 import signal
 import socket
 import subprocess
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -654,14 +653,15 @@ def test_switch_to_provided_never_uninstalls(harness: Harness) -> None:
     assert set(harness.helm_releases()) == installed
 
 
-def test_gateway_address_and_ca_reach_status_within_seconds(harness: Harness) -> None:
+def test_gateway_address_and_ca_reach_status_through_target_watches(harness: Harness) -> None:
     harness.put_secret({"kubeconfig": harness.kubeconfig_text()})
     harness.create({"gateway": {"hostname": "west.example.com"}})
-    # A long resync: only the target watches can bring the change this fast.
+    # A resync period far beyond the waits' deadlines below: a change that
+    # reaches status before them came through the target watches. How fast it
+    # comes is measured by bench/bench_operator.py, not asserted here.
     harness.start("--resync", "600")
     harness.wait_condition("Ready", "True", deadline=120)
 
-    started = time.monotonic()
     harness.target.patch(
         GATEWAY.Status,
         GATEWAY_NAME,
@@ -674,7 +674,6 @@ def test_gateway_address_and_ca_reach_status_within_seconds(harness: Harness) ->
         lambda: (harness.status().get("gateway") or {}).get("address") == "203.0.113.10",
         deadline=60,
     )
-    assert time.monotonic() - started < 5.0
 
     # trust-manager's part, played by hand: the CA ConfigMap from the Bundle.
     harness.target.create(
