@@ -36,6 +36,7 @@ from modelplane.api.crd import servingstack_crd
 from modelplane.api.models import API_GROUP, API_VERSION, KIND, PLURAL
 from modelplane.catalog import components as catalog
 from modelplane.catalog.configuration import GATEWAY_NAME, NS
+from modelplane.catalog.types import CRDServes, ObjectExists
 from modelplane.testenv import TestEnv
 
 SS = create_namespaced_resource(API_GROUP, API_VERSION, KIND, PLURAL)
@@ -341,8 +342,7 @@ def test_delete_tears_down_in_order_and_leaves_nothing(harness: Harness) -> None
         ]
 
     assert crds_not_deleting() == []
-    ns = wait_for("modelplane-system deleted", lambda: _namespace_deleting(harness), deadline=60)
-    assert ns
+    wait_for("modelplane-system deleted", lambda: _namespace_deleting(harness), deadline=60)
     log = harness.log.read_text()
     order = [
         "teardown: deleted Gateway inference-gateway",
@@ -376,29 +376,33 @@ def _namespace_deleting(h: Harness) -> bool:
     return ns.metadata is not None and ns.metadata.deletionTimestamp is not None
 
 
-def test_operator_killed_mid_install_finishes_without_duplicates(harness: Harness) -> None:
-    harness.put_secret({"kubeconfig": harness.kubeconfig_text()})
-    harness.create({"stack": "Dynamo"})
-    harness.start()
-    wait_for("a first release", lambda: len(harness.helm_releases()) >= 1, deadline=60)
-    harness.kill()
-    partial = harness.helm_releases()
-    assert harness.condition("Ready").get("status") != "True"
+def _deployed(h: Harness) -> dict[str, str]:
+    return {n: r["revision"] for n, r in h.helm_releases().items() if r["status"] == "deployed"}
 
-    harness.start()
-    harness.wait_condition("Ready", "True", deadline=120)
-    releases = harness.helm_releases()
+
+def test_operator_killed_mid_install_finishes_without_duplicates(harness: Harness) -> None:
     dynamo = {
         f"mp-{c.chart.chart}"
         for c in catalog.components_of_stack(catalog.Stack.DYNAMO)
         if c.chart is not None
     }
+    harness.put_secret({"kubeconfig": harness.kubeconfig_text()})
+    harness.create({"stack": "Dynamo"})
+    harness.start()
+    # A deployed release, so there is something that must not be installed again.
+    wait_for("a first deployed release", lambda: _deployed(harness), deadline=120)
+    harness.kill()
+    before_kill = _deployed(harness)
+    # Releases that wait for others come in a later round: the kill landed mid-install.
+    assert before_kill and set(before_kill) < dynamo, before_kill
+
+    harness.start()
+    harness.wait_condition("Ready", "True", deadline=120)
+    releases = harness.helm_releases()
     assert set(releases) == dynamo
     assert all(r["status"] == "deployed" for r in releases.values())
     # Releases deployed before the kill were not installed again.
-    for name, r in partial.items():
-        if r["status"] == "deployed":
-            assert releases[name]["revision"] == r["revision"]
+    assert {name: releases[name]["revision"] for name in before_kill} == before_kill
 
 
 def test_unreachable_target_turns_ready_false_then_recovers(harness: Harness) -> None:
@@ -581,8 +585,12 @@ def test_provided_mode_installs_nothing_and_applies_config_once_served(
     # Every unmet requirement is listed, not just the first.
     for component in catalog.components_of_stack(catalog.Stack.STANDARD):
         for requirement in component.requirements:
-            name = getattr(requirement, "crd", None) or getattr(requirement, "name", "")
-            assert name in c["message"], name
+            if isinstance(requirement, CRDServes):
+                named = requirement.crd
+            else:
+                assert isinstance(requirement, ObjectExists), requirement
+                named = requirement.name
+            assert named in c["message"], named
     assert harness.condition("Ready")["status"] == "False"
     components = {x["name"]: x for x in harness.status()["components"]}
     assert components["cert-manager"]["mode"] == "Provided"

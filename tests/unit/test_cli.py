@@ -56,7 +56,8 @@ def test_not_yaml(tmp_path: Path) -> None:
 
 
 def test_not_a_mapping(tmp_path: Path) -> None:
-    _bad(tmp_path, "- just\n- a list\n")
+    err = _bad(tmp_path, "- just\n- a list\n")
+    assert "expected a ServingStack mapping, got list" in err
 
 
 def test_missing_file(tmp_path: Path) -> None:

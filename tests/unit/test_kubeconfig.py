@@ -68,7 +68,10 @@ def test_unsafe_is_allowed_only_when_asked() -> None:
     text = kubeconfig(
         {"exec": {"apiVersion": "client.authentication.k8s.io/v1", "command": "true"}}
     )
-    assert parse_kubeconfig(text, allow_unsafe=True) is not None
+    with pytest.raises(KubeconfigError, match="'exec'"):
+        parse_kubeconfig(text)
+    config = parse_kubeconfig(text, allow_unsafe=True)
+    assert config.user.exec is not None and config.user.exec.command == "true"
 
 
 @pytest.mark.parametrize(

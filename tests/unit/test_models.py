@@ -219,8 +219,9 @@ def test_unknown_fields_are_refused() -> None:
     assert [loc for loc, _ in _errors(_set(full_spec(), "color", "blue"))] == ["color"]
     errors = _errors(_set(full_spec(), "gateway.listeners.0.tls", {}))
     assert [loc for loc, _ in errors] == ["gateway.listeners.0.tls"]
-    with pytest.raises(ValidationError):
+    with pytest.raises(ValidationError) as err:
         ServingStack.model_validate({**manifest(), "extra": 1})
+    assert [e["loc"] for e in err.value.errors()] == [("extra",)]
 
 
 @pytest.mark.parametrize(("path", "expected"), sorted(DEFAULTS.items()))
