@@ -366,8 +366,8 @@ def test_two_operators_on_one_target_never_flap(
         owner, other = (a, b) if holder.spec.holderIdentity == a.holder() else (b, a)
         assert holder.spec.holderIdentity == owner.holder()
 
-        owner.h.wait_condition("Ready", "True", timeout=180)
-        blocked = other.h.wait_condition("Ready", "False", TARGET_CLAIMED)
+        owner.h.wait_condition("Ready", "True", deadline=180)
+        blocked = other.h.wait_condition("Ready", "False", TARGET_CLAIMED, deadline=90)
         assert f"ServingStack {owner.h.ns}/stack (uid {owner.uid()})" in blocked["message"]
         assert f"kubectl -n {CLAIM_NAMESPACE} delete lease {CLAIM_NAME}" in blocked["message"]
 
@@ -439,7 +439,7 @@ def test_a_stale_claim_blocks_a_provided_stack_until_released_by_hand(
         writes = target.write_requests()
         claim_before = _holder_and_version(target)
         op.start()
-        c = op.h.wait_condition("Ready", "False", TARGET_CLAIMED, timeout=60)
+        c = op.h.wait_condition("Ready", "False", TARGET_CLAIMED, deadline=60)
         assert (
             "ServingStack elsewhere/west (uid 5d1e0000-dead-4000-8000-000000000000)"
             in (c["message"])
