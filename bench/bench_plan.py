@@ -49,7 +49,7 @@ def serves_everything() -> Observed:
             apis.setdefault(r.api.group, {})[r.api.resource] = [r.api.version]
             name = getattr(r, "name", None)
             if name:
-                key = f"{r.api.group}/{r.api.version}/{r.api.resource}"
+                key = r.api.key
                 objects.setdefault(key, []).append(name)
     for api in (cfg.ISSUERS, cfg.CERTIFICATES, cfg.QUEUES, cfg.BUNDLES):
         apis.setdefault(api.group, {})[api.resource] = [api.version]

@@ -103,7 +103,7 @@ def serve_everything() -> Callable[..., Observed]:
                 else:
                     assert isinstance(r, ObjectExists)
                     add(r.api.group, r.api.resource, r.api.version)
-                    key = f"{r.api.group}/{r.api.version}/{r.api.resource}"
+                    key = r.api.key
                     objects.setdefault(key, []).append(r.name)
         for api in (cfg.ISSUERS, cfg.CERTIFICATES, cfg.QUEUES, cfg.BUNDLES):
             add(api.group, api.resource, api.version)

@@ -44,7 +44,7 @@ def every_api(stack: Stack) -> Observed:
         for r in component.requirements:
             apis.setdefault(r.api.group, {}).setdefault(r.api.resource, []).append(r.api.version)
             if hasattr(r, "name"):
-                key = f"{r.api.group}/{r.api.version}/{r.api.resource}"
+                key = r.api.key
                 objects.setdefault(key, []).append(r.name)
     return Observed(apis=apis, objects=objects)
 

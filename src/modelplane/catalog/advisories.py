@@ -411,26 +411,18 @@ class GpuNodesLabelled:
     def evaluate(
         self, component: Component, spec: ServingStackSpec, facts: ClusterFacts
     ) -> Finding:
-        if facts.nodes is None:
-            return _cannot(facts, "nodes")
-        gpu = gpu_nodes(self.gpus, facts.nodes, facts.resource_slices)
-        if not gpu:
-            return UNKNOWN, (
-                f"no node shows a sign of a GPU ({_gpu_signs(self.gpus)}): nothing to check"
-            )
         label = f"{self.gpus.nfd_label_prefix}*{self.gpus.pci_vendor}*.present"
-        bare = [
-            n.name
-            for n in gpu
-            if not any(is_nfd_vendor_label(self.gpus, k, v) for k, v in n.labels.items())
-        ]
-        if bare:
-            return WARNING, (
-                f"GPU node{'s' if len(bare) > 1 else ''} {_listed(bare)} "
-                f"lack{'s' if len(bare) == 1 else ''} a {label} label, so the DRA driver's "
-                f"kubelet plugin never schedules there: {self.fix}"
-            )
-        return MET, f"all {len(gpu)} GPU nodes carry {label}"
+        return _each_gpu_node(
+            self.gpus,
+            facts,
+            lacks=lambda n: (
+                not any(is_nfd_vendor_label(self.gpus, k, v) for k, v in n.labels.items())
+            ),
+            lack=("lacks", "lack"),
+            what=f"a {label} label, so the DRA driver's kubelet plugin never schedules there: "
+            f"{self.fix}",
+            done=f"carry {label}",
+        )
 
 
 @dataclass(frozen=True)
@@ -454,21 +446,17 @@ class GpuNodesPublishSlices:
             return _cannot(facts, "nodes")
         if facts.resource_slices is None:
             return _cannot(facts, "resourceslices")
-        gpu = gpu_nodes(self.gpus, facts.nodes, facts.resource_slices)
-        if not gpu:
-            return UNKNOWN, (
-                f"no node shows a sign of a GPU ({_gpu_signs(self.gpus)}): nothing to check"
-            )
         driver = self.gpus.driver
         published = set(facts.resource_slices.get(driver, []))
-        missing = [n.name for n in gpu if n.name not in published]
-        if missing:
-            return WARNING, (
-                f"GPU node{'s' if len(missing) > 1 else ''} {_listed(missing)} "
-                f"ha{'ve' if len(missing) > 1 else 's'} no ResourceSlice of {driver}, so GPU "
-                f"claims cannot be allocated there: {self.fix}"
-            )
-        return MET, f"all {len(gpu)} GPU nodes publish ResourceSlices of {driver}"
+        return _each_gpu_node(
+            self.gpus,
+            facts,
+            lacks=lambda n: n.name not in published,
+            lack=("has", "have"),
+            what=f"no ResourceSlice of {driver}, so GPU claims cannot be allocated there: "
+            f"{self.fix}",
+            done=f"publish ResourceSlices of {driver}",
+        )
 
 
 @dataclass(frozen=True)
@@ -545,6 +533,28 @@ def _listed(items: list[str], sep: str = ", ") -> str:
 def _cannot(facts: ClusterFacts, what: str) -> Finding:
     why = facts.unobservable.get(what, "not gathered")
     return UNKNOWN, f"cannot observe {what}: {why}"
+
+
+def _each_gpu_node(
+    gpus: GpuNodes,
+    facts: ClusterFacts,
+    *,
+    lacks: Callable[[ObservedNode], bool],
+    lack: tuple[str, str],
+    what: str,
+    done: str,
+) -> Finding:
+    """Warn about the GPU nodes that ``lacks``; ``lack`` is its verb, one node and many."""
+    if facts.nodes is None:
+        return _cannot(facts, "nodes")
+    gpu = gpu_nodes(gpus, facts.nodes, facts.resource_slices)
+    if not gpu:
+        return UNKNOWN, f"no node shows a sign of a GPU ({_gpu_signs(gpus)}): nothing to check"
+    bad = [n.name for n in gpu if lacks(n)]
+    if bad:
+        many = len(bad) > 1
+        return WARNING, (f"GPU node{'s' if many else ''} {_listed(bad)} {lack[many]} {what}")
+    return MET, f"all {len(gpu)} GPU nodes {done}"
 
 
 def image_repository(image: str) -> str:

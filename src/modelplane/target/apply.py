@@ -10,9 +10,8 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx2
 import yaml
 from lightkube import AsyncClient
-from lightkube.core.exceptions import ApiError
 
-from modelplane.target.resources import resource_of
+from modelplane.target.resources import resource_of, unless_missing
 from modelplane.wire import FIELD_MANAGER, settled
 
 
@@ -37,19 +36,14 @@ async def delete_object(client: AsyncClient, body: dict[str, Any]) -> bool:
     """Delete the object; True while it still exists (finalizers may hold it)."""
     res = resource_of(body)
     name, namespace = body["metadata"]["name"], body["metadata"].get("namespace")
-    try:
+
+    async def delete() -> bool:
         await client.delete(res, name, namespace=namespace)
-    except ApiError as err:
-        if err.status.code == 404:
-            return False
-        raise
-    try:
-        await client.get(res, name, namespace=namespace)
-    except ApiError as err:
-        if err.status.code == 404:
-            return False
-        raise
-    return True
+        return True
+
+    if not await unless_missing(delete):
+        return False
+    return await unless_missing(lambda: client.get(res, name, namespace=namespace)) is not None
 
 
 # A release's CRD file is a few hundred KiB (Gateway API's largest CRD is

@@ -42,6 +42,7 @@ from modelplane.api.models import ServingStack
 from modelplane.catalog.configuration import CLAIM_NAME, CLAIM_NAMESPACE, configuration_for
 from modelplane.target.apply import apply_object
 from modelplane.target.discovery import TargetError
+from modelplane.target.resources import unless_missing
 from modelplane.wire import MANAGED_BY, MANAGED_BY_LABEL, stamp
 
 log = logging.getLogger("modelplane.operator.claim")
@@ -305,12 +306,9 @@ def _new_lease(ours: StackIdentity, now: datetime.datetime) -> Lease:
 
 
 async def _read(client: AsyncClient) -> Lease | None:
-    try:
-        lease = await client.get(Lease, CLAIM_NAME, namespace=CLAIM_NAMESPACE)
-    except ApiError as err:
-        if err.status.code == 404:
-            return None
-        raise
+    lease = await unless_missing(lambda: client.get(Lease, CLAIM_NAME, namespace=CLAIM_NAMESPACE))
+    if lease is None:
+        return None
     # lightkube decodes any JSON object as the kind asked for; something
     # that is not our Lease must not be replaced as if it were one.
     if lease.metadata is None or lease.metadata.name != CLAIM_NAME:

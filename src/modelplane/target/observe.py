@@ -12,7 +12,6 @@ from __future__ import annotations
 from typing import Any
 
 from lightkube import AsyncClient, operators
-from lightkube.core.exceptions import ApiError
 from lightkube.resources.core_v1 import ConfigMap, Secret
 
 from modelplane.api.models import ServingStackSpec
@@ -27,7 +26,7 @@ from modelplane.catalog.configuration import (
 from modelplane.catalog.types import ObjectExists
 from modelplane.plan.observed import Observed, ObservedRelease
 from modelplane.target.discovery import served_apis
-from modelplane.target.resources import list_settled, plural, resource
+from modelplane.target.resources import list_settled, plural, resource, unless_missing
 from modelplane.wire import (
     DIGEST_ANNOTATION,
     MANAGED_BY,
@@ -127,13 +126,8 @@ async def _releases(client: AsyncClient) -> dict[str, ObservedRelease]:
 
 
 async def _bundle_ca(client: AsyncClient) -> str | None:
-    try:
-        cm = await client.get(ConfigMap, CLUSTER_CA, namespace=NS)
-    except ApiError as err:
-        if err.status.code == 404:
-            return None
-        raise
-    return (cm.data or {}).get(CA_KEY)
+    cm = await unless_missing(lambda: client.get(ConfigMap, CLUSTER_CA, namespace=NS))
+    return (cm.data or {}).get(CA_KEY) if cm is not None else None
 
 
 def _as_dict(item: Any) -> dict[str, Any]:

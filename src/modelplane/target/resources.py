@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from functools import cache
-from typing import Any
+from typing import Any, TypeVar
 
 from lightkube import AsyncClient
+from lightkube.core.exceptions import ApiError
 from lightkube.generic_resource import create_global_resource, create_namespaced_resource
 
 from modelplane.wire import settled
+
+T = TypeVar("T")
 
 # Kubernetes pluralises kinds this way for every kind the product applies.
 _IRREGULAR: dict[str, str] = {}
@@ -35,6 +39,16 @@ def resource(api_version: str, kind: str, namespaced: bool) -> Any:
 
 def resource_of(body: dict[str, Any]) -> Any:
     return resource(body["apiVersion"], body["kind"], bool(body["metadata"].get("namespace")))
+
+
+async def unless_missing(call: Callable[[], Awaitable[T]]) -> T | None:
+    """``call()``, or None when the API server answers 404 (Not Found)."""
+    try:
+        return await call()
+    except ApiError as err:
+        if err.status.code == 404:
+            return None
+        raise
 
 
 async def list_settled(client: AsyncClient, res: Any, **kwargs: Any) -> list[Any]:

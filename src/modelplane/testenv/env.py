@@ -278,23 +278,23 @@ def _terminate(pids: list[int], marker: str, timeout: float) -> None:
     for pid in live:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout
-    while live and time.monotonic() < deadline:
-        for pid in live:
-            _reap(pid)
-        live = [p for p in live if _alive(p, marker)]
-        if live:
-            time.sleep(0.05)
+    live = _outlive(live, marker, timeout)
     for pid in live:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
-    deadline = time.monotonic() + 5.0
-    while live and time.monotonic() < deadline:
-        for pid in live:
+    _outlive(live, marker, 5.0)
+
+
+def _outlive(pids: list[int], marker: str, timeout: float) -> list[int]:
+    """Reap ``pids`` as they exit, for up to ``timeout``; the ones still alive."""
+    deadline = time.monotonic() + timeout
+    while pids and time.monotonic() < deadline:
+        for pid in pids:
             _reap(pid)
-        live = [p for p in live if _alive(p, marker)]
-        if live:
+        pids = [p for p in pids if _alive(p, marker)]
+        if pids:
             time.sleep(0.05)
+    return pids
 
 
 def _log_tail(path: Path, lines: int = 30) -> str:
