@@ -27,7 +27,7 @@ from lightkube.types import PatchType
 from modelplane.api.models import API_GROUP, API_VERSION, KIND, PLURAL
 from modelplane.operator import metrics
 from modelplane.operator.options import OperatorOptions
-from modelplane.operator.reconciler import StackReconciler
+from modelplane.operator.reconciler import INVALID_SPEC, InvalidSpecError, StackReconciler
 from modelplane.operator.status import (
     TEARDOWN,
     Outcome,
@@ -191,6 +191,15 @@ def register(registry: kopf.OperatorRegistry, rt: Runtime) -> None:
         )
         try:
             waiting = await reconciler.teardown(dict(body), runtime.total_seconds())
+        except InvalidSpecError as err:
+            # A stack stored under an older, looser CRD: without a valid spec
+            # there is no plan of what it installed.
+            message = (
+                f"the spec does not validate ({err}), so teardown cannot tell what this "
+                f"ServingStack installed: correct the field, or {skip}"
+            )
+            await _teardown_condition(rt, body, INVALID_SPEC, message)
+            raise kopf.TemporaryError(message, delay=RETRY_BLOCKED_SECONDS) from err
         except AddressDenied as err:
             message = f"{err}. Teardown does not reach a refused address: {skip}"
             await _teardown_condition(rt, body, ADDRESS_DENIED, message)

@@ -61,6 +61,13 @@ MAX_ROUNDS = 6
 UNREACHABLE = (httpx2.HTTPError, OSError, asyncio.TimeoutError)
 
 
+INVALID_SPEC = "InvalidSpec"
+
+
+class InvalidSpecError(Exception):
+    """The stored spec does not validate, so there is no plan to tear down by."""
+
+
 @dataclass
 class Backoff:
     attempts: int = 0
@@ -84,6 +91,8 @@ class StackReconciler:
     # The out-of-range pins last reported by event, so a resync that finds
     # the same ones stays quiet; safe to lose (a restart reports them once).
     version_warnings: frozenset[str] = frozenset()
+    # The spec error last reported by event, likewise.
+    invalid_spec: str | None = None
 
     # -- reconcile -----------------------------------------------------------
 
@@ -91,7 +100,15 @@ class StackReconciler:
         try:
             stack = ServingStack.model_validate(_without_status(body))
         except ValidationError as err:
-            return Outcome(blocked_reason="InvalidSpec", blocked_message=_first_error(err))
+            # The hub's CRD refuses most bad specs; what it lets through (a
+            # stack stored under an older, looser CRD) is reported here, in an
+            # event once and in Ready for as long as it stands.
+            message = _first_error(err)
+            if message != self.invalid_spec:
+                self.emit("Warning", INVALID_SPEC, message)
+            self.invalid_spec = message
+            return Outcome(blocked_reason=INVALID_SPEC, blocked_message=message)
+        self.invalid_spec = None
         try:
             target = await self._target(stack)
         except CredentialsError as err:
@@ -255,7 +272,10 @@ class StackReconciler:
 
     async def teardown(self, body: dict[str, Any], waited_seconds: float) -> str | None:
         """One pass of teardown. Returns what it still waits for, or None when done."""
-        stack = ServingStack.model_validate(_without_status(body))
+        try:
+            stack = ServingStack.model_validate(_without_status(body))
+        except ValidationError as err:
+            raise InvalidSpecError(_first_error(err)) from err
         target = await self._target(stack)
         try:
             if not await claim.before_teardown(target.client, stack, self.emit):
