@@ -334,9 +334,10 @@ class _State:
 class TestEnv:
     """etcd + kube-apiserver on loopback with data under ``data_dir``.
 
-    ``start()`` returns once ``/readyz`` answers and the ``default`` namespace
-    exists; the processes run in their own session, so they outlive the Python
-    process that started them until ``stop()`` (or ``TestEnv(dir).stop()`` from
+    ``start()`` returns once ``/readyz`` answers and the server's bootstrap
+    writes are done (the ``kubernetes`` Service exists in ``default``); the
+    processes run in their own session, so they outlive the Python process
+    that started them until ``stop()`` (or ``TestEnv(dir).stop()`` from
     another process, or ``python -m modelplane.testenv stop DIR``).
     """
 
@@ -664,9 +665,13 @@ class TestEnv:
                     ready = client.get("/readyz")
                     last = f"/readyz {ready.status_code}: {ready.text[-500:]}"
                     if ready.status_code == 200:
-                        ns = client.get("/api/v1/namespaces/default")
-                        last = f"namespace default: {ns.status_code}"
-                        if ns.status_code == 200:
+                        # The server's own bootstrap writes (the default
+                        # namespace, then the kubernetes Service and its
+                        # IPAddress) are done once the Service exists: tests
+                        # that count writes must not count those.
+                        svc = client.get("/api/v1/namespaces/default/services/kubernetes")
+                        last = f"Service default/kubernetes: {svc.status_code}"
+                        if svc.status_code == 200:
                             return
                 except httpx2.HTTPError as exc:
                     last = f"{type(exc).__name__}: {exc}"
