@@ -145,6 +145,9 @@ def register(registry: kopf.OperatorRegistry, rt: Runtime) -> None:
         watched_kubeconfig: str | None = None
         try:
             while not stopped:
+                # Cleared before the reconcile observes, never after: a wake
+                # that arrives while it runs (a watch event, a LIST) is kept
+                # and brings the next reconcile at once.
                 wake.clear()
                 if body.meta.get("deletionTimestamp"):
                     return

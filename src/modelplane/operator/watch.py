@@ -67,6 +67,12 @@ class TargetWatcher:
                 async for _ in listing:
                     pass
                 rv = getattr(listing, "resourceVersion", None)
+                # The reconcile observed the target before this LIST (the
+                # watches are armed after it, and re-armed after a 404, an
+                # error or a 410): a change made in between is folded into
+                # the listing and no event follows it. One wake per LIST makes
+                # a reconcile look again instead of leaving it to the resync.
+                self._wake()
                 async for _event in self._client.watch(res, resource_version=rv, **selector):
                     delay = 1.0
                     if name == "crds":
