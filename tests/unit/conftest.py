@@ -10,7 +10,10 @@ from typing import Any
 import pytest
 
 from modelplane.api.models import ServingStack
-from modelplane.plan.observed import Observed
+from modelplane.plan import Plan
+from modelplane.plan.observed import Observed, ObservedRelease
+from modelplane.plan.planner import crd_stub
+from modelplane.wire import DIGEST_ANNOTATION, object_key
 
 # The specification lives next to the repository (../shared/spec); a fresh
 # clone elsewhere has no copy, and the tests that read it skip.
@@ -110,3 +113,18 @@ def serve_everything() -> Callable[..., Observed]:
         return Observed.model_validate({"apis": apis, "objects": objects, **extra})
 
     return make
+
+
+def installed(p: Plan, base: Observed | None = None) -> Observed:
+    """The target once everything in ``p`` was applied and installed on top of ``base``."""
+    base = base or Observed()
+    releases = {
+        r.name: ObservedRelease(
+            name=r.name, namespace=r.namespace, revision=1, status="deployed", digest=r.digest
+        )
+        for r in p.releases
+    }
+    applied = {o.key: o.object["metadata"]["annotations"][DIGEST_ANNOTATION] for o in p.objects}
+    for m in p.manifests:
+        applied |= {object_key(crd_stub(crd)): m.digest for crd in m.crds}
+    return base.model_copy(update={"releases": releases, "applied": applied})

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from modelplane.catalog.configuration import Hold, object_key
+from modelplane.catalog.configuration import Hold
 from modelplane.plan import Observed, Plan, plan
 from modelplane.plan.model import (
     ObjectAction,
@@ -19,7 +19,7 @@ from modelplane.plan.observed import ObservedRelease
 from modelplane.plan.planner import Sources, release_action, release_state
 from modelplane.wire import DIGEST_ANNOTATION, MANAGED_BY_LABEL
 
-from .conftest import CA_PEM, StackFactory
+from .conftest import CA_PEM, StackFactory, installed
 
 HOST = "west.example.com"
 GKE_ROOT = "/home/kubernetes/bin/nvidia"
@@ -53,26 +53,6 @@ def _object(p: Plan, kind: str, name: str | None = None) -> Any:
     ]
     assert len(found) == 1, [o.key for o in found]
     return found[0]
-
-
-def converged(p: Plan, base: Observed) -> Observed:
-    """What the target looks like once everything in ``p`` was applied."""
-    releases = {
-        r.name: ObservedRelease(
-            name=r.name, namespace=r.namespace, revision=1, status="deployed", digest=r.digest
-        )
-        for r in p.releases
-    }
-    applied = {o.key: o.object["metadata"]["annotations"][DIGEST_ANNOTATION] for o in p.objects}
-    for m in p.manifests:
-        for crd in m.crds:
-            stub = {
-                "apiVersion": "apiextensions.k8s.io/v1",
-                "kind": "CustomResourceDefinition",
-                "metadata": {"name": crd},
-            }
-            applied[object_key(stub)] = m.digest
-    return base.model_copy(update={"releases": releases, "applied": applied})
 
 
 # --- nothing observed ----------------------------------------------------------
@@ -376,7 +356,7 @@ def test_observed_digests_mean_nothing_to_do(
 ) -> None:
     stack = make_stack(**fields)
     base = serve_everything()
-    done = converged(plan(stack, base), base)
+    done = installed(plan(stack, base), base)
     p = plan(stack, done)
     assert all(r.action is ReleaseAction.NONE for r in p.releases)
     assert all(r.state is ReleaseState.IN_SYNC for r in p.releases)
@@ -392,7 +372,7 @@ def test_changed_object_is_applied_again(
     make_stack: StackFactory, serve_everything: ServeAll
 ) -> None:
     base = serve_everything()
-    done = converged(plan(make_stack(), base), base)
+    done = installed(plan(make_stack(), base), base)
     p = plan(make_stack(gateway={"className": "other"}), done)
     changed = {o.object["kind"] for o in p.objects if o.action is ObjectAction.APPLY}
     assert changed == {"GatewayClass", "Gateway"}
@@ -400,7 +380,7 @@ def test_changed_object_is_applied_again(
 
 def test_manifests_digest_follows_the_url(make_stack: StackFactory) -> None:
     base = Observed()
-    done = converged(plan(make_stack()), base)
+    done = installed(plan(make_stack()), base)
     mirrored = Sources(manifests_base_url_for={"gaie-crds": "https://mirror.internal"})
     [m] = plan(make_stack(), done, mirrored).manifests
     assert m.action is ObjectAction.APPLY

@@ -6,37 +6,19 @@ from typing import Any
 
 import pytest
 
-from modelplane.plan import Observed, Plan, plan
-from modelplane.plan.observed import ObservedRelease
-from modelplane.plan.planner import crd_stub
+from modelplane.plan import Observed, plan
 from modelplane.plan.teardown import (
     DeleteObjects,
     TeardownStep,
     UninstallRelease,
     teardown_steps,
 )
-from modelplane.wire import DIGEST_ANNOTATION, object_key
 
-from .conftest import CA_PEM, StackFactory
+from .conftest import CA_PEM, StackFactory, installed
 
 HOST = "west.example.com"
 CAS = [{"name": "fleet", "certificate": CA_PEM}]
 GAIE_CRDS = ["CustomResourceDefinition inferencepools.inference.networking.k8s.io"]
-
-
-def installed(p: Plan, base: Observed | None = None) -> Observed:
-    """The target once everything in ``p`` was applied and installed."""
-    base = base or Observed()
-    releases = {
-        r.name: ObservedRelease(
-            name=r.name, namespace=r.namespace, revision=1, status="deployed", digest=r.digest
-        )
-        for r in p.releases
-    }
-    applied = {o.key: o.object["metadata"]["annotations"][DIGEST_ANNOTATION] for o in p.objects}
-    for m in p.manifests:
-        applied |= {object_key(crd_stub(crd)): m.digest for crd in m.crds}
-    return base.model_copy(update={"releases": releases, "applied": applied})
 
 
 def described(steps: list[TeardownStep]) -> list[tuple[Any, ...]]:

@@ -11,31 +11,14 @@ from pydantic import ValidationError
 from modelplane.catalog.configuration import ConfigObject, Hold
 from modelplane.operator.options import OperatorOptions
 from modelplane.operator.reconciler import StackReconciler
-from modelplane.plan import Observed, Plan, plan
+from modelplane.plan import Observed, plan
 from modelplane.plan.model import ObjectAction, PlannedObject
-from modelplane.plan.observed import ObservedRelease
-from modelplane.plan.planner import crd_stub
-from modelplane.wire import DIGEST_ANNOTATION, object_key
 
-from .conftest import CA_PEM, StackFactory
+from .conftest import CA_PEM, StackFactory, installed
 
 HOST = "west.example.com"
 CAS = [{"name": "fleet", "certificate": CA_PEM}]
 ServeAll = Callable[..., Observed]
-
-
-def installed(p: Plan, base: Observed) -> Observed:
-    """The target once everything in ``p`` was applied and installed."""
-    releases = {
-        r.name: ObservedRelease(
-            name=r.name, namespace=r.namespace, revision=1, status="deployed", digest=r.digest
-        )
-        for r in p.releases
-    }
-    applied = {o.key: o.object["metadata"]["annotations"][DIGEST_ANNOTATION] for o in p.objects}
-    for m in p.manifests:
-        applied |= {object_key(crd_stub(crd)): m.digest for crd in m.crds}
-    return base.model_copy(update={"releases": releases, "applied": applied})
 
 
 def without_api(observed: Observed, group: str, resource: str) -> Observed:
