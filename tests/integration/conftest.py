@@ -1,9 +1,11 @@
 """Fixtures for integration tests against real kube-apiservers (and helm) on loopback.
 
 ``hub_env`` and ``target_env`` are two independent API servers (each with its
-own etcd), started once per session.  ``chart_repo`` serves the charts under
-``tests/fixtures/charts/`` — packaged with the real ``helm package`` and indexed
-with ``helm repo index`` — from an HTTP server on 127.0.0.1.
+own etcd), started once per session; ``hub`` is a client of the hub with the
+ServingStack CRD served, and ``target`` a fresh API server for one test.
+``chart_repo`` serves the charts under ``tests/fixtures/charts/`` — packaged
+with the real ``helm package`` and indexed with ``helm repo index`` — from an
+HTTP server on 127.0.0.1.
 
 Missing binaries make these fixtures fail with the instruction to run
 hack/setup.sh; integration tests are never skipped silently.
@@ -11,17 +13,16 @@ hack/setup.sh; integration tests are never skipped silently.
 
 from __future__ import annotations
 
-import functools
-import http.server
-import os
 import subprocess
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import yaml
+from lightkube import Client
+from tests.integration.hubs import client_for, install_servingstack_crd, private_env
+from tests.serving import serve_directory
 
 from modelplane.testenv import TestbinMissingError, TestEnv, find_binaries, helm_environ
 
@@ -51,12 +52,8 @@ def testbin() -> dict[str, Path]:
 
 def _start_env(name: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestEnv]:
     _binaries()
-    env = TestEnv(tmp_path_factory.mktemp(name))
-    try:
-        env.start()
+    with private_env(tmp_path_factory.mktemp(name)) as env:
         yield env
-    finally:
-        env.stop()
 
 
 @pytest.fixture(scope="session")
@@ -69,6 +66,29 @@ def hub_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestEnv]:
 def target_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestEnv]:
     """A second, independent API server: the cluster the operator installs into."""
     yield from _start_env("target", tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def hub(hub_env: TestEnv) -> Client:
+    """A client of the hub with the generated ServingStack CRD applied and served.
+
+    Tests create the namespaces they use themselves.
+    """
+    client = client_for(hub_env)
+    install_servingstack_crd(client, hub_env, deadline=60)
+    return client
+
+
+@pytest.fixture
+def target(tmp_path: Path) -> Iterator[TestEnv]:
+    """A fresh target API server of this test's own (see ``hubs.private_env``).
+
+    Modules whose tests may share one override this with a module-scoped
+    fixture built on the same ``private_env``.
+    """
+    _binaries()
+    with private_env(tmp_path / "target") as env:
+        yield env
 
 
 @pytest.fixture(scope="session")
@@ -117,31 +137,15 @@ class ChartRepo:
     charts: dict[str, str]  # chart name -> version
 
 
-class _QuietHandler(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, format: str, *args: object) -> None:
-        pass
-
-
 @pytest.fixture(scope="session")
 def chart_repo(helm: Helm, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ChartRepo]:
     """Every chart under tests/fixtures/charts, packaged and indexed, served on 127.0.0.1."""
     directory = tmp_path_factory.mktemp("chart-repo")
-    handler = functools.partial(_QuietHandler, directory=os.fspath(directory))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    url = f"http://127.0.0.1:{server.server_address[1]}"
-
-    charts: dict[str, str] = {}
-    for chart in sorted(p for p in CHARTS_DIR.iterdir() if (p / "Chart.yaml").is_file()):
-        helm.run("package", str(chart), "--destination", str(directory))
-        meta = yaml.safe_load((chart / "Chart.yaml").read_text())
-        charts[str(meta["name"])] = str(meta["version"])
-    helm.run("repo", "index", str(directory), "--url", url)
-
-    thread = threading.Thread(target=server.serve_forever, name="chart-repo", daemon=True)
-    thread.start()
-    try:
+    with serve_directory(directory) as url:
+        charts: dict[str, str] = {}
+        for chart in sorted(p for p in CHARTS_DIR.iterdir() if (p / "Chart.yaml").is_file()):
+            helm.run("package", str(chart), "--destination", str(directory))
+            meta = yaml.safe_load((chart / "Chart.yaml").read_text())
+            charts[str(meta["name"])] = str(meta["version"])
+        helm.run("repo", "index", str(directory), "--url", url)
         yield ChartRepo(url=url, directory=directory, charts=charts)
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)

@@ -9,18 +9,16 @@ project's own: schemaless, one served version.
 
 from __future__ import annotations
 
-import functools
-import http.server
 import os
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
+from tests.serving import serve_directory
 
 from modelplane.catalog import components as catalog
 from modelplane.testenv import find_binaries
@@ -152,11 +150,6 @@ class Substrate:
     directory: Path
 
 
-class _Quiet(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, format: str, *args: object) -> None:
-        pass
-
-
 def serve_substrate(helm: Any, workdir: Path) -> Iterator[Substrate]:
     """Package every catalog chart and the manifests, and serve them on loopback."""
     sources = workdir / "sources"
@@ -167,27 +160,21 @@ def serve_substrate(helm: Any, workdir: Path) -> Iterator[Substrate]:
             for version in [component.version, *EXTRA_VERSIONS.get(component.name, [])]:
                 chart = write_chart(sources, component.chart.chart, version)
                 helm.run("package", str(chart), "--destination", str(served / "charts"))
-    handler = functools.partial(_Quiet, directory=os.fspath(served))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    url = f"http://127.0.0.1:{server.server_address[1]}"
-    helm.run("repo", "index", str(served / "charts"), "--url", f"{url}/charts")
-    for component in catalog.COMPONENTS:
-        if component.manifests is not None:
-            path = (
-                served
-                / "manifests"
-                / component.name
-                / component.manifests.path.format(version=component.version)
-            )
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(yaml.safe_dump_all([crd(*c) for c in MANIFEST_CRDS[component.name]]))
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with serve_directory(served) as url:
+        helm.run("repo", "index", str(served / "charts"), "--url", f"{url}/charts")
+        for component in catalog.COMPONENTS:
+            if component.manifests is not None:
+                path = (
+                    served
+                    / "manifests"
+                    / component.name
+                    / component.manifests.path.format(version=component.version)
+                )
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(
+                    yaml.safe_dump_all([crd(*c) for c in MANIFEST_CRDS[component.name]])
+                )
         yield Substrate(f"{url}/charts", f"{url}/manifests", served)
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def run_operator(

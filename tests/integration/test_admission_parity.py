@@ -18,11 +18,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import copy
-import functools
-import http.server
-import os
 import re
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,10 +30,12 @@ from lightkube import AsyncClient, Client, KubeConfig
 from lightkube.core.exceptions import ApiError
 from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
 from lightkube.resources.core_v1 import ConfigMap, Namespace, Secret
+from tests.integration.hubs import drop_empty_lists
+from tests.serving import serve_directory
 from tests.unit.test_hostile_input import GRAMMARS, HOSTILE_STRINGS, RENAMED
-from tests.waiting import wait_for
 from typer.testing import CliRunner
 
+from modelplane.api.crd import servingstack_crd
 from modelplane.api.models import (
     API_GROUP,
     API_VERSION,
@@ -334,14 +332,6 @@ class Verdict:
     spec: Any = None  # what is stored, when accepted
 
 
-def _drop_empty_lists(node: Any) -> Any:
-    if isinstance(node, dict):
-        return {k: _drop_empty_lists(v) for k, v in node.items() if v != []}
-    if isinstance(node, list):
-        return [_drop_empty_lists(v) for v in node]
-    return node
-
-
 def models_verdict(body: dict[str, Any]) -> Verdict:
     """What ``modelplane render`` says of the document."""
     try:
@@ -349,7 +339,7 @@ def models_verdict(body: dict[str, Any]) -> Verdict:
     except InputError as err:
         return Verdict(False, str(err))
     dumped = stack.spec.model_dump(by_alias=True, exclude_none=True, mode="json")
-    return Verdict(True, "", _drop_empty_lists(dumped))
+    return Verdict(True, "", drop_empty_lists(dumped))
 
 
 def server_verdict(env: TestEnv, body: dict[str, Any]) -> Verdict:
@@ -371,28 +361,15 @@ def _server_path(field: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def hub_crd(hub_env: TestEnv) -> TestEnv:
+def hub_crd(hub: Client, hub_env: TestEnv) -> TestEnv:
     """The hub with the CRD ``modelplane crds`` prints, and the corpus namespace."""
     result = CliRunner().invoke(app, ["crds"])
     assert result.exit_code == 0, result.output
     (crd,) = list(yaml.safe_load_all(result.stdout))
-    client = Client(KubeConfig.from_dict(hub_env.kubeconfig), field_manager="admission-parity")
-    client.apply(CustomResourceDefinition.from_dict(crd), force=True)
-
-    def established() -> bool:
-        got = client.get(CustomResourceDefinition, CRD_NAME)
-        conditions = (got.status.conditions if got.status else None) or []
-        return any(c.type == "Established" and c.status == "True" for c in conditions)
-
-    wait_for("CRD Established", established, deadline=30)
-    client.apply(Namespace.from_dict({"metadata": {"name": NAMESPACE}}))
-
-    def served() -> bool:
-        with hub_env.http_client() as http:
-            return http.get(COLLECTION).status_code == 200
-
-    # Established is reported before the new resource is served everywhere.
-    wait_for("ServingStacks served", served, deadline=30)
+    # conftest's ``hub`` applied servingstack_crd(): the server judges by
+    # what the CLI prints only while the two are the same.
+    assert crd == servingstack_crd()
+    hub.apply(Namespace.from_dict({"metadata": {"name": NAMESPACE}}))
     return hub_env
 
 
@@ -439,33 +416,10 @@ def test_nothing_was_stored(hub_crd: TestEnv) -> None:
 
 @pytest.fixture
 def manifests_server(tmp_path: Path) -> Iterator[tuple[str, Path]]:
-    class Quiet(http.server.SimpleHTTPRequestHandler):
-        def log_message(self, format: str, *args: object) -> None:
-            pass
-
     root = tmp_path / "served"
     root.mkdir()
-    handler = functools.partial(Quiet, directory=os.fspath(root))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", root
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
-
-
-@pytest.fixture
-def private_target(tmp_path: Path) -> Iterator[TestEnv]:
-    # Its own API server: the reconcile applies configuration objects to it.
-    env = TestEnv(tmp_path / "target")
-    env.start()
-    try:
-        yield env
-    finally:
-        env.stop()
+    with serve_directory(root) as url:
+        yield url, root
 
 
 def _modelexpress_crd(name: str, plural: str, kind: str) -> dict[str, Any]:
@@ -544,7 +498,7 @@ def _reconcile(
 
 def test_a_manifest_set_with_an_unexpected_object_fails_its_component(
     hub_env: TestEnv,
-    private_target: TestEnv,
+    target: TestEnv,
     manifests_server: tuple[str, Path],
     testbin: dict[str, Path],
     tmp_path: Path,
@@ -564,7 +518,7 @@ def test_a_manifest_set_with_an_unexpected_object_fails_its_component(
     )
     served.write_text(yaml.safe_dump_all([crd, planted]))
 
-    outcome, events = _reconcile(hub_env, private_target, base_url, testbin, tmp_path)
+    outcome, events = _reconcile(hub_env, target, base_url, testbin, tmp_path)
 
     failure = outcome.failures.get(MODELEXPRESS_CRDS.name, "")
     assert "ConfigMap planted" in failure, outcome.failures
@@ -578,13 +532,14 @@ def test_a_manifest_set_with_an_unexpected_object_fails_its_component(
     assert component["state"] == "Failed"
 
     # Not one object of the set reached the target.
-    target = Client(KubeConfig.from_dict(private_target.kubeconfig))
+    # ``target`` is this test's own: the reconcile applies configuration objects to it.
+    on_target = Client(KubeConfig.from_dict(target.kubeconfig))
     for res, name, ns in (
         (ConfigMap, "planted", "default"),
         (CustomResourceDefinition, "modelmetadatas.modelexpress.nvidia.com", None),
     ):
         with pytest.raises(ApiError) as missing:
-            target.get(res, name, namespace=ns)
+            on_target.get(res, name, namespace=ns)
         assert missing.value.status.code == 404
 
     # The same URL serving the expected CRDs applies them (the refusal was not cached).
@@ -600,7 +555,7 @@ def test_a_manifest_set_with_an_unexpected_object_fails_its_component(
             ]
         )
     )
-    outcome, _ = _reconcile(hub_env, private_target, base_url, testbin, tmp_path)
+    outcome, _ = _reconcile(hub_env, target, base_url, testbin, tmp_path)
     assert MODELEXPRESS_CRDS.name not in outcome.failures, outcome.failures
-    target.get(CustomResourceDefinition, "modelmetadatas.modelexpress.nvidia.com")
-    target.get(CustomResourceDefinition, "modelcacheentries.modelexpress.nvidia.com")
+    on_target.get(CustomResourceDefinition, "modelmetadatas.modelexpress.nvidia.com")
+    on_target.get(CustomResourceDefinition, "modelcacheentries.modelexpress.nvidia.com")

@@ -23,6 +23,7 @@ import yaml
 from lightkube import AsyncClient
 from lightkube.config.client_adapter import ConnectionParams
 from lightkube.config.kubeconfig import KubeConfig
+from tests.integration.hubs import private_env
 from tests.waiting import wait_for_async
 from typer.testing import CliRunner
 
@@ -214,24 +215,15 @@ def load_substrate(kube: Kube, docs: list[dict[str, Any]]) -> list[dict[str, Any
 # ---- environments ---------------------------------------------------------------
 
 
-def _start(tmp_path_factory: pytest.TempPathFactory, name: str) -> TestEnv:
-    env = TestEnv(tmp_path_factory.mktemp(name))
-    env.start()
-    return env
-
-
 @pytest.fixture(scope="module")
 def env(testbin: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestEnv]:
     """A target with the project's minimal CRDs and the gpu.nvidia.com DeviceClass."""
-    env = _start(tmp_path_factory, "checks")
-    try:
+    with private_env(tmp_path_factory.mktemp("checks")) as env:
         kube = Kube(env)
         crds = load_substrate(kube, load_docs(sorted(PROJECT_CRDS.glob("*.yaml"))))
         kube.http.close()
         asyncio.run(until_discovery(env, lambda apis: all(crd_served(apis, c) for c in crds)))
         yield env
-    finally:
-        env.stop()
 
 
 def _upstream_files() -> list[Path]:
@@ -248,8 +240,7 @@ def crd_env(
 ) -> Iterator[tuple[TestEnv, dict[str, dict[str, Any]]]]:
     """A fresh target loaded with one CRD source; yields it and the CRDs by name."""
     files = sorted(PROJECT_CRDS.glob("*.yaml")) if request.param == "project" else _upstream_files()
-    env = _start(tmp_path_factory, f"crds-{request.param}")
-    try:
+    with private_env(tmp_path_factory.mktemp(f"crds-{request.param}")) as env:
         kube = Kube(env)
         # Later documents win (Gateway API comes twice upstream: standard and experimental).
         crds = {c["metadata"]["name"]: c for c in load_substrate(kube, load_docs(files))}
@@ -262,8 +253,6 @@ def crd_env(
         asyncio.run(settle())
         kube.http.close()
         yield env, crds
-    finally:
-        env.stop()
 
 
 @pytest.fixture

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -19,15 +18,13 @@ import httpx2
 import pytest
 from lightkube import AsyncClient, Client, KubeConfig
 from lightkube.core.exceptions import ApiError
-from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
 from lightkube.resources.coordination_v1 import Lease
 from lightkube.resources.core_v1 import Namespace
 from prometheus_client.parser import text_string_to_metric_families
+from tests.integration.hubs import SS, Harness, free_port, private_env
 from tests.integration.substrate import Substrate, serve_substrate
-from tests.integration.test_operator import SS, Harness
 from tests.waiting import wait_for
 
-from modelplane.api.crd import servingstack_crd
 from modelplane.api.models import ServingStack
 from modelplane.catalog.configuration import CLAIM_NAME, CLAIM_NAMESPACE
 from modelplane.target import claim
@@ -63,13 +60,12 @@ def _recorder() -> tuple[list[Event], claim.Emit]:
 
 
 @pytest.fixture(scope="module")
-def claim_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestEnv]:
-    env = TestEnv(tmp_path_factory.mktemp("claim-target"))
-    env.start()
-    try:
+def claim_env(
+    testbin: dict[str, Path], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[TestEnv]:
+    # Shared by the claim's step tests: each leaves the target unclaimed.
+    with private_env(tmp_path_factory.mktemp("claim-target")) as env:
         yield env
-    finally:
-        env.stop()
 
 
 @contextlib.asynccontextmanager
@@ -219,43 +215,12 @@ def substrate(helm: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[S
     yield from serve_substrate(helm, tmp_path_factory.mktemp("substrate"))
 
 
-@pytest.fixture(scope="module")
-def hub(hub_env: TestEnv) -> Client:
-    client = Client(KubeConfig.from_dict(hub_env.kubeconfig), field_manager="test")
-    body = servingstack_crd()
-    client.apply(CustomResourceDefinition.from_dict(body), field_manager="test")
-
-    def established() -> bool:
-        crd = client.get(CustomResourceDefinition, body["metadata"]["name"])
-        conditions = crd.status.conditions if crd.status else None
-        return any(c.type == "Established" and c.status == "True" for c in conditions or [])
-
-    wait_for("the ServingStack CRD established", established, deadline=60)
-    return client
-
-
-@pytest.fixture
-def target(tmp_path: Path) -> Iterator[TestEnv]:
-    env = TestEnv(tmp_path / "target")
-    env.start()
-    try:
-        yield env
-    finally:
-        env.stop()
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 class Operator:
     """A Harness (one hub namespace, one operator process) whose reconciles can be counted."""
 
     def __init__(self, harness: Harness) -> None:
         self.h = harness
-        self.port = _free_port()
+        self.port = free_port()
 
     def start(self) -> None:
         # At --resync 1 an owner re-checks every second; a blocked stack

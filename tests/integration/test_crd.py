@@ -17,17 +17,16 @@ from typing import Any
 
 import pytest
 import yaml
-from lightkube import Client, KubeConfig
+from lightkube import Client
 from lightkube.core.exceptions import ApiError
 from lightkube.generic_resource import create_namespaced_resource
 from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
 from lightkube.resources.core_v1 import Namespace
 from lightkube.types import PatchType
 from pydantic import ValidationError
-from tests.waiting import wait_for
+from tests.integration.hubs import client_for, drop_empty_lists
 
 from modelplane import pins
-from modelplane.api.crd import servingstack_crd
 from modelplane.api.models import (
     API_GROUP,
     API_VERSION,
@@ -62,27 +61,12 @@ PEM = "-----BEGIN CERTIFICATE-----\nMIIBszCCAVmgAwIBAgIUQ==\n-----END CERTIFICAT
 # --------------------------------------------------------------------------
 
 
-def _established(client: Client) -> bool:
-    crd = client.get(CustomResourceDefinition, CRD_NAME)
-    conditions = crd.status.conditions if crd.status else None
-    return any(c.type == "Established" and c.status == "True" for c in conditions or [])
-
-
 @pytest.fixture(scope="module")
-def hub(hub_env: TestEnv) -> Client:
-    """A client of the hub with the generated CRD applied and the test namespace created."""
-    client = Client(KubeConfig.from_dict(hub_env.kubeconfig), field_manager=FIELD_MANAGER)
-    client.apply(CustomResourceDefinition.from_dict(servingstack_crd()), force=True)
-    wait_for("CRD Established", lambda: _established(client), deadline=60)
+def hub(hub: Client, hub_env: TestEnv) -> Client:
+    """A client of the hub (the generated CRD served, see conftest) and the test namespace."""
+    client = client_for(hub_env, FIELD_MANAGER)
     client.apply(Namespace.from_dict({"metadata": {"name": NAMESPACE}}))
-    # Established is reported before the new resource is served everywhere.
-    wait_for("ServingStacks served", lambda: _served(hub_env), deadline=60)
     return client
-
-
-def _served(env: TestEnv) -> bool:
-    with env.http_client() as http:
-        return http.get(COLLECTION).status_code == 200
 
 
 def _body(name: str, spec: dict[str, Any]) -> dict[str, Any]:
@@ -193,19 +177,11 @@ def _full_spec() -> dict[str, Any]:
     }
 
 
-def _drop_empty_lists(node: Any) -> Any:
-    if isinstance(node, dict):
-        return {k: _drop_empty_lists(v) for k, v in node.items() if v != []}
-    if isinstance(node, list):
-        return [_drop_empty_lists(v) for v in node]
-    return node
-
-
 def _model_view(spec: dict[str, Any]) -> dict[str, Any]:
     dumped = ServingStackSpec.model_validate(spec).model_dump(
         by_alias=True, exclude_none=True, mode="json"
     )
-    return _drop_empty_lists(dumped)  # type: ignore[no-any-return]
+    return drop_empty_lists(dumped)  # type: ignore[no-any-return]
 
 
 # Every scalar the models default, by its path in the spec.
@@ -518,7 +494,7 @@ def test_status_subresource(hub: Client) -> None:
     ).to_dict()
     # The server fills in the status defaults the models have: a component
     # sent without a message comes back with the models' default one.
-    expected_status = _drop_empty_lists(
+    expected_status = drop_empty_lists(
         ServingStackStatus.model_validate(status).model_dump(
             by_alias=True, exclude_none=True, mode="json"
         )

@@ -7,13 +7,9 @@ pinned versions, served from a chart repository on loopback (the same
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import json
 import re
-import signal
-import socket
-import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,24 +18,22 @@ from typing import Any
 import httpx2
 import pytest
 import yaml
-from lightkube import Client, KubeConfig
+from lightkube import Client
 from lightkube.core.exceptions import ApiError
 from lightkube.generic_resource import create_namespaced_resource
 from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
-from lightkube.resources.core_v1 import ConfigMap, Namespace, Secret
+from lightkube.resources.core_v1 import ConfigMap, Namespace
 from lightkube.types import PatchType
 from prometheus_client.parser import text_string_to_metric_families
-from tests.integration.substrate import Substrate, run_operator, serve_substrate
+from tests.integration.hubs import SS, Harness
+from tests.integration.substrate import Substrate, serve_substrate
 from tests.waiting import wait_for
 
-from modelplane.api.crd import servingstack_crd
-from modelplane.api.models import API_GROUP, API_VERSION, KIND, PLURAL
 from modelplane.catalog import components as catalog
 from modelplane.catalog.configuration import GATEWAY_NAME, NS
 from modelplane.catalog.types import CRDServes, ObjectExists
 from modelplane.testenv import TestEnv
 
-SS = create_namespaced_resource(API_GROUP, API_VERSION, KIND, PLURAL)
 GATEWAY = create_namespaced_resource("gateway.networking.k8s.io", "v1", "Gateway", "gateways")
 STANDARD_RELEASES = {
     f"mp-{c.chart.chart}"
@@ -48,201 +42,9 @@ STANDARD_RELEASES = {
 }
 
 
-def client_for(env: TestEnv) -> Client:
-    return Client(KubeConfig.from_dict(env.kubeconfig), field_manager="test")
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def substrate(helm: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Substrate]:
     yield from serve_substrate(helm, tmp_path_factory.mktemp("substrate"))
-
-
-@pytest.fixture(scope="module")
-def hub(hub_env: TestEnv) -> Client:
-    client = client_for(hub_env)
-    body = servingstack_crd()
-    client.apply(CustomResourceDefinition.from_dict(body), field_manager="test")
-    wait_for(
-        "CRD established",
-        lambda: any(
-            c.type == "Established" and c.status == "True"
-            for c in (
-                client.get(CustomResourceDefinition, body["metadata"]["name"]).status.conditions
-                or []
-            )
-        ),
-        deadline=60,
-    )
-    return client
-
-
-@pytest.fixture
-def target(tmp_path: Path) -> Iterator[TestEnv]:
-    env = TestEnv(tmp_path / "target")
-    env.start()
-    try:
-        yield env
-    finally:
-        env.stop()
-
-
-class Harness:
-    """One namespace on the hub, one target, one operator process."""
-
-    def __init__(
-        self,
-        hub: Client,
-        hub_env: TestEnv,
-        target: TestEnv,
-        substrate: Substrate,
-        tmp: Path,
-        namespace: str,
-    ) -> None:
-        self.hub, self.hub_env, self.target_env = hub, hub_env, target
-        self.target = client_for(target)
-        self.substrate, self.tmp, self.ns = substrate, tmp, namespace
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.metrics_port: int | None = None
-        self.log = tmp / "operator.log"
-        hub.apply(Namespace.from_dict({"metadata": {"name": namespace}}), field_manager="test")
-
-    def put_secret(self, data: dict[str, str], name: str = "target-kubeconfig") -> None:
-        self.hub.apply(
-            Secret.from_dict(
-                {
-                    "metadata": {"name": name, "namespace": self.ns},
-                    "data": {k: base64.b64encode(v.encode()).decode() for k, v in data.items()},
-                }
-            ),
-            field_manager="test",
-            force=True,
-        )
-
-    def kubeconfig_text(self) -> str:
-        return yaml.safe_dump(self.target_env.kubeconfig)
-
-    def create(self, spec: dict[str, Any], name: str = "stack") -> None:
-        body = {
-            "apiVersion": f"{API_GROUP}/{API_VERSION}",
-            "kind": KIND,
-            "metadata": {"name": name, "namespace": self.ns},
-            "spec": {
-                "secrets": [
-                    {"type": "Kubeconfig", "name": "target-kubeconfig", "key": "kubeconfig"}
-                ],
-                **spec,
-            },
-        }
-        self.hub.apply(SS.from_dict(body), field_manager="test", force=True)
-
-    def start(self, *extra: str) -> None:
-        self.metrics_port = _free_port()
-        self.proc = run_operator(
-            self.hub_env.kubeconfig_path,
-            self.substrate,
-            self.ns,
-            self.log,
-            "--metrics-port",
-            str(self.metrics_port),
-            *extra,
-        )
-
-    def operator_counter(self, name: str) -> float:
-        """A counter of the running operator's own metrics, summed over its labels."""
-        assert self.metrics_port is not None, "the operator is not running"
-        with httpx2.Client(trust_env=False) as http:
-            response = http.get(f"http://127.0.0.1:{self.metrics_port}/metrics")
-        response.raise_for_status()
-        return sum(
-            sample.value
-            for family in text_string_to_metric_families(response.text)
-            for sample in family.samples
-            if sample.name == name
-        )
-
-    def reconciles(self) -> int:
-        return int(self.operator_counter("modelplane_reconciles_total"))
-
-    def kill(self) -> None:
-        if self.proc is not None:
-            self.proc.send_signal(signal.SIGKILL)
-            self.proc.wait(10)
-            self.proc = None
-            self.metrics_port = None
-
-    def stop(self) -> None:
-        if self.proc is not None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-            self.proc = None
-            self.metrics_port = None
-
-    def status(self, name: str = "stack") -> dict[str, Any]:
-        obj = self.hub.get(SS, name, namespace=self.ns)
-        return dict(obj.to_dict().get("status") or {})
-
-    def condition(self, type_: str, name: str = "stack") -> dict[str, Any]:
-        for c in self.status(name).get("conditions", []):
-            if c["type"] == type_:
-                return dict(c)
-        return {}
-
-    def wait_condition(
-        self,
-        type_: str,
-        status: str,
-        reason: str | None = None,
-        *,
-        deadline: float,
-        name: str = "stack",
-        generation: int | None = None,
-    ) -> dict[str, Any]:
-        def check() -> dict[str, Any] | None:
-            c = self.condition(type_, name)
-            ok = c.get("status") == status and (reason is None or c.get("reason") == reason)
-            ok = ok and (generation is None or c.get("observedGeneration") == generation)
-            return c if ok else None
-
-        try:
-            return dict(wait_for(f"{type_}={status} {reason or ''}", check, deadline=deadline))
-        except AssertionError as err:
-            raise AssertionError(
-                f"{err}\nstatus: {self.status(name)}\nlog tail:\n{self.log.read_text()[-3000:]}"
-            ) from None
-
-    def helm_releases(self) -> dict[str, dict[str, Any]]:
-        out = self.substrate_helm("list", "--all-namespaces", "-a", "-o", "json")
-        return {r["name"]: r for r in json.loads(out)}
-
-    def substrate_helm(self, *args: str) -> str:
-        from modelplane.testenv import find_binaries, helm_environ
-
-        proc = subprocess.run(
-            [
-                str(find_binaries()["helm"]),
-                *args,
-                "--kubeconfig",
-                str(self.target_env.kubeconfig_path),
-            ],
-            env=helm_environ(self.tmp / "helm-home"),
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-        return proc.stdout
-
-    def release_values(self, name: str, namespace: str) -> dict[str, Any]:
-        cm = self.target.get(ConfigMap, f"{name}-values", namespace=namespace)
-        return dict(json.loads((cm.data or {})["values.json"]))
 
 
 @pytest.fixture

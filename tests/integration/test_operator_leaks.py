@@ -22,25 +22,29 @@ from typing import Any
 
 import httpx2
 import pytest
-import yaml
-from lightkube import Client, KubeConfig
+from lightkube import Client
 from lightkube.core.exceptions import ApiError
-from lightkube.generic_resource import create_namespaced_resource
-from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
 from lightkube.resources.coordination_v1 import Lease
-from lightkube.resources.core_v1 import Namespace, Secret
 from prometheus_client.parser import text_string_to_metric_families
+from tests.integration.hubs import (
+    SS,
+    client_for,
+    ensure_namespace,
+    free_port,
+    private_env,
+    put_kubeconfig,
+    put_stack,
+    stack_body,
+    with_server,
+)
 from tests.integration.substrate import Substrate, run_operator
 from tests.waiting import wait_for
 
-from modelplane.api.crd import servingstack_crd
-from modelplane.api.models import API_GROUP, API_VERSION, KIND, PLURAL
 from modelplane.catalog.configuration import CLAIM_NAME, CLAIM_NAMESPACE
 from modelplane.testenv import TestEnv
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 
-SS = create_namespaced_resource(API_GROUP, API_VERSION, KIND, PLURAL)
 NS = "t-operator-leaks"
 ROUNDS = 10
 PER_ROUND = 20  # half reachable, half a closed port: 200 stacks in all
@@ -48,12 +52,6 @@ PER_ROUND = 20  # half reachable, half a closed port: 200 stacks in all
 # aiohttp pool closes idle ones after 15 s; the hub's httpx pool keeps up to
 # 20): bounded by the pools, not by how many stacks came and went.
 HUB_POOL = 20
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def tcp_peers(pid: int) -> list[tuple[str, int]]:
@@ -106,70 +104,36 @@ def tracked(metrics_port: int) -> dict[str, float]:
 
 
 @pytest.fixture(scope="module")
-def hub(hub_env: TestEnv) -> Client:
-    client = Client(KubeConfig.from_dict(hub_env.kubeconfig), field_manager="test")
-    body = servingstack_crd()
-    client.apply(CustomResourceDefinition.from_dict(body), field_manager="test")
-
-    def established() -> bool:
-        crd = client.get(CustomResourceDefinition, body["metadata"]["name"])
-        return any(
-            c.type == "Established" and c.status == "True"
-            for c in (crd.status.conditions if crd.status else None) or []
-        )
-
-    wait_for("the ServingStack CRD established", established, deadline=60)
-    client.apply(Namespace.from_dict({"metadata": {"name": NS}}), field_manager="test")
-    return client
+def hub(hub: Client) -> Client:
+    ensure_namespace(hub, NS)
+    return hub
 
 
 @pytest.fixture(scope="module")
-def target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestEnv]:
-    env = TestEnv(tmp_path_factory.mktemp("leaks-target"))
-    env.start()
-    try:
+def target(testbin: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestEnv]:
+    # One target for all 200 stacks: measuring connections to it is the point.
+    with private_env(tmp_path_factory.mktemp("leaks-target")) as env:
         yield env
-    finally:
-        env.stop()
 
 
 def _secret(hub: Client, name: str, server: str, target: TestEnv) -> None:
-    kubeconfig = dict(target.kubeconfig)
-    kubeconfig["clusters"] = [
-        {**c, "cluster": {**c["cluster"], "server": server}} for c in kubeconfig["clusters"]
-    ]
-    hub.apply(
-        Secret.from_dict(
-            {
-                "metadata": {"name": name, "namespace": NS},
-                "stringData": {"kubeconfig": yaml.safe_dump(kubeconfig)},
-            }
-        ),
-        field_manager="test",
-        force=True,
-    )
+    put_kubeconfig(hub, NS, with_server(target.kubeconfig, server), name=name)
 
 
 def _stack(hub: Client, name: str, secret: str) -> None:
-    body: dict[str, Any] = {
-        "apiVersion": f"{API_GROUP}/{API_VERSION}",
-        "kind": KIND,
-        "metadata": {
-            "name": name,
-            "namespace": NS,
-            # Teardown would need the closed port; the target is shared.
-            "annotations": {"modelplane.ai/skip-teardown": "true"},
-        },
-        "spec": {
-            "components": "Provided",
-            "secrets": [{"type": "Kubeconfig", "name": secret, "key": "kubeconfig"}],
-        },
-    }
-    hub.apply(SS.from_dict(body), field_manager="test", force=True)
+    body = stack_body(
+        NS,
+        name,
+        {"components": "Provided"},
+        secret=secret,
+        # Teardown would need the closed port; the target is shared.
+        annotations={"modelplane.ai/skip-teardown": "true"},
+    )
+    put_stack(hub, body)
 
 
 def release_claim(target: TestEnv) -> None:
-    client = Client(KubeConfig.from_dict(target.kubeconfig), field_manager="test")
+    client = client_for(target)
     try:
         client.delete(Lease, CLAIM_NAME, namespace=CLAIM_NAMESPACE)
     except ApiError as err:
@@ -193,10 +157,10 @@ def test_two_hundred_stacks_come_and_go_and_leave_nothing_behind(
     hub: Client, hub_env: TestEnv, target: TestEnv, tmp_path: Path
 ) -> None:
     target_port = int(target.server.rsplit(":", 1)[1])
-    closed_port = _free_port()
+    closed_port = free_port()
     _secret(hub, "reachable", target.server, target)
     _secret(hub, "closed", f"https://127.0.0.1:{closed_port}", target)
-    metrics_port = _free_port()
+    metrics_port = free_port()
     log = tmp_path / "operator.log"
     substrate = Substrate("http://127.0.0.1:9/charts", "http://127.0.0.1:9/m", tmp_path)
     proc = run_operator(

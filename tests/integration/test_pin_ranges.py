@@ -7,7 +7,6 @@ actually put to the test.
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 import subprocess
@@ -17,16 +16,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from lightkube import Client, KubeConfig
 from lightkube.config.client_adapter import ConnectionParams
-from lightkube.generic_resource import create_namespaced_resource
-from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
-from lightkube.resources.core_v1 import Namespace, Secret
+from tests.integration import hubs
+from tests.integration.hubs import SS, ensure_namespace, private_env, put_kubeconfig, stack_body
 from tests.waiting import wait_for
 
-from modelplane.api.crd import servingstack_crd
-from modelplane.api.models import API_GROUP, API_VERSION, KIND, PLURAL
 from modelplane.checks.checker import check_results
 from modelplane.pins import Stack
 from modelplane.plan.model import RequirementStatus
@@ -34,56 +29,19 @@ from modelplane.target.cluster import observe_for_check
 from modelplane.target.connect import TargetClient
 from modelplane.testenv import TestEnv, find_binaries
 
-SS = create_namespaced_resource(API_GROUP, API_VERSION, KIND, PLURAL)
 NS = "pin-ranges"
 DEADLINE = 90.0
 
 
-def client_for(env: TestEnv) -> Client:
-    return Client(KubeConfig.from_dict(env.kubeconfig), field_manager="test")
-
-
 @pytest.fixture(scope="module")
 def target(testbin: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestEnv]:
-    env = TestEnv(tmp_path_factory.mktemp("pin-ranges-target"))
-    env.start()
-    try:
+    with private_env(tmp_path_factory.mktemp("pin-ranges-target")) as env:
         yield env
-    finally:
-        env.stop()
-
-
-@pytest.fixture(scope="module")
-def hub(hub_env: TestEnv) -> Client:
-    client = client_for(hub_env)
-    body = servingstack_crd()
-    client.apply(CustomResourceDefinition.from_dict(body), field_manager="test")
-    wait_for(
-        "the ServingStack CRD established",
-        lambda: any(
-            c.type == "Established" and c.status == "True"
-            for c in client.get(
-                CustomResourceDefinition, body["metadata"]["name"]
-            ).status.conditions
-            or []
-        ),
-        deadline=DEADLINE,
-    )
-    return client
 
 
 def put_stack(hub: Client, envoy_gateway: str) -> None:
-    body = {
-        "apiVersion": f"{API_GROUP}/{API_VERSION}",
-        "kind": KIND,
-        "metadata": {"name": "stack", "namespace": NS},
-        "spec": {
-            "components": "Provided",
-            "secrets": [{"type": "Kubeconfig", "name": "target-kubeconfig", "key": "kubeconfig"}],
-            "versions": {"envoyGateway": envoy_gateway},
-        },
-    }
-    hub.apply(SS.from_dict(body), field_manager="test", force=True)
+    spec = {"components": "Provided", "versions": {"envoyGateway": envoy_gateway}}
+    hubs.put_stack(hub, stack_body(NS, "stack", spec))
 
 
 def status(hub: Client) -> dict[str, Any]:
@@ -121,18 +79,8 @@ def reconciles(target: TestEnv) -> float:
 def test_operator_reports_an_out_of_range_pin_once_per_change(
     hub: Client, hub_env: TestEnv, target: TestEnv, tmp_path: Path
 ) -> None:
-    hub.apply(Namespace.from_dict({"metadata": {"name": NS}}), field_manager="test")
-    kubeconfig = yaml.safe_dump(target.kubeconfig)
-    hub.apply(
-        Secret.from_dict(
-            {
-                "metadata": {"name": "target-kubeconfig", "namespace": NS},
-                "data": {"kubeconfig": base64.b64encode(kubeconfig.encode()).decode()},
-            }
-        ),
-        field_manager="test",
-        force=True,
-    )
+    ensure_namespace(hub, NS)
+    put_kubeconfig(hub, NS, target.kubeconfig)
     put_stack(hub, "v1.9.0")
     log = tmp_path / "operator.log"
     operator = subprocess.Popen(

@@ -22,20 +22,15 @@ from typing import Any
 
 import pytest
 import yaml
-from lightkube import Client, KubeConfig
-from lightkube.generic_resource import create_namespaced_resource
-from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
-from lightkube.resources.core_v1 import Namespace, Secret
+from lightkube import Client
+from tests.integration.hubs import SS, ensure_namespace, put_kubeconfig, put_stack, stack_body
 from tests.integration.substrate import Substrate, run_operator, serve_substrate
 from tests.waiting import wait_for
 from typer.testing import CliRunner
 
-from modelplane.api.crd import servingstack_crd
-from modelplane.api.models import API_GROUP, API_VERSION, KIND, PLURAL
 from modelplane.cli.main import app
 from modelplane.testenv import TestEnv
 
-SS = create_namespaced_resource(API_GROUP, API_VERSION, KIND, PLURAL)
 SECRET = "AKIAEXAMPLESECRET-wJalrXUtnFEMI"
 REASON = "ReasonPhraseSecret-7f3a"
 TOKEN = "target-token-that-never-shows"
@@ -230,39 +225,10 @@ def test_check_tells_a_non_status_answer_by_code_and_type(
 # ---- the operator ------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def hub(hub_env: TestEnv) -> Client:
-    client = Client(KubeConfig.from_dict(hub_env.kubeconfig), field_manager="test")
-    body = servingstack_crd()
-    client.apply(CustomResourceDefinition.from_dict(body), field_manager="test")
-
-    def established() -> bool:
-        crd = client.get(CustomResourceDefinition, body["metadata"]["name"])
-        return any(
-            c.type == "Established" and c.status == "True"
-            for c in (crd.status.conditions if crd.status else None) or []
-        )
-
-    wait_for("the ServingStack CRD established", established, deadline=60)
-    return client
-
-
 def _stack(hub: Client, ns: str, name: str, server: str, spec: dict[str, Any]) -> None:
     secret = f"{name}-kubeconfig"
-    text = yaml.safe_dump(kubeconfig_for(server))
-    meta = {"name": secret, "namespace": ns}
-    hub.apply(
-        Secret.from_dict({"metadata": meta, "stringData": {"k": text}}),
-        field_manager="test",
-        force=True,
-    )
-    body = {
-        "apiVersion": f"{API_GROUP}/{API_VERSION}",
-        "kind": KIND,
-        "metadata": {"name": name, "namespace": ns},
-        "spec": {"secrets": [{"type": "Kubeconfig", "name": secret, "key": "k"}], **spec},
-    }
-    hub.apply(SS.from_dict(body), field_manager="test", force=True)
+    put_kubeconfig(hub, ns, kubeconfig_for(server), name=secret, key="k")
+    put_stack(hub, stack_body(ns, name, spec, secret=secret, key="k"))
 
 
 def _not_ready(hub: Client, ns: str, name: str, reason: str) -> dict[str, Any] | None:
@@ -287,7 +253,7 @@ def test_operator_refuses_denied_targets_and_repeats_no_foreign_body(
     tmp_path: Path,
 ) -> None:
     ns = "t-target-address"
-    hub.apply(Namespace.from_dict({"metadata": {"name": ns}}), field_manager="test")
+    ensure_namespace(hub, ns)
     provided = {"components": "Provided"}
     cases = {
         # name: (server, spec, reason, words the message must hold)

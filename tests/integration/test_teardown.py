@@ -7,24 +7,27 @@ gateway controller that holds (and later clears) finalizers.
 
 from __future__ import annotations
 
-import base64
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
-import yaml
 from lightkube import AsyncClient, Client, KubeConfig
 from lightkube.core.exceptions import ApiError
 from lightkube.generic_resource import create_global_resource, create_namespaced_resource
 from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
-from lightkube.resources.core_v1 import Namespace, Secret
+from lightkube.resources.core_v1 import Namespace
 from lightkube.types import PatchType
+from tests.integration.hubs import (
+    SS,
+    client_for,
+    crd_established,
+    ensure_namespace,
+    put_kubeconfig,
+    put_stack,
+    stack_body,
+)
 from tests.integration.substrate import CHART_CRDS, crd
 from tests.waiting import wait_for, wait_for_async
 
-from modelplane.api.crd import servingstack_crd
-from modelplane.api.models import API_GROUP, API_VERSION, KIND, PLURAL
 from modelplane.catalog.configuration import GATEWAY_NAME, NS
 from modelplane.operator.options import OperatorOptions
 from modelplane.operator.reconciler import StackReconciler
@@ -32,7 +35,6 @@ from modelplane.plan.model import ObjectAction
 from modelplane.target.helm import Helm
 from modelplane.testenv import TestEnv, find_binaries
 
-SS = create_namespaced_resource(API_GROUP, API_VERSION, KIND, PLURAL)
 GATEWAY = create_namespaced_resource("gateway.networking.k8s.io", "v1", "Gateway", "gateways")
 GATEWAY_CLASS = create_global_resource(
     "gateway.networking.k8s.io", "v1", "GatewayClass", "gatewayclasses"
@@ -45,58 +47,12 @@ HELD = "example.com/held-by-the-test"
 WAIT_LIMIT = 30.0
 
 
-@pytest.fixture
-def target(tmp_path: Path) -> Iterator[TestEnv]:
-    # Its own target: teardown leaves the namespace terminating for good (a
-    # bare API server has no namespace controller).
-    env = TestEnv(tmp_path / "target")
-    env.start()
-    try:
-        yield env
-    finally:
-        env.stop()
-
-
-def _client(env: TestEnv) -> Client:
-    return Client(KubeConfig.from_dict(env.kubeconfig), field_manager="test")
-
-
-def _established(client: Client, name: str) -> bool:
-    status = client.get(CustomResourceDefinition, name).status
-    conditions = (status.conditions if status else None) or []
-    return any(c.type == "Established" and c.status == "True" for c in conditions)
-
-
 def _stack_on_hub(hub: Client, target: TestEnv) -> dict[str, Any]:
-    body = servingstack_crd()
-    hub.apply(CustomResourceDefinition.from_dict(body), field_manager="test")
-    wait_for(
-        "the ServingStack CRD", lambda: _established(hub, body["metadata"]["name"]), deadline=60
-    )
     ns = "t-teardown-waves"
-    hub.apply(Namespace.from_dict({"metadata": {"name": ns}}), field_manager="test")
-    kubeconfig = yaml.safe_dump(target.kubeconfig)
-    hub.apply(
-        Secret.from_dict(
-            {
-                "metadata": {"name": "target-kubeconfig", "namespace": ns},
-                "data": {"kubeconfig": base64.b64encode(kubeconfig.encode()).decode()},
-            }
-        ),
-        field_manager="test",
-        force=True,
-    )
-    stack = {
-        "apiVersion": f"{API_GROUP}/{API_VERSION}",
-        "kind": KIND,
-        "metadata": {"name": "waves", "namespace": ns},
-        # Provided: the test brings the gateway APIs, and no release is involved.
-        "spec": {
-            "components": "Provided",
-            "secrets": [{"type": "Kubeconfig", "name": "target-kubeconfig", "key": "kubeconfig"}],
-        },
-    }
-    hub.apply(SS.from_dict(stack), field_manager="test", force=True)
+    ensure_namespace(hub, ns)
+    put_kubeconfig(hub, ns, target.kubeconfig)
+    # Provided: the test brings the gateway APIs, and no release is involved.
+    put_stack(hub, stack_body(ns, "waves", {"components": "Provided"}))
     return dict(hub.get(SS, "waves", namespace=ns).to_dict())
 
 
@@ -126,13 +82,15 @@ def _deleting(client: Client, res: Any, name: str, namespace: str | None = None)
 
 
 async def test_teardown_waits_for_each_wave_then_gives_up_and_goes_on(
-    hub_env: TestEnv, target: TestEnv, tmp_path: Path
+    hub: Client, hub_env: TestEnv, target: TestEnv, tmp_path: Path
 ) -> None:
-    hub, client = _client(hub_env), _client(target)
+    # ``target`` is this test's own: teardown leaves the namespace
+    # terminating for good (a bare API server has no namespace controller).
+    client = client_for(target)
     for spec in CHART_CRDS["gateway-helm"]:
         client.apply(CustomResourceDefinition.from_dict(crd(*spec)), field_manager="owner")
     for spec in CHART_CRDS["gateway-helm"]:
-        wait_for(spec[2], lambda s=spec: _established(client, f"{s[2]}.{s[0]}"), deadline=60)
+        wait_for(spec[2], lambda s=spec: crd_established(client, f"{s[2]}.{s[0]}"), deadline=60)
     body = _stack_on_hub(hub, target)
 
     events: list[tuple[str, str, str]] = []

@@ -10,10 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import functools
-import http.server
-import os
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,6 +17,7 @@ from typing import Any
 import pytest
 import yaml
 from pydantic import BaseModel, ValidationError
+from tests.serving import serve_directory
 from typer.testing import CliRunner
 
 from modelplane import pins
@@ -537,20 +534,8 @@ def test_the_real_upstream_crds_pass(component: str, files: list[Path]) -> None:
 
 @pytest.fixture
 def served(tmp_path: Path) -> Iterator[tuple[str, Path]]:
-    class Quiet(http.server.SimpleHTTPRequestHandler):
-        def log_message(self, format: str, *args: object) -> None:
-            pass
-
-    handler = functools.partial(Quiet, directory=os.fspath(tmp_path))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", tmp_path
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
+    with serve_directory(tmp_path) as url:
+        yield url, tmp_path
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,295 @@
+"""Helpers for tests that drive ServingStacks on a hub against their own targets.
+
+A hub client with the ServingStack CRD served, private target API servers,
+the kubeconfig Secret a stack names, a ServingStack body, and ``Harness``
+(one hub namespace, one target, one operator process). conftest.py turns the
+first two into fixtures; test modules import the rest from here, never from
+each other.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import signal
+import socket
+import subprocess
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import yaml
+from lightkube import Client, KubeConfig
+from lightkube.generic_resource import create_namespaced_resource
+from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
+from lightkube.resources.core_v1 import ConfigMap, Namespace, Secret
+from prometheus_client.parser import text_string_to_metric_families
+from tests.integration.substrate import Substrate, run_operator
+from tests.waiting import wait_for
+
+from modelplane.api.crd import servingstack_crd
+from modelplane.api.models import API_GROUP, API_VERSION, KIND, PLURAL
+from modelplane.testenv import TestEnv, find_binaries, helm_environ
+
+SS = create_namespaced_resource(API_GROUP, API_VERSION, KIND, PLURAL)
+TARGET_SECRET = "target-kubeconfig"
+KUBECONFIG_KEY = "kubeconfig"
+
+
+def client_for(env: TestEnv, field_manager: str = "test") -> Client:
+    return Client(KubeConfig.from_dict(env.kubeconfig), field_manager=field_manager)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextlib.contextmanager
+def private_env(directory: Path) -> Iterator[TestEnv]:
+    """A fresh API server (with its own etcd) under ``directory``, stopped on exit.
+
+    For tests whose target must start empty: claims, finalizers and
+    terminating namespaces left behind on a shared one would leak into the
+    next test (a bare API server has no namespace controller).
+    """
+    env = TestEnv(directory)
+    try:
+        env.start()
+        yield env
+    finally:
+        env.stop()
+
+
+def crd_established(client: Client, name: str) -> bool:
+    status = client.get(CustomResourceDefinition, name).status
+    conditions = (status.conditions if status else None) or []
+    return any(c.type == "Established" and c.status == "True" for c in conditions)
+
+
+def install_servingstack_crd(client: Client, env: TestEnv, *, deadline: float) -> None:
+    """Apply the generated ServingStack CRD and wait until its resource is served."""
+    body = servingstack_crd()
+    name = body["metadata"]["name"]
+    client.apply(CustomResourceDefinition.from_dict(body), force=True)
+    wait_for(
+        "the ServingStack CRD established",
+        lambda: crd_established(client, name),
+        deadline=deadline,
+    )
+    # Established is reported before the new resource is served everywhere.
+    collection = f"/apis/{API_GROUP}/{API_VERSION}/{PLURAL}"
+
+    def served() -> bool:
+        with env.http_client() as http:
+            return http.get(collection).status_code == 200
+
+    wait_for("ServingStacks served", served, deadline=deadline)
+
+
+def ensure_namespace(hub: Client, name: str) -> None:
+    hub.apply(Namespace.from_dict({"metadata": {"name": name}}), field_manager="test")
+
+
+def put_secret(hub: Client, namespace: str, name: str, data: Mapping[str, str]) -> None:
+    hub.apply(
+        Secret.from_dict(
+            {
+                "metadata": {"name": name, "namespace": namespace},
+                "data": {k: base64.b64encode(v.encode()).decode() for k, v in data.items()},
+            }
+        ),
+        field_manager="test",
+        force=True,
+    )
+
+
+def put_kubeconfig(
+    hub: Client,
+    namespace: str,
+    kubeconfig: Mapping[str, Any],
+    name: str = TARGET_SECRET,
+    key: str = KUBECONFIG_KEY,
+) -> None:
+    """The Secret a ServingStack's Kubeconfig reference names, holding ``kubeconfig``."""
+    put_secret(hub, namespace, name, {key: yaml.safe_dump(dict(kubeconfig))})
+
+
+def with_server(kubeconfig: Mapping[str, Any], server: str) -> dict[str, Any]:
+    """``kubeconfig`` with every cluster pointed at ``server`` (credentials kept)."""
+    out = dict(kubeconfig)
+    out["clusters"] = [
+        {**c, "cluster": {**c["cluster"], "server": server}} for c in kubeconfig["clusters"]
+    ]
+    return out
+
+
+def drop_empty_lists(node: Any) -> Any:
+    """``node`` without empty lists: the API server drops them from what it stores."""
+    if isinstance(node, dict):
+        return {k: drop_empty_lists(v) for k, v in node.items() if v != []}
+    if isinstance(node, list):
+        return [drop_empty_lists(v) for v in node]
+    return node
+
+
+def stack_body(
+    namespace: str,
+    name: str = "stack",
+    spec: Mapping[str, Any] | None = None,
+    *,
+    secret: str = TARGET_SECRET,
+    key: str = KUBECONFIG_KEY,
+    annotations: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """A ServingStack reaching its target through the kubeconfig in ``secret``."""
+    metadata: dict[str, Any] = {"name": name, "namespace": namespace}
+    if annotations:
+        metadata["annotations"] = dict(annotations)
+    return {
+        "apiVersion": f"{API_GROUP}/{API_VERSION}",
+        "kind": KIND,
+        "metadata": metadata,
+        "spec": {
+            "secrets": [{"type": "Kubeconfig", "name": secret, "key": key}],
+            **(spec or {}),
+        },
+    }
+
+
+def put_stack(hub: Client, body: Mapping[str, Any]) -> None:
+    hub.apply(SS.from_dict(dict(body)), field_manager="test", force=True)
+
+
+class Harness:
+    """One namespace on the hub, one target, one operator process."""
+
+    def __init__(
+        self,
+        hub: Client,
+        hub_env: TestEnv,
+        target: TestEnv,
+        substrate: Substrate,
+        tmp: Path,
+        namespace: str,
+    ) -> None:
+        self.hub, self.hub_env, self.target_env = hub, hub_env, target
+        self.target = client_for(target)
+        self.substrate, self.tmp, self.ns = substrate, tmp, namespace
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.metrics_port: int | None = None
+        self.log = tmp / "operator.log"
+        ensure_namespace(hub, namespace)
+
+    def put_secret(self, data: dict[str, str], name: str = TARGET_SECRET) -> None:
+        put_secret(self.hub, self.ns, name, data)
+
+    def kubeconfig_text(self) -> str:
+        return yaml.safe_dump(self.target_env.kubeconfig)
+
+    def create(self, spec: dict[str, Any], name: str = "stack") -> None:
+        put_stack(self.hub, stack_body(self.ns, name, spec))
+
+    def start(self, *extra: str) -> None:
+        self.metrics_port = free_port()
+        self.proc = run_operator(
+            self.hub_env.kubeconfig_path,
+            self.substrate,
+            self.ns,
+            self.log,
+            "--metrics-port",
+            str(self.metrics_port),
+            *extra,
+        )
+
+    def operator_counter(self, name: str) -> float:
+        """A counter of the running operator's own metrics, summed over its labels."""
+        assert self.metrics_port is not None, "the operator is not running"
+        with httpx2.Client(trust_env=False) as http:
+            response = http.get(f"http://127.0.0.1:{self.metrics_port}/metrics")
+        response.raise_for_status()
+        return sum(
+            sample.value
+            for family in text_string_to_metric_families(response.text)
+            for sample in family.samples
+            if sample.name == name
+        )
+
+    def reconciles(self) -> int:
+        return int(self.operator_counter("modelplane_reconciles_total"))
+
+    def kill(self) -> None:
+        if self.proc is not None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(10)
+            self.proc = None
+            self.metrics_port = None
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+            self.proc = None
+            self.metrics_port = None
+
+    def status(self, name: str = "stack") -> dict[str, Any]:
+        obj = self.hub.get(SS, name, namespace=self.ns)
+        return dict(obj.to_dict().get("status") or {})
+
+    def condition(self, type_: str, name: str = "stack") -> dict[str, Any]:
+        for c in self.status(name).get("conditions", []):
+            if c["type"] == type_:
+                return dict(c)
+        return {}
+
+    def wait_condition(
+        self,
+        type_: str,
+        status: str,
+        reason: str | None = None,
+        *,
+        deadline: float,
+        name: str = "stack",
+        generation: int | None = None,
+    ) -> dict[str, Any]:
+        def check() -> dict[str, Any] | None:
+            c = self.condition(type_, name)
+            ok = c.get("status") == status and (reason is None or c.get("reason") == reason)
+            ok = ok and (generation is None or c.get("observedGeneration") == generation)
+            return c if ok else None
+
+        try:
+            return dict(wait_for(f"{type_}={status} {reason or ''}", check, deadline=deadline))
+        except AssertionError as err:
+            raise AssertionError(
+                f"{err}\nstatus: {self.status(name)}\nlog tail:\n{self.log.read_text()[-3000:]}"
+            ) from None
+
+    def helm_releases(self) -> dict[str, dict[str, Any]]:
+        out = self.substrate_helm("list", "--all-namespaces", "-a", "-o", "json")
+        return {r["name"]: r for r in json.loads(out)}
+
+    def substrate_helm(self, *args: str) -> str:
+        proc = subprocess.run(
+            [
+                str(find_binaries()["helm"]),
+                *args,
+                "--kubeconfig",
+                str(self.target_env.kubeconfig_path),
+            ],
+            env=helm_environ(self.tmp / "helm-home"),
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        return proc.stdout
+
+    def release_values(self, name: str, namespace: str) -> dict[str, Any]:
+        cm = self.target.get(ConfigMap, f"{name}-values", namespace=namespace)
+        return dict(json.loads((cm.data or {})["values.json"]))
