@@ -17,15 +17,14 @@ from typing import Any
 
 import pytest
 import yaml
-from lightkube import Client, KubeConfig
+from lightkube import Client
 from lightkube.generic_resource import create_namespaced_resource
-from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
 from lightkube.resources.core_v1 import ConfigMap, Namespace, Secret
 from lightkube.types import PatchType
+from tests.integration.hubs import client_for
 from tests.integration.substrate import Substrate, run_operator, serve_substrate
 from tests.waiting import wait_for
 
-from modelplane.api.crd import servingstack_crd
 from modelplane.api.models import API_GROUP, API_VERSION, KIND, PLURAL
 from modelplane.catalog.configuration import CLUSTER_CA, GATEWAY_NAME, NS
 from modelplane.testenv import TestEnv
@@ -38,42 +37,9 @@ RESYNC = "300"
 DEADLINE = 20.0
 
 
-def _client(env: TestEnv) -> Client:
-    return Client(KubeConfig.from_dict(env.kubeconfig), field_manager="test")
-
-
 @pytest.fixture(scope="module")
 def substrate(helm: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Substrate]:
     yield from serve_substrate(helm, tmp_path_factory.mktemp("substrate"))
-
-
-@pytest.fixture(scope="module")
-def hub(hub_env: TestEnv) -> Client:
-    client = _client(hub_env)
-    body = servingstack_crd()
-    client.apply(CustomResourceDefinition.from_dict(body), field_manager="test")
-    wait_for(
-        "the ServingStack CRD established",
-        lambda: any(
-            c.type == "Established" and c.status == "True"
-            for c in (
-                client.get(CustomResourceDefinition, body["metadata"]["name"]).status.conditions
-                or []
-            )
-        ),
-        deadline=60,
-    )
-    return client
-
-
-@pytest.fixture
-def target(tmp_path: Path) -> Iterator[TestEnv]:
-    env = TestEnv(tmp_path / "target")
-    env.start()
-    try:
-        yield env
-    finally:
-        env.stop()
 
 
 def _status(hub: Client, ns: str) -> dict[str, Any]:
@@ -154,7 +120,7 @@ def test_changes_from_the_moment_of_ready_reach_the_hub_without_a_resync(
     )
     log = tmp_path / "operator.log"
     proc = run_operator(hub_env.kubeconfig_path, substrate, ns, log, "--resync", RESYNC)
-    target_client = _client(target)
+    target_client = client_for(target)
     try:
         _moment_ready(hub, ns, deadline=120)
         # Right at Ready: the address and trust-manager's CA ConfigMap appear.
