@@ -150,13 +150,13 @@ class StackReconciler:
             return Outcome(
                 plan=current,
                 blocked_reason=reason,
-                blocked_message=f"the target API server answered {_describe(err)}",
+                blocked_message=f"the target API server answered {describe_error(err)}",
             )
         except (*UNREACHABLE, TargetError) as err:
             return Outcome(
                 plan=None,
                 blocked_reason="TargetUnreachable",
-                blocked_message=f"cannot reach the target API server: {_describe(err)}",
+                blocked_message=f"cannot reach the target API server: {describe_error(err)}",
             )
         finally:
             await target.close()
@@ -258,7 +258,7 @@ class StackReconciler:
             yaml.YAMLError,
             ValueError,
         ) as err:
-            message = f"{what or component} failed: {_describe(err)}"
+            message = f"{what or component} failed: {describe_error(err)}"
             self.failures[component] = message
             self.backoff.setdefault(component, Backoff()).fail(self.clock())
             self.emit("Warning", "ActionFailed", message)
@@ -336,9 +336,3 @@ def _without_status(body: dict[str, Any]) -> dict[str, Any]:
 def _first_error(err: ValidationError) -> str:
     first = err.errors()[0]
     return f"{'.'.join(str(p) for p in first['loc'])}: {first['msg']}"
-
-
-def _describe(err: BaseException) -> str:
-    # Conditions and events repeat a target's answer only when it is a
-    # Kubernetes Status, and then only its message (see target/answers.py).
-    return describe_error(err)
