@@ -1,0 +1,88 @@
+"""The contract every cloud identity provider implements.
+
+A provider turns the data of the identity Secret into short-lived bearer
+tokens for one target cluster. The kubeconfig still gives the server address
+and CA; the identity only ever gives the credential, and a failure never
+falls back to the kubeconfig's own credentials.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Protocol
+
+
+class IdentityFailure(StrEnum):
+    """Why an identity gave no token; each value is a ``Ready`` condition reason."""
+
+    # The Secret's data cannot be used: malformed JSON, a missing field, a bad key.
+    INVALID = "IdentityInvalid"
+    # The provider's token service answered and refused (revoked key, unknown role).
+    REJECTED = "IdentityRejected"
+    # The provider's token service could not be reached or answered nonsense.
+    UNREACHABLE = "IdentityUnreachable"
+
+
+class IdentityError(Exception):
+    """An identity gave no token.
+
+    ``message`` is safe to put in status, events and logs: the provider's own
+    error with every secret (key, token, assertion, presigned URL) removed.
+    """
+
+    def __init__(self, failure: IdentityFailure, message: str) -> None:
+        super().__init__(message)
+        self.failure = failure
+        self.message = message
+
+
+@dataclass(frozen=True)
+class Token:
+    """A bearer token and when it stops being accepted (seconds since the epoch)."""
+
+    value: str = field(repr=False)
+    expires_at: float
+
+
+@dataclass(frozen=True)
+class TargetInfo:
+    """What a provider may need to know about the target it mints for."""
+
+    # The kubeconfig's cluster entry name (an EKS cluster ARN is accepted there).
+    cluster_name: str
+    # The target API server URL, from the kubeconfig.
+    server: str
+
+
+@dataclass(frozen=True)
+class Endpoints:
+    """Token service overrides (regional or FIPS endpoints, and tests on loopback).
+
+    ``None`` means the provider's default (for Google, the key JSON's own
+    ``token_uri`` always decides).
+    """
+
+    aws_sts: str | None = None
+    aws_region: str | None = None
+    nebius_token_exchange: str | None = None
+
+
+class Minter(Protocol):
+    """Mints tokens for one identity and one target; callers cache and refresh."""
+
+    async def mint(self) -> Token:
+        """A fresh token, or ``IdentityError``. Never logs a secret."""
+        ...
+
+
+class MinterFactory(Protocol):
+    def __call__(
+        self, data: Mapping[str, bytes], target: TargetInfo, endpoints: Endpoints
+    ) -> Minter:
+        """Build a minter from the identity Secret's data (already base64-decoded).
+
+        Raises ``IdentityError(INVALID, ...)`` for data that cannot be used.
+        """
+        ...
