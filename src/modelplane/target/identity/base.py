@@ -8,7 +8,6 @@ falls back to the kubeconfig's own credentials.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol
@@ -78,10 +77,8 @@ class Minter(Protocol):
 
 
 class MinterFactory(Protocol):
-    def __call__(
-        self, data: Mapping[str, bytes], target: TargetInfo, endpoints: Endpoints
-    ) -> Minter:
-        """Build a minter from the identity Secret's data (already base64-decoded).
+    def __call__(self, credential: bytes, target: TargetInfo, endpoints: Endpoints) -> Minter:
+        """Build a minter from the value under the identity entry's ``key`` (decoded).
 
         Raises ``IdentityError(INVALID, ...)`` for data that cannot be used.
         """
