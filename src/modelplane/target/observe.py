@@ -9,6 +9,7 @@ per object.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 from lightkube import AsyncClient, operators
@@ -25,7 +26,7 @@ from modelplane.catalog.configuration import (
 )
 from modelplane.catalog.types import ObjectExists
 from modelplane.plan.observed import Observed, ObservedRelease
-from modelplane.target.discovery import served_apis
+from modelplane.target.discovery import APIS, served_apis
 from modelplane.target.resources import list_settled, plural, resource, unless_missing
 from modelplane.wire import (
     DIGEST_ANNOTATION,
@@ -60,62 +61,120 @@ def _api_of(api_version: str, kind: str) -> ApiRef:
     return ApiRef(group, version, plural(kind))
 
 
-async def observe(client: AsyncClient, spec: ServingStackSpec) -> Observed:
-    apis = await served_apis(client)
-    observed = Observed(apis=apis)
+@dataclass(frozen=True)
+class Wanted:
+    """What ``observe`` lists for a spec: read directly, or kept by the watches."""
 
+    # (apiVersion, kind, namespaced) of every kind the product applies.
+    kinds: frozenset[tuple[str, str, bool]]
+    # The named objects requirements ask about, by API (all objects of the kind).
+    objects: frozenset[tuple[ApiRef, str]]
+    # The CA ConfigMap is read only when the spec sets a hostname.
+    bundle_ca: bool
+
+
+def wanted(spec: ServingStackSpec) -> Wanted:
+    objects = {
+        (r.api, r.kind)
+        for component in components_for(spec)
+        for r in component.requirements
+        if isinstance(r, ObjectExists)
+    }
+    return Wanted(frozenset(_kinds(spec)), frozenset(objects), bool(spec.gateway.hostname))
+
+
+@dataclass
+class Listed:
+    """The raw answers ``observe`` reads, as wire dictionaries, before any rule.
+
+    The direct reads and the watch-fed cache both fill one of these, and
+    ``to_observed`` turns it into ``Observed``: one conversion for both paths.
+    """
+
+    apis: APIS
+    # (apiVersion, kind) -> the product's own objects of that kind (by label).
+    items: dict[tuple[str, str], list[dict[str, Any]]] = field(default_factory=dict)
+    # ApiRef.key -> every object of a kind a requirement names.
+    objects: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    # Helm's release storage Secrets that carry the product's digest label.
+    release_secrets: list[dict[str, Any]] = field(default_factory=list)
+    ca_configmap: dict[str, Any] | None = None
+
+
+def to_observed(listed: Listed) -> Observed:
+    observed = Observed(apis=listed.apis)
     applied: dict[str, str] = {}
     gateway_addresses: list[str] = []
-    for api_version, kind, namespaced in sorted(_kinds(spec)):
-        if not observed.serves(_api_of(api_version, kind)):
-            continue
-        res = resource(api_version, kind, namespaced)
-        kwargs: dict[str, Any] = {"labels": {MANAGED_BY_LABEL: MANAGED_BY}}
-        if namespaced:
-            kwargs["namespace"] = "*"
-        for item in await list_settled(client, res, **kwargs):
+    for (api_version, kind), items in sorted(listed.items.items()):
+        for item in items:
             # List items carry no apiVersion or kind of their own.
-            body = {**_as_dict(item), "apiVersion": api_version, "kind": kind}
+            body = {**item, "apiVersion": api_version, "kind": kind}
             annotations = body["metadata"].get("annotations") or {}
             if DIGEST_ANNOTATION in annotations:
                 applied[object_key(body)] = annotations[DIGEST_ANNOTATION]
             if kind == "Gateway" and body["metadata"]["name"] == GATEWAY_NAME:
                 addresses = (body.get("status") or {}).get("addresses") or []
                 gateway_addresses = [a["value"] for a in addresses if a.get("value")]
-
-    objects: dict[str, list[str]] = {}
-    for component in components_for(spec):
-        for requirement in component.requirements:
-            if isinstance(requirement, ObjectExists) and observed.serves(requirement.api):
-                api = requirement.api
-                res = resource(f"{api.group}/{api.version}", requirement.kind, False)
-                names = [_as_dict(o)["metadata"]["name"] async for o in client.list(res)]
-                objects[api.key] = names
-
+    ca = listed.ca_configmap
     return observed.model_copy(
         update={
             "applied": applied,
-            "objects": objects,
+            "objects": {
+                key: [o["metadata"]["name"] for o in items] for key, items in listed.objects.items()
+            },
             "gateway_addresses": gateway_addresses,
-            "releases": await _releases(client),
-            "bundle_ca_certificate": await _bundle_ca(client) if spec.gateway.hostname else None,
+            "releases": _releases(listed.release_secrets),
+            "bundle_ca_certificate": (ca.get("data") or {}).get(CA_KEY) if ca else None,
         }
     )
 
 
-async def _releases(client: AsyncClient) -> dict[str, ObservedRelease]:
+async def observe(client: AsyncClient, spec: ServingStackSpec) -> Observed:
+    """Observe the target with direct reads (no watch, no cache)."""
+    return to_observed(await read_listed(client, wanted(spec)))
+
+
+async def read_listed(client: AsyncClient, want: Wanted, apis: APIS | None = None) -> Listed:
+    """Read what ``want`` names from the target; discovery too unless ``apis`` is given."""
+    listed = Listed(apis=await served_apis(client) if apis is None else apis)
+    observed = Observed(apis=listed.apis)
+    for api_version, kind, namespaced in sorted(want.kinds):
+        if not observed.serves(_api_of(api_version, kind)):
+            continue
+        res = resource(api_version, kind, namespaced)
+        kwargs: dict[str, Any] = {"labels": {MANAGED_BY_LABEL: MANAGED_BY}}
+        if namespaced:
+            kwargs["namespace"] = "*"
+        items = await list_settled(client, res, **kwargs)
+        listed.items[(api_version, kind)] = [_as_dict(i) for i in items]
+    for api, kind in sorted(want.objects, key=lambda o: (o[0].key, o[1])):
+        if observed.serves(api):
+            res = resource(f"{api.group}/{api.version}", kind, False)
+            listed.objects[api.key] = [_as_dict(o) async for o in client.list(res)]
+    listed.release_secrets = [
+        _as_dict(s)
+        async for s in client.list(
+            Secret,
+            namespace="*",
+            labels={"owner": "helm", RELEASE_DIGEST_LABEL: operators.exists()},
+        )
+    ]
+    if want.bundle_ca:
+        cm = await unless_missing(lambda: client.get(ConfigMap, CLUSTER_CA, namespace=NS))
+        listed.ca_configmap = _as_dict(cm) if cm is not None else None
+    return listed
+
+
+def _releases(secrets: list[dict[str, Any]]) -> dict[str, ObservedRelease]:
     """The newest revision of each release the product installed, from Helm's storage."""
     newest: dict[str, ObservedRelease] = {}
-    async for secret in client.list(
-        Secret,
-        namespace="*",
-        labels={"owner": "helm", RELEASE_DIGEST_LABEL: operators.exists()},
-    ):
-        labels = secret.metadata.labels or {} if secret.metadata else {}
+    for secret in secrets:
+        metadata = secret.get("metadata") or {}
+        labels = metadata.get("labels") or {}
         name = labels.get("name", "")
         release = ObservedRelease(
             name=name,
-            namespace=secret.metadata.namespace or "" if secret.metadata else "",
+            namespace=metadata.get("namespace") or "",
             revision=int(labels.get("version", "0")),
             status=labels.get("status", "unknown"),
             digest=labels.get(RELEASE_DIGEST_LABEL),
@@ -123,11 +182,6 @@ async def _releases(client: AsyncClient) -> dict[str, ObservedRelease]:
         if name not in newest or newest[name].revision < release.revision:
             newest[name] = release
     return newest
-
-
-async def _bundle_ca(client: AsyncClient) -> str | None:
-    cm = await unless_missing(lambda: client.get(ConfigMap, CLUSTER_CA, namespace=NS))
-    return (cm.data or {}).get(CA_KEY) if cm is not None else None
 
 
 def _as_dict(item: Any) -> dict[str, Any]:
