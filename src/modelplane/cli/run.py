@@ -94,6 +94,17 @@ def run(
     resync: Annotated[
         float, typer.Option("--resync", help="Seconds between full re-checks.")
     ] = 300.0,
+    relist: Annotated[
+        float,
+        typer.Option(
+            "--relist",
+            help="Seconds between resyncs that read the target afresh instead of "
+            "re-planning from what the watches hold.",
+        ),
+    ] = 3600.0,
+    watch_timeout: Annotated[
+        float, typer.Option("--watch-timeout", hidden=True, help="Target watch timeoutSeconds.")
+    ] = 300.0,
     helm_timeout: Annotated[
         int, typer.Option("--helm-timeout", help="Seconds one helm action may take.")
     ] = 600,
@@ -129,6 +140,8 @@ def run(
         allow_unsafe_kubeconfig=allow_unsafe_kubeconfig,
         deny_target_cidrs=deny,
         resync_seconds=resync,
+        relist_seconds=relist,
+        watch_timeout_seconds=watch_timeout,
         helm_timeout_seconds=helm_timeout,
         metrics_port=metrics_port,
     )

@@ -49,6 +49,7 @@ from modelplane.target.connect import (
 )
 from modelplane.target.discovery import TargetError
 from modelplane.target.helm import Helm
+from modelplane.target.observe import wanted
 
 log = logging.getLogger("modelplane.operator")
 
@@ -143,6 +144,7 @@ def register(registry: kopf.OperatorRegistry, rt: Runtime) -> None:
         reconciler = StackReconciler(rt.hub, rt.helm, rt.options, _emitter(body))
         watcher: TargetWatcher | None = None
         watched_kubeconfig: str | None = None
+        label = "/".join(key)
         try:
             while not stopped:
                 # Cleared before the reconcile observes, never after: a wake
@@ -153,7 +155,9 @@ def register(registry: kopf.OperatorRegistry, rt: Runtime) -> None:
                     return
                 with metrics.RECONCILE_SECONDS.time():
                     try:
-                        outcome = await reconciler.reconcile(dict(body))
+                        outcome = await reconciler.reconcile(
+                            dict(body), watcher.cache if watcher is not None else None
+                        )
                     except Exception as err:  # reported, never a crashed daemon
                         log.exception("reconcile of %s/%s failed", *key)
                         outcome = Outcome(
@@ -164,7 +168,7 @@ def register(registry: kopf.OperatorRegistry, rt: Runtime) -> None:
                 await write_status(rt, body, desired_status(outcome, body.meta.get("generation")))
                 if outcome.blocked_reason is None:
                     watcher, watched_kubeconfig = await _ensure_watcher(
-                        rt, body, wake, watcher, watched_kubeconfig
+                        rt, body, wake, watcher, watched_kubeconfig, label
                     )
                 delay = (
                     RETRY_BLOCKED_SECONDS
@@ -248,8 +252,9 @@ async def _ensure_watcher(
     wake: asyncio.Event,
     watcher: TargetWatcher | None,
     watched: str | None,
+    label: str,
 ) -> tuple[TargetWatcher | None, str | None]:
-    """Keep one set of target watches, restarted when the credentials change."""
+    """Keep one set of target watches, restarted when the credentials or what to watch change."""
     from modelplane.api.models import ServingStack
 
     try:
@@ -259,7 +264,8 @@ async def _ensure_watcher(
         kubeconfig = await read_kubeconfig(rt.hub, stack.spec, stack.metadata.namespace)
     except (CredentialsError, ApiError, ValueError):
         return watcher, watched
-    if watcher is not None and kubeconfig == watched:
+    want = wanted(stack.spec)
+    if watcher is not None and kubeconfig == watched and watcher.want == want:
         return watcher, watched
     if watcher is not None:
         await watcher.close()
@@ -273,7 +279,9 @@ async def _ensure_watcher(
     except CredentialsError:
         # The next reconcile reports why; a closed watcher is not kept.
         return None, None
-    fresh = TargetWatcher(target, wake.set)
+    fresh = TargetWatcher(
+        target, want, wake.set, label=label, watch_timeout=rt.options.watch_timeout_seconds
+    )
     fresh.start()
     return fresh, kubeconfig
 

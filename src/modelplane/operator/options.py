@@ -26,6 +26,13 @@ class OperatorOptions(BaseModel):
     deny_target_cidrs: tuple[IPNetwork, ...] = DEFAULT_DENIED
     # A periodic full re-check; target watches make changes arrive sooner.
     resync_seconds: float = 300.0
+    # A resync re-plans from what the target watches hold; this often, one
+    # reads the target afresh instead, so a watch that silently fell behind
+    # is put right.
+    relist_seconds: float = 3600.0
+    # The timeoutSeconds asked of each target watch (the server ends it
+    # after between one and two times this; it is re-armed at once).
+    watch_timeout_seconds: float = 300.0
     helm_timeout_seconds: int = 600
     target_timeout_seconds: float = 10.0
     # How long teardown waits for one wave of objects to go before it gives up

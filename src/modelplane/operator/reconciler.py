@@ -38,6 +38,7 @@ from modelplane.target.apply import (
     fetch_manifests,
     vet_manifests,
 )
+from modelplane.target.cache import WatchCache
 from modelplane.target.cluster import observe_cluster
 from modelplane.target.connect import (
     ADDRESS_DENIED,
@@ -48,7 +49,7 @@ from modelplane.target.connect import (
 )
 from modelplane.target.discovery import ApiStatusError, TargetError
 from modelplane.target.helm import Helm, HelmError
-from modelplane.target.observe import observe
+from modelplane.target.observe import observe, read_listed, to_observed, wanted
 from modelplane.wire import stamp
 
 log = logging.getLogger("modelplane.operator")
@@ -93,10 +94,18 @@ class StackReconciler:
     version_warnings: frozenset[str] = frozenset()
     # The spec error last reported by event, likewise.
     invalid_spec: str | None = None
+    # When the target was last read directly, for the full relist; and
+    # whether the last reconcile acted on nothing. The watch copy is
+    # trusted only then: right after a write its events may still be on
+    # their way, and a stale copy would only cost a second, idle apply.
+    last_direct: float | None = None
+    settled: bool = False
 
     # -- reconcile -----------------------------------------------------------
 
-    async def reconcile(self, body: dict[str, Any]) -> Outcome:
+    async def reconcile(self, body: dict[str, Any], cache: WatchCache | None = None) -> Outcome:
+        """One reconcile; ``cache`` (the target watches' copy) spares a settled resync the reads."""
+        settled, self.settled = self.settled, False
         try:
             stack = ServingStack.model_validate(_without_status(body))
         except ValidationError as err:
@@ -122,8 +131,21 @@ class StackReconciler:
             if blocked is not None:
                 return Outcome(blocked_reason=blocked.reason, blocked_message=blocked.message)
 
+            want = wanted(stack.spec)
+            from_cache = (
+                cache is not None
+                and cache.want == want
+                and settled
+                and self.last_direct is not None
+                and self.clock() - self.last_direct < self.options.relist_seconds
+            )
+            acted = False
             for _ in range(MAX_ROUNDS):
-                observed = await observe(target.client, stack.spec)
+                listed = await cache.listed(target.client) if cache and from_cache else None
+                if listed is None:
+                    listed = await read_listed(target.client, want)
+                    self.last_direct = self.clock()
+                observed = to_observed(listed)
                 if stack.spec.components is ComponentsMode.PROVIDED:
                     # The silent failures the spec cannot check: only a
                     # provided substrate needs them watched, and they cost a
@@ -135,6 +157,9 @@ class StackReconciler:
                 current = plan(stack, observed, self.options.sources())
                 if not await self._act(current, target):
                     break
+                # What this round wrote is not in the watch copy yet.
+                acted, from_cache = True, False
+            self.settled = not acted
         except AddressDenied as err:
             # The name resolved to a refused address after the target was opened.
             return Outcome(plan=None, blocked_reason=ADDRESS_DENIED, blocked_message=str(err))

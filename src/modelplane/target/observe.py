@@ -56,7 +56,7 @@ def _kinds(spec: ServingStackSpec) -> set[tuple[str, str, bool]]:
     return kinds
 
 
-def _api_of(api_version: str, kind: str) -> ApiRef:
+def api_of(api_version: str, kind: str) -> ApiRef:
     group, _, version = api_version.rpartition("/")
     return ApiRef(group, version, plural(kind))
 
@@ -139,7 +139,7 @@ async def read_listed(client: AsyncClient, want: Wanted, apis: APIS | None = Non
     listed = Listed(apis=await served_apis(client) if apis is None else apis)
     observed = Observed(apis=listed.apis)
     for api_version, kind, namespaced in sorted(want.kinds):
-        if not observed.serves(_api_of(api_version, kind)):
+        if not observed.serves(api_of(api_version, kind)):
             continue
         res = resource(api_version, kind, namespaced)
         kwargs: dict[str, Any] = {"labels": {MANAGED_BY_LABEL: MANAGED_BY}}

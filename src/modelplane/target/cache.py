@@ -1,0 +1,457 @@
+"""A watch-fed copy of what ``observe`` reads on a target, and the watches that feed it.
+
+Each ``Reflector`` keeps one collection (a kind, filtered as ``observe``
+filters it) current the way client-go's reflector does: one LIST, then a
+WATCH from the LIST's resourceVersion, with bookmarks, re-armed from the last
+resourceVersion seen whenever the server ends it. The API conventions this
+relies on (upstream-facts, "watch"; kubernetes.io/docs/reference/using-api/
+api-concepts/#efficient-detection-of-changes and #watch-bookmarks):
+
+- a watch ends after ``timeoutSeconds`` (or whenever the server likes) with a
+  clean end of stream: continue from the last resourceVersion, no LIST;
+- ``410 Gone``, as the answer or as an ``ERROR`` event, means that
+  resourceVersion is compacted away: LIST again and watch from the new one;
+- ``BOOKMARK`` events carry only a newer resourceVersion: nothing changed,
+  but a later re-arm starts from it and does not run into 410.
+
+lightkube 1.0's ``watch`` sends no ``allowWatchBookmarks``, and on 410 it
+re-watches from no resourceVersion at all (``generic_client.py``,
+``GenericAsyncClient.watch``), which replays every object as ADDED and
+leaves what was deleted meanwhile in place; hence a watch of our own on the
+target's raw HTTP client.
+
+When the target stops answering, one ``Link`` probe per target (``/readyz``,
+once a second) stands in for every watch's retries, so an outage costs one
+connection attempt a second, is logged once, and the watches resume within
+about a second of the server being back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx2
+from lightkube import AsyncClient
+
+from modelplane.catalog.configuration import CLUSTER_CA, NS
+from modelplane.target.answers import describe_error
+from modelplane.target.discovery import APIS, PAGE_SIZE, collection_path, served_apis
+from modelplane.target.observe import CRD_API_VERSION, Listed, Wanted, api_of
+from modelplane.wire import MANAGED_BY, MANAGED_BY_LABEL, RELEASE_DIGEST_LABEL, ApiRef
+
+log = logging.getLogger("modelplane.operator.watch")
+
+CRDS = ApiRef("apiextensions.k8s.io", "v1", "customresourcedefinitions")
+SECRETS = ApiRef("", "v1", "secrets")
+CONFIGMAPS = ApiRef("", "v1", "configmaps")
+OURS = f"{MANAGED_BY_LABEL}={MANAGED_BY}"
+# client-go re-arms its watches every 5 to 10 minutes; so do we.
+WATCH_TIMEOUT_SECONDS = 300.0
+PROBE_SECONDS = 1.0
+MAX_BACKOFF_SECONDS = 30.0
+
+
+@dataclass(frozen=True, order=True)
+class WatchKey:
+    """One watched collection: a resource, optionally one namespace, label and field selectors."""
+
+    api: ApiRef
+    namespace: str | None = None
+    labels: str | None = None
+    fields: str | None = None
+
+    def params(self) -> dict[str, str]:
+        params: dict[str, str] = {}
+        if self.labels:
+            params["labelSelector"] = self.labels
+        if self.fields:
+            params["fieldSelector"] = self.fields
+        return params
+
+    def __str__(self) -> str:
+        api = self.api
+        return "/".join(p for p in (api.group, api.version, api.resource) if p)
+
+
+def watch_keys(want: Wanted) -> frozenset[WatchKey]:
+    """The collections to watch so that ``Listed`` for ``want`` can be answered from them."""
+    keys = {
+        # Every CRD, not only ours: its events tell when the served APIs change.
+        WatchKey(CRDS),
+        WatchKey(SECRETS, labels=f"owner=helm,{RELEASE_DIGEST_LABEL}"),
+    }
+    for api_version, kind, _ in want.kinds:
+        if api_version != CRD_API_VERSION:
+            keys.add(WatchKey(api_of(api_version, kind), labels=OURS))
+    keys |= {WatchKey(api) for api, _ in want.objects}
+    if want.bundle_ca:
+        keys.add(WatchKey(CONFIGMAPS, namespace=NS, fields=f"metadata.name={CLUSTER_CA}"))
+    return frozenset(keys)
+
+
+class Gone(Exception):
+    """410: the resourceVersion watched from is no longer available."""
+
+
+class Refused(Exception):
+    """The server answered a LIST or WATCH with an error status."""
+
+    def __init__(self, code: int) -> None:
+        super().__init__(f"HTTP {code}")
+        self.code = code
+
+
+class Link:
+    """Whether a target answers; while it does not, one probe stands in for every watch."""
+
+    def __init__(self, http: httpx2.AsyncClient, label: str, every: float = PROBE_SECONDS) -> None:
+        self._http, self._label, self._every = http, label, every
+        self.up = asyncio.Event()
+        self.up.set()
+        self._probe: asyncio.Task[None] | None = None
+        self.outages = 0
+
+    def lost(self, err: BaseException) -> bool:
+        """Note that the target stopped answering; True for the first watch to notice."""
+        if not self.up.is_set():
+            return False
+        self.up.clear()
+        self.outages += 1
+        log.warning(
+            "target of %s: watches lost (%s); probing every %.0f s until it answers",
+            self._label,
+            describe_error(err),
+            self._every,
+        )
+        self._probe = asyncio.create_task(self._until_up(time.monotonic()))
+        return True
+
+    async def _until_up(self, since: float) -> None:
+        while True:
+            await asyncio.sleep(self._every)
+            try:
+                response = await self._http.get("/readyz", timeout=5.0)
+            except httpx2.TransportError:
+                continue
+            # A server still starting answers 5xx; one that hides /readyz
+            # from us answers 401/403, and is up.
+            if response.status_code < 500:
+                break
+        log.info(
+            "target of %s: answering again after %.0f s; watches resume",
+            self._label,
+            time.monotonic() - since,
+        )
+        self.up.set()
+
+    async def close(self) -> None:
+        if self._probe is not None:
+            self._probe.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._probe
+
+
+@dataclass
+class _Backoff:
+    first: float = 0.5
+    delay: float = field(default=0.0)
+
+    def next(self) -> float:
+        self.delay = min(MAX_BACKOFF_SECONDS, self.delay * 2 if self.delay else self.first)
+        return self.delay
+
+    def reset(self) -> None:
+        self.delay = 0.0
+
+
+class Reflector:
+    """Keeps ``items`` equal to one collection on the target, until cancelled."""
+
+    def __init__(
+        self,
+        http: httpx2.AsyncClient,
+        key: WatchKey,
+        link: Link,
+        changed: Callable[[WatchKey, str], None],
+        *,
+        label: str = "",
+        watch_timeout: float = WATCH_TIMEOUT_SECONDS,
+    ) -> None:
+        self.key, self._http, self._link, self._changed = key, http, link, changed
+        self._label = label
+        self._watch_timeout = watch_timeout
+        self.items: dict[str, dict[str, Any]] = {}
+        # True while ``items`` is known current: after a LIST, until the watch breaks.
+        self.synced = False
+        # False after a 404: the API is not served (``items`` is then empty).
+        self.served = True
+        self.lists = 0
+        self.watches = 0
+        self.bookmarks = 0
+        self._retry = asyncio.Event()
+        self._listed_at = 0.0
+
+    def retry_now(self) -> None:
+        """Try again at once a collection whose API was not served (a CRD changed)."""
+        self._retry.set()
+
+    async def run(self) -> None:
+        backoff = _Backoff()
+        failing = False
+        while True:
+            try:
+                await self._link.up.wait()
+                rv = await self._list()
+                backoff.reset()
+                if failing:
+                    log.info("target of %s: watch of %s resumed", self._label, self.key)
+                    failing = False
+                self._changed(self.key, "LIST")
+                while True:
+                    rv = await self._watch(rv)
+            except Gone:
+                # Compacted away while we were not looking: LIST again now.
+                # A 410 right after a fresh LIST cannot repeat without a
+                # server at fault; the backoff keeps that from spinning.
+                self.synced = False
+                if time.monotonic() - self._listed_at < 1.0:
+                    await asyncio.sleep(backoff.next())
+            except Refused as err:
+                self.synced = False
+                if err.code == 404:
+                    # Not served (yet): try again when a CRD changes, or later.
+                    self.items, self.served, self.synced = {}, False, True
+                    self._changed(self.key, "GONE")
+                    self._retry.clear()
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._retry.wait(), backoff.next())
+                    continue
+                if not failing:
+                    log.warning(
+                        "target of %s: watch of %s refused (%s); retrying with backoff",
+                        self._label,
+                        self.key,
+                        err,
+                    )
+                    failing = True
+                await asyncio.sleep(backoff.next())
+            except httpx2.TransportError as err:
+                self.synced = False
+                if self._link.lost(err):
+                    # The reconcile finds out and says the target is unreachable.
+                    self._changed(self.key, "LOST")
+
+    async def _list(self) -> str:
+        params = {**self.key.params(), "limit": str(PAGE_SIZE)}
+        path = collection_path(self.key.api, self.key.namespace)
+        items: dict[str, dict[str, Any]] = {}
+        while True:
+            response = await self._http.get(path, params=params)
+            if response.status_code == 410:
+                raise Gone()
+            if response.status_code >= 300:
+                raise Refused(response.status_code)
+            doc = response.json()
+            for item in doc.get("items") or []:
+                items[_key(item)] = item
+            metadata = doc.get("metadata") or {}
+            if not metadata.get("continue"):
+                break
+            params["continue"] = str(metadata["continue"])
+        self.items, self.served, self.synced = items, True, True
+        self.lists += 1
+        self._listed_at = time.monotonic()
+        return str(metadata.get("resourceVersion", ""))
+
+    async def _watch(self, rv: str) -> str:
+        """One WATCH from ``rv``; returns the last resourceVersion seen when the server ends it."""
+        seconds = int(self._watch_timeout * random.uniform(1.0, 2.0))
+        params = {
+            **self.key.params(),
+            "watch": "true",
+            "allowWatchBookmarks": "true",
+            "resourceVersion": rv,
+            "timeoutSeconds": str(seconds),
+        }
+        # A read timeout past the server's own: a connection that went quiet
+        # without closing (a lost network path) is given up, not waited on forever.
+        timeout = httpx2.Timeout(10.0, read=seconds + 30.0)
+        path = collection_path(self.key.api, self.key.namespace)
+        started, events = time.monotonic(), 0
+        self.watches += 1
+        async with self._http.stream("GET", path, params=params, timeout=timeout) as response:
+            if response.status_code == 410:
+                raise Gone()
+            if response.status_code >= 300:
+                raise Refused(response.status_code)
+            async for line in response.aiter_lines():
+                if not line.strip():
+                    continue
+                event = json.loads(line)
+                kind, obj = event.get("type"), event.get("object") or {}
+                if kind == "ERROR":
+                    code = int(obj.get("code") or 500)
+                    raise Gone() if code == 410 else Refused(code)
+                rv = str((obj.get("metadata") or {}).get("resourceVersion") or rv)
+                events += 1
+                if kind == "BOOKMARK":
+                    self.bookmarks += 1
+                    continue
+                if kind == "DELETED":
+                    self.items.pop(_key(obj), None)
+                else:
+                    self.items[_key(obj)] = obj
+                self._changed(self.key, str(kind))
+        if not events and time.monotonic() - started < 1.0:
+            # A server (or a proxy in front of it) that ends watches at once:
+            # do not turn that into a loop of requests.
+            await asyncio.sleep(1.0)
+        return rv
+
+
+def _key(obj: dict[str, Any]) -> str:
+    metadata = obj.get("metadata") or {}
+    return f"{metadata.get('namespace') or ''}/{metadata.get('name') or ''}"
+
+
+def _has_label(obj: dict[str, Any], name: str, value: str) -> bool:
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    return bool(labels.get(name) == value)
+
+
+class WatchCache:
+    """The reflectors for one target and spec; answers ``Listed`` when all of them are current."""
+
+    def __init__(
+        self,
+        http: httpx2.AsyncClient,
+        want: Wanted,
+        wake: Callable[[], None],
+        *,
+        label: str = "",
+        watch_timeout: float = WATCH_TIMEOUT_SECONDS,
+    ) -> None:
+        self.want = want
+        self._wake = wake
+        self.link = Link(http, label)
+        self.reflectors = {
+            key: Reflector(
+                http, key, self.link, self._on_change, label=label, watch_timeout=watch_timeout
+            )
+            for key in sorted(watch_keys(want))
+        }
+        self._tasks: list[asyncio.Task[None]] = []
+        # Bumped by every CRD event and every relist: the served APIs may
+        # have changed, and discovery is read again before the cache answers.
+        self.api_generation = 0
+        self._apis: APIS | None = None
+        self._apis_generation = -1
+
+    def start(self) -> None:
+        self._tasks = [asyncio.create_task(r.run()) for r in self.reflectors.values()]
+
+    async def close(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks.clear()
+        await self.link.close()
+
+    def _on_change(self, key: WatchKey, kind: str) -> None:
+        if key.api == CRDS or kind == "LIST":
+            self.api_generation += 1
+            if key.api == CRDS:
+                for reflector in self.reflectors.values():
+                    if not reflector.served:
+                        reflector.retry_now()
+        self._wake()
+
+    def synced(self) -> bool:
+        return all(r.synced for r in self.reflectors.values())
+
+    async def listed(self, client: AsyncClient) -> Listed | None:
+        """What ``read_listed`` would read, from the watches; None when they are not current.
+
+        Costs no request, except discovery (two) after the served APIs may have changed.
+        """
+        if not self.synced():
+            return None
+        apis = self._apis
+        if apis is None or self._apis_generation != self.api_generation:
+            generation = self.api_generation
+            apis = await served_apis(client)
+            # Kept only once discovery shows every CRD the watch says is
+            # served: discovery lags a new CRD by a moment, and a copy taken
+            # in that moment would hide the API until the next CRD event.
+            if self._consistent(apis):
+                self._apis, self._apis_generation = apis, generation
+        return self._fill(apis)
+
+    def _consistent(self, apis: APIS) -> bool:
+        for crd in self.reflectors[WatchKey(CRDS)].items.values():
+            spec, status = crd.get("spec") or {}, crd.get("status") or {}
+            established = any(
+                c.get("type") == "Established" and c.get("status") == "True"
+                for c in status.get("conditions") or []
+            )
+            if not established:
+                continue
+            plural = (spec.get("names") or {}).get("plural", "")
+            served = apis.get(spec.get("group", ""), {}).get(plural, [])
+            for version in spec.get("versions") or []:
+                if version.get("served") and version.get("name") not in served:
+                    return False
+        return True
+
+    def _fill(self, apis: APIS) -> Listed | None:
+        listed = Listed(apis=apis)
+
+        def items(key: WatchKey) -> list[dict[str, Any]] | None:
+            reflector = self.reflectors[key]
+            if not (reflector.synced and reflector.served):
+                # Discovery serves it but the watch has not listed it yet.
+                reflector.retry_now()
+                return None
+            return [reflector.items[k] for k in sorted(reflector.items)]
+
+        def serves(api: ApiRef) -> bool:
+            return api.version in apis.get(api.group, {}).get(api.resource, [])
+
+        for api_version, kind, _ in sorted(self.want.kinds):
+            api = api_of(api_version, kind)
+            if not serves(api):
+                continue
+            if api_version == CRD_API_VERSION:
+                found = items(WatchKey(CRDS))
+                found = (
+                    None if found is None else [o for o in found if _has_label(o, *OURS.split("="))]
+                )
+            else:
+                found = items(WatchKey(api, labels=OURS))
+            if found is None:
+                return None
+            listed.items[(api_version, kind)] = found
+        for api, _ in sorted(self.want.objects, key=lambda o: (o[0].key, o[1])):
+            if serves(api):
+                found = items(WatchKey(api))
+                if found is None:
+                    return None
+                listed.objects[api.key] = found
+        secrets = items(WatchKey(SECRETS, labels=f"owner=helm,{RELEASE_DIGEST_LABEL}"))
+        if secrets is None:
+            return None
+        listed.release_secrets = secrets
+        if self.want.bundle_ca:
+            cms = items(WatchKey(CONFIGMAPS, namespace=NS, fields=f"metadata.name={CLUSTER_CA}"))
+            if cms is None:
+                return None
+            listed.ca_configmap = cms[0] if cms else None
+        return listed
