@@ -6,17 +6,19 @@ Measures, with the real operator process, kube-apiservers and helm:
    i.e. every release installed and every object applied (fixture charts
    served on loopback, so this is the operator's own overhead plus helm);
 2. address propagation: from the target Gateway's status.addresses being
-   written to status.gateway.address on the hub (the goal is under 2 s; a
-   poll like provider-kubernetes' takes about 30 s), with the default
+   written to status.gateway.address on the hub (issue 12 asks for a
+   maximum under 0.5 s over 50 changes; a poll like provider-kubernetes'
+   takes about 30 s), with the default
    resync of 300 s so that only the target watches can bring a change in
    time. The first change is made the moment the stack turns Ready, while
    the watches are being armed; p50, p99 and max are printed, and a change
    that takes longer than --miss-after seconds counts as missed by the
    watches (it would wait for the resync);
-3. a no-op resync, with the operator restarted at --resync 2: requests per
-   resync to the target, and writes to either API server (must be zero).
+3. a no-op resync, with the operator restarted at --resync 2: GET/LIST per
+   resync to the target by the API server's own counters (at most 2), and
+   writes to either API server (must be zero).
 
-    python bench/bench_operator.py [--runs 30] [--miss-after 30]
+    python bench/bench_operator.py [--runs 50] [--miss-after 30]
 """
 
 from __future__ import annotations
@@ -32,16 +34,19 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import httpx2
 import yaml
 from lightkube import Client, KubeConfig
 from lightkube.generic_resource import create_namespaced_resource
 from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
 from lightkube.resources.core_v1 import Namespace, Secret
 from lightkube.types import PatchType
+from prometheus_client.parser import text_string_to_metric_families
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from tests.integration.hubs import free_port  # noqa: E402
 from tests.integration.substrate import run_operator, serve_substrate  # noqa: E402
 
 from modelplane.api.crd import servingstack_crd  # noqa: E402
@@ -77,7 +82,29 @@ def _writes(env: TestEnv) -> float:
 
 
 def _reads(env: TestEnv) -> float:
-    return sum(env.request_total(verb=v) for v in ("GET", "LIST"))
+    """GET and LIST of resources, from one scrape (the scrapes of /metrics are not counted)."""
+    return sum(
+        sample.value
+        for family in text_string_to_metric_families(env.metrics_text())
+        for sample in family.samples
+        if sample.name == "apiserver_request_total"
+        and sample.labels.get("verb") in ("GET", "LIST")
+        and sample.labels.get("resource")
+    )
+
+
+def _reconciles(port: int) -> int:
+    """Reconciles the operator has run, from its own metrics."""
+    with httpx2.Client(trust_env=False) as http:
+        text = http.get(f"http://127.0.0.1:{port}/metrics").text
+    return int(
+        sum(
+            sample.value
+            for family in text_string_to_metric_families(text)
+            for sample in family.samples
+            if sample.name == "modelplane_reconciles_total"
+        )
+    )
 
 
 def _spread(samples: list[float]) -> str:
@@ -91,7 +118,7 @@ def _spread(samples: list[float]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--runs", type=int, default=30, help="address changes to time")
+    parser.add_argument("--runs", type=int, default=50, help="address changes to time")
     parser.add_argument(
         "--miss-after",
         type=float,
@@ -183,24 +210,32 @@ def main() -> None:
             # The no-op resync part needs a short resync period.
             proc.terminate()
             proc.wait(15)
+            port = free_port()
             proc = run_operator(
-                hub_env.kubeconfig_path, substrate, "bench", tmp / "op2.log", "--resync", "2"
+                hub_env.kubeconfig_path,
+                substrate,
+                "bench",
+                tmp / "op2.log",
+                "--resync",
+                "2",
+                "--metrics-port",
+                str(port),
             )
             _until(lambda: "authentication has finished" in (tmp / "op2.log").read_text(), 60)
-            time.sleep(4)
+            # Past the restart's first (direct) reconcile and the one after it.
+            time.sleep(6)
             hub_w, target_w, target_r = _writes(hub_env), _writes(target_env), _reads(target_env)
+            done = _reconciles(port)
             window = 20.0
             time.sleep(window)
-            log = (tmp / "op2.log").read_text()
-            resyncs = log.count("/api?") or log.count('/api "')
+            resyncs = _reconciles(port) - done
             reads = _reads(target_env) - target_r
             print(
-                f"no-op resyncs every 2 s for {window:.0f} s: target reads {reads:.0f} "
-                f"(~{reads / (window / 2):.0f} per resync), target writes "
+                f"no-op resyncs every 2 s for {window:.0f} s: {resyncs} resyncs, target reads "
+                f"{reads:.0f} ({reads / max(resyncs, 1):.1f} per resync), target writes "
                 f"{_writes(target_env) - target_w:.0f}, hub writes "
                 f"{_writes(hub_env) - hub_w:.0f}"
             )
-            del resyncs
         finally:
             if proc is not None:
                 proc.terminate()

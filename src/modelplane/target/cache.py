@@ -45,7 +45,14 @@ from modelplane.catalog.configuration import CLUSTER_CA, NS
 from modelplane.target.answers import describe_error
 from modelplane.target.discovery import APIS, PAGE_SIZE, collection_path, served_apis
 from modelplane.target.observe import CRD_API_VERSION, Listed, Wanted, api_of
-from modelplane.wire import MANAGED_BY, MANAGED_BY_LABEL, RELEASE_DIGEST_LABEL, ApiRef
+from modelplane.wire import (
+    MANAGED_BY,
+    MANAGED_BY_LABEL,
+    RELEASE_DIGEST_LABEL,
+    SETTLE_ATTEMPTS,
+    SETTLE_DELAY,
+    ApiRef,
+)
 
 log = logging.getLogger("modelplane.operator.watch")
 
@@ -206,11 +213,13 @@ class Reflector:
     async def run(self) -> None:
         backoff = _Backoff()
         failing = False
+        settling = 0
         while True:
             try:
                 await self._link.up.wait()
                 rv = await self._list()
                 backoff.reset()
+                settling = 0
                 if failing:
                     log.info("target of %s: watch of %s resumed", self._label, self.key)
                     failing = False
@@ -233,6 +242,13 @@ class Reflector:
                     self._retry.clear()
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(self._retry.wait(), backoff.next())
+                    continue
+                if err.code == 429 and settling < SETTLE_ATTEMPTS:
+                    # A CRD's storage still starting (after an install, or
+                    # the server's own restart): a fraction of a second, and
+                    # no news worth a log line.
+                    settling += 1
+                    await asyncio.sleep(SETTLE_DELAY)
                     continue
                 if not failing:
                     log.warning(
