@@ -170,11 +170,7 @@ def register(registry: kopf.OperatorRegistry, rt: Runtime) -> None:
                     watcher, watched_kubeconfig = await _ensure_watcher(
                         rt, body, wake, watcher, watched_kubeconfig, label
                     )
-                delay = (
-                    RETRY_BLOCKED_SECONDS
-                    if outcome.blocked_reason or outcome.failures
-                    else rt.options.resync_seconds
-                )
+                delay = _delay(outcome, rt.options.resync_seconds)
                 await _sleep(wake, stopped, delay)
         finally:
             if watcher is not None:
@@ -284,6 +280,18 @@ async def _ensure_watcher(
     )
     fresh.start()
     return fresh, kubeconfig
+
+
+def _delay(outcome: Outcome, resync: float) -> float:
+    """How long to sleep after a reconcile, unless something wakes the stack."""
+    if outcome.blocked_reason:
+        return RETRY_BLOCKED_SECONDS
+    if outcome.failures:
+        # When the backoff of a failed action ends: a fixed period would
+        # retry late, and observe the target for nothing until then.
+        retry = outcome.retry_after if outcome.retry_after is not None else RETRY_BLOCKED_SECONDS
+        return min(retry, resync)
+    return resync
 
 
 async def _sleep(wake: asyncio.Event, stopped: kopf.DaemonStopped, seconds: float) -> None:

@@ -24,7 +24,7 @@ from pydantic import ValidationError
 from modelplane.api.models import ServingStack
 from modelplane.catalog.components import BY_NAME, components_for
 from modelplane.operator.options import OperatorOptions
-from modelplane.operator.status import Outcome
+from modelplane.operator.status import WEBHOOK_NOT_READY, Outcome
 from modelplane.pins import ComponentsMode
 from modelplane.plan import Plan, plan
 from modelplane.plan.model import ObjectAction, PlannedManifests, PlannedRelease, ReleaseAction
@@ -33,6 +33,7 @@ from modelplane.target import claim
 from modelplane.target.address import AddressDenied
 from modelplane.target.answers import describe_error
 from modelplane.target.apply import (
+    WebhookNotReady,
     apply_object,
     delete_object,
     fetch_manifests,
@@ -69,14 +70,22 @@ class InvalidSpecError(Exception):
     """The stored spec does not validate, so there is no plan to tear down by."""
 
 
+# A webhook that cannot be called yet usually answers within a minute or
+# two of its chart's install; a longer wait between tries would only delay
+# Ready by as much once it does.
+WEBHOOK_RETRY_CAP = 60.0
+# The shortest sleep until a retry, so a deadline just passed is no spin.
+MIN_RETRY_SECONDS = 1.0
+
+
 @dataclass
 class Backoff:
     attempts: int = 0
     not_before: float = 0.0
 
-    def fail(self, now: float) -> None:
+    def fail(self, now: float, cap: float = 300.0) -> None:
         self.attempts += 1
-        self.not_before = now + min(300.0, 5.0 * 2 ** (self.attempts - 1))
+        self.not_before = now + min(cap, 5.0 * 2 ** (self.attempts - 1))
 
 
 @dataclass
@@ -87,6 +96,8 @@ class StackReconciler:
     emit: Emit
     backoff: dict[str, Backoff] = field(default_factory=dict)
     failures: dict[str, str] = field(default_factory=dict)
+    # The failed components whose failure is a webhook the target cannot call yet.
+    waiting_on_webhook: set[str] = field(default_factory=set)
     manifests: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     clock: Callable[[], float] = time.monotonic
     # The out-of-range pins last reported by event, so a resync that finds
@@ -188,7 +199,26 @@ class StackReconciler:
         if current is not None:
             self.forget_settled(current)
             self._report_versions(current)
-        return Outcome(plan=current, failures=dict(self.failures))
+        return Outcome(
+            plan=current,
+            failures=dict(self.failures),
+            waiting_on_webhook=frozenset(self.waiting_on_webhook),
+            retry_after=self.retry_after(),
+        )
+
+    def retry_after(self) -> float | None:
+        """Seconds until the first failed component is due again; None when none waits.
+
+        The daemon sleeps this long rather than a fixed period, so a retry
+        comes when its backoff ends, and nothing is observed in between.
+        """
+        now = self.clock()
+        ahead = [
+            b.not_before - now
+            for name, b in self.backoff.items()
+            if name in self.failures and b.not_before > now
+        ]
+        return max(MIN_RETRY_SECONDS, min(ahead)) if ahead else None
 
     def forget_settled(self, p: Plan) -> None:
         """Drop the failures (and backoff) of components with no work left.
@@ -199,6 +229,7 @@ class StackReconciler:
         for settled in set(self.failures) - p.components_with_work:
             self.failures.pop(settled)
             self.backoff.pop(settled, None)
+            self.waiting_on_webhook.discard(settled)
 
     def _report_versions(self, p: Plan) -> None:
         """One Warning event per out-of-range pin, when it appears, not on every resync."""
@@ -274,6 +305,23 @@ class StackReconciler:
     async def _guard(self, component: str, action: Any, what: str | None = None) -> bool:
         try:
             await action
+        except WebhookNotReady as err:
+            message = str(err)
+            # One event when the wait starts or its cause changes, not one per
+            # retry; the status carries it meanwhile.
+            if self.failures.get(component) != message:
+                self.emit("Warning", WEBHOOK_NOT_READY, message)
+            self.failures[component] = message
+            self.waiting_on_webhook.add(component)
+            backoff = self.backoff.setdefault(component, Backoff())
+            backoff.fail(self.clock(), cap=WEBHOOK_RETRY_CAP)
+            log.info(
+                "%s; retry %d in %.0fs",
+                message,
+                backoff.attempts,
+                backoff.not_before - self.clock(),
+            )
+            return False
         except (
             HelmError,
             ApiError,
@@ -285,12 +333,14 @@ class StackReconciler:
         ) as err:
             message = f"{what or component} failed: {describe_error(err)}"
             self.failures[component] = message
+            self.waiting_on_webhook.discard(component)
             self.backoff.setdefault(component, Backoff()).fail(self.clock())
             self.emit("Warning", "ActionFailed", message)
             log.warning("%s", message)
             return False
         self.failures.pop(component, None)
         self.backoff.pop(component, None)
+        self.waiting_on_webhook.discard(component)
         return True
 
     # -- teardown ------------------------------------------------------------

@@ -11,6 +11,10 @@ READY = "Ready"
 REQUIREMENTS_MET = "RequirementsMet"
 VERSIONS_SUPPORTED = "VersionsSupported"
 TEARDOWN = "Teardown"
+ACTION_FAILED = "ActionFailed"
+# Ready's reason while the target cannot call an admission webhook yet.
+WEBHOOK_NOT_READY = "WebhookNotReady"
+WAITING_FOR_WEBHOOK = "WaitingForWebhook"
 
 
 @dataclass
@@ -23,6 +27,11 @@ class Outcome:
     # A problem that stopped the reconcile before or while planning.
     blocked_reason: str | None = None
     blocked_message: str | None = None
+    # The failed components whose failure is an admission webhook the target
+    # could not call yet: a wait, not a fault of theirs.
+    waiting_on_webhook: frozenset[str] = frozenset()
+    # Seconds until the next failed action is due again; None when none is.
+    retry_after: float | None = None
 
 
 def condition(
@@ -49,7 +58,11 @@ def desired_status(outcome: Outcome, generation: int | None) -> dict[str, Any]:
         )
     elif outcome.failures:
         failed = "; ".join(f"{name}: {msg}" for name, msg in sorted(outcome.failures.items()))
-        conditions.append(condition(READY, False, "ActionFailed", failed, generation))
+        # Only when every failure is a webhook wait: a real failure beside
+        # one must not read as something that passes by itself.
+        waiting = set(outcome.failures) <= outcome.waiting_on_webhook
+        reason = WEBHOOK_NOT_READY if waiting else ACTION_FAILED
+        conditions.append(condition(READY, False, reason, failed, generation))
     elif plan is not None and (plan.pending or not plan.requirements_met):
         pending = plan.pending
         message = "; ".join(pending) if pending else "waiting for requirements"
@@ -92,7 +105,7 @@ def desired_status(outcome: Outcome, generation: int | None) -> dict[str, Any]:
                 "name": c.name,
                 "mode": c.mode,
                 "version": c.version,
-                "state": "Failed" if c.name in outcome.failures else c.state,
+                "state": _failed_state(c.name, outcome) or c.state,
                 "message": outcome.failures.get(c.name, c.message),
             }
             for c in plan.components
@@ -108,6 +121,12 @@ def desired_status(outcome: Outcome, generation: int | None) -> dict[str, Any]:
         status["gateway"] = gateway or None
     status["conditions"] = conditions
     return status
+
+
+def _failed_state(component: str, outcome: Outcome) -> str | None:
+    if component not in outcome.failures:
+        return None
+    return WAITING_FOR_WEBHOOK if component in outcome.waiting_on_webhook else "Failed"
 
 
 def versions_condition(plan: Plan, generation: int | None) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass
 from typing import Any
 
 import httpx2
@@ -105,11 +106,56 @@ _CLIENT_GO_QUOTES = (
 )
 
 
-def _helm_message(err: HelmError) -> str:
-    text = str(err)
+def _unquoted(text: str) -> str:
     for pattern, replacement in _CLIENT_GO_QUOTES:
         text = pattern.sub(replacement, text)
-    return bounded(text, 600)
+    return text
+
+
+def _helm_message(err: HelmError) -> str:
+    return bounded(_unquoted(str(err)), 600)
+
+
+# The API server's own words when it could not call an admission webhook
+# (k8s.io/apiserver pkg/util/webhook/error.go, ErrCallingWebhook: "failed
+# calling webhook %q: %v", wrapped in an InternalError, "Internal error
+# occurred: %v"), whatever stopped the call: connection refused while the
+# webhook's pod starts, an x509 error until cert-manager's cainjector
+# injects the CA, a timeout, or the webhook's own 5xx. A webhook that
+# answered and refused says "admission webhook %q denied the request"
+# (pkg/admission/plugin/webhook/errors/statuserror.go) instead: a verdict
+# on the object, not a webhook that is not ready. Anchored at the start, so
+# a denial whose text quotes the phrase is not taken for one.
+_CALLING_WEBHOOK = re.compile(
+    r'^(?:Internal error occurred: )?failed calling webhook "([a-z0-9][a-z0-9.-]{0,252})"'
+)
+
+
+@dataclass(frozen=True)
+class WebhookCallFailed:
+    """The API server refused a write because it could not call an admission webhook."""
+
+    webhook: str
+    # The API server's message, with any answer it quotes left out.
+    detail: str
+
+
+def webhook_call_failed(err: BaseException) -> WebhookCallFailed | None:
+    """What ``err`` says about an admission webhook the API server could not call, if that."""
+    if not isinstance(err, ApiError) or err.response is None:
+        return None
+    response: httpx2.Response = err.response
+    body = _response_content(response)
+    doc = status_of(body, response.headers.get("content-type")) if body else None
+    message = str((doc or {}).get("message") or "")
+    match = _CALLING_WEBHOOK.match(message)
+    if match is None:
+        return None
+    # The call's cause may quote what the webhook answered, which its
+    # server chose (client-go's "an error on the server (...)"): left out
+    # before the message is cut, so a long answer cannot leave half a quote.
+    detail = bounded(_unquoted(message))
+    return WebhookCallFailed(match.group(1), f"{response.status_code}: {detail}")
 
 
 # Transport errors whose text is the local system's (errno strings, TLS

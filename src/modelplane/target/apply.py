@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Collection
 from typing import Any
@@ -10,26 +11,87 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx2
 import yaml
 from lightkube import AsyncClient
+from lightkube.core.exceptions import ApiError
+from lightkube.resources.admissionregistration_v1 import (
+    MutatingWebhookConfiguration,
+    ValidatingWebhookConfiguration,
+)
 
+from modelplane.target.answers import describe_error, webhook_call_failed
 from modelplane.target.resources import resource_of, unless_missing
 from modelplane.wire import FIELD_MANAGER, settled
 
+log = logging.getLogger("modelplane.target")
+
+
+class WebhookNotReady(Exception):
+    """The target could not call an admission webhook for an object: nothing was written.
+
+    A webhook's chart is Ready before its server answers (cert-manager's
+    webhook waits for its pod and for cainjector to inject its CA), so this is
+    a wait, retried with backoff, and said as such rather than as a failure.
+    """
+
+    def __init__(self, webhook: str, configurations: list[str], refused: str, detail: str) -> None:
+        self.webhook = webhook
+        self.configurations = configurations
+        self.refused = refused
+        self.detail = detail
+        held_in = f" ({', '.join(configurations)})" if configurations else ""
+        super().__init__(
+            f'admission webhook "{webhook}"{held_in} cannot be called yet, so the target '
+            f"refused {refused}: {detail}"
+        )
+
+
+async def webhook_configurations(client: AsyncClient, webhook: str) -> list[str]:
+    """The webhook configurations that hold a webhook of this name, as ``Kind name``.
+
+    The API server's error names the webhook, not its configuration, which
+    is what a person looks up (``kubectl get validatingwebhookconfiguration``).
+    Best effort: without the right to list them, the webhook's name stands alone.
+    """
+    found: list[str] = []
+    kinds: tuple[Any, ...] = (ValidatingWebhookConfiguration, MutatingWebhookConfiguration)
+    for res in kinds:
+        try:
+            async for configuration in client.list(res):
+                if any(w.name == webhook for w in configuration.webhooks or []):
+                    found.append(f"{res.__name__} {configuration.metadata.name}")
+        except (ApiError, httpx2.HTTPError) as err:
+            log.debug("cannot list %s: %s", res.__name__, describe_error(err))
+    return sorted(found)
+
+
+def _shown(body: dict[str, Any]) -> str:
+    meta = body["metadata"]
+    where = f"{meta['namespace']}/" if meta.get("namespace") else ""
+    return f"{body['kind']} {where}{meta['name']}"
+
 
 async def apply_object(client: AsyncClient, body: dict[str, Any]) -> None:
+    """Server-side apply ``body``; ``WebhookNotReady`` when a webhook cannot be called."""
     res = resource_of(body)
     obj: Any = res.from_dict(body)
-    await settled(
-        lambda: client.apply(
-            obj,
-            name=body["metadata"]["name"],
-            namespace=body["metadata"].get("namespace"),
-            field_manager=FIELD_MANAGER,
-            # The product owns these fields; another manager that took them
-            # over (someone's kubectl edit) is overruled, as drift
-            # correction should.
-            force=True,
+    try:
+        await settled(
+            lambda: client.apply(
+                obj,
+                name=body["metadata"]["name"],
+                namespace=body["metadata"].get("namespace"),
+                field_manager=FIELD_MANAGER,
+                # The product owns these fields; another manager that took them
+                # over (someone's kubectl edit) is overruled, as drift
+                # correction should.
+                force=True,
+            )
         )
-    )
+    except ApiError as err:
+        failed = webhook_call_failed(err)
+        if failed is None:
+            raise
+        configurations = await webhook_configurations(client, failed.webhook)
+        raise WebhookNotReady(failed.webhook, configurations, _shown(body), failed.detail) from err
 
 
 async def delete_object(client: AsyncClient, body: dict[str, Any]) -> bool:
