@@ -50,7 +50,7 @@ from lightkube.generic_resource import create_global_resource, create_namespaced
 from lightkube.resources.admissionregistration_v1 import ValidatingWebhookConfiguration
 from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
 from lightkube.resources.core_v1 import Namespace
-from tests.integration.hubs import SS, Harness, crd_established
+from tests.integration.hubs import SS, Harness, client_for, crd_established
 from tests.integration.substrate import CHART_CRDS, MANIFEST_CRDS, Substrate, crd
 from tests.waiting import wait_for
 
@@ -326,10 +326,10 @@ def harness(hub: Client, hub_env: TestEnv, target: TestEnv, tmp_path: Path) -> I
         h.stop()
 
 
-def _hub_state(h: Harness) -> dict[str, Any]:
+def _hub_state(h: Harness, hub: Client) -> dict[str, Any]:
     try:
-        obj = h.hub.get(SS, "stack", namespace=h.ns).to_dict()
-    except Exception as err:  # the hub is read from the webhook's thread
+        obj = hub.get(SS, "stack", namespace=h.ns).to_dict()
+    except Exception as err:  # raised in the webhook thread, it would only drop the call
         return {"error": repr(err)}
     ready = next(
         (c for c in (obj.get("status") or {}).get("conditions", []) if c["type"] == "Ready"), {}
@@ -347,7 +347,9 @@ def test_a_webhook_that_is_not_ready_yet_is_retried_with_backoff_and_named(
     harness: Harness, tmp_path: Path
 ) -> None:
     h = harness
-    webhook = NotReadyWebhook(FAILURES, snapshot=lambda: _hub_state(h))
+    # A client of its own: the webhook's thread reads the hub while the test polls it.
+    hub = client_for(h.hub_env)
+    webhook = NotReadyWebhook(FAILURES, snapshot=lambda: _hub_state(h, hub))
     _install_substrate(h.target)
     pki = _pki()
     with serve_webhook(webhook, pki, tmp_path) as url:
