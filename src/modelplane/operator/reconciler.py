@@ -64,6 +64,8 @@ UNREACHABLE = (httpx2.HTTPError, OSError, asyncio.TimeoutError)
 
 
 INVALID_SPEC = "InvalidSpec"
+# A hand edit of fields the operator owns, taken back (see plan.drift).
+DRIFT_CORRECTED = "DriftCorrected"
 
 
 class InvalidSpecError(Exception):
@@ -256,7 +258,13 @@ class StackReconciler:
                 changed |= await self._guard(m.component, self._apply_manifests(m, target))
         for o in p.objects:
             if o.action is ObjectAction.APPLY and self._due(o.component):
-                changed |= await self._guard(o.component, apply_object(target.client, o.object))
+                applied = await self._guard(o.component, apply_object(target.client, o.object))
+                if applied and o.drift:
+                    # Field paths only, never values: a value may be a secret.
+                    self.emit(
+                        "Normal", DRIFT_CORRECTED, f"restored {o.shown}: {', '.join(o.drift)}"
+                    )
+                changed |= applied
         releases = [
             r
             for r in p.releases

@@ -87,13 +87,25 @@ class PlannedObject(_Frozen):
     hold: Hold | None = None
     hold_reason: str | None = None
     teardown_wave: TeardownWave
+    # The fields a hand edit took from the operator (see plan.drift), which
+    # the apply takes back; set only with action apply.
+    drift: list[str] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _held_exactly_when_hold(self) -> PlannedObject:
         held = self.action is ObjectAction.HOLD
         if held != (self.hold is not None) or held != (self.hold_reason is not None):
             raise ValueError(f"{self.key}: a hold and its reason go with action hold, and only")
+        if self.drift and self.action is not ObjectAction.APPLY:
+            raise ValueError(f"{self.key}: drift goes with action apply, and only")
         return self
+
+    @property
+    def shown(self) -> str:
+        """``Kind namespace/name`` (``Kind name`` when cluster-scoped), for a person."""
+        meta = self.object["metadata"]
+        where = f"{meta['namespace']}/" if meta.get("namespace") else ""
+        return f"{self.object['kind']} {where}{meta['name']}"
 
 
 class RequirementResult(_Frozen):
@@ -159,7 +171,10 @@ def work_left(
         if m.action is not ObjectAction.NONE
     ]
     for o in objects:
-        if o.action is ObjectAction.APPLY:
+        if o.action is ObjectAction.APPLY and o.drift:
+            what = f"{_short(o.key)}: restore {', '.join(o.drift)}"
+            out.append(Work(component=o.component, what=what))
+        elif o.action is ObjectAction.APPLY:
             out.append(Work(component=o.component, what=f"{_short(o.key)}: apply"))
         elif o.hold is Hold.WAITING_FOR_API:
             out.append(Work(component=o.component, what=f"{_short(o.key)}: {o.hold_reason}"))

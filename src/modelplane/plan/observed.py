@@ -6,6 +6,8 @@ A pydantic model because it crosses a boundary: ``modelplane render
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import BaseModel, ConfigDict, Field
 
 # The advisory checks' facts are the catalog's (its advisories are written in
@@ -47,6 +49,11 @@ class Observed(BaseModel):
     # object key (see catalog.configuration.object_key) -> the digest
     # annotation it carries, for objects the product applied.
     applied: dict[str, str] = Field(default_factory=dict)
+    # object key -> the fields (managedFields fieldsV1) the operator's field
+    # manager owns on it, for applied objects other than CRDs: what the
+    # drift verdict (plan.drift) reads. A key left out was not observed, and
+    # the digest alone decides; {} means the operator owns none of it.
+    owned: dict[str, dict[str, Any]] = Field(default_factory=dict)
     # Helm releases by release name.
     releases: dict[str, ObservedRelease] = Field(default_factory=dict)
     gateway_addresses: list[str] = Field(default_factory=list)

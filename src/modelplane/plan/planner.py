@@ -20,6 +20,7 @@ from modelplane.catalog.configuration import (
 )
 from modelplane.catalog.types import Component, CRDServes, ObjectExists, Requirement
 from modelplane.pins import ComponentsMode
+from modelplane.plan.drift import drifted_fields
 from modelplane.plan.model import (
     ComponentPlan,
     GatewayReport,
@@ -347,12 +348,17 @@ def _object(config: ConfigObject, component: str, observed: Observed) -> Planned
     hold, reason = config.hold, config.hold_reason
     if hold is None and missing:
         hold, reason = Hold.WAITING_FOR_API, f"waits for the target to serve {', '.join(missing)}"
+    drift: list[str] = []
     if hold is not None:
         action = ObjectAction.HOLD
-    elif observed.applied.get(key) == body["metadata"]["annotations"][DIGEST_ANNOTATION]:
-        action = ObjectAction.NONE
-    else:
+    elif observed.applied.get(key) != body["metadata"]["annotations"][DIGEST_ANNOTATION]:
         action = ObjectAction.APPLY
+    else:
+        # The digest says the source is unchanged; ownership says whether
+        # someone changed the live object since (see plan.drift).
+        owned = observed.owned.get(key)
+        drift = drifted_fields(body, owned) if owned is not None else []
+        action = ObjectAction.APPLY if drift else ObjectAction.NONE
     return PlannedObject(
         key=key,
         component=component,
@@ -362,6 +368,7 @@ def _object(config: ConfigObject, component: str, observed: Observed) -> Planned
         hold=hold,
         hold_reason=reason,
         teardown_wave=config.teardown_wave,
+        drift=drift,
     )
 
 

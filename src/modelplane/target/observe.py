@@ -25,11 +25,13 @@ from modelplane.catalog.configuration import (
     configuration_for,
 )
 from modelplane.catalog.types import ObjectExists
+from modelplane.plan.drift import owned_fields
 from modelplane.plan.observed import Observed, ObservedRelease
 from modelplane.target.discovery import APIS, served_apis
 from modelplane.target.resources import list_settled, plural, resource, unless_missing
 from modelplane.wire import (
     DIGEST_ANNOTATION,
+    FIELD_MANAGER,
     MANAGED_BY,
     MANAGED_BY_LABEL,
     RELEASE_DIGEST_LABEL,
@@ -104,6 +106,7 @@ class Listed:
 def to_observed(listed: Listed) -> Observed:
     observed = Observed(apis=listed.apis)
     applied: dict[str, str] = {}
+    owned: dict[str, dict[str, Any]] = {}
     gateway_addresses: list[str] = []
     for (api_version, kind), items in sorted(listed.items.items()):
         for item in items:
@@ -112,6 +115,10 @@ def to_observed(listed: Listed) -> Observed:
             annotations = body["metadata"].get("annotations") or {}
             if DIGEST_ANNOTATION in annotations:
                 applied[object_key(body)] = annotations[DIGEST_ANNOTATION]
+                # CRDs come from fetched manifests the plan holds no body
+                # of, and their fieldsV1 run to hundreds of KiB: digest only.
+                if kind != "CustomResourceDefinition":
+                    owned[object_key(body)] = owned_fields(body["metadata"], FIELD_MANAGER)
             if kind == "Gateway" and body["metadata"]["name"] == GATEWAY_NAME:
                 addresses = (body.get("status") or {}).get("addresses") or []
                 gateway_addresses = [a["value"] for a in addresses if a.get("value")]
@@ -119,6 +126,7 @@ def to_observed(listed: Listed) -> Observed:
     return observed.model_copy(
         update={
             "applied": applied,
+            "owned": owned,
             "objects": {
                 key: [o["metadata"]["name"] for o in items] for key, items in listed.objects.items()
             },
