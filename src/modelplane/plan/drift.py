@@ -72,7 +72,7 @@ def drifted_fields(desired: dict[str, Any], owned: dict[str, Any]) -> list[str]:
 
 def _walk(desired: Any, owned: Any, path: str, out: list[str]) -> None:
     if owned is None:
-        out.append(path)
+        out += _missing(desired, path)
         return
     if not owned or not isinstance(owned, dict):
         return  # owned as a whole: nothing below it is anyone else's
@@ -87,9 +87,31 @@ def _walk(desired: Any, owned: Any, path: str, out: list[str]) -> None:
     # A scalar whose node exists is owned.
 
 
+def _missing(desired: Any, path: str) -> list[str]:
+    """How a field lost as a whole is named: by the fields it holds, down to list items.
+
+    ``spec.provider.kubernetes`` is shown as
+    ``spec.provider.kubernetes.envoyService.externalTrafficPolicy``, a lost
+    list of named items as one path per item.
+    """
+    if isinstance(desired, dict) and desired:
+        out: list[str] = []
+        for name, value in desired.items():
+            if value is not None:
+                out += _missing(value, f"{path}.{name}")
+        return out
+    if (
+        isinstance(desired, list)
+        and desired
+        and all(isinstance(i, dict) and "name" in i for i in desired)
+    ):
+        return [f"{path}[name={i['name']}]" for i in desired]
+    return [path]
+
+
 def _item(item: Any, owned: dict[str, Any]) -> tuple[str, Any]:
     """How a list item is named in a path, and its node in ``owned`` (None if absent)."""
-    keyed = [(k, json.loads(k[2:])) for k in owned if k.startswith("k:")]
+    keyed = [(k, fields) for k in owned if isinstance(fields := _key_fields(k), dict)]
     if isinstance(item, dict) and keyed:
         names = sorted({name for _, fields in keyed for name in fields})
         for node_key, fields in keyed:
@@ -104,6 +126,16 @@ def _item(item: Any, owned: dict[str, Any]) -> tuple[str, Any]:
         return _shown_key({k: v for k, v in item.items() if k == "name"}, item), None
     value = f"v:{json.dumps(item, separators=(',', ':'))}"
     return json.dumps(item), owned.get(value)
+
+
+def _key_fields(node_key: str) -> Any:
+    """The fields of a ``k:{...}`` node key; None for any other node (or a garbled one)."""
+    if not node_key.startswith("k:"):
+        return None
+    try:
+        return json.loads(node_key[2:])
+    except ValueError:
+        return None
 
 
 def _shown_key(fields: dict[str, Any], item: dict[str, Any]) -> str:
