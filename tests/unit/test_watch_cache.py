@@ -82,3 +82,22 @@ def test_a_crd_event_makes_the_served_apis_stale() -> None:
     secrets = next(k for k in cache.reflectors if k.api.resource == "secrets")
     cache._on_change(secrets, "MODIFIED")
     assert cache.api_generation == generation + 1
+
+
+def test_a_stack_with_client_cas_watches_configmaps_twice() -> None:
+    # Client CAs are a ConfigMap of ours (by label) and the CA ConfigMap is
+    # watched by name: two keys on one API, which must still order, or the
+    # watcher cannot start for any stack with a hostname and clientCAs.
+    spec = ServingStackSpec.model_validate(
+        {
+            "secrets": [{"type": "Kubeconfig", "name": "k", "key": "kubeconfig"}],
+            "gateway": {
+                "hostname": "west.example.com",
+                "clientCAs": [{"name": "fleet", "certificate": "PEM"}],
+            },
+        }
+    )
+    keys = [k for k in watch_keys(wanted(spec)) if k.api.resource == "configmaps"]
+    assert len(keys) == 2
+    cache = WatchCache(httpx2.AsyncClient(), wanted(spec), lambda: None)
+    assert set(cache.reflectors) == watch_keys(wanted(spec))

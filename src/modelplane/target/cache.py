@@ -104,6 +104,11 @@ def watch_keys(want: Wanted) -> frozenset[WatchKey]:
     return frozenset(keys)
 
 
+def _order(key: WatchKey) -> tuple[str, str, str, str]:
+    # Keys on one API differ by selectors that may be None; order on text.
+    return (key.api.key, key.namespace or "", key.labels or "", key.fields or "")
+
+
 class Gone(Exception):
     """410: the resourceVersion watched from is no longer available."""
 
@@ -362,7 +367,7 @@ class WatchCache:
             key: Reflector(
                 http, key, self.link, self._on_change, label=label, watch_timeout=watch_timeout
             )
-            for key in sorted(watch_keys(want))
+            for key in sorted(watch_keys(want), key=_order)
         }
         self._tasks: list[asyncio.Task[None]] = []
         # Bumped by every CRD event and every relist: the served APIs may
