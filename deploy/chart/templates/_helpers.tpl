@@ -1,0 +1,42 @@
+{{/* Names and labels. */}}
+{{- define "modelplane.name" -}}
+{{- .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "modelplane.fullname" -}}
+{{- if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "modelplane.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "modelplane.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "modelplane.labels" -}}
+{{ include "modelplane.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{- end -}}
+
+{{- define "modelplane.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "modelplane.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{/* "true" when replicas must coordinate (see values.yaml `coordination`), else "". */}}
+{{- define "modelplane.coordination" -}}
+{{- $enabled := .Values.coordination.enabled -}}
+{{- if kindIs "bool" $enabled -}}
+{{- if $enabled }}true{{ end -}}
+{{- else if gt (int .Values.replicaCount) 1 -}}
+true
+{{- end -}}
+{{- end -}}
