@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import logging
 import os
 from pathlib import Path
@@ -109,8 +110,19 @@ def run(
         int, typer.Option("--helm-timeout", help="Seconds one helm action may take.")
     ] = 600,
     metrics_port: Annotated[
-        int | None, typer.Option("--metrics-port", help="Serve Prometheus metrics here.")
+        int | None,
+        typer.Option(
+            "--metrics-port", help="Serve Prometheus metrics, /healthz and /readyz on this port."
+        ),
     ] = None,
+    metrics_address: Annotated[
+        str,
+        typer.Option(
+            "--metrics-address",
+            help="The address --metrics-port binds (default: every interface; 127.0.0.1 "
+            "keeps it to the host).",
+        ),
+    ] = "0.0.0.0",
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
 ) -> None:
     """Run the operator: reconcile every ServingStack onto its target cluster."""
@@ -126,6 +138,13 @@ def run(
         deny = deny_list(deny_target_cidr)
     except ValueError as err:
         raise typer.BadParameter(str(err), param_hint="--deny-target-cidr") from None
+    try:
+        ipaddress.ip_address(metrics_address)
+    except ValueError:
+        raise typer.BadParameter(
+            f"expected an IP address to bind, got {metrics_address!r}",
+            param_hint="--metrics-address",
+        ) from None
     if kubeconfig is not None:
         # kopf's own login reads the same file.
         os.environ["KUBECONFIG"] = str(kubeconfig)
@@ -144,6 +163,7 @@ def run(
         watch_timeout_seconds=watch_timeout,
         helm_timeout_seconds=helm_timeout,
         metrics_port=metrics_port,
+        metrics_address=metrics_address,
     )
     from modelplane.operator.handlers import run as run_operator
 

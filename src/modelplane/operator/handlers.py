@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import functools
 import logging
 import tempfile
 from dataclasses import dataclass, field
@@ -19,6 +20,7 @@ from typing import Any
 
 import httpx2
 import kopf
+from kopf._cogs.structs.references import Insights
 from lightkube import AsyncClient, KubeConfig
 from lightkube.core.exceptions import ApiError
 from lightkube.generic_resource import create_namespaced_resource
@@ -41,9 +43,11 @@ from modelplane.target.address import AddressDenied
 from modelplane.target.answers import describe_error
 from modelplane.target.connect import (
     ADDRESS_DENIED,
+    HUB_FORBIDDEN,
     CredentialsError,
     TargetHelm,
     connect,
+    hub_forbidden,
     open_targets,
     read_kubeconfig,
 )
@@ -106,13 +110,22 @@ async def write_status(rt: Runtime, body: kopf.Body, desired: dict[str, Any]) ->
     }
     if not status_changed(current, desired):
         return False
-    await rt.hub.patch(
-        ServingStackResource.Status,
-        body.meta.name or "",
-        {"status": desired},
-        namespace=body.meta.namespace,
-        patch_type=PatchType.MERGE,
-    )
+    try:
+        await rt.hub.patch(
+            ServingStackResource.Status,
+            body.meta.name or "",
+            {"status": desired},
+            namespace=body.meta.namespace,
+            patch_type=PatchType.MERGE,
+        )
+    except ApiError as err:
+        if err.status.code != 403:
+            raise
+        # Status is where the operator reports, so this gap can only be told
+        # in the log; the stack's loop goes on and tries again next time.
+        where = f"ServingStack {body.meta.namespace}/{body.meta.name}"
+        log.warning("%s", hub_forbidden(err, "patch", f"{PLURAL}/status", where, API_GROUP))
+        return False
     metrics.STATUS_WRITES.inc()
     return True
 
@@ -208,7 +221,9 @@ def register(registry: kopf.OperatorRegistry, rt: Runtime) -> None:
             await _teardown_condition(rt, body, ADDRESS_DENIED, message)
             raise kopf.TemporaryError(message, delay=RETRY_BLOCKED_SECONDS) from err
         except CredentialsError as err:
-            if err.reason == ADDRESS_DENIED:
+            if err.reason == HUB_FORBIDDEN:
+                message = f"{err}. Teardown needs the target's credentials, or {skip}"
+            elif err.reason == ADDRESS_DENIED:
                 message = f"{err}. Teardown does not reach a refused address: {skip}"
             else:
                 message = (
@@ -317,6 +332,12 @@ def settings() -> kopf.OperatorSettings:
     # kopf would post an event for every handler run; ours are explicit.
     s.posting.level = logging.WARNING
     s.watching.server_timeout = 300
+    # kopf would otherwise watch every CRD and, when namespaced, list every
+    # namespace on the hub: cluster-wide reads a namespaced install must not
+    # need. The ServingStack CRD is installed before the operator (the chart's
+    # crds/, or `modelplane crds` first), and the named namespaces are taken
+    # as they are. See kopf's reactor/observation.py on scanning.
+    s.scanning.disabled = True
     return s
 
 
@@ -334,13 +355,28 @@ async def run(options: OperatorOptions) -> None:
             options=options, hub=hub, helm=TargetHelm.guarding(helm, options.deny_target_cidrs)
         )
         rt.expose()
+        started = asyncio.Event()
+        # kopf takes this object as an argument of kopf.operator but does not
+        # export its class; it is filled once discovery on the hub succeeded.
+        insights = Insights()
+        probes = None
         if options.metrics_port is not None:
-            metrics.serve(options.metrics_port)
+            probes = await metrics.serve(
+                options.metrics_address,
+                options.metrics_port,
+                functools.partial(_waiting_for, started, insights),
+            )
         registry = kopf.OperatorRegistry()
         register(registry, rt)
 
         @kopf.on.login(registry=registry)
         def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+            # The order lightkube's KubeConfig.from_env takes for the hub
+            # client: a pod of the chart has its ServiceAccount, no kubeconfig.
+            if options.hub_kubeconfig is None:
+                in_cluster = kopf.login_with_service_account(**kwargs)
+                if in_cluster is not None:
+                    return in_cluster
             return kopf.login_with_kubeconfig(**kwargs)
 
         try:
@@ -350,6 +386,21 @@ async def run(options: OperatorOptions) -> None:
                 standalone=True,
                 clusterwide=options.all_namespaces or not options.namespaces,
                 namespaces=options.namespaces,
+                ready_flag=started,
+                insights=insights,
             )
         finally:
+            if probes is not None:
+                await probes.cleanup()
             await hub.close()
+
+
+def _waiting_for(started: asyncio.Event, insights: Insights) -> str | None:
+    """What readiness waits for: None once kopf runs and watches ServingStacks on the hub."""
+    if not started.is_set():
+        return "the operator is starting"
+    if not any(r.group == API_GROUP and r.plural == PLURAL for r in insights.watched_resources):
+        return f"{PLURAL}.{API_GROUP} is not served by the hub (install the CRD, then restart)"
+    if not insights.namespaces:
+        return "no namespace to watch yet"
+    return None

@@ -39,6 +39,8 @@ class OperatorOptions(BaseModel):
     # waiting and goes on (saying so in a condition and an event).
     teardown_wait_seconds: float = 120.0
     metrics_port: int | None = None
+    # Where metrics and the /healthz and /readyz probes listen.
+    metrics_address: str = "0.0.0.0"
 
     def sources(self) -> Sources:
         manifests = dict(self.manifests_url_for)

@@ -25,6 +25,7 @@ from lightkube.resources.core_v1 import Secret
 
 from modelplane.api.models import ServingStackSpec
 from modelplane.target.address import DEFAULT_DENIED, AddressDenied, IPNetwork, host_and_port, vet
+from modelplane.target.answers import bounded
 from modelplane.target.helm import Helm
 from modelplane.target.kubeconfig import KubeconfigError, parse_kubeconfig
 from modelplane.target.transport import GuardedTransport
@@ -40,6 +41,24 @@ class CredentialsError(Exception):
 
 
 ADDRESS_DENIED = "TargetAddressDenied"
+# The hub refused the operator a request its RBAC should allow.
+HUB_FORBIDDEN = "HubForbidden"
+
+
+def hub_forbidden(err: ApiError, verb: str, resource: str, where: str, group: str = "") -> str:
+    """Say which permission the hub refused, and how to grant it.
+
+    The hub is the operator's own cluster, so its Status message (which
+    names the ServiceAccount) is repeated; the verb and resource are said
+    apart from it so the line reads the same on any API server.
+    """
+    qualified = f"{resource} in API group {group}" if group else resource
+    return (
+        f"the hub refused the operator {verb} on {qualified} ({where}): "
+        f"{bounded(err.status.message or 'forbidden')}. Grant its ServiceAccount "
+        f"{verb} on {qualified} (deploy/chart's RBAC does)"
+    )
+
 
 # Targets opened and not yet closed, for the metrics: a number that only grows
 # is a leak.
@@ -141,6 +160,11 @@ async def read_kubeconfig(hub: AsyncClient, spec: ServingStackSpec, namespace: s
                 "SecretNotFound",
                 f"Secret {namespace}/{ref.name} named by the Kubeconfig entry does not exist",
             ) from err
+        if err.status.code == 403:
+            # A gap in the operator's RBAC, not a fault of the stack: said in
+            # Ready like any missing credential, rather than a traceback.
+            message = hub_forbidden(err, "get", "secrets", f"Secret {namespace}/{ref.name}")
+            raise CredentialsError(HUB_FORBIDDEN, message) from err
         raise
     data = secret.data or {}
     if ref.key not in data:
