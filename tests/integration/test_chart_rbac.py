@@ -1,0 +1,263 @@
+"""The chart's RBAC, proven by running the operator with nothing else.
+
+The chart is installed into the hub test API server with the real helm.
+Nothing runs its Deployment here (a bare API server has no controllers,
+scheduler or kubelet, and no image is built): the test mints a token for the
+chart's ServiceAccount with the TokenRequest API and runs the operator
+process itself with a kubeconfig that holds only that token, exactly the
+permissions a pod of the Deployment would have.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import pytest
+import yaml
+from lightkube import Client, KubeConfig
+from lightkube.core.exceptions import ApiError
+from lightkube.generic_resource import create_global_resource, create_namespaced_resource
+from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
+from lightkube.resources.core_v1 import Secret
+from lightkube.resources.rbac_authorization_v1 import Role
+from lightkube.types import PatchType
+from tests.integration.conftest import Helm
+from tests.integration.hubs import SS, Harness, free_port
+from tests.integration.substrate import CHART_CRDS, MANIFEST_CRDS, Substrate, crd, run_operator
+from tests.waiting import wait_for
+
+from modelplane.catalog import components as catalog
+from modelplane.catalog.configuration import GATEWAY_NAME, NS
+from modelplane.testenv import TestEnv
+
+CHART = Path(__file__).resolve().parents[2] / "deploy" / "chart"
+RELEASE = "mp"
+SERVICE_ACCOUNT = "mp-modelplane"
+GATEWAY = create_namespaced_resource("gateway.networking.k8s.io", "v1", "Gateway", "gateways")
+CA_PEM = "-----BEGIN CERTIFICATE-----\nMIIBfleet\n-----END CERTIFICATE-----\n"
+# A Provided stack fetches no chart and no manifest: any fetch would fail here.
+NO_SUBSTRATE = Substrate("http://127.0.0.1:9/charts", "http://127.0.0.1:9/manifests", Path("/"))
+
+
+@dataclass
+class Installed:
+    harness: Harness
+    release_namespace: str
+    kubeconfig: Path  # holds only the chart's ServiceAccount token
+
+    def start(self) -> None:
+        h = self.harness
+        h.metrics_port = free_port()
+        h.proc = run_operator(
+            self.kubeconfig, NO_SUBSTRATE, h.ns, h.log, "--metrics-port", str(h.metrics_port)
+        )
+
+    def probe(self, path: str) -> int:
+        assert self.harness.metrics_port is not None
+        with httpx2.Client(trust_env=False, timeout=5) as http:
+            return http.get(f"http://127.0.0.1:{self.harness.metrics_port}{path}").status_code
+
+    def role_rules(self) -> list[dict[str, Any]]:
+        role = self.harness.hub.get(Role, f"{RELEASE}-modelplane", namespace=self.harness.ns)
+        return [r.to_dict() for r in role.rules or []]
+
+    def set_role_rules(self, rules: list[dict[str, Any]]) -> None:
+        self.harness.hub.patch(
+            Role,
+            f"{RELEASE}-modelplane",
+            {"rules": rules},
+            namespace=self.harness.ns,
+            patch_type=PatchType.MERGE,
+        )
+
+
+@pytest.fixture
+def installed(
+    hub: Client, hub_env: TestEnv, target: TestEnv, helm: Helm, tmp_path: Path, request: Any
+) -> Iterator[Installed]:
+    digest = hashlib.sha256(request.node.name.encode()).hexdigest()[:6]
+    slug = re.sub(r"[^a-z0-9]+", "-", request.node.name.lower().removeprefix("test_"))[:30]
+    namespace = f"rbac-{slug.strip('-')}-{digest}"
+    release_namespace = f"mp-{digest}"
+    h = Harness(hub, hub_env, target, NO_SUBSTRATE, tmp_path, namespace)
+    hub_kubeconfig = ["--kubeconfig", str(hub_env.kubeconfig_path)]
+    helm.run(
+        "install",
+        RELEASE,
+        str(CHART),
+        *hub_kubeconfig,
+        "--namespace",
+        release_namespace,
+        "--create-namespace",
+        "--set",
+        f"watchNamespaces={{{namespace}}}",
+    )
+    kubeconfig = tmp_path / "operator.kubeconfig"
+    kubeconfig.write_text(yaml.safe_dump(_service_account_kubeconfig(hub_env, release_namespace)))
+    try:
+        yield Installed(h, release_namespace, kubeconfig)
+    finally:
+        h.stop()
+        # The finalizer is the operator's: without it running, a stack left
+        # behind would hold the namespace's cleanup forever, so drop it.
+        for stack in hub.list(SS, namespace=namespace):
+            hub.patch(
+                SS,
+                stack.metadata.name,
+                {"metadata": {"finalizers": None}},
+                namespace=namespace,
+                patch_type=PatchType.MERGE,
+            )
+        helm.run("uninstall", RELEASE, *hub_kubeconfig, "--namespace", release_namespace)
+
+
+def _service_account_kubeconfig(hub_env: TestEnv, namespace: str) -> dict[str, Any]:
+    """A kubeconfig whose only credential is a fresh token of the chart's ServiceAccount."""
+    with hub_env.http_client() as http:
+        response = http.post(
+            f"/api/v1/namespaces/{namespace}/serviceaccounts/{SERVICE_ACCOUNT}/token",
+            json={
+                "apiVersion": "authentication.k8s.io/v1",
+                "kind": "TokenRequest",
+                "spec": {"expirationSeconds": 3600},
+            },
+        )
+    response.raise_for_status()
+    token = response.json()["status"]["token"]
+    config = hub_env.kubeconfig
+    user = f"system:serviceaccount:{namespace}:{SERVICE_ACCOUNT}"
+    config["users"] = [{"name": user, "user": {"token": token}}]
+    config["contexts"] = [
+        {**c, "context": {**c["context"], "user": user}} for c in config["contexts"]
+    ]
+    return config
+
+
+def _provide_substrate(h: Harness) -> None:
+    """What a cluster owner brings in Provided mode: every Standard CRD and the DeviceClass."""
+    standard = {
+        c.chart.chart for c in catalog.components_of_stack(catalog.Stack.STANDARD) if c.chart
+    }
+    specs = [s for chart, ss in CHART_CRDS.items() if chart in standard for s in ss]
+    for spec in [*specs, *MANIFEST_CRDS["gaie-crds"]]:
+        h.target.apply(CustomResourceDefinition.from_dict(crd(*spec)), field_manager="owner")
+    device_class = create_global_resource("resource.k8s.io", "v1", "DeviceClass", "deviceclasses")
+    h.target.apply(
+        device_class.from_dict(
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "DeviceClass",
+                "metadata": {"name": catalog.GPU_DEVICE_CLASS},
+                "spec": {},
+            }
+        ),
+        field_manager="owner",
+    )
+
+
+def _gone(hub: Client, namespace: str) -> bool:
+    try:
+        hub.get(SS, "stack", namespace=namespace)
+    except ApiError as err:
+        return err.status.code == 404
+    return False
+
+
+def _absent_on_target(h: Harness) -> bool:
+    try:
+        h.target.get(GATEWAY, GATEWAY_NAME, namespace=NS)
+    except ApiError as err:
+        return err.status.code == 404
+    return False
+
+
+def test_operator_takes_a_stack_through_its_life_with_only_the_charts_rbac(
+    installed: Installed,
+) -> None:
+    h = installed.harness
+    # The token is the chart's ServiceAccount and nothing more: it may not
+    # even list the Secrets it reads one by one.
+    as_operator = Client(KubeConfig.from_file(installed.kubeconfig))
+    with pytest.raises(ApiError) as refused:
+        list(as_operator.list(Secret, namespace=h.ns))
+    assert refused.value.status.code == 403
+
+    _provide_substrate(h)
+    h.put_secret({"kubeconfig": h.kubeconfig_text()})
+    h.create({"components": "Provided"})
+    installed.start()
+
+    h.wait_condition("Ready", "True", deadline=120, generation=1)
+    wait_for("/readyz to answer 200", lambda: installed.probe("/readyz") == 200, deadline=30)
+    assert installed.probe("/healthz") == 200
+    gateway = h.target.get(GATEWAY, GATEWAY_NAME, namespace=NS).to_dict()
+    assert [listener["name"] for listener in gateway["spec"]["listeners"]] == ["http"]
+
+    # Update: a hostname and a client CA add the HTTPS listener.
+    h.create(
+        {
+            "components": "Provided",
+            "gateway": {
+                "hostname": "west.example.com",
+                "clientCAs": [{"name": "fleet", "certificate": CA_PEM}],
+            },
+        }
+    )
+    h.wait_condition("Ready", "True", deadline=120, generation=2)
+    gateway = h.target.get(GATEWAY, GATEWAY_NAME, namespace=NS).to_dict()
+    assert [listener["name"] for listener in gateway["spec"]["listeners"]] == ["http", "https"]
+
+    # Delete: kopf's finalizer patch and the teardown both run under the chart's RBAC.
+    h.hub.delete(SS, "stack", namespace=h.ns)
+    wait_for("the ServingStack to be gone", lambda: _gone(h.hub, h.ns), deadline=120)
+    assert _absent_on_target(h)
+    log = h.log.read_text()
+    assert "Traceback" not in log, log[-3000:]
+    assert "forbidden" not in log.lower(), log[-3000:]
+
+
+def _without(rules: list[dict[str, Any]], resource: str) -> list[dict[str, Any]]:
+    kept = [r for r in rules if resource not in r["resources"]]
+    assert len(kept) == len(rules) - 1, rules
+    return kept
+
+
+@pytest.mark.parametrize(
+    ("resource", "verb"), [("secrets", "get"), ("servingstacks/status", "patch")]
+)
+def test_a_missing_rule_is_named_and_the_operator_keeps_running(
+    installed: Installed, resource: str, verb: str
+) -> None:
+    h = installed.harness
+    _provide_substrate(h)
+    h.put_secret({"kubeconfig": h.kubeconfig_text()})
+    full = installed.role_rules()
+    installed.set_role_rules(_without(full, resource))
+    h.create({"components": "Provided"})
+    installed.start()
+
+    named = f"the hub refused the operator {verb} on {resource}"
+    if resource == "secrets":
+        c = h.wait_condition("Ready", "False", "HubForbidden", deadline=90)
+        assert named in c["message"], c
+        assert f'cannot {verb} resource "{resource}"' in c["message"], c
+    else:
+        # Status is where the operator reports; with that refused, the log says it.
+        wait_for("the log to name the refusal", lambda: named in h.log.read_text(), deadline=90)
+
+    # No crash loop: the process lives, answers /healthz, and tries again.
+    tried = h.reconciles()
+    wait_for("another reconcile", lambda: h.reconciles() > tried, deadline=90)
+    assert h.proc is not None and h.proc.poll() is None
+    assert installed.probe("/healthz") == 200
+    assert "Traceback" not in h.log.read_text(), h.log.read_text()[-3000:]
+
+    # Given the rule back, the same process carries on to Ready.
+    installed.set_role_rules(full)
+    h.wait_condition("Ready", "True", deadline=120)

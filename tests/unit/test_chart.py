@@ -1,0 +1,226 @@
+"""The operator's Helm chart (deploy/chart), rendered by the real helm.
+
+The chart's CRD must be what ``modelplane crds`` prints, and its RBAC exactly
+what the operator calls on the hub: namespaced when it watches named
+namespaces, cluster-wide only for all of them. tests/integration/
+test_chart_rbac.py proves the rules suffice by running the operator with them.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from modelplane.api.crd import servingstack_crd
+from modelplane.cli.main import app
+from modelplane.testenv import TestbinMissingError, find_binaries, helm_environ
+
+CHART = Path(__file__).resolve().parents[2] / "deploy" / "chart"
+GROUP = "infrastructure.modelplane.ai"
+
+# (apiGroups, resources, verbs) the operator needs in each watched namespace.
+STACK_RULES = {
+    ((GROUP,), ("servingstacks",), ("list", "watch", "patch")),
+    ((GROUP,), ("servingstacks/status",), ("patch",)),
+    (("",), ("secrets",), ("get",)),
+    (("",), ("events",), ("create",)),
+}
+PEERING = ((("kopf.dev", "zalando.org"), ("kopfpeerings",), ("get", "list", "watch", "patch")),)
+CLUSTER_PEERING = (
+    (("kopf.dev", "zalando.org"), ("clusterkopfpeerings",), ("get", "list", "watch", "patch")),
+)
+LEASES = (
+    (
+        ("coordination.k8s.io",),
+        ("leases",),
+        ("get", "list", "watch", "create", "update", "patch"),
+    ),
+)
+
+
+@pytest.fixture(scope="module")
+def helm_binary(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]]:
+    try:
+        binary = find_binaries()["helm"]
+    except TestbinMissingError as err:
+        pytest.fail(str(err), pytrace=False)
+    return binary, helm_environ(tmp_path_factory.mktemp("helm-home"))
+
+
+def _helm(helm: tuple[Path, dict[str, str]], *args: str) -> subprocess.CompletedProcess[str]:
+    binary, env = helm
+    return subprocess.run(
+        [str(binary), *args], env=env, capture_output=True, text=True, timeout=60, check=False
+    )
+
+
+def render(helm: tuple[Path, dict[str, str]], *sets: str) -> list[dict[str, Any]]:
+    args = ["template", "mp", str(CHART), "--namespace", "modelplane"]
+    for value in sets:
+        args += ["--set", value]
+    proc = _helm(helm, *args)
+    assert proc.returncode == 0, proc.stderr
+    return [d for d in yaml.safe_load_all(proc.stdout) if d]
+
+
+def rules(doc: dict[str, Any]) -> set[tuple[tuple[str, ...], ...]]:
+    return {(tuple(r["apiGroups"]), tuple(r["resources"]), tuple(r["verbs"])) for r in doc["rules"]}
+
+
+def of_kind(docs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [d for d in docs if d["kind"] == kind]
+
+
+def test_chart_crd_is_what_modelplane_crds_prints() -> None:
+    chart_copy = list(yaml.safe_load_all((CHART / "crds" / "servingstacks.yaml").read_text()))
+    assert chart_copy == [servingstack_crd()], "run hack/chart-crds.sh"
+    # And the command itself, byte for byte, as the script writes it.
+    printed = CliRunner().invoke(app, ["crds"])
+    assert printed.exit_code == 0
+    assert (CHART / "crds" / "servingstacks.yaml").read_text() == printed.stdout
+
+
+def test_helm_lint_passes_in_both_namespace_modes(helm_binary: tuple[Path, dict[str, str]]) -> None:
+    for extra in ([], ["--set", "watchNamespaces={platform}"]):
+        proc = _helm(helm_binary, "lint", "--strict", str(CHART), *extra)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert "1 chart(s) linted, 0 chart(s) failed" in proc.stdout
+
+
+def test_named_namespaces_get_a_role_each_and_nothing_cluster_wide(
+    helm_binary: tuple[Path, dict[str, str]],
+) -> None:
+    docs = render(helm_binary, "watchNamespaces={platform,west}", "replicaCount=1")
+    assert of_kind(docs, "ClusterRole") == []
+    assert of_kind(docs, "ClusterRoleBinding") == []
+    roles = {r["metadata"]["namespace"]: r for r in of_kind(docs, "Role")}
+    assert set(roles) == {"platform", "west"}
+    assert all(rules(role) == STACK_RULES for role in roles.values())
+    bindings = {b["metadata"]["namespace"]: b for b in of_kind(docs, "RoleBinding")}
+    assert set(bindings) == {"platform", "west"}
+    for binding in bindings.values():
+        assert binding["subjects"] == [
+            {"kind": "ServiceAccount", "name": "mp-modelplane", "namespace": "modelplane"}
+        ]
+        assert binding["roleRef"]["kind"] == "Role"
+    args = of_kind(docs, "Deployment")[0]["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--namespace=platform" in args and "--namespace=west" in args
+    assert "--all-namespaces" not in args
+
+
+def test_all_namespaces_get_one_cluster_role(helm_binary: tuple[Path, dict[str, str]]) -> None:
+    docs = render(helm_binary, "replicaCount=1")
+    assert of_kind(docs, "Role") == [] and of_kind(docs, "RoleBinding") == []
+    (cluster_role,) = of_kind(docs, "ClusterRole")
+    assert rules(cluster_role) == STACK_RULES
+    (binding,) = of_kind(docs, "ClusterRoleBinding")
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "ClusterRole",
+        "name": "mp-modelplane",
+    }
+    args = of_kind(docs, "Deployment")[0]["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--all-namespaces" in args
+
+
+def test_coordination_rules_follow_replicas_unless_set(
+    helm_binary: tuple[Path, dict[str, str]],
+) -> None:
+    # Two replicas (the default): Leases in the release namespace, and peering.
+    docs = render(helm_binary, "watchNamespaces={platform}")
+    roles = {(r["metadata"]["namespace"], r["metadata"]["name"]): r for r in of_kind(docs, "Role")}
+    assert rules(roles[("platform", "mp-modelplane")]) == STACK_RULES | set(PEERING)
+    assert rules(roles[("modelplane", "mp-modelplane-coordination")]) == set(LEASES)
+
+    docs = render(helm_binary)
+    assert rules(of_kind(docs, "ClusterRole")[0]) == STACK_RULES | set(CLUSTER_PEERING)
+
+    docs = render(helm_binary, "coordination.enabled=false")
+    assert rules(of_kind(docs, "ClusterRole")[0]) == STACK_RULES
+    assert of_kind(docs, "Role") == []
+
+    docs = render(helm_binary, "replicaCount=1", "coordination.enabled=true")
+    assert rules(of_kind(docs, "ClusterRole")[0]) == STACK_RULES | set(CLUSTER_PEERING)
+
+
+def test_extra_rules_reach_every_role(helm_binary: tuple[Path, dict[str, str]]) -> None:
+    docs = render(
+        helm_binary,
+        "watchNamespaces={platform}",
+        "replicaCount=1",
+        "rbac.extraRules[0].apiGroups={}",
+        "rbac.extraRules[0].resources={configmaps}",
+        "rbac.extraRules[0].verbs={get}",
+    )
+    (role,) = of_kind(docs, "Role")
+    assert (("",), ("configmaps",), ("get",)) in rules(role)
+
+
+def test_deployment_is_locked_down_and_probed(helm_binary: tuple[Path, dict[str, str]]) -> None:
+    (deployment,) = of_kind(render(helm_binary), "Deployment")
+    spec = deployment["spec"]
+    assert spec["replicas"] == 2
+    pod = spec["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    (container,) = pod["containers"]
+    security = container["securityContext"]
+    assert security["readOnlyRootFilesystem"] is True
+    assert security["allowPrivilegeEscalation"] is False
+    assert security["capabilities"]["drop"] == ["ALL"]
+    assert container["resources"]["requests"] and container["resources"]["limits"]
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
+    args = container["args"]
+    assert "--metrics-address=0.0.0.0" in args and "--metrics-port=8080" in args
+    # helm's homes live under TMPDIR (target/helm.py): the one writable mount.
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert env["TMPDIR"] == "/tmp" and env["HOME"] == "/tmp"
+    assert container["volumeMounts"] == [{"name": "tmp", "mountPath": "/tmp"}]
+    assert {"name": "tmp", "emptyDir": {"sizeLimit": "1Gi"}} in pod["volumes"]
+
+
+def test_operator_values_become_flags(helm_binary: tuple[Path, dict[str, str]]) -> None:
+    docs = render(
+        helm_binary,
+        "operator.chartRepository=https://mirror.example/charts",
+        "operator.chartRepositoryFor.grove=oci://mirror.example/grove",
+        "operator.gaieManifestsUrl=https://mirror.example/gaie",
+        "operator.manifestsUrlFor.modelexpress-crds=https://mirror.example/mx",
+        "operator.allowUnsafeKubeconfig=true",
+        "operator.resync=60",
+        "operator.denyTargetCIDRs={default,10.96.0.0/12}",
+    )
+    args = of_kind(docs, "Deployment")[0]["spec"]["template"]["spec"]["containers"][0]["args"]
+    for flag in (
+        "--chart-repository=https://mirror.example/charts",
+        "--chart-repository-for=grove=oci://mirror.example/grove",
+        "--gaie-manifests-url=https://mirror.example/gaie",
+        "--manifests-url-for=modelexpress-crds=https://mirror.example/mx",
+        "--allow-unsafe-kubeconfig",
+        "--resync=60",
+        "--deny-target-cidr=default",
+        "--deny-target-cidr=10.96.0.0/12",
+    ):
+        assert flag in args, flag
+    assert (
+        "--allow-unsafe-kubeconfig"
+        not in of_kind(render(helm_binary), "Deployment")[0]["spec"]["template"]["spec"][
+            "containers"
+        ][0]["args"]
+    )
+
+
+def test_service_monitor_only_when_asked(helm_binary: tuple[Path, dict[str, str]]) -> None:
+    assert of_kind(render(helm_binary), "ServiceMonitor") == []
+    (service,) = of_kind(render(helm_binary), "Service")
+    assert service["spec"]["ports"][0]["targetPort"] == "metrics"
+    (monitor,) = of_kind(
+        render(helm_binary, "metrics.serviceMonitor.enabled=true"), "ServiceMonitor"
+    )
+    assert monitor["spec"]["endpoints"][0]["port"] == "metrics"
