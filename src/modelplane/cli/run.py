@@ -9,6 +9,7 @@ import logging
 import os
 from pathlib import Path
 from typing import Annotated
+from urllib.parse import urlsplit
 
 import typer
 
@@ -24,6 +25,15 @@ def _pairs(values: list[str], flag: str) -> dict[str, str]:
             raise typer.BadParameter(f"expected COMPONENT=URL, got {value!r}", param_hint=flag)
         out[name] = url
     return out
+
+
+def _url(value: str | None, flag: str) -> str | None:
+    if value is None:
+        return None
+    parts = urlsplit(value)
+    if parts.scheme not in ("https", "http") or not parts.hostname:
+        raise typer.BadParameter(f"expected an https:// URL, got {value!r}", param_hint=flag)
+    return value
 
 
 def run(
@@ -123,6 +133,32 @@ def run(
             "keeps it to the host).",
         ),
     ] = "0.0.0.0",
+    no_cross_namespace_refs: Annotated[
+        bool,
+        typer.Option(
+            "--no-cross-namespace-refs",
+            help="Refuse cloud identity entries that name a Secret in another namespace, "
+            "even one annotated modelplane.ai/allowed-namespaces.",
+        ),
+    ] = False,
+    aws_sts_endpoint: Annotated[
+        str | None,
+        typer.Option(
+            "--aws-sts-endpoint",
+            help="STS endpoint URL for AWSWebIdentityCredentials (regional, FIPS or private).",
+        ),
+    ] = None,
+    aws_region: Annotated[
+        str | None,
+        typer.Option("--aws-region", help="AWS region of STS for AWSWebIdentityCredentials."),
+    ] = None,
+    nebius_token_endpoint: Annotated[
+        str | None,
+        typer.Option(
+            "--nebius-token-endpoint",
+            help="Token exchange URL for NebiusServiceAccountCredentials.",
+        ),
+    ] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
 ) -> None:
     """Run the operator: reconcile every ServingStack onto its target cluster."""
@@ -164,6 +200,10 @@ def run(
         helm_timeout_seconds=helm_timeout,
         metrics_port=metrics_port,
         metrics_address=metrics_address,
+        no_cross_namespace_refs=no_cross_namespace_refs,
+        aws_sts_endpoint=_url(aws_sts_endpoint, "--aws-sts-endpoint"),
+        aws_region=aws_region,
+        nebius_token_endpoint=_url(nebius_token_endpoint, "--nebius-token-endpoint"),
     )
     from modelplane.operator.handlers import run as run_operator
 

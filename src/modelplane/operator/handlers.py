@@ -44,15 +44,18 @@ from modelplane.target.answers import describe_error
 from modelplane.target.connect import (
     ADDRESS_DENIED,
     HUB_FORBIDDEN,
+    Credentials,
     CredentialsError,
     TargetHelm,
     connect,
     hub_forbidden,
     open_targets,
-    read_kubeconfig,
+    read_credentials,
 )
 from modelplane.target.discovery import TargetError
 from modelplane.target.helm import Helm
+from modelplane.target.identity.base import IdentityError
+from modelplane.target.identity.cache import TokenCache
 from modelplane.target.observe import wanted
 
 log = logging.getLogger("modelplane.operator")
@@ -80,11 +83,14 @@ class Runtime:
     # The (generation, deletionTimestamp) last seen per stack, dropped when
     # the stack is deleted.
     generations: dict[tuple[str, str], Any] = field(default_factory=dict)
+    # Cloud identity token sources, by identity and target (bounded).
+    tokens: TokenCache = field(default_factory=TokenCache)
 
     def expose(self) -> None:
         """Report the sizes of what is kept in the metrics: a size that only grows is a leak."""
         metrics.TRACKED.labels(what="wakers").set_function(lambda: len(self.wakers))
         metrics.TRACKED.labels(what="generations").set_function(lambda: len(self.generations))
+        metrics.TRACKED.labels(what="identity_tokens").set_function(lambda: len(self.tokens))
         metrics.TARGETS_OPEN.set_function(open_targets)
 
 
@@ -154,9 +160,9 @@ def register(registry: kopf.OperatorRegistry, rt: Runtime) -> None:
     async def reconcile_stack(body: kopf.Body, stopped: kopf.DaemonStopped, **_: Any) -> None:
         key = (body.meta.namespace or "", body.meta.name or "")
         wake = rt.wakers.setdefault(key, asyncio.Event())
-        reconciler = StackReconciler(rt.hub, rt.helm, rt.options, _emitter(body))
+        reconciler = StackReconciler(rt.hub, rt.helm, rt.options, _emitter(body), tokens=rt.tokens)
         watcher: TargetWatcher | None = None
-        watched_kubeconfig: str | None = None
+        watched_credentials: Credentials | None = None
         label = "/".join(key)
         try:
             while not stopped:
@@ -180,8 +186,8 @@ def register(registry: kopf.OperatorRegistry, rt: Runtime) -> None:
                 metrics.RECONCILES.labels(result=outcome.blocked_reason or "ok").inc()
                 await write_status(rt, body, desired_status(outcome, body.meta.get("generation")))
                 if outcome.blocked_reason is None:
-                    watcher, watched_kubeconfig = await _ensure_watcher(
-                        rt, body, wake, watcher, watched_kubeconfig, label
+                    watcher, watched_credentials = await _ensure_watcher(
+                        rt, body, wake, watcher, watched_credentials, label
                     )
                 delay = _delay(outcome, rt.options.resync_seconds)
                 await _sleep(wake, stopped, delay)
@@ -200,7 +206,7 @@ def register(registry: kopf.OperatorRegistry, rt: Runtime) -> None:
                 message=f"{SKIP_TEARDOWN_ANNOTATION}=true: the target is left as it is",
             )
             return
-        reconciler = StackReconciler(rt.hub, rt.helm, rt.options, _emitter(body))
+        reconciler = StackReconciler(rt.hub, rt.helm, rt.options, _emitter(body), tokens=rt.tokens)
         skip = (
             f"annotate this ServingStack {SKIP_TEARDOWN_ANNOTATION}=true to delete it "
             "without touching the target"
@@ -231,6 +237,15 @@ def register(registry: kopf.OperatorRegistry, rt: Runtime) -> None:
                 )
             await _teardown_condition(rt, body, err.reason, message)
             raise kopf.TemporaryError(message, delay=RETRY_BLOCKED_SECONDS) from err
+        except IdentityError as err:
+            # A token refresh failed part way; the kubeconfig's own
+            # credentials are never tried instead.
+            message = (
+                f"{err.message}. Teardown needs the target's credentials: fix the identity, "
+                f"or {skip}"
+            )
+            await _teardown_condition(rt, body, err.failure.value, message)
+            raise kopf.TemporaryError(message, delay=RETRY_BLOCKED_SECONDS) from None
         except (OSError, ApiError, TargetError, httpx2.HTTPError) as err:
             message = f"teardown could not reach the target: {type(err).__name__}: "
             message += describe_error(err)
@@ -262,9 +277,9 @@ async def _ensure_watcher(
     body: kopf.Body,
     wake: asyncio.Event,
     watcher: TargetWatcher | None,
-    watched: str | None,
+    watched: Credentials | None,
     label: str,
-) -> tuple[TargetWatcher | None, str | None]:
+) -> tuple[TargetWatcher | None, Credentials | None]:
     """Keep one set of target watches, restarted when the credentials or what to watch change."""
     from modelplane.api.models import ServingStack
 
@@ -272,20 +287,27 @@ async def _ensure_watcher(
         stack = ServingStack.model_validate(
             {k: body[k] for k in ("apiVersion", "kind", "metadata", "spec")}
         )
-        kubeconfig = await read_kubeconfig(rt.hub, stack.spec, stack.metadata.namespace)
+        credentials = await read_credentials(
+            rt.hub,
+            stack.spec,
+            stack.metadata.namespace,
+            cross_namespace_refs=not rt.options.no_cross_namespace_refs,
+        )
     except (CredentialsError, ApiError, ValueError):
         return watcher, watched
     want = wanted(stack.spec)
-    if watcher is not None and kubeconfig == watched and watcher.want == want:
+    if watcher is not None and credentials == watched and watcher.want == want:
         return watcher, watched
     if watcher is not None:
         await watcher.close()
     try:
         target = await connect(
-            kubeconfig,
+            credentials,
             allow_unsafe=rt.options.allow_unsafe_kubeconfig,
             timeout=rt.options.target_timeout_seconds,
             deny=rt.options.deny_target_cidrs,
+            tokens=rt.tokens,
+            endpoints=rt.options.endpoints(),
         )
     except CredentialsError:
         # The next reconcile reports why; a closed watcher is not kept.
@@ -294,7 +316,7 @@ async def _ensure_watcher(
         target, want, wake.set, label=label, watch_timeout=rt.options.watch_timeout_seconds
     )
     fresh.start()
-    return fresh, kubeconfig
+    return fresh, credentials
 
 
 def _delay(outcome: Outcome, resync: float) -> float:

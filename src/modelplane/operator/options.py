@@ -8,6 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from modelplane.plan.planner import Sources
 from modelplane.target.address import DEFAULT_DENIED, IPNetwork
+from modelplane.target.identity.base import Endpoints
 
 
 class OperatorOptions(BaseModel):
@@ -41,6 +42,20 @@ class OperatorOptions(BaseModel):
     metrics_port: int | None = None
     # Where metrics and the /healthz and /readyz probes listen.
     metrics_address: str = "0.0.0.0"
+    # Refuse identity entries that name a Secret in another namespace, even
+    # one whose grant annotation names the stack's namespace.
+    no_cross_namespace_refs: bool = False
+    # Token service overrides for cloud identities (regional, FIPS, tests).
+    aws_sts_endpoint: str | None = None
+    aws_region: str | None = None
+    nebius_token_endpoint: str | None = None
+
+    def endpoints(self) -> Endpoints:
+        return Endpoints(
+            aws_sts=self.aws_sts_endpoint,
+            aws_region=self.aws_region,
+            nebius_token_exchange=self.nebius_token_endpoint,
+        )
 
     def sources(self) -> Sources:
         manifests = dict(self.manifests_url_for)

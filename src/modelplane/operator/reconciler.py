@@ -46,10 +46,12 @@ from modelplane.target.connect import (
     CredentialsError,
     Target,
     connect,
-    read_kubeconfig,
+    read_credentials,
 )
 from modelplane.target.discovery import ApiStatusError, TargetError
 from modelplane.target.helm import Helm, HelmError
+from modelplane.target.identity.base import IdentityError
+from modelplane.target.identity.cache import TokenCache
 from modelplane.target.observe import observe, read_listed, to_observed, wanted
 from modelplane.wire import stamp
 
@@ -113,6 +115,9 @@ class StackReconciler:
     # their way, and a stale copy would only cost a second, idle apply.
     last_direct: float | None = None
     settled: bool = False
+    # Cloud identity tokens, shared with the stack's target watches and kept
+    # across reconciles (each opens its target afresh).
+    tokens: TokenCache = field(default_factory=TokenCache)
 
     # -- reconcile -----------------------------------------------------------
 
@@ -176,6 +181,13 @@ class StackReconciler:
         except AddressDenied as err:
             # The name resolved to a refused address after the target was opened.
             return Outcome(plan=None, blocked_reason=ADDRESS_DENIED, blocked_message=str(err))
+        except IdentityError as err:
+            # A refresh failed mid-reconcile; never retried with other credentials.
+            return Outcome(
+                plan=None,
+                blocked_reason=err.failure.value,
+                blocked_message=_identity_message(stack, err),
+            )
         except ApiStatusError as err:
             reason = "TargetUnauthorized" if err.status in (401, 403) else "TargetError"
             return Outcome(
@@ -242,12 +254,19 @@ class StackReconciler:
 
     async def _target(self, stack: ServingStack) -> Target:
         """Open the stack's target; the caller closes it. Refusals are ``CredentialsError``."""
-        kubeconfig = await read_kubeconfig(self.hub, stack.spec, stack.metadata.namespace)
+        credentials = await read_credentials(
+            self.hub,
+            stack.spec,
+            stack.metadata.namespace,
+            cross_namespace_refs=not self.options.no_cross_namespace_refs,
+        )
         return await connect(
-            kubeconfig,
+            credentials,
             allow_unsafe=self.options.allow_unsafe_kubeconfig,
             timeout=self.options.target_timeout_seconds,
             deny=self.options.deny_target_cidrs,
+            tokens=self.tokens,
+            endpoints=self.options.endpoints(),
         )
 
     async def _act(self, p: Plan, target: Target) -> bool:
@@ -292,9 +311,12 @@ class StackReconciler:
             ReleaseAction.REINSTALL: "Reinstall",
             ReleaseAction.ROLLBACK: "Rollback",
         }[release.action]
+        # Minted (or taken from the cache) per release: helm gets a token
+        # fresh enough for its run, never the identity's key.
+        kubeconfig = await target.helm_kubeconfig()
         ok = await self._guard(
             release.component,
-            self.helm.apply(release, target.kubeconfig),
+            self.helm.apply(release, kubeconfig),
             what=f"{verb.lower()} of release {release.name}",
         )
         if ok:
@@ -405,11 +427,16 @@ class StackReconciler:
         return remaining
 
     async def _uninstall(self, step: UninstallRelease, target: Target) -> None:
-        await self.helm.uninstall(step.release, step.namespace, target.kubeconfig)
+        await self.helm.uninstall(step.release, step.namespace, await target.helm_kubeconfig())
         log.info("teardown: uninstalled release %s", step.release)
         self.emit(
             "Normal", "Uninstalled", f"uninstalled release {step.release} from {step.namespace}"
         )
+
+
+def _identity_message(stack: ServingStack, err: IdentityError) -> str:
+    entry = stack.spec.cloud_identity
+    return f"the {entry.type if entry else 'cloud'} identity: {err.message}"
 
 
 def _without_status(body: dict[str, Any]) -> dict[str, Any]:

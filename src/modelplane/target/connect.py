@@ -20,14 +20,18 @@ from lightkube import AsyncClient
 from lightkube.config import client_adapter
 from lightkube.config.client_adapter import ConnectionParams
 from lightkube.config.kubeconfig import SingleConfig
+from lightkube.config.models import User
 from lightkube.core.exceptions import ApiError
 from lightkube.resources.core_v1 import Secret
 
-from modelplane.api.models import ServingStackSpec
+from modelplane.api.models import SecretType, ServingStackSpec
 from modelplane.target.address import DEFAULT_DENIED, AddressDenied, IPNetwork, host_and_port, vet
 from modelplane.target.answers import bounded
 from modelplane.target.helm import Helm
-from modelplane.target.kubeconfig import KubeconfigError, parse_kubeconfig
+from modelplane.target.identity import providers
+from modelplane.target.identity.base import Endpoints, IdentityError, TargetInfo
+from modelplane.target.identity.cache import IdentityAuth, TokenCache, TokenSource, cache_key
+from modelplane.target.kubeconfig import KubeconfigError, parse_kubeconfig, without_credentials
 from modelplane.target.transport import GuardedTransport
 from modelplane.wire import FIELD_MANAGER
 
@@ -83,6 +87,7 @@ class TargetClient(AsyncClient):
         params: ConnectionParams,
         *,
         field_manager: str | None = FIELD_MANAGER,
+        auth: httpx2.Auth | None = None,
     ) -> None:
         super().__init__(
             config,
@@ -95,6 +100,13 @@ class TargetClient(AsyncClient):
         )
         # lightkube's public adapter: base URL, TLS and auth as the kubeconfig says.
         self.http: httpx2.AsyncClient = client_adapter.AsyncClient(config, params)
+        if auth is not None:
+            # A cloud identity: one auth for both clients, so they share one
+            # token and one refresh. lightkube takes auth only from the
+            # kubeconfig's user (emptied here) and keeps its httpx2 client in
+            # _client._client, with no public setter.
+            self.http.auth = auth
+            self._client._client.auth = auth
 
     async def close(self) -> None:
         try:
@@ -111,9 +123,22 @@ class Target:
     """
 
     client: TargetClient
-    # The kubeconfig text, for helm; never logged.
+    # The kubeconfig text, for helm; never logged. With an identity, its
+    # users are empty and ``helm_kubeconfig`` puts a fresh token in.
     kubeconfig: str = field(repr=False)
+    identity: TokenSource | None = field(default=None, repr=False)
     _closed: bool = field(default=False, repr=False)
+
+    async def helm_kubeconfig(self) -> str:
+        """The kubeconfig helm gets: with an identity, a short-lived token, never the key."""
+        if self.identity is None:
+            return self.kubeconfig
+        token = await self.identity.token()
+        doc = yaml.safe_load(self.kubeconfig)
+        doc["users"] = [
+            {"name": entry.get("name"), "user": {"token": token}} for entry in doc["users"]
+        ]
+        return str(yaml.safe_dump(doc))
 
     @property
     def http(self) -> httpx2.AsyncClient:
@@ -139,46 +164,118 @@ class Target:
         await self.close()
 
 
-async def read_kubeconfig(hub: AsyncClient, spec: ServingStackSpec, namespace: str) -> str:
-    identity = spec.cloud_identity
-    if identity is not None:
-        # Falling back to the kubeconfig's own credentials would act as a
-        # different principal than the spec asks for; say so instead.
-        raise CredentialsError(
-            "CloudIdentityUnsupported",
-            f"the {identity.type} identity in secrets is not supported by this operator yet: "
-            "remove that entry to authenticate with the kubeconfig's embedded credentials",
-        )
-    ref = spec.kubeconfig_secret
-    # The Kubeconfig entry may not name another namespace (the CRD refuses
-    # it); only cloud identities may, as the spec says.
+ALLOWED_NAMESPACES_ANNOTATION = "modelplane.ai/allowed-namespaces"
+CROSS_NAMESPACE_DENIED = "CrossNamespaceRefDenied"
+IDENTITY_UNSUPPORTED = "CloudIdentityUnsupported"
+
+
+@dataclass(frozen=True)
+class Identity:
+    """A cloud identity entry's credential, read from its Secret."""
+
+    type: SecretType
+    # The value under the entry's key; never logged.
+    credential: bytes = field(repr=False)
+    # "Secret ns/name key 'k'", for messages.
+    source: str
+
+
+@dataclass(frozen=True)
+class Credentials:
+    """What a ServingStack's ``spec.secrets`` gives: the kubeconfig and, maybe, an identity."""
+
+    kubeconfig: str = field(repr=False)
+    identity: Identity | None = None
+
+
+async def _get_secret(hub: AsyncClient, namespace: str, name: str, entry: str) -> Secret:
     try:
-        secret = await hub.get(Secret, ref.name, namespace=namespace)
+        return await hub.get(Secret, name, namespace=namespace)
     except ApiError as err:
         if err.status.code == 404:
             raise CredentialsError(
                 "SecretNotFound",
-                f"Secret {namespace}/{ref.name} named by the Kubeconfig entry does not exist",
+                f"Secret {namespace}/{name} named by the {entry} entry does not exist",
             ) from err
         if err.status.code == 403:
             # A gap in the operator's RBAC, not a fault of the stack: said in
             # Ready like any missing credential, rather than a traceback.
-            message = hub_forbidden(err, "get", "secrets", f"Secret {namespace}/{ref.name}")
+            message = hub_forbidden(err, "get", "secrets", f"Secret {namespace}/{name}")
             raise CredentialsError(HUB_FORBIDDEN, message) from err
         raise
+
+
+def _value(secret: Secret, namespace: str, key: str, reason: str, *, text: bool) -> bytes:
+    name = secret.metadata.name if secret.metadata else "?"
     data = secret.data or {}
-    if ref.key not in data:
+    if key not in data:
         raise CredentialsError(
             "SecretKeyMissing",
-            f"Secret {namespace}/{ref.name} has no key {ref.key!r} (keys: "
+            f"Secret {namespace}/{name} has no key {key!r} (keys: "
             f"{', '.join(sorted(data)) or 'none'})",
         )
     try:
-        return base64.b64decode(data[ref.key]).decode()
+        value = base64.b64decode(data[key])
+        if text:
+            value.decode()
     except (ValueError, UnicodeDecodeError) as err:
+        what = "text" if text else "base64 data"
         raise CredentialsError(
-            "KubeconfigInvalid", f"Secret {namespace}/{ref.name} key {ref.key!r} is not text"
+            reason, f"Secret {namespace}/{name} key {key!r} is not {what}"
         ) from err
+    return value
+
+
+def granted(annotations: dict[str, str], namespace: str) -> bool:
+    """Whether a Secret's grant names ``namespace`` (a comma list, or ``*``)."""
+    allowed = {n.strip() for n in annotations.get(ALLOWED_NAMESPACES_ANNOTATION, "").split(",")}
+    return "*" in allowed or namespace in allowed
+
+
+async def read_credentials(
+    hub: AsyncClient,
+    spec: ServingStackSpec,
+    namespace: str,
+    *,
+    cross_namespace_refs: bool = True,
+) -> Credentials:
+    """Read the Secrets ``spec.secrets`` names; refusals are ``CredentialsError``.
+
+    An identity Secret in another namespace is a confused deputy unless that
+    Secret grants this namespace: whoever writes a ServingStack here chooses
+    the server (through their own kubeconfig) the identity's tokens go to.
+    So without the grant nothing is minted; ``cross_namespace_refs=False``
+    (``--no-cross-namespace-refs``, as Flux has) refuses such entries outright.
+    """
+    ref = spec.kubeconfig_secret
+    # The Kubeconfig entry may not name another namespace (the CRD refuses
+    # it); only cloud identities may, as the spec says.
+    secret = await _get_secret(hub, namespace, ref.name, "Kubeconfig")
+    kubeconfig = _value(secret, namespace, ref.key, "KubeconfigInvalid", text=True).decode()
+    entry = spec.cloud_identity
+    if entry is None:
+        return Credentials(kubeconfig)
+    where = entry.namespace or namespace
+    source = f"Secret {where}/{entry.name} key {entry.key!r}"
+    if where != namespace and not cross_namespace_refs:
+        raise CredentialsError(
+            CROSS_NAMESPACE_DENIED,
+            f"the {entry.type} entry names {source} in another namespace, and this "
+            "operator runs with --no-cross-namespace-refs: put the identity Secret in "
+            f"{namespace}",
+        )
+    secret = await _get_secret(hub, where, entry.name, str(entry.type))
+    annotations = dict((secret.metadata.annotations if secret.metadata else None) or {})
+    # The grant is checked before anything else of the Secret is read or said.
+    if where != namespace and not granted(annotations, namespace):
+        raise CredentialsError(
+            CROSS_NAMESPACE_DENIED,
+            f"the {entry.type} entry names {source}, which does not grant namespace "
+            f"{namespace}: annotate that Secret {ALLOWED_NAMESPACES_ANNOTATION}={namespace} "
+            "(a comma-separated list, or *) if its owner agrees",
+        )
+    credential = _value(secret, where, entry.key, "IdentityInvalid", text=False)
+    return Credentials(kubeconfig, Identity(entry.type, credential, source))
 
 
 async def check_server(server: str, deny: Iterable[IPNetwork]) -> None:
@@ -203,6 +300,7 @@ async def open_target(
     timeout: float = 10.0,
     trust_env: bool = True,
     kubeconfig: str = "",
+    identity: TokenSource | None = None,
 ) -> Target:
     """Connect to the cluster ``config`` names, refusing a denied address before anything.
 
@@ -223,30 +321,56 @@ async def open_target(
         # lightkube types the field as a sync transport; its AsyncClient takes an async one.
         transport=transport,  # type: ignore[arg-type]
     )
-    client = TargetClient(config, params)
+    if identity is not None:
+        # The identity replaces the kubeconfig's user; nothing of it is used.
+        config = config._replace(user=User())
+    auth = IdentityAuth(identity) if identity is not None else None
+    client = TargetClient(config, params, auth=auth)
     _open += 1
-    return Target(client=client, kubeconfig=kubeconfig)
+    return Target(client=client, kubeconfig=kubeconfig, identity=identity)
 
 
 async def connect(
-    kubeconfig: str,
+    credentials: Credentials | str,
     *,
     allow_unsafe: bool = False,
     timeout: float = 10.0,
     deny: Iterable[IPNetwork] = DEFAULT_DENIED,
+    tokens: TokenCache | None = None,
+    endpoints: Endpoints | None = None,
 ) -> Target:
-    """Vet a kubeconfig from a Secret and connect to its target.
+    """Vet a kubeconfig from a Secret and connect to its target, as its identity if any.
 
     Every refusal is a ``CredentialsError`` whose reason goes to ``Ready``
     and whose message names the field, host or range, never a credential.
+    With an identity the first token is minted here, so a key that does not
+    work is said before anything is sent to the target.
     """
+    if isinstance(credentials, str):
+        credentials = Credentials(credentials)
+    identity = credentials.identity
+    kubeconfig = credentials.kubeconfig
+    if identity is not None:
+        kubeconfig = without_credentials(kubeconfig)
     try:
         config = parse_kubeconfig(kubeconfig, allow_unsafe=allow_unsafe)
     except KubeconfigError as err:
         raise CredentialsError("KubeconfigRefused", str(err)) from err
+    source = None
+    if identity is not None:
+        source = token_source(
+            identity,
+            TargetInfo(cluster_name=config.context.cluster, server=config.cluster.server),
+            endpoints or Endpoints(),
+            tokens if tokens is not None else TokenCache(),
+        )
     try:
-        return await open_target(
-            config, deny=deny, timeout=timeout, kubeconfig=_normalise(kubeconfig)
+        target = await open_target(
+            config,
+            deny=deny,
+            timeout=timeout,
+            kubeconfig=_normalise(kubeconfig),
+            identity=source,
         )
     except AddressDenied as err:
         raise CredentialsError(ADDRESS_DENIED, str(err)) from err
@@ -258,6 +382,47 @@ async def connect(
             "the kubeconfig's certificate-authority-data, client-certificate-data or "
             f"client-key-data cannot be loaded ({type(err).__name__})",
         ) from err
+    if source is not None and identity is not None:
+        try:
+            await source.token()
+        except IdentityError as err:
+            await target.close()
+            raise identity_refused(err, identity) from None
+        except BaseException:
+            await target.close()
+            raise
+    return target
+
+
+def identity_refused(err: IdentityError, identity: Identity) -> CredentialsError:
+    """An identity's failure as the condition it gives, naming where the key came from."""
+    return CredentialsError(
+        err.failure.value, f"the {identity.type} identity ({identity.source}): {err.message}"
+    )
+
+
+def token_source(
+    identity: Identity, target: TargetInfo, endpoints: Endpoints, tokens: TokenCache
+) -> TokenSource:
+    """The cached token source of ``identity`` for ``target``; refusals are ``CredentialsError``."""
+    make = providers.factory(identity.type)
+    if make is None:
+        raise CredentialsError(
+            IDENTITY_UNSUPPORTED,
+            f"the {identity.type} identity in secrets is not supported by this operator: "
+            "the kubeconfig's own credentials are not used in its place",
+        )
+    key = cache_key(
+        str(identity.type),
+        identity.credential,
+        target.cluster_name,
+        target.server,
+        repr(endpoints),
+    )
+    try:
+        return tokens.source(key, lambda: make(identity.credential, target, endpoints))
+    except IdentityError as err:
+        raise identity_refused(err, identity) from None
 
 
 async def kubeconfig_allowed(kubeconfig: str, deny: Iterable[IPNetwork]) -> None:

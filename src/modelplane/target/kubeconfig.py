@@ -8,6 +8,11 @@ was started with ``--allow-unsafe-kubeconfig`` (the same stance Flux takes
 with ``--insecure-kubeconfig-exec``). A ``proxy-url`` is refused with them:
 helm would send every request through it, to an address no check saw.
 Error messages name the offending field, never its value.
+
+With a cloud identity entry in ``spec.secrets`` the kubeconfig gives only the
+server and CA: its users are emptied before vetting (``without_credentials``),
+so a GKE or EKS kubeconfig whose user runs an exec plugin is fine, and its
+credentials are never used, not even as a fallback.
 """
 
 from __future__ import annotations
@@ -49,6 +54,27 @@ def parse_kubeconfig(data: bytes | str, *, allow_unsafe: bool = False) -> Single
     return config
 
 
+def without_credentials(data: bytes | str) -> str:
+    """The kubeconfig with every user emptied: what is left is servers and CAs.
+
+    A document that is not a kubeconfig mapping is returned as it is, for
+    ``parse_kubeconfig`` to name what is wrong with it.
+    """
+    try:
+        doc = yaml.safe_load(data)
+    except yaml.YAMLError:
+        return data.decode(errors="replace") if isinstance(data, bytes) else data
+    if not isinstance(doc, dict):
+        return data.decode(errors="replace") if isinstance(data, bytes) else data
+    users = doc.get("users")
+    if isinstance(users, list):
+        doc["users"] = [
+            {"name": entry.get("name"), "user": {}} if isinstance(entry, dict) else entry
+            for entry in users
+        ]
+    return yaml.safe_dump(doc)
+
+
 def _named(doc: dict[str, Any], section: str, inner: str) -> list[tuple[str, dict[str, Any]]]:
     out = []
     for entry in doc.get(section) or []:
@@ -64,7 +90,8 @@ def _refuse_unsafe(doc: dict[str, Any]) -> None:
                 raise KubeconfigError(
                     f"user {name!r} uses {field!r}, which would run a program or plugin in the "
                     "operator; use an embedded token or client certificate, a cloud identity "
-                    "secret, or start the operator with --allow-unsafe-kubeconfig"
+                    "entry in spec.secrets (GoogleApplicationCredentials, ...), or start the "
+                    "operator with --allow-unsafe-kubeconfig"
                 )
         for field in _FILE_FIELDS["user"]:
             if field in user:

@@ -1,0 +1,228 @@
+"""GoogleApplicationCredentials: a service account key JSON, minted into OAuth2 tokens.
+
+The facts this follows (upstream-facts §0.4; crossplane-contrib/provider-kubernetes
+``pkg/kube/client/gke/gke.go``): the kubeconfig keeps giving the server and CA,
+tokens carry the scopes ``cloud-platform`` and ``userinfo.email``, and Secret
+data that is not JSON is a static access token. The key's own ``token_uri``
+decides where tokens come from, as google-auth does
+(``google.oauth2.service_account``, the JWT bearer grant of RFC 7523).
+
+google-auth is synchronous; its refresh runs in a worker thread, through an
+httpx2 adapter of google-auth's ``transport.Request`` interface (google-auth's
+own adapters need ``requests``, ``urllib3`` or ``aiohttp``, none of which the
+operator otherwise needs).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import json
+import math
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx2
+from google.auth import exceptions as google_exceptions
+from google.auth import transport as google_transport
+from google.oauth2 import service_account
+
+from modelplane.target.identity.base import (
+    Endpoints,
+    IdentityError,
+    IdentityFailure,
+    Minter,
+    TargetInfo,
+    Token,
+)
+from modelplane.target.identity.cache import scrub
+
+SCOPES = (
+    "https://www.googleapis.com/auth/cloud-platform",
+    "https://www.googleapis.com/auth/userinfo.email",
+)
+# Fields a service account key must have for the JWT bearer grant.
+REQUIRED = ("client_email", "private_key", "token_uri")
+TOKEN_TIMEOUT_SECONDS = 30.0
+# google-auth leaves expiry unset when the answer has no expires_in.
+DEFAULT_LIFETIME_SECONDS = 3600.0
+INVALID = IdentityFailure.INVALID
+WHAT = "the GoogleApplicationCredentials key"
+
+
+class _Response(google_transport.Response):
+    def __init__(self, response: httpx2.Response) -> None:
+        self._response = response
+
+    @property
+    def status(self) -> int:
+        return self._response.status_code
+
+    @property
+    def headers(self) -> Mapping[str, str]:
+        return self._response.headers
+
+    @property
+    def data(self) -> bytes:
+        return self._response.content
+
+
+class _Request(google_transport.Request):
+    """google-auth's request interface over a synchronous httpx2 client."""
+
+    def __init__(self, client: httpx2.Client) -> None:
+        self._client = client
+
+    def __call__(
+        self,
+        url: str,
+        method: str = "GET",
+        body: bytes | None = None,
+        headers: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+        **kwargs: Any,
+    ) -> _Response:
+        try:
+            response = self._client.request(
+                method,
+                url,
+                content=body,
+                headers=dict(headers or {}),
+                timeout=timeout or TOKEN_TIMEOUT_SECONDS,
+            )
+        except httpx2.HTTPError as err:
+            # Only the kind: httpx2's text may quote the request.
+            raise google_exceptions.TransportError(  # type: ignore[no-untyped-call]
+                type(err).__name__
+            ) from err
+        return _Response(response)
+
+
+class StaticToken:
+    """Secret data that is not JSON: an access token used as it is, never refreshed."""
+
+    def __init__(self, value: str) -> None:
+        self._value = value
+
+    def __repr__(self) -> str:
+        return "StaticToken()"
+
+    async def mint(self) -> Token:
+        return Token(self._value, math.inf)
+
+
+class ServiceAccountMinter:
+    """OAuth2 access tokens for one service account key, from the key's ``token_uri``."""
+
+    def __init__(
+        self,
+        credentials: service_account.Credentials,
+        token_uri: str,
+        email: str,
+        private_key: str,
+    ) -> None:
+        self._credentials = credentials
+        self._token_uri = token_uri
+        self._email = email
+        # Only to scrub it from the messages of a service that echoes it.
+        self._private_key = private_key
+
+    def __repr__(self) -> str:
+        return f"ServiceAccountMinter({self._email!r})"
+
+    def _refresh(self) -> Token:
+        with httpx2.Client(trust_env=False, follow_redirects=False) as client:
+            self._credentials.refresh(_Request(client))  # type: ignore[no-untyped-call]
+        value = self._credentials.token
+        if not isinstance(value, str) or not value:
+            raise IdentityError(
+                IdentityFailure.UNREACHABLE,
+                f"the token service at {self._token_uri} answered without an access token",
+            )
+        expiry = self._credentials.expiry
+        expires_at = (
+            expiry.replace(tzinfo=datetime.UTC).timestamp()
+            if expiry is not None
+            else datetime.datetime.now(datetime.UTC).timestamp() + DEFAULT_LIFETIME_SECONDS
+        )
+        return Token(value, expires_at)
+
+    async def mint(self) -> Token:
+        try:
+            return await asyncio.to_thread(self._refresh)
+        except google_exceptions.TransportError as err:
+            raise IdentityError(
+                IdentityFailure.UNREACHABLE,
+                f"cannot reach the token service at {self._token_uri} ({err.args[0]})",
+            ) from None
+        except google_exceptions.RefreshError as err:
+            raise self._refused(err) from None
+
+    def _refused(self, err: google_exceptions.RefreshError) -> IdentityError:
+        data = err.args[1] if len(err.args) > 1 else None
+        detail = scrub(str(err.args[0]) if err.args else "", [self._private_key])[:300]
+        if isinstance(data, Mapping) and "error" in data and not getattr(err, "retryable", False):
+            # An OAuth2 error answer: the service read the assertion and said no.
+            return IdentityError(
+                IdentityFailure.REJECTED,
+                f"the token service at {self._token_uri} refused service account "
+                f"{self._email}: {detail}",
+            )
+        # Anything else (a 5xx, an answer that is not an OAuth2 one) is not a
+        # verdict on the key; its body is not repeated.
+        return IdentityError(
+            IdentityFailure.UNREACHABLE,
+            f"the token service at {self._token_uri} gave no usable answer",
+        )
+
+
+def _parse(credential: bytes) -> Any:
+    try:
+        return json.loads(credential)
+    except UnicodeDecodeError:
+        raise IdentityError(INVALID, f"{WHAT} is neither UTF-8 JSON nor a token") from None
+    except ValueError:
+        return None
+
+
+def minter(credential: bytes, target: TargetInfo, endpoints: Endpoints) -> Minter:
+    """A minter for the GoogleApplicationCredentials value ``credential``.
+
+    ``target`` and ``endpoints`` are not used: the key's ``token_uri`` decides.
+    """
+    info = _parse(credential)
+    if info is None:
+        text = credential.decode(errors="replace").strip()
+        if not text or any(c.isspace() for c in text):
+            raise IdentityError(
+                INVALID, f"{WHAT} is neither JSON nor a single access token (no spaces)"
+            )
+        return StaticToken(text)
+    if not isinstance(info, dict):
+        raise IdentityError(INVALID, f"{WHAT} is JSON but not an object")
+    if info.get("type") != "service_account":
+        raise IdentityError(
+            INVALID,
+            f"{WHAT} has type {str(info.get('type'))[:40]!r}; only a service_account key "
+            "(or a plain access token) is supported",
+        )
+    missing = [f for f in REQUIRED if not isinstance(info.get(f), str) or not info[f]]
+    if missing:
+        raise IdentityError(INVALID, f"{WHAT} has no {', '.join(missing)}")
+    token_uri = info["token_uri"]
+    parts = urlsplit(token_uri)
+    if parts.scheme not in ("https", "http") or not parts.hostname:
+        raise IdentityError(INVALID, f"{WHAT}'s token_uri is not an https:// URL")
+    try:
+        credentials = service_account.Credentials.from_service_account_info(  # type: ignore[no-untyped-call]
+            info, scopes=list(SCOPES)
+        )
+    except (ValueError, TypeError, google_exceptions.GoogleAuthError) as err:
+        # The library's text may quote the key; the kind is enough to act on.
+        raise IdentityError(
+            INVALID, f"{WHAT}'s private_key cannot be loaded ({type(err).__name__})"
+        ) from None
+    return ServiceAccountMinter(
+        credentials, token_uri, str(info["client_email"])[:200], info["private_key"]
+    )
