@@ -20,7 +20,7 @@ import socket
 import ssl
 import subprocess
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -343,9 +343,17 @@ class TestEnv:
 
     __test__ = False  # not a pytest test class, despite the name
 
-    def __init__(self, data_dir: str | os.PathLike[str], *, bin_dir: Path | None = None) -> None:
+    def __init__(
+        self,
+        data_dir: str | os.PathLike[str],
+        *,
+        bin_dir: Path | None = None,
+        extra_apiserver_args: Sequence[str] = (),
+    ) -> None:
         self.data_dir = Path(data_dir).resolve()
         self._bin_dir = bin_dir
+        # Appended to kube-apiserver's own (a token webhook, for one).
+        self.extra_apiserver_args = tuple(extra_apiserver_args)
         self._state: _State | None = None
         self._procs: dict[str, subprocess.Popen[bytes]] = {}
         self.start_seconds: float | None = None
@@ -630,6 +638,7 @@ class TestEnv:
             "--endpoint-reconciler-type=none",
             "--profiling=false",
             "--v=0",
+            *self.extra_apiserver_args,
         ]
 
     def _wait_etcd(self, s: _State, proc: subprocess.Popen[bytes], timeout: float) -> None:
