@@ -1,0 +1,157 @@
+"""Token caching, refresh ahead of expiry, and the one-retry 401 rule of IdentityAuth."""
+
+from __future__ import annotations
+
+import asyncio
+
+import httpx2
+import pytest
+
+from modelplane.target.identity.base import Token
+from modelplane.target.identity.cache import (
+    IdentityAuth,
+    TokenCache,
+    TokenSource,
+    scrub,
+)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class CountingMinter:
+    """Mints token-1, token-2, ... each ``lifetime`` seconds long, on ``clock``."""
+
+    def __init__(self, clock: Clock, lifetime: float = 3600.0, delay: float = 0.0) -> None:
+        self.clock, self.lifetime, self.delay = clock, lifetime, delay
+        self.count = 0
+
+    async def mint(self) -> Token:
+        if self.delay:
+            await asyncio.sleep(self.delay)
+        self.count += 1
+        return Token(f"token-{self.count}", self.clock() + self.lifetime)
+
+
+async def test_a_fresh_token_is_reused_and_refreshed_ahead_of_expiry() -> None:
+    clock = Clock()
+    minter = CountingMinter(clock, lifetime=3600)
+    source = TokenSource(minter, clock)
+    assert await source.token() == "token-1"
+    clock.now += 3000  # ten minutes left: still fresh
+    assert await source.token() == "token-1"
+    clock.now += 301  # under five minutes left: refreshed before it expires
+    assert await source.token() == "token-2"
+    assert minter.count == 2
+
+
+async def test_short_lived_tokens_refresh_at_three_quarters_of_their_life() -> None:
+    clock = Clock()
+    minter = CountingMinter(clock, lifetime=2)
+    source = TokenSource(minter, clock)
+    assert await source.token() == "token-1"
+    clock.now += 1.4
+    assert await source.token() == "token-1"
+    clock.now += 0.2  # 1.6 s of 2: past three quarters
+    assert await source.token() == "token-2"
+
+
+async def test_concurrent_callers_share_one_mint() -> None:
+    clock = Clock()
+    minter = CountingMinter(clock, delay=0.05)
+    source = TokenSource(minter, clock)
+    tokens = await asyncio.gather(*(source.token() for _ in range(10)))
+    assert set(tokens) == {"token-1"}
+    assert minter.count == 1
+
+
+async def test_concurrent_401s_refresh_once() -> None:
+    clock = Clock()
+    minter = CountingMinter(clock, delay=0.01)
+    source = TokenSource(minter, clock)
+    stale = await source.token()
+    fresh = await asyncio.gather(*(source.refresh(stale) for _ in range(5)))
+    assert set(fresh) == {"token-2"}
+    assert minter.count == 2
+
+
+def _client(source: TokenSource, answer: list[int], seen: list[str]) -> httpx2.AsyncClient:
+    def handler(request: httpx2.Request) -> httpx2.Response:
+        seen.append(request.headers["Authorization"])
+        return httpx2.Response(answer.pop(0) if len(answer) > 1 else answer[0], json={})
+
+    return httpx2.AsyncClient(
+        transport=httpx2.MockTransport(handler),
+        auth=IdentityAuth(source),
+        base_url="https://target.invalid",
+    )
+
+
+async def test_a_401_forces_one_refresh_and_one_retry() -> None:
+    clock = Clock()
+    minter = CountingMinter(clock)
+    seen: list[str] = []
+    async with _client(TokenSource(minter, clock), [401, 200], seen) as client:
+        response = await client.post("/api/v1/namespaces", json={"metadata": {"name": "x"}})
+    assert response.status_code == 200
+    assert seen == ["Bearer token-1", "Bearer token-2"]
+    assert minter.count == 2
+
+
+async def test_a_401_after_the_refresh_stands_never_a_loop() -> None:
+    clock = Clock()
+    minter = CountingMinter(clock)
+    seen: list[str] = []
+    async with _client(TokenSource(minter, clock), [401], seen) as client:
+        response = await client.get("/api")
+        assert response.status_code == 401
+        assert seen == ["Bearer token-1", "Bearer token-2"]
+        # The next request uses the refreshed token and again retries only once.
+        response = await client.get("/api")
+    assert response.status_code == 401
+    assert seen[2:] == ["Bearer token-2", "Bearer token-3"]
+    assert minter.count == 3
+
+
+def test_the_sync_flow_is_refused_rather_than_sending_no_token() -> None:
+    source = TokenSource(CountingMinter(Clock()))
+    with (
+        httpx2.Client(
+            transport=httpx2.MockTransport(lambda r: httpx2.Response(200)),
+            auth=IdentityAuth(source),
+        ) as client,
+        pytest.raises(RuntimeError, match="asynchronously"),
+    ):
+        client.get("https://target.invalid/api")
+
+
+def test_the_cache_keeps_sources_by_key_and_drops_the_least_recently_used() -> None:
+    cache = TokenCache(limit=2)
+    built: list[str] = []
+
+    def build(name: str) -> CountingMinter:
+        built.append(name)
+        return CountingMinter(Clock())
+
+    a = cache.source("a", lambda: build("a"))
+    assert cache.source("a", lambda: build("a")) is a
+    cache.source("b", lambda: build("b"))
+    cache.source("a", lambda: build("a"))  # a is now the most recent
+    cache.source("c", lambda: build("c"))  # b goes
+    assert len(cache) == 2
+    assert cache.source("a", lambda: build("a")) is a
+    cache.source("b", lambda: build("b"))
+    assert built == ["a", "b", "c", "b"]
+
+
+def test_scrub_removes_secrets_and_anything_shaped_like_a_jwt() -> None:
+    jwt = "eyJhbGciOiJSUzI1NiJ9.eyJpc3MiOiJ4In0.c2lnbmF0dXJlLWJ5dGVz"
+    text = f"invalid_grant: assertion {jwt} for key ABCDEFGH was refused"
+    out = scrub(text, ["ABCDEFGH"])
+    assert jwt not in out and "ABCDEFGH" not in out
+    assert out.startswith("invalid_grant: assertion [redacted]")

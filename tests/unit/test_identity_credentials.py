@@ -1,0 +1,105 @@
+"""A kubeconfig beside a cloud identity gives only server and CA; the cross-namespace grant."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from modelplane.api.models import SecretType
+from modelplane.target.connect import (
+    Credentials,
+    CredentialsError,
+    Identity,
+    connect,
+    granted,
+)
+from modelplane.target.kubeconfig import KubeconfigError, parse_kubeconfig, without_credentials
+
+GKE_KUBECONFIG = {
+    "apiVersion": "v1",
+    "kind": "Config",
+    "clusters": [
+        {"name": "gke_proj_zone_west", "cluster": {"server": "https://127.0.0.1:1"}},
+    ],
+    "users": [
+        {
+            "name": "gke-user",
+            "user": {
+                "exec": {
+                    "apiVersion": "client.authentication.k8s.io/v1beta1",
+                    "command": "gke-gcloud-auth-plugin",
+                },
+                "token": "kubeconfig-own-token",
+            },
+        }
+    ],
+    "contexts": [
+        {"name": "west", "context": {"cluster": "gke_proj_zone_west", "user": "gke-user"}}
+    ],
+    "current-context": "west",
+}
+
+
+def test_an_exec_user_is_refused_naming_the_identity_entry_as_the_way_out() -> None:
+    with pytest.raises(KubeconfigError, match=r"cloud identity entry in spec\.secrets"):
+        parse_kubeconfig(yaml.safe_dump(GKE_KUBECONFIG))
+
+
+def test_without_credentials_empties_every_user_and_keeps_server_and_ca() -> None:
+    text = without_credentials(yaml.safe_dump(GKE_KUBECONFIG))
+    assert "kubeconfig-own-token" not in text and "gke-gcloud-auth-plugin" not in text
+    config = parse_kubeconfig(text)
+    assert config.cluster.server == "https://127.0.0.1:1"
+    assert config.context.cluster == "gke_proj_zone_west"
+    assert config.user is not None and config.user.token is None and config.user.exec is None
+
+
+def test_without_credentials_leaves_a_broken_document_for_the_vetting_to_name() -> None:
+    assert without_credentials("[1, 2") == "[1, 2"
+    with pytest.raises(KubeconfigError, match="not valid YAML"):
+        parse_kubeconfig(without_credentials("[1, 2"))
+
+
+async def test_an_unsupported_identity_type_is_refused_not_fallen_back_from() -> None:
+    creds = Credentials(
+        yaml.safe_dump(GKE_KUBECONFIG),
+        Identity(SecretType.KUBECONFIG, b"anything", "Secret ns/x key 'k'"),
+    )
+    with pytest.raises(CredentialsError) as caught:
+        await connect(creds)
+    assert caught.value.reason == "CloudIdentityUnsupported"
+
+
+async def test_malformed_identity_data_is_identity_invalid_before_any_connection() -> None:
+    creds = Credentials(
+        yaml.safe_dump(GKE_KUBECONFIG),
+        Identity(SecretType.GOOGLE_APPLICATION_CREDENTIALS, b"{not json", "Secret ns/sa key 'k'"),
+    )
+    with pytest.raises(CredentialsError) as caught:
+        await connect(creds)
+    assert caught.value.reason == "IdentityInvalid"
+    assert "Secret ns/sa key 'k'" in str(caught.value)
+
+
+def test_identity_and_credentials_never_show_the_credential_in_repr() -> None:
+    creds = Credentials("kubeconfig-text", Identity(SecretType.KUBECONFIG, b"KEYDATA", "s"))
+    assert "KEYDATA" not in repr(creds) and "kubeconfig-text" not in repr(creds)
+
+
+@pytest.mark.parametrize(
+    ("annotation", "namespace", "ok"),
+    [
+        (None, "team-a", False),
+        ("", "team-a", False),
+        ("team-a", "team-a", True),
+        ("team-b, team-a", "team-a", True),
+        ("team-b,team-c", "team-a", False),
+        ("*", "team-a", True),
+        ("team-a-suffix", "team-a", False),
+    ],
+)
+def test_the_grant_names_namespaces_or_everyone(
+    annotation: str | None, namespace: str, ok: bool
+) -> None:
+    annotations = {} if annotation is None else {"modelplane.ai/allowed-namespaces": annotation}
+    assert granted(annotations, namespace) is ok
