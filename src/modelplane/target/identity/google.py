@@ -19,6 +19,7 @@ import asyncio
 import datetime
 import json
 import math
+import time
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
@@ -132,6 +133,7 @@ class ServiceAccountMinter:
         return f"ServiceAccountMinter({self._email!r})"
 
     def _refresh(self) -> Token:
+        started = time.time()
         with httpx2.Client(trust_env=False, follow_redirects=False) as client:
             self._credentials.refresh(_Request(client))  # type: ignore[no-untyped-call]
         value = self._credentials.token
@@ -141,12 +143,13 @@ class ServiceAccountMinter:
                 f"the token service at {self._token_uri} answered without an access token",
             )
         expiry = self._credentials.expiry
-        expires_at = (
-            expiry.replace(tzinfo=datetime.UTC).timestamp()
-            if expiry is not None
-            else datetime.datetime.now(datetime.UTC).timestamp() + DEFAULT_LIFETIME_SECONDS
-        )
-        return Token(value, expires_at)
+        if expiry is None:
+            return Token(value, started + DEFAULT_LIFETIME_SECONDS)
+        # google-auth counts expires_in from when the answer arrived; the
+        # service counted from when it answered, before that. Counting from
+        # when the request was sent never trusts a token longer than meant.
+        elapsed = time.time() - started
+        return Token(value, expiry.replace(tzinfo=datetime.UTC).timestamp() - elapsed)
 
     async def mint(self) -> Token:
         try:
