@@ -46,9 +46,11 @@ from tests.integration.identity_harness import (
 )
 from tests.integration.substrate import CHART_CRDS, MANIFEST_CRDS, Substrate, crd, serve_substrate
 from tests.waiting import wait_for, wait_for_async
+from typer.testing import CliRunner
 
 from modelplane.api.models import SecretType
 from modelplane.catalog import components as catalog
+from modelplane.cli.main import app
 from modelplane.operator.options import OperatorOptions
 from modelplane.operator.reconciler import StackReconciler
 from modelplane.target.connect import Credentials, CredentialsError, Identity, connect
@@ -220,6 +222,34 @@ async def test_data_that_is_not_json_is_sent_as_a_static_token(
     async with target:
         assert "default" in await _namespaces(target.client)
     assert cloud.webhook.seen[-1] == "ya29.static-test-token"
+
+
+def test_check_runs_as_the_identity_it_is_given(
+    cloud: IdentityTarget, service: GoogleTokenService, tmp_path: Path
+) -> None:
+    account = service.account("check")
+    kubeconfig = tmp_path / "gke.yaml"
+    kubeconfig.write_text(yaml.safe_dump(cloud_kubeconfig(cloud.env)))
+    key = tmp_path / "key.json"
+    key.write_text(service.key_json(account))
+    base = ["check", "--kubeconfig", str(kubeconfig), "--deny-target-cidr", "none"]
+    identity = ["--identity-type", str(GOOGLE), "--identity-file", str(key)]
+
+    # Without the identity the kubeconfig's exec plugin is all there is.
+    refused = CliRunner().invoke(app, base)
+    assert refused.exit_code == 2
+
+    result = CliRunner().invoke(app, [*base, *identity])
+    # An empty cluster: requirements unmet (1), not a connection error (2).
+    assert result.exit_code == 1, result.output
+    assert f"as the {GOOGLE} identity" in result.output.splitlines()[0]
+    assert service.mints(account.email) == 1
+    assert_never_said([*pem_body(account.private_pem), *service.issued], output=result.output)
+
+    service.revoked.add(account.email)
+    result = CliRunner().invoke(app, [*base, *identity, "-o", "json"])
+    assert result.exit_code == 2
+    assert "IdentityRejected" in result.output and "invalid_grant" in result.output
 
 
 # -- the cross-namespace grant, through the reconciler against the real hub ---

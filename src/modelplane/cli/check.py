@@ -19,6 +19,7 @@ from lightkube.config.kubeconfig import KubeConfig, SingleConfig
 from rich.console import Console
 from rich.markup import escape
 
+from modelplane.api.models import SecretType
 from modelplane.checks.checker import run_checks, summarize
 from modelplane.pins import Stack
 from modelplane.plan.model import RequirementResult, RequirementStatus, Severity
@@ -26,6 +27,9 @@ from modelplane.target.address import DEFAULT_DENIED, AddressDenied, IPNetwork, 
 from modelplane.target.answers import describe_error
 from modelplane.target.connect import open_target
 from modelplane.target.discovery import ApiStatusError, TargetError
+from modelplane.target.identity import providers
+from modelplane.target.identity.base import Endpoints, IdentityError, TargetInfo
+from modelplane.target.identity.cache import TokenSource
 
 EXIT_UNMET = 1
 EXIT_USAGE = 2
@@ -69,11 +73,47 @@ def load_config(path: Path, context: str | None) -> SingleConfig:
     return config
 
 
+IDENTITY_TYPES = [t.value for t in SecretType if t is not SecretType.KUBECONFIG]
+
+
+def load_identity(config: SingleConfig, kind: str | None, path: Path | None) -> TokenSource | None:
+    """The token source of ``--identity-type``/``--identity-file``, or None without them."""
+    if kind is None and path is None:
+        return None
+    if kind is None or path is None:
+        raise CheckError("--identity-type and --identity-file go together: give both, or neither")
+    if kind not in IDENTITY_TYPES:
+        raise CheckError(
+            f"--identity-type {kind!r} is not a cloud identity type ({', '.join(IDENTITY_TYPES)})"
+        )
+    make = providers.factory(SecretType(kind))
+    if make is None:
+        raise CheckError(f"--identity-type {kind} is not supported by this version of modelplane")
+    try:
+        credential = path.read_bytes()
+    except OSError as err:
+        raise CheckError(f"--identity-file {path} cannot be read ({err.strerror})") from err
+    info = TargetInfo(cluster_name=config.context.cluster, server=config.cluster.server)
+    try:
+        return TokenSource(make(credential, info, Endpoints()))
+    except IdentityError as err:
+        raise CheckError(f"--identity-file {path}: {err.failure.value}: {err.message}") from None
+
+
 async def _check(
-    config: SingleConfig, stack: Stack, timeout: float, deny: tuple[IPNetwork, ...]
+    config: SingleConfig,
+    stack: Stack,
+    timeout: float,
+    deny: tuple[IPNetwork, ...],
+    identity: TokenSource | None = None,
 ) -> list[RequirementResult]:
-    target = await open_target(config, deny=deny, timeout=timeout, trust_env=False)
+    target = await open_target(
+        config, deny=deny, timeout=timeout, trust_env=False, identity=identity
+    )
     async with target:
+        if identity is not None:
+            # Say a key that gives no token as such, before any request.
+            await identity.token()
         return await run_checks(target.client, stack)
 
 
@@ -82,12 +122,17 @@ def run(
     stack: Stack,
     timeout: float = 10.0,
     deny: tuple[IPNetwork, ...] = DEFAULT_DENIED,
+    identity: TokenSource | None = None,
 ) -> list[RequirementResult]:
     server = config.cluster.server
     try:
-        return asyncio.run(_check(config, stack, timeout, deny))
+        return asyncio.run(_check(config, stack, timeout, deny, identity))
     except AddressDenied as err:
         raise CheckError(str(err)) from err
+    except IdentityError as err:
+        raise CheckError(
+            f"the identity gave no token: {err.failure.value}: {err.message}"
+        ) from None
     except ApiStatusError as err:
         if err.status in (401, 403):
             raise CheckError(
@@ -102,10 +147,13 @@ def run(
         ) from err
 
 
-def document(stack: Stack, server: str, results: list[RequirementResult]) -> dict[str, Any]:
+def document(
+    stack: Stack, server: str, results: list[RequirementResult], identity: str | None = None
+) -> dict[str, Any]:
     return {
         "stack": str(stack),
         "server": server,
+        "identity": identity,
         "results": [
             {
                 "component": r.component,
@@ -121,9 +169,14 @@ def document(stack: Stack, server: str, results: list[RequirementResult]) -> dic
 
 
 def print_table(
-    stack: Stack, server: str, results: list[RequirementResult], console: Console
+    stack: Stack,
+    server: str,
+    results: list[RequirementResult],
+    console: Console,
+    identity: str | None = None,
 ) -> None:
-    console.print(f"[bold]modelplane check[/bold]: {stack} stack on {escape(server)}")
+    who = f" as the {escape(identity)} identity" if identity else ""
+    console.print(f"[bold]modelplane check[/bold]: {stack} stack on {escape(server)}{who}")
     component = None
     for r in results:
         if r.component != component:
@@ -169,6 +222,22 @@ def check(
             "that list, 'none' for no range).",
         ),
     ] = None,
+    identity_type: Annotated[
+        str | None,
+        typer.Option(
+            "--identity-type",
+            help="Authenticate as this cloud identity instead of the kubeconfig's user: "
+            f"{', '.join(IDENTITY_TYPES)}. The kubeconfig then gives only server and CA.",
+        ),
+    ] = None,
+    identity_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--identity-file",
+            help="The identity's credential, as its Secret would hold it "
+            "(for GoogleApplicationCredentials, the service account key JSON).",
+        ),
+    ] = None,
 ) -> None:
     """Check a cluster against the requirements of a stack in Provided mode.
 
@@ -182,15 +251,16 @@ def check(
         return
     try:
         config = load_config(kubeconfig, context)
-        results = run(config, stack, timeout, deny)
+        identity = load_identity(config, identity_type, identity_file)
+        results = run(config, stack, timeout, deny, identity)
     except CheckError as err:
         _fail(str(err))
         return
     server = config.cluster.server
     if output is CheckFormat.JSON:
-        print(json.dumps(document(stack, server, results), indent=2))
+        print(json.dumps(document(stack, server, results, identity_type), indent=2))
     else:
         console = Console(highlight=False, soft_wrap=True, emoji=False)
-        print_table(stack, server, results, console)
+        print_table(stack, server, results, console, identity_type)
     if not summarize(results).requirements_met:
         raise typer.Exit(EXIT_UNMET)

@@ -447,4 +447,13 @@ def _notes(stack: ServingStack) -> list[str]:
             "Provided mode: no substrate is installed or removed; the requirements below are "
             "checked on the target instead."
         )
+    identity = spec.cloud_identity
+    if identity is not None:
+        kubeconfig = spec.kubeconfig_secret
+        where = f"{identity.namespace}/{identity.name}" if identity.namespace else identity.name
+        notes.append(
+            f"Authenticates to the target as the {identity.type} identity in Secret {where} "
+            f"(key {identity.key}); the kubeconfig in Secret {kubeconfig.name} gives only the "
+            "server and CA, and its own credentials are never used."
+        )
     return notes
