@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import math
 import time
@@ -141,3 +142,25 @@ async def test_an_answer_that_is_not_oauth2_is_not_repeated() -> None:
             await minter.mint()
     assert caught.value.failure is IdentityFailure.UNREACHABLE
     assert "internal page" not in caught.value.message
+
+
+async def test_a_token_uri_at_a_denied_address_is_refused_before_any_request() -> None:
+    with google_token_service() as service:
+        account = service.account()
+        data = service.key_json(account, token_uri="http://169.254.169.254/token")
+        minter = google.minter(data.encode(), TARGET, ENDPOINTS)
+        with pytest.raises(IdentityError) as caught:
+            await minter.mint()
+    assert caught.value.failure is IdentityFailure.INVALID
+    assert "token_uri is refused" in caught.value.message
+    assert "169.254.0.0/16" in caught.value.message
+
+
+async def test_the_deny_list_is_the_one_endpoints_carries() -> None:
+    with google_token_service() as service:
+        account = service.account()
+        loopback_denied = Endpoints(deny=(ipaddress.ip_network("127.0.0.0/8"),))
+        minter = google.minter(service.key_json(account).encode(), TARGET, loopback_denied)
+        with pytest.raises(IdentityError, match="token_uri is refused"):
+            await minter.mint()
+    assert service.assertions == []

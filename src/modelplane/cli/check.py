@@ -76,7 +76,12 @@ def load_config(path: Path, context: str | None) -> SingleConfig:
 IDENTITY_TYPES = [t.value for t in SecretType if t is not SecretType.KUBECONFIG]
 
 
-def load_identity(config: SingleConfig, kind: str | None, path: Path | None) -> TokenSource | None:
+def load_identity(
+    config: SingleConfig,
+    kind: str | None,
+    path: Path | None,
+    deny: tuple[IPNetwork, ...] = DEFAULT_DENIED,
+) -> TokenSource | None:
     """The token source of ``--identity-type``/``--identity-file``, or None without them."""
     if kind is None and path is None:
         return None
@@ -95,7 +100,7 @@ def load_identity(config: SingleConfig, kind: str | None, path: Path | None) -> 
         raise CheckError(f"--identity-file {path} cannot be read ({err.strerror})") from err
     info = TargetInfo(cluster_name=config.context.cluster, server=config.cluster.server)
     try:
-        return TokenSource(make(credential, info, Endpoints()))
+        return TokenSource(make(credential, info, Endpoints(deny=deny)))
     except IdentityError as err:
         raise CheckError(f"--identity-file {path}: {err.failure.value}: {err.message}") from None
 
@@ -251,7 +256,7 @@ def check(
         return
     try:
         config = load_config(kubeconfig, context)
-        identity = load_identity(config, identity_type, identity_file)
+        identity = load_identity(config, identity_type, identity_file, deny)
         results = run(config, stack, timeout, deny, identity)
     except CheckError as err:
         _fail(str(err))

@@ -55,6 +55,7 @@ class OperatorOptions(BaseModel):
             aws_sts=self.aws_sts_endpoint,
             aws_region=self.aws_region,
             nebius_token_exchange=self.nebius_token_endpoint,
+            deny=self.deny_target_cidrs,
         )
 
     def sources(self) -> Sources:

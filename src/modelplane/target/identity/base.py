@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol
 
+from modelplane.target.address import DEFAULT_DENIED, IPNetwork
+
 
 class IdentityFailure(StrEnum):
     """Why an identity gave no token; each value is a ``Ready`` condition reason."""
@@ -66,6 +68,10 @@ class Endpoints:
     aws_sts: str | None = None
     aws_region: str | None = None
     nebius_token_exchange: str | None = None
+    # Addresses no token request may go to: a token endpoint is untrusted
+    # input too (a key's token_uri is whatever the Secret's writer put
+    # there), so it gets the operator's --deny-target-cidr list.
+    deny: tuple[IPNetwork, ...] = DEFAULT_DENIED
 
 
 class Minter(Protocol):

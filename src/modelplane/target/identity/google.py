@@ -29,6 +29,13 @@ from google.auth import exceptions as google_exceptions
 from google.auth import transport as google_transport
 from google.oauth2 import service_account
 
+from modelplane.target.address import (
+    DEFAULT_DENIED,
+    AddressDenied,
+    IPNetwork,
+    host_and_port,
+    vet,
+)
 from modelplane.target.identity.base import (
     Endpoints,
     IdentityError,
@@ -122,12 +129,14 @@ class ServiceAccountMinter:
         token_uri: str,
         email: str,
         private_key: str,
+        deny: tuple[IPNetwork, ...] = DEFAULT_DENIED,
     ) -> None:
         self._credentials = credentials
         self._token_uri = token_uri
         self._email = email
         # Only to scrub it from the messages of a service that echoes it.
         self._private_key = private_key
+        self._deny = deny
 
     def __repr__(self) -> str:
         return f"ServiceAccountMinter({self._email!r})"
@@ -152,6 +161,15 @@ class ServiceAccountMinter:
         return Token(value, expiry.replace(tzinfo=datetime.UTC).timestamp() - elapsed)
 
     async def mint(self) -> Token:
+        host, port = host_and_port(self._token_uri)
+        try:
+            # Checked here, as helm's server is: the request itself runs in
+            # google-auth's thread, outside the guarded transport.
+            await vet(host, port, self._deny)
+        except AddressDenied as err:
+            raise IdentityError(INVALID, f"{WHAT}'s token_uri is refused: {err}") from None
+        except httpx2.TransportError:
+            pass  # a name that does not resolve fails below, as unreachable
         try:
             return await asyncio.to_thread(self._refresh)
         except google_exceptions.TransportError as err:
@@ -192,7 +210,8 @@ def _parse(credential: bytes) -> Any:
 def minter(credential: bytes, target: TargetInfo, endpoints: Endpoints) -> Minter:
     """A minter for the GoogleApplicationCredentials value ``credential``.
 
-    ``target`` and ``endpoints`` are not used: the key's ``token_uri`` decides.
+    ``target`` is not used, nor are the endpoint overrides: the key's
+    ``token_uri`` decides where tokens come from, within ``endpoints.deny``.
     """
     info = _parse(credential)
     if info is None:
@@ -227,5 +246,9 @@ def minter(credential: bytes, target: TargetInfo, endpoints: Endpoints) -> Minte
             INVALID, f"{WHAT}'s private_key cannot be loaded ({type(err).__name__})"
         ) from None
     return ServiceAccountMinter(
-        credentials, token_uri, str(info["client_email"])[:200], info["private_key"]
+        credentials,
+        token_uri,
+        str(info["client_email"])[:200],
+        info["private_key"],
+        endpoints.deny,
     )
