@@ -83,14 +83,15 @@ class Runtime:
     # The (generation, deletionTimestamp) last seen per stack, dropped when
     # the stack is deleted.
     generations: dict[tuple[str, str], Any] = field(default_factory=dict)
-    # Cloud identity token sources, by identity and target (bounded).
+    # Cloud identity token sources, by identity and target. Not dropped with
+    # a stack (stacks may share an identity and target): bounded instead, the
+    # least recently used going first.
     tokens: TokenCache = field(default_factory=TokenCache)
 
     def expose(self) -> None:
         """Report the sizes of what is kept in the metrics: a size that only grows is a leak."""
         metrics.TRACKED.labels(what="wakers").set_function(lambda: len(self.wakers))
         metrics.TRACKED.labels(what="generations").set_function(lambda: len(self.generations))
-        metrics.TRACKED.labels(what="identity_tokens").set_function(lambda: len(self.tokens))
         metrics.TARGETS_OPEN.set_function(open_targets)
 
 
