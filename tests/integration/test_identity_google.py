@@ -413,3 +413,38 @@ def _operator_run(h: Harness, cloud: IdentityTarget, service: GoogleTokenService
     )
     # The tokens went to the target: the check above is not vacuous.
     assert set(service.issued) & set(cloud.webhook.seen)
+
+
+def test_the_operator_flag_forbids_granted_cross_namespace_identities(
+    hub: Client,
+    hub_env: TestEnv,
+    substrate: Substrate,
+    cloud: IdentityTarget,
+    service: GoogleTokenService,
+    tmp_path: Path,
+) -> None:
+    h = Harness(hub, hub_env, cloud.env, substrate, tmp_path, "t-identity-no-xns")
+    owner = "t-identity-no-xns-owner"
+    ensure_namespace(hub, owner)
+    account = service.account("forbidden")
+    put_secret(hub, owner, "gke-deployer", {KEY: service.key_json(account)})
+    _grant(hub, owner, "gke-deployer", "*")
+    put_kubeconfig(hub, h.ns, cloud_kubeconfig(cloud.env))
+    put_stack(
+        hub,
+        identity_stack_body(
+            h.ns,
+            str(GOOGLE),
+            "gke-deployer",
+            KEY,
+            secret_namespace=owner,
+            spec={"components": "Provided"},
+        ),
+    )
+    try:
+        h.start("--no-cross-namespace-refs")
+        c = h.wait_condition("Ready", "False", "CrossNamespaceRefDenied", deadline=90)
+        assert "--no-cross-namespace-refs" in c["message"] and owner in c["message"]
+        assert service.mints(account.email) == 0
+    finally:
+        h.stop()
