@@ -7,11 +7,13 @@ fallen back from to the kubeconfig's own credentials.
 from __future__ import annotations
 
 from modelplane.api.models import SecretType
-from modelplane.target.identity import google
+from modelplane.target.identity import aws, google, nebius
 from modelplane.target.identity.base import MinterFactory
 
 PROVIDERS: dict[SecretType, MinterFactory] = {
     SecretType.GOOGLE_APPLICATION_CREDENTIALS: google.minter,
+    SecretType.AWS_WEB_IDENTITY_CREDENTIALS: aws.minter,
+    SecretType.NEBIUS_SERVICE_ACCOUNT_CREDENTIALS: nebius.minter,
 }
 
 
