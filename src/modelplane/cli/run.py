@@ -12,8 +12,11 @@ from typing import Annotated
 from urllib.parse import urlsplit
 
 import typer
+from pydantic import ValidationError
 
+from modelplane.operator.leader import LeaderElection, default_namespace, lease_name
 from modelplane.operator.options import OperatorOptions
+from modelplane.operator.shard import normalize_selector
 from modelplane.target.address import deny_list
 
 
@@ -119,6 +122,61 @@ def run(
     helm_timeout: Annotated[
         int, typer.Option("--helm-timeout", help="Seconds one helm action may take.")
     ] = 600,
+    selector: Annotated[
+        str | None,
+        typer.Option(
+            "--selector",
+            "-l",
+            help="Serve only the ServingStacks whose labels match this selector "
+            "(key=value, key!=value, key in (a,b), key notin (a,b), key, !key; comma-joined): "
+            "this replica set's shard of the hub's fleet. Combines with --namespace.",
+        ),
+    ] = None,
+    leader_elect: Annotated[
+        bool,
+        typer.Option(
+            "--leader-elect",
+            help="Run as one of several replicas: only the holder of a coordination.k8s.io "
+            "Lease on the hub reconciles; the others stand by and take over when it goes.",
+        ),
+    ] = False,
+    leader_election_namespace: Annotated[
+        str | None,
+        typer.Option(
+            "--leader-election-namespace",
+            help="Namespace of the leader Lease (default: $POD_NAMESPACE, the pod's "
+            "ServiceAccount namespace, else the first --namespace, else default).",
+        ),
+    ] = None,
+    leader_election_lease: Annotated[
+        str | None,
+        typer.Option(
+            "--leader-election-lease",
+            help="Name of the leader Lease (default: modelplane-operator, with a suffix "
+            "derived from --namespace and --selector so that each shard has its own).",
+        ),
+    ] = None,
+    leader_election_lease_duration: Annotated[
+        float,
+        typer.Option(
+            "--leader-election-lease-duration",
+            help="Seconds a standby waits after the Lease's last renewal before taking it.",
+        ),
+    ] = 15.0,
+    leader_election_renew_deadline: Annotated[
+        float,
+        typer.Option(
+            "--leader-election-renew-deadline",
+            help="Seconds the leader keeps trying to renew before it steps down (exits).",
+        ),
+    ] = 10.0,
+    leader_election_retry_period: Annotated[
+        float,
+        typer.Option(
+            "--leader-election-retry-period",
+            help="Seconds between tries at the Lease, by leader and standbys alike.",
+        ),
+    ] = 2.0,
     metrics_port: Annotated[
         int | None,
         typer.Option(
@@ -181,6 +239,25 @@ def run(
             f"expected an IP address to bind, got {metrics_address!r}",
             param_hint="--metrics-address",
         ) from None
+    try:
+        shard_selector = normalize_selector(selector) if selector is not None else None
+    except ValueError as err:
+        raise typer.BadParameter(str(err), param_hint="--selector") from None
+    election = None
+    if leader_elect:
+        try:
+            election = LeaderElection(
+                namespace=leader_election_namespace or default_namespace(namespace or []),
+                name=leader_election_lease or lease_name(namespace or [], shard_selector),
+                lease_duration_seconds=leader_election_lease_duration,
+                renew_deadline_seconds=leader_election_renew_deadline,
+                retry_period_seconds=leader_election_retry_period,
+            )
+        except ValidationError as err:
+            problems = "; ".join(str(e["msg"]) for e in err.errors())
+            raise typer.BadParameter(
+                problems, param_hint="--leader-election-lease-duration/renew-deadline/retry-period"
+            ) from None
     if kubeconfig is not None:
         # kopf's own login reads the same file.
         os.environ["KUBECONFIG"] = str(kubeconfig)
@@ -188,6 +265,8 @@ def run(
         hub_kubeconfig=kubeconfig,
         namespaces=namespace or [],
         all_namespaces=all_namespaces,
+        selector=shard_selector,
+        leader_election=election,
         chart_repository=chart_repository,
         chart_repository_for=_pairs(chart_repository_for or [], "--chart-repository-for"),
         gaie_manifests_url=gaie_manifests_url,

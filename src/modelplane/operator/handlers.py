@@ -28,6 +28,7 @@ from lightkube.types import PatchType
 
 from modelplane.api.models import API_GROUP, API_VERSION, KIND, PLURAL
 from modelplane.operator import metrics
+from modelplane.operator.leader import Elector
 from modelplane.operator.options import OperatorOptions
 from modelplane.operator.reconciler import INVALID_SPEC, InvalidSpecError, StackReconciler
 from modelplane.operator.status import (
@@ -345,8 +346,12 @@ async def _sleep(wake: asyncio.Event, stopped: kopf.DaemonStopped, seconds: floa
         await asyncio.sleep(0.2)
 
 
-def settings() -> kopf.OperatorSettings:
+def settings(selector: str | None = None) -> kopf.OperatorSettings:
     s = kopf.OperatorSettings()
+    if selector:
+        # Server-side: the hub sends this shard only its own stacks, so the
+        # daemons, the event handler and teardown never see another's.
+        s.watching.label_selectors[API_GROUP, PLURAL] = selector
     s.persistence.finalizer = FINALIZER
     s.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="modelplane.ai")
     s.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
@@ -389,6 +394,13 @@ async def run(options: OperatorOptions) -> None:
                 options.metrics_port,
                 functools.partial(_waiting_for, started, insights),
             )
+        elector = (
+            Elector(hub, options.leader_election) if options.leader_election is not None else None
+        )
+        if elector is not None:
+            # A standby starts nothing of kopf: no watch, no finalizer, no write.
+            await elector.acquire()
+        holding = asyncio.create_task(elector.hold()) if elector is not None else None
         registry = kopf.OperatorRegistry()
         register(registry, rt)
 
@@ -405,7 +417,7 @@ async def run(options: OperatorOptions) -> None:
         try:
             await kopf.operator(
                 registry=registry,
-                settings=settings(),
+                settings=settings(options.selector),
                 standalone=True,
                 clusterwide=options.all_namespaces or not options.namespaces,
                 namespaces=options.namespaces,
@@ -413,6 +425,11 @@ async def run(options: OperatorOptions) -> None:
                 insights=insights,
             )
         finally:
+            if holding is not None and elector is not None:
+                # kopf has stopped every daemon and handler: nothing acts for
+                # us any more, so the Lease can go to a standby at once.
+                holding.cancel()
+                await elector.release()
             if probes is not None:
                 await probes.cleanup()
             await hub.close()

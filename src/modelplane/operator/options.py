@@ -6,6 +6,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from modelplane.operator.leader import LeaderElection
 from modelplane.plan.planner import Sources
 from modelplane.target.address import DEFAULT_DENIED, IPNetwork
 from modelplane.target.identity.base import Endpoints
@@ -17,6 +18,12 @@ class OperatorOptions(BaseModel):
     hub_kubeconfig: Path | None = None
     namespaces: list[str] = Field(default_factory=list)
     all_namespaces: bool = False
+    # A label selector on ServingStacks (canonical, see operator/shard.py):
+    # this operator's shard of the hub's fleet, filtered by the hub itself.
+    selector: str | None = None
+    # None: standalone, as one replica. Otherwise only the holder of the
+    # Lease reconciles (see operator/leader.py).
+    leader_election: LeaderElection | None = None
     chart_repository: str | None = None
     chart_repository_for: dict[str, str] = Field(default_factory=dict)
     gaie_manifests_url: str | None = None
