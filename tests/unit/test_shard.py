@@ -6,6 +6,7 @@ import pytest
 from typer.testing import CliRunner
 
 from modelplane.cli.main import app
+from modelplane.operator.handlers import retry_delay
 from modelplane.operator.leader import LeaderElection, lease_name
 from modelplane.operator.shard import normalize_selector
 
@@ -75,3 +76,13 @@ def test_lease_timing_keeps_the_step_down_margin() -> None:
         LeaderElection(namespace="ns", name="l").identity
         != LeaderElection(namespace="ns", name="l").identity
     )
+
+
+def test_blocked_stacks_back_off_up_to_a_ceiling_with_jitter() -> None:
+    delays = [retry_delay(n, 300.0) for n in range(1, 8)]
+    assert 9.0 <= delays[0] <= 10.0
+    assert 18.0 <= delays[1] <= 20.0
+    assert all(108.0 <= d <= 120.0 for d in delays[4:])
+    # A short resync period is the ceiling: tests and small hubs retry as often.
+    assert retry_delay(6, 30.0) <= 30.0
+    assert len({retry_delay(3, 300.0) for _ in range(20)}) > 1
