@@ -5,7 +5,8 @@
 #      installed outside it, so this works on a PEP 668 system Python too);
 #   2. installs modelplane into it, editable, with its dev extras, at the
 #      exact versions in hack/constraints.txt (pip install -c);
-#   3. builds the integration-test binaries (hack/build-testbin.sh).
+#   3. builds the integration-test binaries (hack/build-testbin.sh) and the
+#      simulated cluster's controllers (hack/build-controllers.sh).
 #
 # Nothing needs activating afterwards: run .venv/bin/python, .venv/bin/modelplane.
 #
@@ -102,5 +103,7 @@ fi
 
 say "building integration-test binaries"
 "$ROOT/hack/build-testbin.sh"
+say "building the simulated cluster's controllers"
+"$ROOT/hack/build-controllers.sh"
 
 say "done; run every test with: .venv/bin/python -m pytest"
