@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from modelplane.testenv.env import TestbinMissingError, TestEnv, TestEnvError, resolve_bin_dir
+from modelplane.testenv.nodes import DEFAULT_LAYOUT, NodeLayout, NodeLayoutError
+from modelplane.testenv.simcluster import SimCluster, describe
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -19,6 +22,28 @@ def main(argv: list[str] | None = None) -> int:
     )
     start.add_argument("dir")
     start.add_argument("--timeout", type=float, default=90.0, help="seconds to wait for /readyz")
+    start.add_argument(
+        "--nodes",
+        metavar="LAYOUT",
+        nargs="?",
+        const=DEFAULT_LAYOUT,
+        help="also run kube-controller-manager, kube-scheduler and kwok with this many "
+        f"simulated nodes (default {DEFAULT_LAYOUT}); GPU nodes are NVIDIA H200s",
+    )
+    start.add_argument(
+        "--crds",
+        metavar="PATH",
+        action="append",
+        default=[],
+        help="apply every CRD and DeviceClass in the YAML files under PATH (repeatable); "
+        "return once the CRDs are Established",
+    )
+    start.add_argument(
+        "--gateway-controllers",
+        action="store_true",
+        help="also run Envoy Gateway and trust-manager against the API server "
+        "(their CRDs must be there, e.g. through --crds)",
+    )
     stop = sub.add_parser("stop", help="stop the processes started in DIR (keeps DIR)")
     stop.add_argument("dir")
     stop.add_argument("--timeout", type=float, default=10.0, help="seconds before SIGKILL")
@@ -29,6 +54,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "bin":
             print(resolve_bin_dir())
         elif args.command == "start":
+            try:
+                layout = NodeLayout.parse(args.nodes) if args.nodes is not None else None
+            except NodeLayoutError as exc:
+                print(f"error: {exc}", file=sys.stderr)
+                return 2
             env = TestEnv(args.dir)
             was_running = env.is_running()
             env.start(timeout=args.timeout)
@@ -39,12 +69,21 @@ def main(argv: list[str] | None = None) -> int:
                 f"(pids: kube-apiserver {pids.get('kube-apiserver')}, etcd {pids.get('etcd')})",
                 file=sys.stderr,
             )
+            if layout is not None or args.crds or args.gateway_controllers:
+                cluster = SimCluster(env).start(
+                    nodes=layout,
+                    crds=[Path(p) for p in args.crds],
+                    gateway_controllers=args.gateway_controllers,
+                )
+                print(f"simulated cluster running ({describe(cluster)})", file=sys.stderr)
             print(f"export KUBECONFIG={env.kubeconfig_path}")
         elif args.command == "stop":
             env = TestEnv(args.dir)
-            running = env.pids()
+            cluster = SimCluster(env)
+            running = {**cluster.pids(), **env.pids()}
+            cluster.stop(timeout=args.timeout)
             env.stop(timeout=args.timeout)
-            left = env.pids()
+            left = {**cluster.pids(), **env.pids()}
             if left:
                 print(f"still running after stop: {left}", file=sys.stderr)
                 return 1
