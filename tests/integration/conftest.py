@@ -22,6 +22,7 @@ import pytest
 import yaml
 from lightkube import Client
 from tests.integration.hubs import client_for, install_servingstack_crd, private_env
+from tests.integration.simcluster import sim_nodes_target, sim_target  # noqa: F401 - fixtures
 from tests.serving import serve_directory
 
 from modelplane.testenv import TestbinMissingError, TestEnv, find_binaries, helm_environ

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,6 +21,7 @@ import yaml
 from tests.serving import serve_directory
 
 from modelplane.catalog import components as catalog
+from modelplane.catalog.types import Component
 from modelplane.testenv import find_binaries
 
 # CRDs each fixture chart brings: (group, version, plural, kind, namespaced).
@@ -120,7 +121,37 @@ _DEVICE_CLASS = {
 }
 
 
-def write_chart(root: Path, name: str, version: str) -> Path:
+def workload(kind: str, image: str, version: str) -> dict[str, Any]:
+    """A Deployment or DaemonSet running ``image``, for a simulated cluster's kwok to run.
+
+    It tolerates the GPU taint (as the real DRA and NFD DaemonSets do) and is
+    never pulled: kwok runs pods without a kubelet.
+    """
+    name = image.rsplit("/", 1)[-1]
+    labels = {"app.kubernetes.io/name": name}
+    spec: dict[str, Any] = {
+        "selector": {"matchLabels": labels},
+        "template": {
+            "metadata": {"labels": labels},
+            "spec": {
+                "containers": [{"name": name, "image": f"registry.invalid/{image}:{version}"}],
+                "tolerations": [{"key": catalog.GPU_TAINT_KEY, "operator": "Exists"}],
+            },
+        },
+    }
+    if kind == "Deployment":
+        spec["replicas"] = 1
+    return {
+        "apiVersion": "apps/v1",
+        "kind": kind,
+        "metadata": {"name": name, "labels": labels},
+        "spec": spec,
+    }
+
+
+def write_chart(
+    root: Path, name: str, version: str, workloads: Sequence[tuple[str, str]] = ()
+) -> Path:
     chart = root / f"{name}-{version}"
     (chart / "templates").mkdir(parents=True)
     (chart / "Chart.yaml").write_text(
@@ -138,6 +169,8 @@ def write_chart(root: Path, name: str, version: str) -> Path:
     docs = [crd(*c) for c in CHART_CRDS.get(name, [])]
     if name == "dra-driver-nvidia-gpu":
         docs.append(_DEVICE_CLASS)
+    # (kind, image): only on a simulated cluster, where something runs them.
+    docs += [workload(kind, image, version) for kind, image in workloads]
     if docs:
         (chart / "templates" / "apis.yaml").write_text(yaml.safe_dump_all(docs))
     return chart
@@ -150,15 +183,35 @@ class Substrate:
     directory: Path
 
 
-def serve_substrate(helm: Any, workdir: Path) -> Iterator[Substrate]:
-    """Package every catalog chart and the manifests, and serve them on loopback."""
+def component_workloads(component: Component) -> list[tuple[str, str]]:
+    """(kind, image) of every workload the component's advisories look for."""
+    out: list[tuple[str, str]] = []
+    for advisory in component.advisories:
+        found = getattr(advisory, "workloads", None)
+        if found is not None:
+            out += [(kind, image) for kind in found.kinds for image in found.images]
+    return list(dict.fromkeys(out))
+
+
+def serve_substrate(helm: Any, workdir: Path, *, workloads: bool = False) -> Iterator[Substrate]:
+    """Package every catalog chart and the manifests, and serve them on loopback.
+
+    With ``workloads``, each chart also runs the Deployments and DaemonSets
+    its component's advisories look for, so ``helm install --wait`` waits for
+    them on a simulated cluster (they never become ready on a bare API server).
+    """
     sources = workdir / "sources"
     served = workdir / "served"
     served.mkdir(parents=True)
     for component in catalog.COMPONENTS:
         if component.chart is not None:
             for version in [component.version, *EXTRA_VERSIONS.get(component.name, [])]:
-                chart = write_chart(sources, component.chart.chart, version)
+                chart = write_chart(
+                    sources,
+                    component.chart.chart,
+                    version,
+                    component_workloads(component) if workloads else (),
+                )
                 helm.run("package", str(chart), "--destination", str(served / "charts"))
     with serve_directory(served) as url:
         helm.run("repo", "index", str(served / "charts"), "--url", f"{url}/charts")

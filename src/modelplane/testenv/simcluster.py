@@ -236,8 +236,8 @@ class SimCluster:
                 path = kube.object_path("Node", name)
                 self.procs.check("kwok")
                 kube.poll(
-                    f"node {name} Ready",
-                    lambda p=path: kube.condition_true(kube.get(client, p), "Ready"),  # type: ignore[misc]
+                    f"node {name} Ready and untainted by the node lifecycle controller",
+                    lambda p=path: _schedulable(kube.get(client, p)),  # type: ignore[misc]
                     deadline=timeout,
                     log=self.procs.log("kwok"),
                 )
@@ -401,6 +401,15 @@ class SimCluster:
         kube.poll(
             "trust-manager /readyz", ready, deadline=timeout, log=self.procs.log("trust-manager")
         )
+
+
+def _schedulable(node: dict[str, Any] | None) -> bool:
+    # Ready, and the controller-manager has lifted the not-ready taint it puts
+    # on new nodes, so pods created after start() schedule at once.
+    taints = ((node or {}).get("spec") or {}).get("taints") or []
+    return kube.condition_true(node, "Ready") and not any(
+        t.get("key", "").startswith("node.kubernetes.io/") for t in taints
+    )
 
 
 def _eg_version() -> str:

@@ -1,0 +1,98 @@
+"""Managed mode on a simulated cluster: releases install with --wait, and Ready waits for them.
+
+The fixture charts (tests/integration/substrate.py, ``workloads=True``) run
+the Deployments and DaemonSets their component's advisories look for; kwok
+runs their pods, so ``helm install --wait`` returns only once they are ready,
+and the advisories that read workloads see real status.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from lightkube import Client
+from lightkube.core.exceptions import ApiError
+from lightkube.resources.apps_v1 import DaemonSet, Deployment
+from tests.integration.hubs import SS, Harness
+from tests.integration.substrate import Substrate, serve_substrate
+from tests.waiting import wait_for
+
+from modelplane.catalog import components as catalog
+from modelplane.testenv import TestEnv
+
+
+@pytest.fixture(scope="module")
+def workload_substrate(helm: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Substrate]:
+    yield from serve_substrate(helm, tmp_path_factory.mktemp("substrate"), workloads=True)
+
+
+def _gone(h: Harness) -> bool:
+    try:
+        h.hub.get(SS, "stack", namespace=h.ns)
+    except ApiError as err:
+        return err.status.code == 404
+    return False
+
+
+def _not_ready(target: Client) -> list[str]:
+    """Workloads of the fixture charts that are not ready."""
+    out = []
+    for d in target.list(Deployment, namespace="*"):
+        s = d.status
+        if not (s and s.readyReplicas == d.spec.replicas):  # type: ignore[union-attr]
+            out.append(f"Deployment {d.metadata.namespace}/{d.metadata.name}")  # type: ignore[union-attr]
+    for ds in target.list(DaemonSet, namespace="*"):
+        s = ds.status
+        if not (s and s.desiredNumberScheduled > 0 and s.numberReady == s.desiredNumberScheduled):
+            out.append(f"DaemonSet {ds.metadata.namespace}/{ds.metadata.name}")  # type: ignore[union-attr]
+    return out
+
+
+def test_managed_releases_install_with_wait_and_ready_waits_for_them(
+    hub: Client,
+    hub_env: TestEnv,
+    sim_nodes_target: TestEnv,
+    workload_substrate: Substrate,
+    tmp_path: Path,
+) -> None:
+    h = Harness(hub, hub_env, sim_nodes_target, workload_substrate, tmp_path, "sim-managed")
+    try:
+        h.put_secret({"kubeconfig": h.kubeconfig_text()})
+        h.create({})
+        h.start()
+        h.wait_condition("Ready", "True", deadline=600)
+        # Ready came after every release with wait: true returned from --wait,
+        # so their workloads run now; nothing is left to become ready.
+        waited = {
+            c.chart.chart
+            for c in catalog.components_of_stack(catalog.Stack.STANDARD)
+            if c.chart is not None and c.wait
+        }
+        releases = h.helm_releases()
+        assert {f"mp-{chart}" for chart in waited} <= set(releases)
+        assert all(r["status"] == "deployed" for r in releases.values())
+        deployments = {
+            (d.metadata.namespace, d.metadata.name)  # type: ignore[union-attr]
+            for d in h.target.list(Deployment, namespace="*")
+        }
+        assert (catalog.ENVOY_GATEWAY_NAMESPACE, "gateway") in deployments
+        assert (catalog.CERT_MANAGER.namespace, "cert-manager-webhook") in deployments
+        assert h.target.list(DaemonSet, namespace="*")  # the DRA kubelet plugin
+        waited_not_ready = [
+            w
+            for w in _not_ready(h.target)
+            if w.split()[1].split("/")[0] in {c.namespace for c in catalog.COMPONENTS if c.wait}
+        ]
+        assert waited_not_ready == []
+        # The advisories that read workloads see them Available, not "unknown".
+        met = h.condition("RequirementsMet")
+        assert met["status"] == "True"
+        assert "cannot be observed" not in met["message"]
+        h.hub.delete(SS, "stack", namespace=h.ns)
+        wait_for("the ServingStack gone", lambda: _gone(h), deadline=300)
+        assert h.helm_releases() == {}
+    finally:
+        h.stop()
