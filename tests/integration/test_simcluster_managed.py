@@ -8,6 +8,9 @@ and the advisories that read workloads see real status.
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -88,9 +91,20 @@ def test_managed_releases_install_with_wait_and_ready_waits_for_them(
         ]
         assert waited_not_ready == []
         # The advisories that read workloads see them Available, not "unknown".
-        met = h.condition("RequirementsMet")
-        assert met["status"] == "True"
-        assert "cannot be observed" not in met["message"]
+        check = subprocess.run(
+            [
+                sys.executable, "-m", "modelplane.cli.main", "check",
+                "--kubeconfig", str(sim_nodes_target.kubeconfig_path), "-o", "json",
+            ],
+            capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+        results = json.loads(check.stdout)["results"]
+        workloads = {r["requirement"]: r for r in results if r["requirement"].endswith("available")}
+        assert workloads, results
+        assert {r["status"] for r in workloads.values()} == {"met"}, workloads
+        assert all("Available" in r["message"] for r in workloads.values())
+        gpu = [r for r in results if r["requirement"].startswith("GPU nodes")]
+        assert [r["status"] for r in gpu] == ["met", "met"], gpu
         h.hub.delete(SS, "stack", namespace=h.ns)
         wait_for("the ServingStack gone", lambda: _gone(h), deadline=300)
         assert h.helm_releases() == {}
