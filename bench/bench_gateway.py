@@ -175,7 +175,7 @@ def _bench(root: Path, hub_env: TestEnv, target_env: TestEnv, runs: int) -> int:
             eg_lat.append(eg)
 
         def summary(xs: list[float]) -> str:
-            q = statistics.quantiles(xs, n=100) if len(xs) > 1 else xs * 99
+            q = statistics.quantiles(xs, n=100, method="inclusive") if len(xs) > 1 else xs * 99
             return (
                 f"median {statistics.median(xs) * 1000:.0f} ms, p99 {q[98] * 1000:.0f} ms, "
                 f"max {max(xs) * 1000:.0f} ms"

@@ -208,6 +208,9 @@ def test_gateway_on_the_real_envoy_gateway_and_trust_manager(harness: Harness) -
         deadline=90,
     )
     harness.wait_condition("Ready", "True", deadline=120)
+    # With the catalog's wiring the extensionManager advisory has nothing to say
+    # (the miswired case below is the one where it warns).
+    assert "extensionManager" not in harness.condition("RequirementsMet")["message"]
 
     # Deletion: Envoy Gateway's finalizer on the class is processed, its
     # infrastructure goes with the Gateway, and nothing of ours is left.
