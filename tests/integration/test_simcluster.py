@@ -265,3 +265,77 @@ def test_testenv_passes_no_credentials_on_command_lines(sim_nodes_target: TestEn
         assert token not in cmdline
         assert "BEGIN" not in cmdline
     assert os.stat(sim_nodes_target.kubeconfig_path).st_mode & 0o077 == 0
+
+
+def _check(env: TestEnv) -> list[dict[str, Any]]:
+    proc = subprocess.run(
+        [sys.executable, "-m", "modelplane.cli.main", "check",
+         "--kubeconfig", str(env.kubeconfig_path), "-o", "json"],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    return list(json.loads(proc.stdout)["results"])
+
+
+DEVICE_PLUGIN_ADVISORY = "no node advertises nvidia.com/gpu through a device plugin"
+
+
+def _allocatable(env: TestEnv, node: str, gpus: str | None) -> None:
+    patch = {
+        "status": {"capacity": {"nvidia.com/gpu": gpus}, "allocatable": {"nvidia.com/gpu": gpus}}
+    }
+    with env.http_client() as http:
+        resp = http.patch(
+            f"/api/v1/nodes/{node}/status",
+            content=json.dumps(patch).encode(),
+            headers={"Content-Type": "application/merge-patch+json"},
+        )
+        resp.raise_for_status()
+
+
+def test_a_device_plugin_beside_dra_is_one_more_daemonset(sim_nodes_target: TestEnv) -> None:
+    client = client_for(sim_nodes_target)
+    (before,) = [r for r in _check(sim_nodes_target) if r["requirement"] == DEVICE_PLUGIN_ADVISORY]
+    assert before["status"] == "met"
+    labels = {"name": "nvidia-device-plugin-ds"}
+    plugin = DaemonSet.from_dict(
+        {
+            "metadata": {"name": "nvidia-device-plugin-daemonset", "namespace": "kube-system"},
+            "spec": {
+                "selector": {"matchLabels": labels},
+                "template": {
+                    "metadata": {"labels": labels},
+                    "spec": {
+                        "nodeSelector": {H200_NFD_LABEL: "true"},
+                        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}],
+                        "containers": [
+                            {"name": "plugin", "image": "nvcr.io/nvidia/k8s-device-plugin:v0.17.0"}
+                        ],
+                    },
+                },
+            },
+        }
+    )
+    client.create(plugin)
+    try:
+        wait_for(
+            "the device plugin on both GPU nodes",
+            lambda: (
+                (s := client.get(DaemonSet, plugin.metadata.name, namespace="kube-system").status)  # type: ignore[union-attr]
+                is not None
+                and s.numberReady == 2
+            ),
+            deadline=120,
+        )
+        # The kubelet's part, which kwok does not play: a registered device
+        # plugin's resource appears in the node's capacity and allocatable.
+        for node in GPU_NODES:
+            _allocatable(sim_nodes_target, node, "1")
+        (after,) = [
+            r for r in _check(sim_nodes_target) if r["requirement"] == DEVICE_PLUGIN_ADVISORY
+        ]
+        assert after["status"] == "warning"
+        assert all(node in after["message"] for node in GPU_NODES)
+    finally:
+        for node in GPU_NODES:
+            _allocatable(sim_nodes_target, node, None)
+        client.delete(DaemonSet, "nvidia-device-plugin-daemonset", namespace="kube-system")
