@@ -149,6 +149,7 @@ def test_helm_install_wait_returns_once_the_fixture_chart_runs(
     # --wait returned, so the Deployment is ready now, not eventually.
     deploy = client_for(sim_nodes_target).get(Deployment, "waited-mp-demo", namespace="sim-helm")
     assert deploy.status is not None and deploy.status.readyReplicas == 2
+    helm.run("uninstall", "waited", "--namespace", "sim-helm", "--wait", *kube)
 
 
 def _testenv(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
