@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 import httpx2
 import yaml
 
-from modelplane.testenv.env import TestEnv, TestEnvError
+from modelplane.testenv.env import TestEnv, TestEnvError, _log_tail
 
 FIELD_MANAGER = "modelplane-testenv"
 
@@ -98,11 +98,7 @@ def poll(
         if value:
             return value
         if time.monotonic() > end:
-            tail = ""
-            if log is not None:
-                from modelplane.testenv.env import _log_tail
-
-                tail = f"\n{log.name}:\n{_log_tail(log)}"
+            tail = f"\n{log.name}:\n{_log_tail(log)}" if log is not None else ""
             raise TestEnvError(f"timed out after {deadline:.0f}s waiting for {what} ({last}){tail}")
         time.sleep(0.1)
 
@@ -164,13 +160,17 @@ def apply_crds(env: TestEnv, roots: Iterable[Path], *, deadline: float = 120.0) 
                 apply(client, _without_status(doc))
         names = [d["metadata"]["name"] for d in crds]
         for name in names:
-            path = object_path("CustomResourceDefinition", name)
-            poll(
-                f"CRD {name} Established",
-                lambda p=path: condition_true(get(client, p), "Established"),  # type: ignore[misc]
-                deadline=deadline,
-            )
+            _wait_established(client, name, deadline)
     return names
+
+
+def _wait_established(client: httpx2.Client, name: str, deadline: float) -> None:
+    path = object_path("CustomResourceDefinition", name)
+
+    def established() -> bool:
+        return condition_true(get(client, path), "Established")
+
+    poll(f"CRD {name} Established", established, deadline=deadline)
 
 
 def _without_status(doc: dict[str, Any]) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import base64
 import datetime
+import functools
 import ipaddress
 import os
 import shutil
@@ -40,7 +41,12 @@ from pydantic import BaseModel, ConfigDict
 from modelplane.api.models import ServingStackSpec
 from modelplane.catalog import components as catalog
 from modelplane.testenv import kube
-from modelplane.testenv.controllers import Processes, find_controller, kwok_stages
+from modelplane.testenv.controllers import (
+    ENVOY_GATEWAY_VERSION,
+    Processes,
+    find_controller,
+    kwok_stages,
+)
 from modelplane.testenv.env import TestEnv, TestEnvError, _free_port, _write
 from modelplane.testenv.nodes import (
     KWOK_ANNOTATION,
@@ -220,12 +226,7 @@ class SimCluster:
             ],
         )
         for name, port in (("kube-controller-manager", kcm_port), ("kube-scheduler", sched_port)):
-            kube.poll(
-                f"{name} /healthz",
-                lambda n=name, p=port: self._healthy(n, p),  # type: ignore[misc]
-                deadline=timeout,
-                log=self.procs.log(name),
-            )
+            self._wait_healthy(name, port, timeout)
         gpu = gpu_hardware()
         with self.env.http_client(timeout=30) as client:
             for name, is_gpu in layout.names():
@@ -237,16 +238,19 @@ class SimCluster:
                 self.procs.check("kwok")
                 kube.poll(
                     f"node {name} Ready and untainted by the node lifecycle controller",
-                    lambda p=path: _schedulable(kube.get(client, p)),  # type: ignore[misc]
+                    functools.partial(_schedulable, client, path),
                     deadline=timeout,
                     log=self.procs.log("kwok"),
                 )
 
-    def _healthy(self, name: str, port: int) -> bool:
-        self.procs.check(name)
-        # Serving certificates are self-signed into --cert-dir; only liveness matters here.
-        resp = httpx2.get(f"https://127.0.0.1:{port}/healthz", verify=False, timeout=2)
-        return resp.status_code == 200
+    def _wait_healthy(self, name: str, port: int, timeout: float) -> None:
+        def healthy() -> bool:
+            self.procs.check(name)
+            # Serving certificates are self-signed into --cert-dir; only liveness matters.
+            resp = httpx2.get(f"https://127.0.0.1:{port}/healthz", verify=False, timeout=2)
+            return resp.status_code == 200
+
+        kube.poll(f"{name} /healthz", healthy, deadline=timeout, log=self.procs.log(name))
 
     # ---- Envoy Gateway ---------------------------------------------------------
 
@@ -263,9 +267,9 @@ class SimCluster:
         for port in ENVOY_GATEWAY_FIXED_PORTS:
             if not _port_free(port):
                 raise TestEnvError(
-                    f"port {port} is in use: Envoy Gateway {_eg_version()} binds it on every "
-                    "address, so only one simulated cluster per machine runs the gateway "
-                    "controllers"
+                    f"port {port} is in use: Envoy Gateway {ENVOY_GATEWAY_VERSION} binds it on "
+                    "every address, so only one simulated cluster per machine runs the "
+                    "gateway controllers"
                 )
         namespace = catalog.ENVOY_GATEWAY_NAMESPACE
         home = self.data_dir / "envoy-gateway"
@@ -299,7 +303,7 @@ class SimCluster:
                 ENVOY_GATEWAY_CERT_DIR.mkdir(mode=0o755)
             except OSError as exc:
                 raise TestEnvError(
-                    f"Envoy Gateway {_eg_version()} reads its xDS certificate from "
+                    f"Envoy Gateway {ENVOY_GATEWAY_VERSION} reads its xDS certificate from "
                     f"{ENVOY_GATEWAY_CERT_DIR}, which does not exist and cannot be created "
                     f"({exc}); create that empty directory once (sudo mkdir "
                     f"{ENVOY_GATEWAY_CERT_DIR})"
@@ -403,19 +407,14 @@ class SimCluster:
         )
 
 
-def _schedulable(node: dict[str, Any] | None) -> bool:
+def _schedulable(client: httpx2.Client, path: str) -> bool:
+    node = kube.get(client, path)
     # Ready, and the controller-manager has lifted the not-ready taint it puts
     # on new nodes, so pods created after start() schedule at once.
     taints = ((node or {}).get("spec") or {}).get("taints") or []
     return kube.condition_true(node, "Ready") and not any(
         t.get("key", "").startswith("node.kubernetes.io/") for t in taints
     )
-
-
-def _eg_version() -> str:
-    from modelplane.testenv.controllers import ENVOY_GATEWAY_VERSION
-
-    return ENVOY_GATEWAY_VERSION
 
 
 def _port_free(port: int) -> bool:
