@@ -34,7 +34,12 @@ from tests.integration.substrate import Substrate
 from modelplane.catalog.configuration import CLUSTER_CA, GATEWAY_NAME, NS, SERVING_CERT
 from modelplane.testenv import TestbinMissingError, TestEnv, find_binaries
 from modelplane.testenv.controllers import KUBE_CONTROLLERS, find_controller
-from modelplane.testenv.nodes import DEFAULT_LAYOUT, NodeLayout
+from modelplane.testenv.nodes import (
+    DEFAULT_LAYOUT,
+    HardwareMissingError,
+    NodeLayout,
+    hardware_dir,
+)
 from modelplane.testenv.simcluster import SimCluster
 
 REPO = Path(__file__).resolve().parents[2]
@@ -80,6 +85,12 @@ def simulated(
     gateway_controllers: bool = False,
 ) -> Iterator[TestEnv]:
     """A fresh API server with the simulated cluster started on it, all stopped on exit."""
+    layout = NodeLayout.parse(nodes) if nodes else None
+    if layout is not None and layout.gpu:
+        try:
+            hardware_dir()
+        except HardwareMissingError as exc:
+            pytest.skip(str(exc))
     wanted = ["kwok", *KUBE_CONTROLLERS] if nodes else []
     wanted += ["envoy-gateway", "trust-manager"] if gateway_controllers else []
     try:
@@ -97,7 +108,7 @@ def simulated(
     try:
         env.start()
         cluster.start(
-            nodes=NodeLayout.parse(nodes) if nodes else None,
+            nodes=layout,
             crds=crds,
             gateway_controllers=gateway_controllers,
         )

@@ -2,11 +2,22 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import yaml
 
 from modelplane.catalog import components as catalog
-from modelplane.testenv.nodes import NodeLayout, NodeLayoutError, h200, node, resource_slice
+from modelplane.testenv.nodes import (
+    GpuHardware,
+    HardwareMissingError,
+    NodeLayout,
+    NodeLayoutError,
+    hardware_dir,
+    node,
+    resource_slice,
+)
+from modelplane.testenv.nodes import h200 as read_h200
 from modelplane.testenv.simcluster import envoy_gateway_config
 
 
@@ -32,6 +43,26 @@ def test_a_bad_layout_names_the_option_and_the_part(text: str, says: str) -> Non
         NodeLayout.parse(text)
     assert str(err.value).startswith("--nodes: ")
     assert says in str(err.value)
+
+
+def h200() -> GpuHardware:
+    """The shared fixture's H200, or skip saying where it was looked for."""
+    try:
+        hardware_dir()
+    except HardwareMissingError as exc:
+        pytest.skip(str(exc))
+    return read_h200()
+
+
+def test_gpu_nodes_without_the_shared_profile_say_where_to_find_it(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("MODELPLANE_HARDWARE_DIR", str(tmp_path))
+    with pytest.raises(HardwareMissingError) as err:
+        hardware_dir()
+    assert str(tmp_path) in str(err.value)
+    assert "MODELPLANE_HARDWARE_DIR" in str(err.value)
+    assert "--nodes cpu=N" in str(err.value)
 
 
 def test_h200_values_are_the_fixture_machines() -> None:

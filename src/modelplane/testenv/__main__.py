@@ -7,7 +7,13 @@ import sys
 from pathlib import Path
 
 from modelplane.testenv.env import TestbinMissingError, TestEnv, TestEnvError, resolve_bin_dir
-from modelplane.testenv.nodes import DEFAULT_LAYOUT, NodeLayout, NodeLayoutError
+from modelplane.testenv.nodes import (
+    DEFAULT_LAYOUT,
+    HardwareMissingError,
+    NodeLayout,
+    NodeLayoutError,
+    hardware_dir,
+)
 from modelplane.testenv.simcluster import SimCluster, describe
 
 
@@ -56,7 +62,9 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "start":
             try:
                 layout = NodeLayout.parse(args.nodes) if args.nodes is not None else None
-            except NodeLayoutError as exc:
+                if layout is not None and layout.gpu:
+                    hardware_dir()
+            except (NodeLayoutError, HardwareMissingError) as exc:
                 print(f"error: {exc}", file=sys.stderr)
                 return 2
             env = TestEnv(args.dir)

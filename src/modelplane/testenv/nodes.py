@@ -1,7 +1,8 @@
 """Simulated nodes: a layout of GPU and CPU nodes that kwok keeps Ready.
 
-A GPU node is what one real NVIDIA H200 machine reports (the files under
-``hardware/nvidia-h200``, read off that machine): the PCI label
+A GPU node is what one real NVIDIA H200 machine reports (the files of the
+workplace's shared fixture ``hardware/nvidia-h200``, read off that machine,
+found beside the project or through ``MODELPLANE_HARDWARE_DIR``): the PCI label
 node-feature-discovery derives from the GPU's class and vendor, the taint GPU
 node pools carry, and the ``resource.k8s.io/v1`` ResourceSlice the NVIDIA DRA
 driver's kubelet plugin publishes for it. No value here is made up: each comes
@@ -12,6 +13,7 @@ attributes (cited where used).
 from __future__ import annotations
 
 import csv
+import os
 import re
 import xml.etree.ElementTree as ET
 from functools import cache
@@ -22,7 +24,30 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from modelplane.catalog import components as catalog
 
-HARDWARE_DIR = Path(__file__).resolve().parent / "hardware" / "nvidia-h200"
+# The profile is the shared fixture's, read where it lies and never copied
+# into the project: beside the repository, or wherever the variable says.
+HARDWARE_ENV = "MODELPLANE_HARDWARE_DIR"
+SHARED_HARDWARE_DIR = (
+    Path(__file__).resolve().parents[3].parent / "shared" / "fixtures" / "hardware" / "nvidia-h200"
+)
+
+
+class HardwareMissingError(ValueError):
+    """GPU nodes were asked for, and the H200 profile they are built from is not there."""
+
+
+def hardware_dir() -> Path:
+    """Where the H200 profile is; ``HardwareMissingError`` saying where it was looked for."""
+    chosen = os.environ.get(HARDWARE_ENV)
+    path = Path(chosen) if chosen else SHARED_HARDWARE_DIR
+    if not (path / "nvidia-smi-query.csv").is_file():
+        raise HardwareMissingError(
+            f"GPU nodes take every value from the NVIDIA H200 profile of the shared fixtures "
+            f"(hardware/nvidia-h200), not found at {path}: set {HARDWARE_ENV} to that "
+            "directory, or ask for CPU nodes only (--nodes cpu=N)"
+        )
+    return path
+
 
 # kwok manages the nodes carrying this annotation and no others, so a node a
 # test creates for another purpose is never touched.
@@ -99,24 +124,25 @@ class GpuHardware(BaseModel):
 
 @cache
 def h200() -> GpuHardware:
-    """The H200 of ``hardware/nvidia-h200``."""
-    with (HARDWARE_DIR / "nvidia-smi-query.csv").open(newline="") as fh:
+    """The H200 of the shared fixture ``hardware/nvidia-h200``."""
+    source = hardware_dir()
+    with (source / "nvidia-smi-query.csv").open(newline="") as fh:
         rows = [{k.strip(): v.strip() for k, v in row.items()} for row in csv.DictReader(fh)]
     (gpu,) = rows
     # 0000:00:06.0 class=0x030200 device=0x2335 subsys=0x18bf
-    sysfs = (HARDWARE_DIR / "sysfs-pci-10de.txt").read_text().split()
+    sysfs = (source / "sysfs-pci-10de.txt").read_text().split()
     fields = dict(f.split("=", 1) for f in sysfs[1:])
     # The vendor is the low half of nvidia-smi's pci.device_id (0x233510DE).
     device_id = gpu["pci.device_id"].lower().removeprefix("0x")
-    xml = ET.parse(HARDWARE_DIR / "nvidia-smi-q.xml").getroot()  # our own packaged data
+    xml = ET.parse(source / "nvidia-smi-q.xml").getroot()  # the shared fixture, trusted
     card = xml.find("gpu")
     if card is None:
-        raise ValueError(f"{HARDWARE_DIR / 'nvidia-smi-q.xml'} names no gpu")
+        raise ValueError(f"{source / 'nvidia-smi-q.xml'} names no gpu")
 
     def text(node: ET.Element, path: str) -> str:
         value = node.findtext(path)
         if value is None:
-            raise ValueError(f"{HARDWARE_DIR / 'nvidia-smi-q.xml'} has no {path}")
+            raise ValueError(f"{source / 'nvidia-smi-q.xml'} has no {path}")
         return value.strip()
 
     memory = re.fullmatch(r"(\d+) MiB", gpu["memory.total [MiB]"])
