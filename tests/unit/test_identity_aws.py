@@ -184,7 +184,7 @@ async def test_the_irsa_file_is_read_at_each_mint(
     projected.write_text(WEB_TOKEN + "\n")
     monkeypatch.setattr(aws, "IRSA_TOKEN_FILE", str(projected))
     value = json.dumps({"roleArn": ROLE, "webIdentityTokenFile": str(projected)}).encode()
-    minter = aws.minter(value, target(), Endpoints(aws_sts=sts.url))
+    minter = aws.minter(value, target(), Endpoints(aws_sts=sts.url, allow_operator_identity=True))
     token = await minter.mint()
     assert verify_eks_token(token.value, cluster_name="west", sts=sts) == ROLE
     projected.unlink()

@@ -217,6 +217,16 @@ def run(
             help="Token exchange URL for NebiusServiceAccountCredentials.",
         ),
     ] = None,
+    allow_operator_identity: Annotated[
+        bool,
+        typer.Option(
+            "--allow-operator-identity",
+            help="Let AWSWebIdentityCredentials Secrets use webIdentityTokenFile, the "
+            "operator pod's own projected token (IRSA). Anyone who can create a Secret "
+            "and a ServingStack in a watched namespace can then act as the operator's "
+            "IAM role.",
+        ),
+    ] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
 ) -> None:
     """Run the operator: reconcile every ServingStack onto its target cluster."""
@@ -283,6 +293,7 @@ def run(
         aws_sts_endpoint=_url(aws_sts_endpoint, "--aws-sts-endpoint"),
         aws_region=aws_region,
         nebius_token_endpoint=_url(nebius_token_endpoint, "--nebius-token-endpoint"),
+        allow_operator_identity=allow_operator_identity,
     )
     from modelplane.operator.handlers import run as run_operator
 

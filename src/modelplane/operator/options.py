@@ -56,6 +56,9 @@ class OperatorOptions(BaseModel):
     aws_sts_endpoint: str | None = None
     aws_region: str | None = None
     nebius_token_endpoint: str | None = None
+    # Let AWS identity Secrets name the operator pod's own projected token
+    # (IRSA): off by default, since that token is the operator's IAM role.
+    allow_operator_identity: bool = False
 
     def endpoints(self) -> Endpoints:
         return Endpoints(
@@ -63,6 +66,7 @@ class OperatorOptions(BaseModel):
             aws_region=self.aws_region,
             nebius_token_exchange=self.nebius_token_endpoint,
             deny=self.deny_target_cidrs,
+            allow_operator_identity=self.allow_operator_identity,
         )
 
     def sources(self) -> Sources:

@@ -14,7 +14,12 @@ What the identity Secret's value holds (one key, JSON):
   aws/amazon-eks-pod-identity-webhook README), so it is re-read on every mint.
   No other path is accepted: a path in a hub Secret is a read of the
   operator's disk chosen by whoever writes the Secret, and only this one file
-  is meant to be handed to STS.
+  is meant to be handed to STS. This form is opt-in (``modelplane run
+  --allow-operator-identity``): the pod's token is the operator's own IAM
+  identity, and without the flag anyone who can create a Secret and a
+  ServingStack in any watched namespace could act as it. Without the flag
+  such an entry is ``IdentityInvalid``, naming the flag, and the file is
+  never read.
 
 Optional fields: ``roleSessionName`` (default ``modelplane``) and
 ``clusterName``, for a kubeconfig whose cluster entry is not named after the
@@ -70,6 +75,8 @@ TOKEN_LIFETIME_SECONDS = 14 * 60
 IRSA_TOKEN_FILE = "/var/run/secrets/eks.amazonaws.com/serviceaccount/token"
 DEFAULT_REGION = "us-east-1"
 DEFAULT_SESSION_NAME = "modelplane"
+# The operator flag that lets a Secret name the pod's own token (see above).
+ALLOW_OPERATOR_IDENTITY_FLAG = "--allow-operator-identity"
 
 # arn:PARTITION:eks:REGION:ACCOUNT:cluster/NAME
 _CLUSTER_ARN = re.compile(
@@ -323,6 +330,13 @@ class AWSMinter:
 def minter(credential: bytes, target: TargetInfo, endpoints: Endpoints) -> AWSMinter:
     """A ``MinterFactory`` for ``AWSWebIdentityCredentials``."""
     identity = parse_credential(credential)
+    if identity.token_file is not None and not endpoints.allow_operator_identity:
+        raise _invalid(
+            "webIdentityTokenFile names the operator pod's own projected token, which "
+            "acts as the operator's IAM role; the operator accepts it only when run with "
+            f"{ALLOW_OPERATOR_IDENTITY_FLAG}. Otherwise put the role's web identity "
+            "token in webIdentityToken"
+        )
     cluster, arn_region = cluster_and_region(identity.cluster_name or target.cluster_name)
     region = endpoints.aws_region or arn_region or DEFAULT_REGION
     if not _REGION.match(region):

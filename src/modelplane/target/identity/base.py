@@ -68,6 +68,11 @@ class Endpoints:
     aws_sts: str | None = None
     aws_region: str | None = None
     nebius_token_exchange: str | None = None
+    # Whether an AWS identity may name the operator pod's own projected token
+    # (``webIdentityTokenFile``): off unless ``--allow-operator-identity``,
+    # since anyone who may write a Secret and a ServingStack would otherwise
+    # act as the operator's IAM role.
+    allow_operator_identity: bool = False
     # Addresses no token request may go to: a token endpoint is untrusted
     # input too (a key's token_uri is whatever the Secret's writer put
     # there), so it gets the operator's --deny-target-cidr list.
