@@ -193,14 +193,16 @@ class StackReconciler:
             return Outcome(
                 plan=current,
                 blocked_reason=reason,
-                blocked_message=f"the target API server answered: {err}",
+                blocked_message=_refused_identity(stack, err.status)
+                or f"the target API server answered: {err}",
             )
         except ApiError as err:
             reason = "TargetUnauthorized" if err.status.code in (401, 403) else "TargetError"
             return Outcome(
                 plan=current,
                 blocked_reason=reason,
-                blocked_message=f"the target API server answered {describe_error(err)}",
+                blocked_message=_refused_identity(stack, err.status.code)
+                or f"the target API server answered {describe_error(err)}",
             )
         except (*UNREACHABLE, TargetError) as err:
             return Outcome(
@@ -437,6 +439,26 @@ class StackReconciler:
 def _identity_message(stack: ServingStack, err: IdentityError) -> str:
     entry = stack.spec.cloud_identity
     return f"the {entry.type if entry else 'cloud'} identity: {err.message}"
+
+
+def _refused_identity(stack: ServingStack, code: int | None) -> str | None:
+    """Say a 401 that stood after a fresh token as the identity's, or None otherwise.
+
+    The token service vouched for the identity, so the target does not take
+    it: most often the identity has no access to this cluster, or (EKS) the
+    token was made for another cluster name than the target's own.
+    """
+    entry = stack.spec.cloud_identity
+    if entry is None or code != 401:
+        return None
+    where = f"{entry.namespace}/{entry.name}" if entry.namespace else entry.name
+    return (
+        f"the target API server refused the {entry.type} identity (Secret {where}, key "
+        f"{entry.key}) with 401 Unauthorized, also with a freshly minted token: give the "
+        "identity access to this cluster (an EKS access entry for the role, RBAC for a "
+        "GKE service account) and check that the kubeconfig's cluster name (or the "
+        "identity's clusterName) is the cluster's own"
+    )
 
 
 def _without_status(body: dict[str, Any]) -> dict[str, Any]:
