@@ -13,6 +13,7 @@ import json
 import sys
 from pathlib import Path
 from typing import Annotated, Any
+from urllib.parse import urlsplit
 
 import typer
 from lightkube.config.kubeconfig import KubeConfig, SingleConfig
@@ -76,11 +77,36 @@ def load_config(path: Path, context: str | None) -> SingleConfig:
 IDENTITY_TYPES = [t.value for t in SecretType if t is not SecretType.KUBECONFIG]
 
 
+def endpoints_of(
+    aws_sts_endpoint: str | None,
+    aws_region: str | None,
+    nebius_token_endpoint: str | None,
+    deny: tuple[IPNetwork, ...] = DEFAULT_DENIED,
+) -> Endpoints:
+    """The token services ``check`` sends to, as ``modelplane run`` takes them."""
+    if aws_sts_endpoint is not None:
+        parts = urlsplit(aws_sts_endpoint)
+        if parts.scheme not in ("https", "http") or not parts.hostname:
+            raise CheckError(f"--aws-sts-endpoint: expected a URL, got {aws_sts_endpoint!r}")
+    return Endpoints(
+        aws_sts=aws_sts_endpoint,
+        aws_region=aws_region,
+        nebius_token_exchange=nebius_token_endpoint,
+        deny=deny,
+        # The person running check chose the identity file on their own
+        # machine, so a webIdentityTokenFile there is their own token: none
+        # of the operator's confused deputy, which --allow-operator-identity
+        # guards against.
+        allow_operator_identity=True,
+    )
+
+
 def load_identity(
     config: SingleConfig,
     kind: str | None,
     path: Path | None,
     deny: tuple[IPNetwork, ...] = DEFAULT_DENIED,
+    endpoints: Endpoints | None = None,
 ) -> TokenSource | None:
     """The token source of ``--identity-type``/``--identity-file``, or None without them."""
     if kind is None and path is None:
@@ -100,7 +126,7 @@ def load_identity(
         raise CheckError(f"--identity-file {path} cannot be read ({err.strerror})") from err
     info = TargetInfo(cluster_name=config.context.cluster, server=config.cluster.server)
     try:
-        return TokenSource(make(credential, info, Endpoints(deny=deny)))
+        return TokenSource(make(credential, info, endpoints or Endpoints(deny=deny)))
     except IdentityError as err:
         raise CheckError(f"--identity-file {path}: {err.failure.value}: {err.message}") from None
 
@@ -240,7 +266,33 @@ def check(
         typer.Option(
             "--identity-file",
             help="The identity's credential, as its Secret would hold it "
-            "(for GoogleApplicationCredentials, the service account key JSON).",
+            "(GoogleApplicationCredentials: the service account key JSON; "
+            "AWSWebIdentityCredentials: JSON with roleArn and webIdentityToken or "
+            "webIdentityTokenFile; NebiusServiceAccountCredentials: the service account "
+            "credentials JSON).",
+        ),
+    ] = None,
+    aws_sts_endpoint: Annotated[
+        str | None,
+        typer.Option(
+            "--aws-sts-endpoint",
+            help="STS endpoint URL for AWSWebIdentityCredentials (regional, FIPS or private).",
+        ),
+    ] = None,
+    aws_region: Annotated[
+        str | None,
+        typer.Option(
+            "--aws-region",
+            help="AWS region of STS for AWSWebIdentityCredentials (default: the region of "
+            "the kubeconfig's EKS cluster ARN, else us-east-1).",
+        ),
+    ] = None,
+    nebius_token_endpoint: Annotated[
+        str | None,
+        typer.Option(
+            "--nebius-token-endpoint",
+            help="Token exchange endpoint for NebiusServiceAccountCredentials "
+            "(default tokens.iam.api.nebius.cloud:443).",
         ),
     ] = None,
 ) -> None:
@@ -256,7 +308,8 @@ def check(
         return
     try:
         config = load_config(kubeconfig, context)
-        identity = load_identity(config, identity_type, identity_file, deny)
+        endpoints = endpoints_of(aws_sts_endpoint, aws_region, nebius_token_endpoint, deny)
+        identity = load_identity(config, identity_type, identity_file, deny, endpoints)
         results = run(config, stack, timeout, deny, identity)
     except CheckError as err:
         _fail(str(err))
