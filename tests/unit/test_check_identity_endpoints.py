@@ -1,0 +1,62 @@
+"""``modelplane check`` takes the token endpoints ``modelplane run`` takes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import yaml
+from typer.testing import CliRunner
+
+from modelplane.cli.check import endpoints_of
+from modelplane.cli.main import app
+
+KUBECONFIG = {
+    "apiVersion": "v1",
+    "kind": "Config",
+    "clusters": [{"name": "west", "cluster": {"server": "https://127.0.0.1:1"}}],
+    "users": [{"name": "u", "user": {}}],
+    "contexts": [{"name": "west", "context": {"cluster": "west", "user": "u"}}],
+    "current-context": "west",
+}
+AWS = json.dumps({"roleArn": "arn:aws:iam::111122223333:role/r", "webIdentityToken": "t"})
+
+
+def _check(tmp_path: Path, *args: str) -> tuple[int, str]:
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(yaml.safe_dump(KUBECONFIG))
+    identity = tmp_path / "credentials.json"
+    identity.write_text(AWS)
+    result = CliRunner().invoke(
+        app,
+        [
+            "check",
+            "--kubeconfig",
+            str(kubeconfig),
+            "--identity-type",
+            "AWSWebIdentityCredentials",
+            "--identity-file",
+            str(identity),
+            *args,
+        ],
+    )
+    return result.exit_code, result.output
+
+
+def test_the_endpoints_reach_the_providers() -> None:
+    endpoints = endpoints_of("https://sts.eu-west-1.amazonaws.com", "eu-west-1", "n:443")
+    assert endpoints.aws_sts == "https://sts.eu-west-1.amazonaws.com"
+    assert endpoints.aws_region == "eu-west-1"
+    assert endpoints.nebius_token_exchange == "n:443"
+
+
+def test_an_sts_endpoint_that_is_not_a_url_is_a_usage_error(tmp_path: Path) -> None:
+    code, output = _check(tmp_path, "--aws-sts-endpoint", "sts.amazonaws.com")
+    assert code == 2
+    assert "--aws-sts-endpoint: expected a URL" in output and "Traceback" not in output
+
+
+def test_a_region_that_is_not_one_names_it(tmp_path: Path) -> None:
+    code, output = _check(tmp_path, "--aws-region", "Europe")
+    assert code == 2
+    assert "IdentityInvalid" in output and "region" in output
