@@ -23,24 +23,21 @@ from modelplane.testenv import TestbinMissingError, find_binaries, helm_environ
 CHART = Path(__file__).resolve().parents[2] / "deploy" / "chart"
 GROUP = "infrastructure.modelplane.ai"
 
-# (apiGroups, resources, verbs) the operator needs in each watched namespace.
+# (apiGroups, resources, resourceNames, verbs) the operator needs in each
+# watched namespace.
 STACK_RULES = {
-    ((GROUP,), ("servingstacks",), ("list", "watch", "patch")),
-    ((GROUP,), ("servingstacks/status",), ("patch",)),
-    (("",), ("secrets",), ("get",)),
-    (("",), ("events",), ("create",)),
+    ((GROUP,), ("servingstacks",), (), ("list", "watch", "patch")),
+    ((GROUP,), ("servingstacks/status",), (), ("patch",)),
+    (("",), ("secrets",), (), ("get",)),
+    (("",), ("events",), (), ("create",)),
 }
-PEERING = ((("kopf.dev", "zalando.org"), ("kopfpeerings",), ("get", "list", "watch", "patch")),)
-CLUSTER_PEERING = (
-    (("kopf.dev", "zalando.org"), ("clusterkopfpeerings",), ("get", "list", "watch", "patch")),
-)
-LEASES = (
-    (
-        ("coordination.k8s.io",),
-        ("leases",),
-        ("get", "list", "watch", "create", "update", "patch"),
-    ),
-)
+# What operator/leader.py calls, in the release namespace: get, then create
+# (a missing Lease) or a replace at the version read (update). Create cannot
+# be held to a name by RBAC; the rest is held to the release's own Lease.
+LEASES = {
+    (("coordination.k8s.io",), ("leases",), (), ("create",)),
+    (("coordination.k8s.io",), ("leases",), ("mp-modelplane",), ("get", "update")),
+}
 
 
 @pytest.fixture(scope="module")
@@ -69,11 +66,24 @@ def render(helm: tuple[Path, dict[str, str]], *sets: str) -> list[dict[str, Any]
 
 
 def rules(doc: dict[str, Any]) -> set[tuple[tuple[str, ...], ...]]:
-    return {(tuple(r["apiGroups"]), tuple(r["resources"]), tuple(r["verbs"])) for r in doc["rules"]}
+    return {
+        (
+            tuple(r["apiGroups"]),
+            tuple(r["resources"]),
+            tuple(r.get("resourceNames", ())),
+            tuple(r["verbs"]),
+        )
+        for r in doc["rules"]
+    }
 
 
 def of_kind(docs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
     return [d for d in docs if d["kind"] == kind]
+
+
+def stack_roles(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The Roles on ServingStacks, one per watched namespace (not leader election's)."""
+    return [r for r in of_kind(docs, "Role") if r["metadata"]["name"] == "mp-modelplane"]
 
 
 def test_chart_crd_is_what_modelplane_crds_prints() -> None:
@@ -86,7 +96,11 @@ def test_chart_crd_is_what_modelplane_crds_prints() -> None:
 
 
 def test_helm_lint_passes_in_both_namespace_modes(helm_binary: tuple[Path, dict[str, str]]) -> None:
-    for extra in ([], ["--set", "watchNamespaces={platform}"]):
+    for extra in (
+        [],
+        ["--set", "watchNamespaces={platform}"],
+        ["--set", "replicaCount=1", "--set", "leaderElection.enabled=false"],
+    ):
         proc = _helm(helm_binary, "lint", "--strict", str(CHART), *extra)
         assert proc.returncode == 0, proc.stdout + proc.stderr
         assert "1 chart(s) linted, 0 chart(s) failed" in proc.stdout
@@ -98,10 +112,15 @@ def test_named_namespaces_get_a_role_each_and_nothing_cluster_wide(
     docs = render(helm_binary, "watchNamespaces={platform,west}", "replicaCount=1")
     assert of_kind(docs, "ClusterRole") == []
     assert of_kind(docs, "ClusterRoleBinding") == []
-    roles = {r["metadata"]["namespace"]: r for r in of_kind(docs, "Role")}
+    # Beside the leader election Role in the release namespace (below).
+    roles = {r["metadata"]["namespace"]: r for r in of_kind(docs, "Role") if r in stack_roles(docs)}
     assert set(roles) == {"platform", "west"}
     assert all(rules(role) == STACK_RULES for role in roles.values())
-    bindings = {b["metadata"]["namespace"]: b for b in of_kind(docs, "RoleBinding")}
+    bindings = {
+        b["metadata"]["namespace"]: b
+        for b in of_kind(docs, "RoleBinding")
+        if b["metadata"]["name"] == "mp-modelplane"
+    }
     assert set(bindings) == {"platform", "west"}
     for binding in bindings.values():
         assert binding["subjects"] == [
@@ -115,7 +134,11 @@ def test_named_namespaces_get_a_role_each_and_nothing_cluster_wide(
 
 def test_all_namespaces_get_one_cluster_role(helm_binary: tuple[Path, dict[str, str]]) -> None:
     docs = render(helm_binary, "replicaCount=1")
-    assert of_kind(docs, "Role") == [] and of_kind(docs, "RoleBinding") == []
+    assert stack_roles(docs) == []
+    # The one namespaced grant: leader election's, in the release namespace.
+    assert [(r["metadata"]["namespace"], r["metadata"]["name"]) for r in of_kind(docs, "Role")] == [
+        ("modelplane", "mp-modelplane-leader-election")
+    ]
     (cluster_role,) = of_kind(docs, "ClusterRole")
     assert rules(cluster_role) == STACK_RULES
     (binding,) = of_kind(docs, "ClusterRoleBinding")
@@ -128,24 +151,69 @@ def test_all_namespaces_get_one_cluster_role(helm_binary: tuple[Path, dict[str, 
     assert "--all-namespaces" in args
 
 
-def test_coordination_rules_follow_replicas_unless_set(
+def container(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    (deployment,) = of_kind(docs, "Deployment")
+    (only,) = deployment["spec"]["template"]["spec"]["containers"]
+    return dict(only)
+
+
+@pytest.mark.parametrize("replicas", ["1", "2"])
+@pytest.mark.parametrize("watch", [[], ["watchNamespaces={platform}"]])
+def test_leader_election_is_on_and_granted_what_leader_py_calls(
+    helm_binary: tuple[Path, dict[str, str]], replicas: str, watch: list[str]
+) -> None:
+    # One replica elects too: a rolling update runs the new pod beside the old.
+    docs = render(helm_binary, f"replicaCount={replicas}", *watch)
+    args = container(docs)["args"]
+    assert "--leader-elect" in args
+    assert "--leader-election-lease=mp-modelplane" in args
+    env = {e["name"]: e for e in container(docs)["env"]}
+    assert env["POD_NAMESPACE"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
+    (deployment,) = of_kind(docs, "Deployment")
+    assert "strategy" not in deployment["spec"]  # the default rolling update
+
+    roles = {(r["metadata"]["namespace"], r["metadata"]["name"]): r for r in of_kind(docs, "Role")}
+    assert rules(roles[("modelplane", "mp-modelplane-leader-election")]) == LEASES
+    bindings = {
+        (b["metadata"]["namespace"], b["metadata"]["name"]): b for b in of_kind(docs, "RoleBinding")
+    }
+    binding = bindings[("modelplane", "mp-modelplane-leader-election")]
+    assert binding["roleRef"]["name"] == "mp-modelplane-leader-election"
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "mp-modelplane", "namespace": "modelplane"}
+    ]
+    # The stack rules are untouched and nothing of kopf's peering is granted:
+    # kopf runs standalone under the Lease.
+    if watch:
+        assert rules(roles[("platform", "mp-modelplane")]) == STACK_RULES
+    else:
+        assert rules(of_kind(docs, "ClusterRole")[0]) == STACK_RULES
+    every_rule = [r for d in docs if d["kind"] in ("Role", "ClusterRole") for r in d["rules"]]
+    assert not [r for r in every_rule if "kopf.dev" in r["apiGroups"]]
+
+
+def test_leader_election_off_means_one_replica_recreated(
     helm_binary: tuple[Path, dict[str, str]],
 ) -> None:
-    # Two replicas (the default): Leases in the release namespace, and peering.
-    docs = render(helm_binary, "watchNamespaces={platform}")
-    roles = {(r["metadata"]["namespace"], r["metadata"]["name"]): r for r in of_kind(docs, "Role")}
-    assert rules(roles[("platform", "mp-modelplane")]) == STACK_RULES | set(PEERING)
-    assert rules(roles[("modelplane", "mp-modelplane-coordination")]) == set(LEASES)
-
-    docs = render(helm_binary)
-    assert rules(of_kind(docs, "ClusterRole")[0]) == STACK_RULES | set(CLUSTER_PEERING)
-
-    docs = render(helm_binary, "coordination.enabled=false")
-    assert rules(of_kind(docs, "ClusterRole")[0]) == STACK_RULES
+    docs = render(helm_binary, "replicaCount=1", "leaderElection.enabled=false")
+    args = container(docs)["args"]
+    assert not [a for a in args if a.startswith("--leader-elect")]
     assert of_kind(docs, "Role") == []
+    (deployment,) = of_kind(docs, "Deployment")
+    assert deployment["spec"]["strategy"] == {"type": "Recreate"}
 
-    docs = render(helm_binary, "replicaCount=1", "coordination.enabled=true")
-    assert rules(of_kind(docs, "ClusterRole")[0]) == STACK_RULES | set(CLUSTER_PEERING)
+    refused = _helm(
+        helm_binary,
+        "template",
+        "mp",
+        str(CHART),
+        "--set",
+        "replicaCount=2",
+        "--set",
+        "leaderElection.enabled=false",
+    )
+    assert refused.returncode != 0
+    assert "replicaCount > 1 needs leaderElection.enabled" in refused.stderr
 
 
 def test_extra_rules_reach_every_role(helm_binary: tuple[Path, dict[str, str]]) -> None:
@@ -157,8 +225,8 @@ def test_extra_rules_reach_every_role(helm_binary: tuple[Path, dict[str, str]]) 
         "rbac.extraRules[0].resources={configmaps}",
         "rbac.extraRules[0].verbs={get}",
     )
-    (role,) = of_kind(docs, "Role")
-    assert (("",), ("configmaps",), ("get",)) in rules(role)
+    (role,) = stack_roles(docs)
+    assert (("",), ("configmaps",), (), ("get",)) in rules(role)
 
 
 def test_deployment_is_locked_down_and_probed(helm_binary: tuple[Path, dict[str, str]]) -> None:
@@ -179,7 +247,7 @@ def test_deployment_is_locked_down_and_probed(helm_binary: tuple[Path, dict[str,
     args = container["args"]
     assert "--metrics-address=0.0.0.0" in args and "--metrics-port=8080" in args
     # helm's homes live under TMPDIR (target/helm.py): the one writable mount.
-    env = {e["name"]: e["value"] for e in container["env"]}
+    env = {e["name"]: e.get("value") for e in container["env"]}
     assert env["TMPDIR"] == "/tmp" and env["HOME"] == "/tmp"
     assert container["volumeMounts"] == [{"name": "tmp", "mountPath": "/tmp"}]
     assert {"name": "tmp", "emptyDir": {"sizeLimit": "1Gi"}} in pod["volumes"]

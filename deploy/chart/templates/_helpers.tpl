@@ -31,12 +31,10 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- end -}}
 {{- end -}}
 
-{{/* "true" when replicas must coordinate (see values.yaml `coordination`), else "". */}}
-{{- define "modelplane.coordination" -}}
-{{- $enabled := .Values.coordination.enabled -}}
-{{- if kindIs "bool" $enabled -}}
-{{- if $enabled }}true{{ end -}}
-{{- else if gt (int .Values.replicaCount) 1 -}}
-true
-{{- end -}}
+{{/*
+The leader Lease: the release's own name, so that two releases (two shards)
+in one namespace never share one, and the RBAC can name it.
+*/}}
+{{- define "modelplane.leaseName" -}}
+{{- include "modelplane.fullname" . -}}
 {{- end -}}

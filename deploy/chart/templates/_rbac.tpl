@@ -30,26 +30,23 @@ operator or kopf actually calls; add a rule here (or through
 {{- end }}
 {{- end -}}
 
-{{/* kopf peering between replicas: one KopfPeering per watched namespace. */}}
-{{- define "modelplane.rules.peering" -}}
-# kopf peering: replicas see each other through a KopfPeering here.
-- apiGroups: [kopf.dev, zalando.org]
-  resources: [kopfpeerings]
-  verbs: [get, list, watch, patch]
-{{- end -}}
-
-{{/* kopf peering for all namespaces: the cluster-scoped ClusterKopfPeering. */}}
-{{- define "modelplane.rules.clusterPeering" -}}
-# kopf peering: replicas see each other through a ClusterKopfPeering.
-- apiGroups: [kopf.dev, zalando.org]
-  resources: [clusterkopfpeerings]
-  verbs: [get, list, watch, patch]
-{{- end -}}
-
-{{/* Leader election: Leases in the release's namespace. */}}
+{{/*
+Leader election (src/modelplane/operator/leader.py), in the release
+namespace: a candidate reads the Lease, creates it when it is missing, and
+takes, renews or releases it with a replace at the resourceVersion read
+(update). Nothing lists, watches or patches Leases. RBAC cannot limit create
+to a name (the name is not known when create is authorized), so get and
+update are held to the one Lease and create stands alone
+(https://kubernetes.io/docs/reference/access-authn-authz/rbac/#referring-to-resources).
+*/}}
 {{- define "modelplane.rules.leases" -}}
-# Leader election: one replica holds the Lease, the others wait for it.
+# Leader election: the first candidate creates the Lease.
 - apiGroups: [coordination.k8s.io]
   resources: [leases]
-  verbs: [get, list, watch, create, update, patch]
+  verbs: [create]
+# Leader election: read, take, renew and release the release's own Lease.
+- apiGroups: [coordination.k8s.io]
+  resources: [leases]
+  resourceNames: [{{ include "modelplane.leaseName" . | quote }}]
+  verbs: [get, update]
 {{- end -}}
