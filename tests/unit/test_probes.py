@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
+from typing import cast
 
 from aiohttp.test_utils import TestClient, TestServer
 from kopf._cogs.structs.references import Insights, Resource
@@ -11,35 +13,90 @@ from typer.testing import CliRunner
 from modelplane.api.models import API_GROUP, API_VERSION, PLURAL
 from modelplane.cli.main import app
 from modelplane.operator import metrics
-from modelplane.operator.handlers import _waiting_for
+from modelplane.operator.handlers import _readiness
+from modelplane.operator.leader import Elector
 
 
 async def test_healthz_answers_while_readyz_waits() -> None:
-    waiting: list[str | None] = ["the operator is starting"]
-    async with TestClient(TestServer(metrics.app(lambda: waiting[0]))) as client:
+    now = [metrics.Readiness(ready=False, detail="the operator is starting")]
+    async with TestClient(TestServer(metrics.app(lambda: now[0]))) as client:
         assert (await client.get("/healthz")).status == 200
         not_ready = await client.get("/readyz")
         assert not_ready.status == 503
         assert "the operator is starting" in await not_ready.text()
-        waiting[0] = None
+        now[0] = metrics.READY
         assert (await client.get("/readyz")).status == 200
+        now[0] = metrics.Readiness(ready=True, detail="standby: the Lease ns/l is held by a")
+        standby = await client.get("/readyz")
+        assert standby.status == 200
+        assert (await standby.text()).startswith("standby: ")
         scraped = await client.get("/metrics")
         assert scraped.status == 200
         assert "modelplane_reconciles_total" in await scraped.text()
 
 
-async def test_ready_once_kopf_started_and_serves_servingstacks() -> None:
-    started, insights = asyncio.Event(), Insights()
-    assert _waiting_for(started, insights) == "the operator is starting"
-    started.set()
-    # Started, but the hub's discovery did not find the CRD.
-    assert "is not served by the hub" in (_waiting_for(started, insights) or "")
+def _served() -> Insights:
+    insights = Insights()
     insights.watched_resources.add(
         Resource(group=API_GROUP, version=API_VERSION, plural=PLURAL, namespaced=True)
     )
-    assert _waiting_for(started, insights) == "no namespace to watch yet"
     insights.namespaces.add("platform")
-    assert _waiting_for(started, insights) is None
+    return insights
+
+
+async def test_ready_once_kopf_started_and_serves_servingstacks() -> None:
+    started, insights = asyncio.Event(), Insights()
+    assert _readiness(started, insights, None).detail == "the operator is starting"
+    started.set()
+    # Started, but the hub's discovery did not find the CRD.
+    waiting = _readiness(started, insights, None)
+    assert not waiting.ready and "is not served by the hub" in waiting.detail
+    insights.watched_resources.add(
+        Resource(group=API_GROUP, version=API_VERSION, plural=PLURAL, namespaced=True)
+    )
+    assert _readiness(started, insights, None).detail == "no namespace to watch yet"
+    insights.namespaces.add("platform")
+    assert _readiness(started, insights, None) == metrics.READY
+
+
+@dataclass
+class _Candidate:
+    """What _readiness reads of an Elector; tests/integration/test_chart_ha.py runs real ones."""
+
+    leading: bool = False
+    standing_by_for: str | None = None
+    error: str | None = None
+    lease: str = "modelplane/mp-modelplane"
+
+
+async def test_a_standby_that_reads_its_lease_is_ready_and_says_standby() -> None:
+    # kopf never starts on a standby: without this a rolling update of two
+    # replicas would wait on the new pod for ever.
+    started = asyncio.Event()
+    candidate = _Candidate(standing_by_for="mp-modelplane-0_1a2b")
+    standby = _readiness(started, Insights(), cast(Elector, candidate))
+    assert standby.ready
+    assert standby.detail == (
+        "standby: the Lease modelplane/mp-modelplane is held by mp-modelplane-0_1a2b"
+    )
+
+
+async def test_a_standby_that_cannot_read_its_lease_is_not_ready() -> None:
+    started = asyncio.Event()
+    before_first_try = _readiness(started, Insights(), cast(Elector, _Candidate()))
+    assert not before_first_try.ready and before_first_try.detail == "the operator is starting"
+    refused = _Candidate(error='403 Forbidden: leases "mp-modelplane" is forbidden')
+    answer = _readiness(started, Insights(), cast(Elector, refused))
+    assert not answer.ready
+    assert "the Lease modelplane/mp-modelplane cannot be read: 403 Forbidden" in answer.detail
+
+
+async def test_a_new_leader_is_ready_only_once_kopf_serves() -> None:
+    started = asyncio.Event()
+    leader = cast(Elector, _Candidate(leading=True))
+    assert _readiness(started, _served(), leader).detail == "the operator is starting"
+    started.set()
+    assert _readiness(started, _served(), leader) == metrics.READY
 
 
 def test_metrics_address_must_be_an_ip_address() -> None:

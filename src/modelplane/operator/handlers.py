@@ -410,16 +410,16 @@ async def run(options: OperatorOptions) -> None:
         # kopf takes this object as an argument of kopf.operator but does not
         # export its class; it is filled once discovery on the hub succeeded.
         insights = Insights()
+        elector = (
+            Elector(hub, options.leader_election) if options.leader_election is not None else None
+        )
         probes = None
         if options.metrics_port is not None:
             probes = await metrics.serve(
                 options.metrics_address,
                 options.metrics_port,
-                functools.partial(_waiting_for, started, insights),
+                functools.partial(_readiness, started, insights, elector),
             )
-        elector = (
-            Elector(hub, options.leader_election) if options.leader_election is not None else None
-        )
         if elector is not None:
             # A standby starts nothing of kopf: no watch, no finalizer, no write.
             await elector.acquire()
@@ -458,12 +458,33 @@ async def run(options: OperatorOptions) -> None:
             await hub.close()
 
 
-def _waiting_for(started: asyncio.Event, insights: Insights) -> str | None:
-    """What readiness waits for: None once kopf runs and watches ServingStacks on the hub."""
+def _readiness(
+    started: asyncio.Event, insights: Insights, elector: Elector | None
+) -> metrics.Readiness:
+    """Ready once kopf runs and watches ServingStacks on the hub, or as a sound standby.
+
+    A standby has started nothing of kopf, so it is judged by its Lease: it
+    is ready while it can read the Lease and finds it held by another
+    replica, which is all it needs to take over.
+    """
+    if elector is not None and not elector.leading:
+        holder = elector.standing_by_for
+        if holder is not None:
+            return metrics.Readiness(
+                ready=True, detail=f"standby: the Lease {elector.lease} is held by {holder}"
+            )
+        if elector.error is not None:
+            return metrics.Readiness(
+                ready=False, detail=f"the Lease {elector.lease} cannot be read: {elector.error}"
+            )
+        return metrics.Readiness(ready=False, detail="the operator is starting")
     if not started.is_set():
-        return "the operator is starting"
+        return metrics.Readiness(ready=False, detail="the operator is starting")
     if not any(r.group == API_GROUP and r.plural == PLURAL for r in insights.watched_resources):
-        return f"{PLURAL}.{API_GROUP} is not served by the hub (install the CRD, then restart)"
+        return metrics.Readiness(
+            ready=False,
+            detail=f"{PLURAL}.{API_GROUP} is not served by the hub (install the CRD, then restart)",
+        )
     if not insights.namespaces:
-        return "no namespace to watch yet"
-    return None
+        return metrics.Readiness(ready=False, detail="no namespace to watch yet")
+    return metrics.READY

@@ -130,11 +130,35 @@ class Elector:
         self._observed: tuple[Any, ...] | None = None
         self._observed_at = 0.0
         self._leading = False
+        # What a standby learnt at its last try, for /readyz: the holder it
+        # found, or why the Lease could not be read.
+        self._holder_seen: str | None = None
+        self._error: str | None = None
         LEADER.set(0)
 
     @property
     def leading(self) -> bool:
         return self._leading
+
+    @property
+    def lease(self) -> str:
+        return f"{self._cfg.namespace}/{self._cfg.name}"
+
+    @property
+    def standing_by_for(self) -> str | None:
+        """The other replica holding the Lease, as this standby's last try found it.
+
+        None while leading, before the first try, and after a try that failed:
+        a standby that cannot reach its Lease could not take over either.
+        """
+        if self._leading or self._error is not None:
+            return None
+        return self._holder_seen
+
+    @property
+    def error(self) -> str | None:
+        """Why the last try at the Lease failed; None when it was answered."""
+        return self._error
 
     async def acquire(self) -> None:
         """Return once this replica holds the Lease."""
@@ -143,9 +167,13 @@ class Elector:
         while True:
             try:
                 holder = await self._try()
+                self._error = None
             except Exception as err:  # the hub may be unreachable: try again
-                log.warning("leader election: %s", describe_error(err))
+                self._error = describe_error(err)
+                log.warning("leader election: %s", self._error)
                 holder = None
+            if holder is not None:
+                self._holder_seen = holder
             if holder == cfg.identity:
                 self._leading = True
                 LEADER.set(1)

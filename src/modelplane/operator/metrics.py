@@ -14,6 +14,7 @@ from collections.abc import Callable
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, Counter, Gauge, Histogram
 from prometheus_client.exposition import generate_latest
+from pydantic import BaseModel, ConfigDict
 
 log = logging.getLogger("modelplane.operator")
 
@@ -34,11 +35,26 @@ TARGETS_OPEN = Gauge(
 DEFAULT_ADDRESS = "0.0.0.0"  # a Prometheus in another pod must reach it
 
 
-def app(ready: Callable[[], str | None]) -> web.Application:
-    """``/metrics``, ``/healthz`` and ``/readyz``.
+class Readiness(BaseModel):
+    """What ``/readyz`` answers: its status code follows ``ready``, its body is ``detail``.
 
-    ``ready`` returns None when the operator is ready, else what it waits for.
+    A standby is ready: it is what a rolling update waits for before it
+    stops the leader, and what takes over when the leader goes. Were it not
+    ready, a rollout of two replicas would never get past the first.
     """
+
+    model_config = ConfigDict(frozen=True)
+
+    ready: bool
+    # "ok", "standby: ...", or what the operator waits for.
+    detail: str
+
+
+READY = Readiness(ready=True, detail="ok")
+
+
+def app(ready: Callable[[], Readiness]) -> web.Application:
+    """``/metrics``, ``/healthz`` and ``/readyz``; ``ready`` is asked on every probe."""
 
     async def metrics(_: web.Request) -> web.Response:
         return web.Response(
@@ -49,10 +65,10 @@ def app(ready: Callable[[], str | None]) -> web.Application:
         return web.Response(text="ok\n")
 
     async def readyz(_: web.Request) -> web.Response:
-        waiting = ready()
-        if waiting is None:
-            return web.Response(text="ok\n")
-        return web.Response(status=503, text=f"not ready: {waiting}\n")
+        now = ready()
+        if now.ready:
+            return web.Response(text=f"{now.detail}\n")
+        return web.Response(status=503, text=f"not ready: {now.detail}\n")
 
     application = web.Application()
     application.add_routes(
@@ -65,7 +81,7 @@ def app(ready: Callable[[], str | None]) -> web.Application:
     return application
 
 
-async def serve(address: str, port: int, ready: Callable[[], str | None]) -> web.AppRunner:
+async def serve(address: str, port: int, ready: Callable[[], Readiness]) -> web.AppRunner:
     """Start serving on ``address:port``; the caller cleans the runner up."""
     runner = web.AppRunner(app(ready), handle_signals=False, access_log=None)
     await runner.setup()
