@@ -341,13 +341,16 @@ class StackReconciler:
             message = str(err)
             # One event when the wait starts or its cause changes, not one per
             # retry; the status carries it meanwhile.
-            if self.failures.get(component) != message:
+            changed = self.failures.get(component) != message
+            if changed:
                 self.emit("Warning", WEBHOOK_NOT_READY, message)
             self.failures[component] = message
             self.waiting_on_webhook.add(component)
             backoff = self.backoff.setdefault(component, Backoff())
             backoff.fail(self.clock(), cap=WEBHOOK_RETRY_CAP)
-            log.info(
+            # Logged when the wait starts or changes; each retry only at DEBUG.
+            log.log(
+                logging.INFO if changed else logging.DEBUG,
                 "%s; retry %d in %.0fs",
                 message,
                 backoff.attempts,
@@ -364,11 +367,13 @@ class StackReconciler:
             ValueError,
         ) as err:
             message = f"{what or component} failed: {describe_error(err)}"
+            changed = self.failures.get(component) != message
             self.failures[component] = message
             self.waiting_on_webhook.discard(component)
             self.backoff.setdefault(component, Backoff()).fail(self.clock())
             self.emit("Warning", "ActionFailed", message)
-            log.warning("%s", message)
+            # A failure that repeats on each backed-off retry is logged once.
+            log.log(logging.WARNING if changed else logging.DEBUG, "%s", message)
             return False
         self.failures.pop(component, None)
         self.backoff.pop(component, None)
