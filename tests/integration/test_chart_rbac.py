@@ -5,15 +5,21 @@ Nothing runs its Deployment here (a bare API server has no controllers,
 scheduler or kubelet, and no image is built): the test mints a token for the
 chart's ServiceAccount with the TokenRequest API and runs the operator
 process itself with a kubeconfig that holds only that token, exactly the
-permissions a pod of the Deployment would have.
+permissions a pod of the Deployment would have, and with the container's
+own arguments and environment as the installed release rendered them
+(``--leader-elect`` among them, POD_NAMESPACE resolved as the downward API
+would).
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 import re
+import subprocess
+import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -24,17 +30,18 @@ from lightkube import Client, KubeConfig
 from lightkube.core.exceptions import ApiError
 from lightkube.generic_resource import create_global_resource, create_namespaced_resource
 from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
+from lightkube.resources.coordination_v1 import Lease
 from lightkube.resources.core_v1 import Secret
 from lightkube.resources.rbac_authorization_v1 import Role
 from lightkube.types import PatchType
 from tests.integration.conftest import Helm
 from tests.integration.hubs import SS, Harness, free_port
-from tests.integration.substrate import CHART_CRDS, MANIFEST_CRDS, Substrate, crd, run_operator
+from tests.integration.substrate import CHART_CRDS, MANIFEST_CRDS, Substrate, crd
 from tests.waiting import wait_for
 
 from modelplane.catalog import components as catalog
 from modelplane.catalog.configuration import GATEWAY_NAME, NS
-from modelplane.testenv import TestEnv
+from modelplane.testenv import TestEnv, find_binaries
 
 CHART = Path(__file__).resolve().parents[2] / "deploy" / "chart"
 RELEASE = "mp"
@@ -50,18 +57,40 @@ class Installed:
     harness: Harness
     release_namespace: str
     kubeconfig: Path  # holds only the chart's ServiceAccount token
+    container: dict[str, Any]  # the Deployment's, as the installed release rendered it
+    # Further replicas a test starts, each with a directory of its own.
+    others: list[Harness] = field(default_factory=list)
 
-    def start(self) -> None:
-        h = self.harness
+    def command(self, metrics_port: int) -> tuple[list[str], dict[str, str]]:
+        """The container's command line and environment, run as a local process.
+
+        Only what a pod gets otherwise is changed: the hub is reached through
+        the token's kubeconfig rather than the in-cluster ServiceAccount, the
+        metrics port is a free one, and POD_NAMESPACE is what the downward
+        API would give.
+        """
+        args = [a for a in self.container["args"] if not a.startswith("--metrics-port=")]
+        args += [f"--metrics-port={metrics_port}", "--kubeconfig", str(self.kubeconfig)]
+        env = {**os.environ, "MODELPLANE_HELM": str(find_binaries()["helm"])}
+        for var in self.container["env"]:
+            if "value" in var:
+                env[var["name"]] = var["value"]
+            else:
+                assert var["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}, var
+                env[var["name"]] = self.release_namespace
+        return [sys.executable, "-m", "modelplane.cli.main", *args], env
+
+    def start(self, harness: Harness | None = None) -> None:
+        h = harness or self.harness
         h.metrics_port = free_port()
-        h.proc = run_operator(
-            self.kubeconfig, NO_SUBSTRATE, h.ns, h.log, "--metrics-port", str(h.metrics_port)
-        )
+        argv, env = self.command(h.metrics_port)
+        h.proc = subprocess.Popen(argv, stdout=h.log.open("wb"), stderr=subprocess.STDOUT, env=env)
 
-    def probe(self, path: str) -> int:
-        assert self.harness.metrics_port is not None
+    def probe(self, path: str, harness: Harness | None = None) -> httpx2.Response:
+        h = harness or self.harness
+        assert h.metrics_port is not None
         with httpx2.Client(trust_env=False, timeout=5) as http:
-            return http.get(f"http://127.0.0.1:{self.harness.metrics_port}{path}").status_code
+            return http.get(f"http://127.0.0.1:{h.metrics_port}{path}")
 
     def role_rules(self) -> list[dict[str, Any]]:
         role = self.harness.hub.get(Role, f"{RELEASE}-modelplane", namespace=self.harness.ns)
@@ -97,12 +126,23 @@ def installed(
         "--create-namespace",
         "--set",
         f"watchNamespaces={{{namespace}}}",
+        # A refused status write is retried at the next resync: 300 s by default.
+        "--set",
+        "operator.resync=30",
     )
     kubeconfig = tmp_path / "operator.kubeconfig"
     kubeconfig.write_text(yaml.safe_dump(_service_account_kubeconfig(hub_env, release_namespace)))
+    manifest = helm.run("get", "manifest", RELEASE, *hub_kubeconfig, "-n", release_namespace)
+    (deployment,) = [
+        d for d in yaml.safe_load_all(manifest.stdout) if d and d["kind"] == "Deployment"
+    ]
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    installed = Installed(h, release_namespace, kubeconfig, container)
     try:
-        yield Installed(h, release_namespace, kubeconfig)
+        yield installed
     finally:
+        for other in installed.others:
+            other.stop()
         h.stop()
         # The finalizer is the operator's: without it running, a stack left
         # behind would hold the namespace's cleanup forever, so drop it.
@@ -191,11 +231,18 @@ def test_operator_takes_a_stack_through_its_life_with_only_the_charts_rbac(
     _provide_substrate(h)
     h.put_secret({"kubeconfig": h.kubeconfig_text()})
     h.create({"components": "Provided"})
+    assert "--leader-elect" in installed.container["args"]
     installed.start()
 
     h.wait_condition("Ready", "True", deadline=120, generation=1)
-    wait_for("/readyz to answer 200", lambda: installed.probe("/readyz") == 200, deadline=30)
-    assert installed.probe("/healthz") == 200
+    # It leads on the release's Lease, in the release namespace, under the
+    # chart's Role for it, and renews it (an update every 2 s) meanwhile.
+    lease = f"{installed.release_namespace}/{RELEASE}-modelplane"
+    assert f"holds Lease {lease}" in h.log.read_text()
+    wait_for(
+        "/readyz to answer 200", lambda: installed.probe("/readyz").status_code == 200, deadline=30
+    )
+    assert installed.probe("/healthz").status_code == 200
     gateway = h.target.get(GATEWAY, GATEWAY_NAME, namespace=NS).to_dict()
     assert [listener["name"] for listener in gateway["spec"]["listeners"]] == ["http"]
 
@@ -255,9 +302,58 @@ def test_a_missing_rule_is_named_and_the_operator_keeps_running(
     tried = h.reconciles()
     wait_for("another reconcile", lambda: h.reconciles() > tried, deadline=90)
     assert h.proc is not None and h.proc.poll() is None
-    assert installed.probe("/healthz") == 200
+    assert installed.probe("/healthz").status_code == 200
     assert "Traceback" not in h.log.read_text(), h.log.read_text()[-3000:]
 
     # Given the rule back, the same process carries on to Ready.
     installed.set_role_rules(full)
     h.wait_condition("Ready", "True", deadline=120)
+
+
+def _leading(h: Harness) -> bool | None:
+    """Whether the replica leads, by its own gauge; None before it serves metrics."""
+    try:
+        return h.operator_counter("modelplane_leader") == 1
+    except httpx2.HTTPError:
+        return None
+
+
+def test_two_replicas_under_the_charts_rbac_elect_one_leader(installed: Installed) -> None:
+    h = installed.harness
+    (h.tmp / "b").mkdir()
+    b = Harness(h.hub, h.hub_env, h.target_env, NO_SUBSTRATE, h.tmp / "b", h.ns)
+    installed.others.append(b)
+    installed.start()
+    installed.start(b)
+    replicas = (h, b)
+
+    def one_leads() -> tuple[Harness, Harness] | None:
+        leading = [_leading(r) for r in replicas]
+        if sorted(leading, key=str) != [False, True]:
+            return None
+        return (h, b) if leading[0] else (b, h)
+
+    leader, standby = wait_for("one replica to lead", one_leads, deadline=60)
+    lease = h.hub.get(Lease, f"{RELEASE}-modelplane", namespace=installed.release_namespace)
+    holder = lease.spec.holderIdentity if lease.spec else None
+    assert holder and f"{holder} holds Lease" in leader.log.read_text()
+    # Its gauge is 0 from the start: its log says when it has found the holder.
+    wait_for(
+        "the other replica to stand by",
+        lambda: f"held by {holder}; standing by" in standby.log.read_text(),
+        deadline=30,
+    )
+
+    # Both are ready, so a rolling update goes on; the standby says what it is.
+    def ready(r: Harness) -> httpx2.Response | None:
+        answer = installed.probe("/readyz", r)
+        return answer if answer.status_code == 200 else None
+
+    assert wait_for("the leader ready", lambda: ready(leader), deadline=60).text == "ok\n"
+    answer = wait_for("the standby ready", lambda: ready(standby), deadline=30).text
+    assert answer == (
+        f"standby: the Lease {installed.release_namespace}/{RELEASE}-modelplane "
+        f"is held by {holder}\n"
+    )
+    for r in replicas:
+        assert "forbidden" not in r.log.read_text().lower(), r.log.read_text()[-3000:]
