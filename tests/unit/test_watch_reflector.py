@@ -1,0 +1,195 @@
+"""How one Reflector speaks the watch protocol: bookmarks, 410 Gone, and no request loop.
+
+The server here is a script of answers on httpx2's MockTransport, so that
+each protocol case (a bookmark, a 410 as an ERROR event or as the answer)
+comes exactly when the test needs it. That a real API server sends these
+to our requests is shown in tests/integration/test_watch_gone.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import httpx2
+import pytest
+
+from modelplane.operator.handlers import coalesce
+from modelplane.target.cache import Link, Reflector, WatchKey
+from modelplane.wire import ApiRef
+
+KEY = WatchKey(ApiRef("", "v1", "configmaps"), namespace="ns")
+Answer = Callable[[httpx2.Request], Awaitable[httpx2.Response]]
+
+
+def _cm(name: str, rv: str) -> dict[str, Any]:
+    return {"metadata": {"name": name, "namespace": "ns", "resourceVersion": rv}}
+
+
+def _list(rv: str, *items: dict[str, Any]) -> httpx2.Response:
+    return httpx2.Response(200, json={"metadata": {"resourceVersion": rv}, "items": list(items)})
+
+
+def _events(*events: dict[str, Any]) -> httpx2.Response:
+    return httpx2.Response(200, content="".join(json.dumps(e) + "\n" for e in events).encode())
+
+
+GONE_EVENT = {
+    "type": "ERROR",
+    "object": {"kind": "Status", "code": 410, "reason": "Expired", "message": "too old"},
+}
+
+
+class Script:
+    """Answers requests in order; past the script, holds the request open until cancelled."""
+
+    def __init__(self, answers: list[httpx2.Response]) -> None:
+        self.answers = answers
+        self.requests: list[dict[str, str]] = []
+        self.done = asyncio.Event()
+
+    async def __call__(self, request: httpx2.Request) -> httpx2.Response:
+        self.requests.append(dict(request.url.params))
+        if len(self.requests) <= len(self.answers):
+            return self.answers[len(self.requests) - 1]
+        self.done.set()
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")
+
+
+async def _run(script: Script, deadline: float = 20.0) -> Reflector:
+    http = httpx2.AsyncClient(
+        base_url="https://target.invalid", transport=httpx2.MockTransport(script)
+    )
+    changes: list[str] = []
+    reflector = Reflector(http, KEY, Link(http, "test"), lambda _k, kind: changes.append(kind))
+    task = asyncio.create_task(reflector.run())
+    try:
+        await asyncio.wait_for(script.done.wait(), deadline)
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await http.aclose()
+    return reflector
+
+
+def _is_watch(params: dict[str, str]) -> bool:
+    return params.get("watch") == "true"
+
+
+async def test_a_bookmark_moves_the_resource_version_the_next_watch_starts_from() -> None:
+    script = Script(
+        [
+            _list("10", _cm("a", "9")),
+            # The server ends the watch after a bookmark and nothing else.
+            _events({"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "20"}}}),
+        ]
+    )
+    reflector = await _run(script)
+    listed, first, second = script.requests
+    assert not _is_watch(listed)
+    assert _is_watch(first) and _is_watch(second)
+    assert first["allowWatchBookmarks"] == second["allowWatchBookmarks"] == "true"
+    assert first["resourceVersion"] == "10"
+    assert second["resourceVersion"] == "20"
+    # A bookmark is no change: the copy is untouched and no second LIST was made.
+    assert reflector.bookmarks == 1 and reflector.lists == 1
+    assert list(reflector.items) == ["ns/a"]
+
+
+@pytest.mark.parametrize("gone", ["event", "answer"])
+async def test_410_relists_and_watches_from_the_new_resource_version(gone: str) -> None:
+    script = Script(
+        [
+            _list("10", _cm("a", "9")),
+            _events({"type": "MODIFIED", "object": _cm("a", "15")}),
+            # Re-armed from 15, which was compacted meanwhile.
+            _events(GONE_EVENT) if gone == "event" else httpx2.Response(410),
+            # a was deleted and b created while nothing watched.
+            _list("40", _cm("b", "35")),
+        ]
+    )
+    reflector = await _run(script)
+    _, _, rearmed, relisted, watched = script.requests
+    assert rearmed["resourceVersion"] == "15"
+    assert not _is_watch(relisted)
+    assert "resourceVersion" not in relisted
+    assert watched["resourceVersion"] == "40"
+    # The relist replaced the copy: what was deleted meanwhile is gone from it.
+    assert list(reflector.items) == ["ns/b"]
+    assert reflector.lists == 2
+
+
+async def test_a_server_that_answers_every_watch_with_410_is_not_a_loop() -> None:
+    # Every LIST followed by a watch answered 410: a server at fault. The
+    # reflector backs off (0.5 s, 1 s, 2 s ...) instead of relisting at once.
+    answers: list[httpx2.Response] = []
+    for i in range(50):
+        answers += [_list(str(10 + i)), httpx2.Response(410)]
+    script = Script(answers)
+    http = httpx2.AsyncClient(
+        base_url="https://target.invalid", transport=httpx2.MockTransport(script)
+    )
+    reflector = Reflector(http, KEY, Link(http, "test"), lambda _k, _kind: None)
+    task = asyncio.create_task(reflector.run())
+    window = 2.0
+    started = time.monotonic()
+    await asyncio.sleep(window)
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    await http.aclose()
+    elapsed = time.monotonic() - started
+    lists = sum(not _is_watch(r) for r in script.requests)
+    # 0 s, 0.5 s, 1.5 s: three LISTs in two seconds; a loop would make hundreds.
+    assert 1 <= lists <= 4, f"{lists} LISTs in {elapsed:.1f}s"
+
+
+async def test_a_lone_wake_up_is_not_held_for_the_whole_coalescing_period() -> None:
+    wake = asyncio.Event()
+    wake.set()
+    started = time.monotonic()
+    more = await coalesce(wake, quiet=0.01, most=10.0)
+    # Ends after the quiet pause, not after ``most``: a fixed sleep would take 10 s.
+    assert more == 0
+    assert time.monotonic() - started < 5.0
+    assert wake.is_set()
+
+
+async def test_a_burst_of_wake_ups_is_folded_into_one() -> None:
+    wake = asyncio.Event()
+    wake.set()
+
+    async def burst() -> None:
+        for _ in range(5):
+            await asyncio.sleep(0.002)
+            wake.set()
+
+    task = asyncio.create_task(burst())
+    more = await coalesce(wake, quiet=1.0, most=30.0)
+    await task
+    # Each wake-up came within the quiet pause of the last, so all were taken.
+    assert more == 5
+    assert wake.is_set()
+
+
+async def test_wake_ups_that_never_pause_are_taken_for_at_most_the_period() -> None:
+    wake = asyncio.Event()
+    wake.set()
+    stop = asyncio.Event()
+
+    async def forever() -> None:
+        while not stop.is_set():
+            await asyncio.sleep(0.001)
+            wake.set()
+
+    task = asyncio.create_task(forever())
+    started = time.monotonic()
+    await asyncio.wait_for(coalesce(wake, quiet=1.0, most=0.3), 10.0)
+    stop.set()
+    await task
+    # Bounded by ``most`` (generous slack for a loaded machine), not by the burst.
+    assert time.monotonic() - started < 5.0
+    assert wake.is_set()
