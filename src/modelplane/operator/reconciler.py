@@ -23,6 +23,7 @@ from pydantic import ValidationError
 
 from modelplane.api.models import ServingStack
 from modelplane.catalog.components import BY_NAME, components_for
+from modelplane.catalog.facts import ClusterFacts
 from modelplane.operator.options import OperatorOptions
 from modelplane.operator.status import WEBHOOK_NOT_READY, Outcome
 from modelplane.pins import ComponentsMode
@@ -48,7 +49,7 @@ from modelplane.target.connect import (
     connect,
     read_credentials,
 )
-from modelplane.target.discovery import ApiStatusError, TargetError
+from modelplane.target.discovery import APIS, ApiStatusError, TargetError
 from modelplane.target.helm import Helm, HelmError
 from modelplane.target.identity.base import IdentityError
 from modelplane.target.identity.cache import TokenCache
@@ -115,6 +116,13 @@ class StackReconciler:
     # their way, and a stale copy would only cost a second, idle apply.
     last_direct: float | None = None
     settled: bool = False
+    # Provided mode's advisory facts, with what they were read for (the
+    # components and the served APIs): read again only with a direct read
+    # of the target, or when either changed. Watching what they come from
+    # (every Deployment, Node, Service and ConfigMap of the cluster) would
+    # hold a copy of much of the cluster per target, for warnings a person
+    # reads; so they are as fresh as the last direct read (--relist).
+    facts: tuple[tuple[str, ...], APIS, ClusterFacts] | None = None
     # Cloud identity tokens, shared with the stack's target watches and kept
     # across reconciles (each opens its target afresh).
     tokens: TokenCache = field(default_factory=TokenCache)
@@ -160,6 +168,7 @@ class StackReconciler:
             acted = False
             for _ in range(MAX_ROUNDS):
                 listed = await cache.listed(target.client) if cache and from_cache else None
+                direct = listed is None
                 if listed is None:
                     listed = await read_listed(target.client, want)
                     self.last_direct = self.clock()
@@ -168,9 +177,7 @@ class StackReconciler:
                     # The silent failures the spec cannot check: only a
                     # provided substrate needs them watched, and they cost a
                     # few LISTs more.
-                    facts = await observe_cluster(
-                        target.client, components_for(stack.spec), observed.apis
-                    )
+                    facts = await self._cluster_facts(target, stack, observed.apis, direct)
                     observed = observed.model_copy(update={"cluster": facts})
                 current = plan(stack, observed, self.options.sources())
                 if not await self._act(current, target):
@@ -221,6 +228,19 @@ class StackReconciler:
             waiting_on_webhook=frozenset(self.waiting_on_webhook),
             retry_after=self.retry_after(),
         )
+
+    async def _cluster_facts(
+        self, target: Target, stack: ServingStack, apis: APIS, direct: bool
+    ) -> ClusterFacts:
+        """The advisories' facts: read with each direct read, else the last ones if still apt."""
+        components = components_for(stack.spec)
+        names = tuple(c.name for c in components)
+        kept = self.facts
+        if not direct and kept is not None and kept[0] == names and kept[1] == apis:
+            return kept[2]
+        facts = await observe_cluster(target.client, components, apis)
+        self.facts = (names, apis, facts)
+        return facts
 
     def retry_after(self) -> float | None:
         """Seconds until the first failed component is due again; None when none waits.

@@ -1,0 +1,151 @@
+"""A no-op resync of a Provided stack reads the target at most twice, as a Managed one does.
+
+Provided mode adds the advisory checks' facts (Deployments, Nodes, Services,
+ConfigMaps, ... of the whole cluster: eight LISTs or so). They are read with
+each direct read of the target and kept in between, so a resync that finds
+nothing to do reads no more than a Managed stack's (issue 12, part 3),
+counted with the target API server's own request counters.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from lightkube import Client
+from lightkube.generic_resource import create_global_resource
+from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
+from lightkube.resources.core_v1 import Node
+from lightkube.types import PatchType
+from prometheus_client.parser import text_string_to_metric_families
+from tests.integration.hubs import Harness
+from tests.integration.substrate import (
+    CHART_CRDS,
+    MANIFEST_CRDS,
+    Substrate,
+    crd,
+    serve_substrate,
+)
+from tests.waiting import wait_for
+
+from modelplane.catalog import components as catalog
+from modelplane.testenv import TestEnv
+
+DEVICE_CLASS = create_global_resource("resource.k8s.io", "v1", "DeviceClass", "deviceclasses")
+
+
+@pytest.fixture(scope="module")
+def substrate(helm: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Substrate]:
+    yield from serve_substrate(helm, tmp_path_factory.mktemp("substrate"))
+
+
+@pytest.fixture
+def harness(
+    hub: Client,
+    hub_env: TestEnv,
+    target: TestEnv,
+    substrate: Substrate,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+) -> Iterator[Harness]:
+    slug = re.sub(r"[^a-z0-9]+", "-", request.node.name.lower().removeprefix("test_"))
+    digest = hashlib.sha256(request.node.name.encode()).hexdigest()[:6]
+    h = Harness(hub, hub_env, target, substrate, tmp_path, f"p-{slug[:40].strip('-')}-{digest}")
+    h.put_secret({"kubeconfig": h.kubeconfig_text()})
+    try:
+        yield h
+    finally:
+        h.stop()
+
+
+def _bring_standard_substrate(h: Harness) -> None:
+    """What a cluster owner runs: the Standard stack's CRDs and the GPU DeviceClass."""
+    charts = {
+        c.chart.chart
+        for c in catalog.components_of_stack(catalog.Stack.STANDARD)
+        if c.chart is not None
+    }
+    specs = [s for chart, specs in CHART_CRDS.items() if chart in charts for s in specs]
+    for spec in specs + MANIFEST_CRDS["gaie-crds"]:
+        h.target.apply(CustomResourceDefinition.from_dict(crd(*spec)), field_manager="owner")
+    h.target.apply(
+        DEVICE_CLASS.from_dict(
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "DeviceClass",
+                "metadata": {"name": catalog.GPU_DEVICE_CLASS},
+                "spec": {},
+            }
+        ),
+        field_manager="owner",
+    )
+
+
+def _node_with_a_device_plugin(h: Harness) -> None:
+    """A Node that advertises the GPU extended resource: an advisory warns of it."""
+    h.target.create(Node.from_dict({"metadata": {"name": "gpu-0"}}))
+    h.target.patch(
+        Node.Status,
+        "gpu-0",
+        {"status": {"allocatable": {"nvidia.com/gpu": "8"}, "capacity": {"nvidia.com/gpu": "8"}}},
+        patch_type=PatchType.MERGE,
+    )
+
+
+def _reads(env: TestEnv) -> dict[str, float]:
+    """GET and LIST per resource, from one scrape (scrapes of /metrics are not counted)."""
+    out: dict[str, float] = {}
+    for family in text_string_to_metric_families(env.metrics_text()):
+        for sample in family.samples:
+            resource = sample.labels.get("resource")
+            if (
+                sample.name == "apiserver_request_total"
+                and sample.labels.get("verb") in ("GET", "LIST")
+                and resource
+            ):
+                out[resource] = out.get(resource, 0.0) + sample.value
+    return out
+
+
+def test_five_no_op_resyncs_of_a_provided_stack_read_at_most_twice_each(
+    harness: Harness, target: TestEnv, hub_env: TestEnv
+) -> None:
+    _bring_standard_substrate(harness)
+    _node_with_a_device_plugin(harness)
+    harness.create({"components": "Provided", "gateway": {"hostname": "west.example.com"}})
+    harness.start("--resync", "2")
+    harness.wait_condition("RequirementsMet", "True", deadline=120)
+    harness.wait_condition("Ready", "True", deadline=120)
+    # The advisories read the cluster: the Node's device plugin is a warning.
+    met = harness.condition("RequirementsMet")["message"]
+    assert "gpu-0 advertises nvidia.com/gpu" in met, met
+    # Past the reconciles that follow the configuration's own writes.
+    settled = harness.reconciles() + 3
+    wait_for("three resyncs after Ready", lambda: harness.reconciles() >= settled, deadline=60)
+
+    before = (_reads(target), target.write_requests(), hub_env.write_requests())
+    count = harness.reconciles()
+    wait_for("five resyncs", lambda: harness.reconciles() >= count + 5, deadline=60)
+    after = (_reads(target), target.write_requests(), hub_env.write_requests())
+    resyncs = harness.reconciles() - count
+    # Scraped after the last read, so a resync under way counts its reads
+    # but not itself: the bound errs against the operator.
+    grown = {r: n - before[0].get(r, 0.0) for r, n in after[0].items()}
+    read_count = sum(grown.values())
+    assert read_count <= 2 * resyncs, (
+        f"{read_count:.0f} target reads in {resyncs} resyncs: "
+        f"{ {r: n for r, n in grown.items() if n} }"
+    )
+
+    def writes(a: dict[Any, float], b: dict[Any, float]) -> dict[Any, float]:
+        return {k: v - a.get(k, 0.0) for k, v in b.items() if v != a.get(k, 0.0)}
+
+    assert writes(before[1], after[1]) == {}, "target writes"
+    # No hub write also means the warning stood through every resync: the
+    # facts kept from the last direct read still feed the advisories.
+    assert writes(before[2], after[2]) == {}, "hub writes"
+    assert "gpu-0 advertises nvidia.com/gpu" in harness.condition("RequirementsMet")["message"]
