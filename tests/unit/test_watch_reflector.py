@@ -120,7 +120,7 @@ async def test_410_relists_and_watches_from_the_new_resource_version(gone: str) 
     assert watched["resourceVersion"] == "40"
     # The relist replaced the copy: what was deleted meanwhile is gone from it.
     assert list(reflector.items) == ["ns/b"]
-    assert reflector.lists == 2
+    assert reflector.lists == 2 and reflector.expired == 1
 
 
 async def test_a_server_that_answers_every_watch_with_410_is_not_a_loop() -> None:

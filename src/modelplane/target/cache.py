@@ -208,6 +208,7 @@ class Reflector:
         self.lists = 0
         self.watches = 0
         self.bookmarks = 0
+        self.expired = 0
         self._retry = asyncio.Event()
         self._listed_at = 0.0
 
@@ -236,6 +237,12 @@ class Reflector:
                 # A 410 right after a fresh LIST cannot repeat without a
                 # server at fault; the backoff keeps that from spinning.
                 self.synced = False
+                self.expired += 1
+                log.info(
+                    "target of %s: watch of %s expired (410 Gone); listing again",
+                    self._label,
+                    self.key,
+                )
                 if time.monotonic() - self._listed_at < 1.0:
                     await asyncio.sleep(backoff.next())
             except Refused as err:

@@ -385,6 +385,11 @@ class TestEnv:
         return self._loaded_state().server
 
     @property
+    def etcd_url(self) -> str:
+        """``http://127.0.0.1:PORT``: etcd's client URL (its v3 JSON gateway too)."""
+        return f"http://{_LOOPBACK}:{self._loaded_state().etcd_client_port}"
+
+    @property
     def token(self) -> str:
         line = (self.pki_dir / "tokens.csv").read_text().splitlines()[0]
         return line.split(",", 1)[0]
