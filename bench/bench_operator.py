@@ -16,7 +16,8 @@ Measures, with the real operator process, kube-apiservers and helm:
    watches (it would wait for the resync);
 3. a no-op resync, with the operator restarted at --resync 2: GET/LIST per
    resync to the target by the API server's own counters (at most 2), and
-   writes to either API server (must be zero).
+   writes to either API server (must be zero); in Managed mode, then with
+   the stack switched to Provided (whose advisory checks read more).
 
     python bench/bench_operator.py [--runs 50] [--miss-after 30]
 """
@@ -117,6 +118,22 @@ def _spread(samples: list[float]) -> str:
     ms = sorted(x * 1000 for x in samples)
     p99 = statistics.quantiles(ms, n=100, method="inclusive")[98] if len(ms) > 1 else ms[0]
     return f"p50 {statistics.median(ms):.0f} ms, p99 {p99:.0f} ms, max {ms[-1]:.0f} ms"
+
+
+def _no_op(hub_env: TestEnv, target_env: TestEnv, port: int, mode: str) -> None:
+    """Reads and writes over 20 s of no-op resyncs every 2 s, by the API servers' counters."""
+    hub_w, target_w, target_r = _writes(hub_env), _writes(target_env), _reads(target_env)
+    done = _reconciles(port)
+    window = 20.0
+    time.sleep(window)
+    resyncs = _reconciles(port) - done
+    reads = _reads(target_env) - target_r
+    print(
+        f"{mode}: no-op resyncs every 2 s for {window:.0f} s: {resyncs} resyncs, target reads "
+        f"{reads:.0f} ({reads / max(resyncs, 1):.1f} per resync), target writes "
+        f"{_writes(target_env) - target_w:.0f}, hub writes "
+        f"{_writes(hub_env) - hub_w:.0f}"
+    )
 
 
 def main() -> None:
@@ -249,18 +266,28 @@ def main() -> None:
             _until(lambda: "authentication has finished" in (tmp / "op2.log").read_text(), 60)
             # Past the restart's first (direct) reconcile and the one after it.
             time.sleep(6)
-            hub_w, target_w, target_r = _writes(hub_env), _writes(target_env), _reads(target_env)
-            done = _reconciles(port)
-            window = 20.0
-            time.sleep(window)
-            resyncs = _reconciles(port) - done
-            reads = _reads(target_env) - target_r
-            print(
-                f"no-op resyncs every 2 s for {window:.0f} s: {resyncs} resyncs, target reads "
-                f"{reads:.0f} ({reads / max(resyncs, 1):.1f} per resync), target writes "
-                f"{_writes(target_env) - target_w:.0f}, hub writes "
-                f"{_writes(hub_env) - hub_w:.0f}"
+            _no_op(hub_env, target_env, port, "Managed")
+
+            # Provided mode on the same target (the CRDs are there): its
+            # advisory facts are read with the direct reads only.
+            hub.patch(
+                SS,
+                "stack",
+                {"spec": {"components": "Provided"}},
+                namespace="bench",
+                patch_type=PatchType.MERGE,
             )
+
+            def provided_ready() -> bool:
+                status = hub.get(SS, "stack", namespace="bench").to_dict().get("status") or {}
+                return any(
+                    c["type"] == "Ready" and c["status"] == "True" and c["observedGeneration"] == 2
+                    for c in status.get("conditions", [])
+                )
+
+            _until(provided_ready, 60)
+            time.sleep(6)
+            _no_op(hub_env, target_env, port, "Provided")
         finally:
             if proc is not None:
                 proc.terminate()
