@@ -72,8 +72,9 @@ def out_of_range_events(hub_env: TestEnv) -> list[str]:
 
 
 def reconciles(target: TestEnv) -> float:
-    # Every reconcile lists Helm's release Secrets on the target once.
-    return target.request_total(verb="LIST", resource="secrets")
+    # Every reconcile reads the target's claim once; a resync from the
+    # watches' copy reads nothing else, so no other request counts them.
+    return target.request_total(verb="GET", resource="leases")
 
 
 def test_operator_reports_an_out_of_range_pin_once_per_change(
