@@ -476,6 +476,13 @@ def settings(selector: str | None = None) -> kopf.OperatorSettings:
     # kopf would post an event for every handler run; ours are explicit.
     s.posting.level = logging.WARNING
     s.watching.server_timeout = 300
+    # A stopped daemon closes its target watches and connections, which
+    # takes real I/O, not the few zero-time cycles kopf waits by default.
+    # Had kopf not seen it exit, it would keep the finalizer, sleep out the
+    # daemon's cancellation timeout, and run the deletion handlers once more
+    # after they had succeeded: a teardown that re-claims a target it just
+    # released, in a namespace it is deleting.
+    s.background.instant_exit_timeout = 5.0
     # kopf would otherwise watch every CRD and, when namespaced, list every
     # namespace on the hub: cluster-wide reads a namespaced install must not
     # need. The ServingStack CRD is installed before the operator (the chart's
