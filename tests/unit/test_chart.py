@@ -261,6 +261,8 @@ def test_operator_values_become_flags(helm_binary: tuple[Path, dict[str, str]]) 
         "operator.gaieManifestsUrl=https://mirror.example/gaie",
         "operator.manifestsUrlFor.modelexpress-crds=https://mirror.example/mx",
         "operator.allowUnsafeKubeconfig=true",
+        "operator.allowOperatorIdentity=true",
+        "operator.noCrossNamespaceRefs=true",
         "operator.resync=60",
         "operator.denyTargetCIDRs={default,10.96.0.0/12}",
     )
@@ -271,17 +273,22 @@ def test_operator_values_become_flags(helm_binary: tuple[Path, dict[str, str]]) 
         "--gaie-manifests-url=https://mirror.example/gaie",
         "--manifests-url-for=modelexpress-crds=https://mirror.example/mx",
         "--allow-unsafe-kubeconfig",
+        "--allow-operator-identity",
+        "--no-cross-namespace-refs",
         "--resync=60",
         "--deny-target-cidr=default",
         "--deny-target-cidr=10.96.0.0/12",
     ):
         assert flag in args, flag
-    assert (
-        "--allow-unsafe-kubeconfig"
-        not in of_kind(render(helm_binary), "Deployment")[0]["spec"]["template"]["spec"][
-            "containers"
-        ][0]["args"]
-    )
+    defaults = of_kind(render(helm_binary), "Deployment")[0]["spec"]["template"]["spec"][
+        "containers"
+    ][0]["args"]
+    for opt_in in (
+        "--allow-unsafe-kubeconfig",
+        "--allow-operator-identity",
+        "--no-cross-namespace-refs",
+    ):
+        assert opt_in not in defaults, opt_in
 
 
 def test_service_monitor_only_when_asked(helm_binary: tuple[Path, dict[str, str]]) -> None:
