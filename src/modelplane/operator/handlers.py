@@ -254,10 +254,15 @@ def register(registry: kopf.OperatorRegistry, rt: Runtime) -> None:
                 if body.meta.get("deletionTimestamp"):
                     return
                 error: Exception | None = None
+                # kopf updates ``body`` in place: the generation reported is
+                # the one of the spec this reconcile read, not of one that
+                # arrived while it ran (that would call an old spec Ready).
+                generation = body.meta.get("generation")
+                snapshot = dict(body)
                 with metrics.RECONCILE_SECONDS.time():
                     try:
                         outcome = await reconciler.reconcile(
-                            dict(body), watcher.cache if watcher is not None else None
+                            snapshot, watcher.cache if watcher is not None else None
                         )
                     except Exception as err:  # reported, never a crashed daemon
                         error = err
@@ -266,7 +271,7 @@ def register(registry: kopf.OperatorRegistry, rt: Runtime) -> None:
                             blocked_message=f"{type(err).__name__}: {describe_error(err)}",
                         )
                 metrics.RECONCILES.labels(result=outcome.blocked_reason or "ok").inc()
-                await write_status(rt, body, desired_status(outcome, body.meta.get("generation")))
+                await write_status(rt, body, desired_status(outcome, generation))
                 if outcome.blocked_reason is None:
                     watcher, watched_credentials = await _ensure_watcher(
                         rt, body, wake, watcher, watched_credentials, label
