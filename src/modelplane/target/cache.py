@@ -62,7 +62,7 @@ CONFIGMAPS = ApiRef("", "v1", "configmaps")
 OURS = f"{MANAGED_BY_LABEL}={MANAGED_BY}"
 # client-go re-arms its watches every 5 to 10 minutes; so do we.
 WATCH_TIMEOUT_SECONDS = 300.0
-PROBE_SECONDS = 1.0
+PROBE_SECONDS = 0.25
 MAX_BACKOFF_SECONDS = 30.0
 
 
@@ -138,7 +138,7 @@ class Link:
         self.up.clear()
         self.outages += 1
         log.warning(
-            "target of %s: watches lost (%s); probing every %.0f s until it answers",
+            "target of %s: watches lost (%s); probing every %.2g s until it answers",
             self._label,
             describe_error(err),
             self._every,
