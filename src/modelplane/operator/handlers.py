@@ -94,6 +94,31 @@ class QuietWakes(logging.Filter):
         return True
 
 
+# The deletion handler's id, named so that kopf's lines about it can be told
+# (its default was the qualname, "register.<locals>.teardown"). It is also
+# the key of kopf's progress annotation: a teardown in flight across the
+# upgrade that renamed it starts its retry count and wait over, nothing more.
+TEARDOWN_HANDLER = "teardown"
+_TEARDOWN_RETRY = f"Handler {TEARDOWN_HANDLER!r} failed temporarily: "
+
+
+class QuietTeardownRetries(logging.Filter):
+    """Demote kopf's line for each retry of teardown to DEBUG.
+
+    kopf logs every TemporaryError at ERROR (_core/actions/execution.py),
+    and its K8sPoster posts every record at or above settings.posting.level
+    as an Event on the hub: a stuck teardown cost one hub write per retry,
+    forever. The handler says itself, once per change, what it waits for.
+    A demoted record is below the posting level, so it is not posted.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno == logging.ERROR and record.getMessage().startswith(_TEARDOWN_RETRY):
+            record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+            return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
+        return True
+
+
 class FailureLog:
     """One stack's blocked reconciles in the log: a line when the failure
     changes, DEBUG for each backed-off retry that finds it the same."""
@@ -285,8 +310,8 @@ def register(registry: kopf.OperatorRegistry, rt: Runtime) -> None:
                 await watcher.close()
             rt.wakers.pop(key, None)
 
-    @kopf.on.delete(*resource, registry=registry, backoff=2.0)
-    async def teardown(body: kopf.Body, runtime: datetime.timedelta, **_: Any) -> None:
+    @kopf.on.delete(*resource, registry=registry, id=TEARDOWN_HANDLER, backoff=2.0)
+    async def teardown(body: kopf.Body, runtime: datetime.timedelta, retry: int, **_: Any) -> None:
         if (body.meta.annotations or {}).get(SKIP_TEARDOWN_ANNOTATION) == "true":
             kopf.event(
                 body,
@@ -309,12 +334,10 @@ def register(registry: kopf.OperatorRegistry, rt: Runtime) -> None:
                 f"the spec does not validate ({err}), so teardown cannot tell what this "
                 f"ServingStack installed: correct the field, or {skip}"
             )
-            await _teardown_condition(rt, body, INVALID_SPEC, message)
-            raise kopf.TemporaryError(message, delay=RETRY_BLOCKED_SECONDS) from err
+            raise await _teardown_blocked(rt, body, INVALID_SPEC, message, retry) from err
         except AddressDenied as err:
             message = f"{err}. Teardown does not reach a refused address: {skip}"
-            await _teardown_condition(rt, body, ADDRESS_DENIED, message)
-            raise kopf.TemporaryError(message, delay=RETRY_BLOCKED_SECONDS) from err
+            raise await _teardown_blocked(rt, body, ADDRESS_DENIED, message, retry) from err
         except CredentialsError as err:
             if err.reason == HUB_FORBIDDEN:
                 message = f"{err}. Teardown needs the target's credentials, or {skip}"
@@ -324,8 +347,7 @@ def register(registry: kopf.OperatorRegistry, rt: Runtime) -> None:
                 message = (
                     f"{err}. Teardown needs the target's credentials: restore the Secret, or {skip}"
                 )
-            await _teardown_condition(rt, body, err.reason, message)
-            raise kopf.TemporaryError(message, delay=RETRY_BLOCKED_SECONDS) from err
+            raise await _teardown_blocked(rt, body, err.reason, message, retry) from err
         except IdentityError as err:
             # A token refresh failed part way; the kubeconfig's own
             # credentials are never tried instead.
@@ -333,21 +355,71 @@ def register(registry: kopf.OperatorRegistry, rt: Runtime) -> None:
                 f"{err.message}. Teardown needs the target's credentials: fix the identity, "
                 f"or {skip}"
             )
-            await _teardown_condition(rt, body, err.failure.value, message)
-            raise kopf.TemporaryError(message, delay=RETRY_BLOCKED_SECONDS) from None
+            raise await _teardown_blocked(rt, body, err.failure.value, message, retry) from None
         except (OSError, ApiError, TargetError, httpx2.HTTPError) as err:
             message = f"teardown could not reach the target: {type(err).__name__}: "
             message += describe_error(err)
-            await _teardown_condition(rt, body, "TargetUnreachable", message[:1000])
-            raise kopf.TemporaryError(message, delay=RETRY_BLOCKED_SECONDS) from err
+            raise await _teardown_blocked(
+                rt, body, "TargetUnreachable", message[:1000], retry
+            ) from err
         if waiting:
-            await _teardown_condition(rt, body, "Waiting", waiting)
+            # Progress, not a failure: told at INFO when what it waits for changes.
+            if await _teardown_condition(rt, body, "Waiting", waiting):
+                log.info("ServingStack %s: teardown %s", _label(body), waiting)
             raise kopf.TemporaryError(waiting, delay=2.0)
         kopf.event(body, type="Normal", reason="TornDown", message="teardown finished")
 
 
-async def _teardown_condition(rt: Runtime, body: kopf.Body, reason: str, message: str) -> None:
+def _label(body: kopf.Body) -> str:
+    return f"{body.meta.namespace}/{body.meta.name}"
+
+
+async def _teardown_blocked(
+    rt: Runtime, body: kopf.Body, reason: str, message: str, retry: int
+) -> kopf.TemporaryError:
+    """Report a teardown that cannot proceed, and the error that retries it later.
+
+    kopf's ``retry`` (how many times the handler ran before) is the streak, so
+    a stuck teardown backs off like a blocked reconcile and keeps no state.
+    The WARNING and the Event come when the Teardown condition changes, not
+    with every retry: each Event is a hub write.
+    """
+    delay = retry_delay(retry + 1, rt.options.resync_seconds)
+    if await _teardown_condition(rt, body, reason, message):
+        log.warning(
+            "ServingStack %s: teardown blocked: %s: %s (next try in %.0fs, then less often "
+            "while it lasts)",
+            _label(body),
+            reason,
+            message,
+            delay,
+        )
+        kopf.event(
+            body, type="Warning", reason="TeardownBlocked", message=f"{reason}: {message}"[:1000]
+        )
+    else:
+        log.debug(
+            "ServingStack %s: teardown still blocked: %s; retry in %.0fs",
+            _label(body),
+            reason,
+            delay,
+        )
+    return kopf.TemporaryError(message, delay=delay)
+
+
+async def _teardown_condition(rt: Runtime, body: kopf.Body, reason: str, message: str) -> bool:
+    """Set the Teardown condition; True when its reason or message changed.
+
+    Judged by the condition on the stack rather than by the write, so that
+    a status the operator may not patch (a 403, told by write_status) does
+    not silence the failure.
+    """
     current = dict(body.get("status") or {})
+    before = next((c for c in current.get("conditions") or [] if c.get("type") == TEARDOWN), None)
+    changed = before is None or (before.get("reason"), before.get("message")) != (
+        reason,
+        message,
+    )
     conditions = [c for c in current.get("conditions") or [] if c.get("type") != TEARDOWN]
     conditions.append(
         {
@@ -359,6 +431,7 @@ async def _teardown_condition(rt: Runtime, body: kopf.Body, reason: str, message
         await write_status(rt, body, {"conditions": conditions})
     except ApiError as err:  # the object may be gone already
         log.debug("teardown status: %s", err.status.message)
+    return changed
 
 
 async def _ensure_watcher(
@@ -511,8 +584,9 @@ async def run(options: OperatorOptions) -> None:
             options=options, hub=hub, helm=TargetHelm.guarding(helm, options.deny_target_cidrs)
         )
         rt.expose()
-        quiet = QuietWakes()
+        quiet, quiet_teardown = QuietWakes(), QuietTeardownRetries()
         logging.getLogger("kopf.objects").addFilter(quiet)
+        logging.getLogger("kopf.objects").addFilter(quiet_teardown)
         started = asyncio.Event()
         # kopf takes this object as an argument of kopf.operator but does not
         # export its class; it is filled once discovery on the hub succeeded.
@@ -564,6 +638,7 @@ async def run(options: OperatorOptions) -> None:
                 await probes.cleanup()
             await hub.close()
             logging.getLogger("kopf.objects").removeFilter(quiet)
+            logging.getLogger("kopf.objects").removeFilter(quiet_teardown)
 
 
 def _readiness(
