@@ -21,8 +21,16 @@ from pathlib import Path
 import pytest
 import yaml
 from lightkube import Client
-from tests.integration.hubs import client_for, install_servingstack_crd, private_env
+from tests.integration.hubs import (
+    Harness,
+    HarnessOptions,
+    client_for,
+    install_servingstack_crd,
+    namespace_for,
+    private_env,
+)
 from tests.integration.simcluster import sim_nodes_target, sim_target  # noqa: F401 - fixtures
+from tests.integration.substrate import Substrate, serve_substrate
 from tests.serving import serve_directory
 
 from modelplane.testenv import TestbinMissingError, TestEnv, find_binaries, helm_environ
@@ -150,3 +158,35 @@ def chart_repo(helm: Helm, tmp_path_factory: pytest.TempPathFactory) -> Iterator
             charts[str(meta["name"])] = str(meta["version"])
         helm.run("repo", "index", str(directory), "--url", url)
         yield ChartRepo(url=url, directory=directory, charts=charts)
+
+
+@pytest.fixture(scope="module")
+def substrate(helm: Helm, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Substrate]:
+    """The substrate's fixture charts and manifests served on loopback, once per module."""
+    yield from serve_substrate(helm, tmp_path_factory.mktemp("substrate"))
+
+
+@pytest.fixture
+def harness(
+    hub: Client,
+    hub_env: TestEnv,
+    target: TestEnv,
+    substrate: Substrate,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+) -> Iterator[Harness]:
+    """An operator harness in a hub namespace of this test's own.
+
+    A module tunes it with a module-level ``HARNESS = HarnessOptions(...)``
+    and swaps the target by overriding ``target``.
+    """
+    options = getattr(request.module, "HARNESS", HarnessOptions())
+    assert isinstance(options, HarnessOptions), "a module's HARNESS must be HarnessOptions"
+    namespace = namespace_for(options.prefix, request.node.name)
+    h = Harness(hub, hub_env, target, substrate, tmp_path, namespace)
+    try:
+        if options.kubeconfig_secret:
+            h.put_secret({"kubeconfig": h.kubeconfig_text()})
+        yield h
+    finally:
+        h.stop()

@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import hashlib
 import json
+import re
 import signal
 import socket
 import subprocess
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +39,32 @@ from modelplane.testenv import TestEnv, find_binaries, helm_environ
 SS = create_namespaced_resource(API_GROUP, API_VERSION, KIND, PLURAL)
 TARGET_SECRET = "target-kubeconfig"
 KUBECONFIG_KEY = "kubeconfig"
+
+
+def namespace_for(prefix: str, test_name: str) -> str:
+    """A namespace of one test's own: unique per test name, valid, at most 63 characters.
+
+    Test names carry ``[param]`` ids, which a namespace name may not; the
+    digest of the whole name keeps names apart that the slug cuts alike.
+    """
+    slug = re.sub(r"[^a-z0-9]+", "-", test_name.lower().removeprefix("test_"))
+    digest = hashlib.sha256(test_name.encode()).hexdigest()[:6]
+    name = f"{prefix}-{slug[:45].strip('-')}-{digest}"
+    assert len(name) <= 63, f"namespace prefix {prefix!r} too long: {name}"
+    return name
+
+
+@dataclass(frozen=True)
+class HarnessOptions:
+    """How the shared ``harness`` fixture sets up a module's tests (a module's ``HARNESS``).
+
+    ``prefix`` keeps one module's namespaces apart from another's on the
+    session's hub; ``kubeconfig_secret`` puts the target's kubeconfig Secret
+    in place first, for modules whose tests all reach the target.
+    """
+
+    prefix: str = "t"
+    kubeconfig_secret: bool = False
 
 
 def client_for(env: TestEnv, field_manager: str = "test") -> Client:

@@ -22,7 +22,7 @@ from lightkube.resources.coordination_v1 import Lease
 from lightkube.resources.core_v1 import Namespace
 from prometheus_client.parser import text_string_to_metric_families
 from tests.integration.hubs import SS, Harness, free_port, private_env
-from tests.integration.substrate import Substrate, serve_substrate
+from tests.integration.substrate import Substrate
 from tests.waiting import wait_for
 
 from modelplane.api.models import ServingStack
@@ -208,11 +208,6 @@ async def test_teardown_releases_only_its_own_claim(claim_env: TestEnv) -> None:
 
 
 # -- whole operators ------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def substrate(helm: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Substrate]:
-    yield from serve_substrate(helm, tmp_path_factory.mktemp("substrate"))
 
 
 class Operator:

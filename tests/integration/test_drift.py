@@ -10,7 +10,6 @@ short resync, so a correction does not depend on which kinds are watched.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +19,7 @@ from lightkube import Client
 from lightkube.generic_resource import create_global_resource, create_namespaced_resource
 from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
 from lightkube.types import PatchType
-from tests.integration.hubs import Harness, client_for, crd_established
-from tests.integration.substrate import Substrate, serve_substrate
+from tests.integration.hubs import Harness, HarnessOptions, client_for, crd_established
 from tests.waiting import wait_for
 
 from modelplane.api.models import ServingStack
@@ -56,16 +54,8 @@ RESYNC = "2"
 READY_DEADLINE = 180.0
 DEADLINE = 60.0
 EDITOR = "kubectl-edit"
-NAMESPACES = {
-    "test_a_stack_without_drift_writes_nothing_and_reports_no_drift": "none",
-    "test_hand_edits_of_owned_fields_are_restored_and_reported": "edits",
-}
-
-
-@pytest.fixture(scope="module")
-def substrate(helm: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Substrate]:
-    # Provided mode installs no chart, but the ModelExpress CRDs are fetched.
-    yield from serve_substrate(helm, tmp_path_factory.mktemp("substrate"))
+# One hub namespace per test: a stack left by another test must not answer for this one.
+HARNESS = HarnessOptions(prefix="drift")
 
 
 def _load_target(target: TestEnv) -> None:
@@ -96,22 +86,9 @@ def _load_target(target: TestEnv) -> None:
 
 
 @pytest.fixture
-def harness(
-    hub: Client,
-    hub_env: TestEnv,
-    target: TestEnv,
-    substrate: Substrate,
-    tmp_path: Path,
-    request: pytest.FixtureRequest,
-) -> Iterator[Harness]:
+def harness(harness: Harness, target: TestEnv) -> Harness:
     _load_target(target)
-    # One hub namespace per test: a stack left by another test must not answer for this one.
-    namespace = f"t-drift-{NAMESPACES[request.node.name]}"
-    h = Harness(hub, hub_env, target, substrate, tmp_path, namespace)
-    try:
-        yield h
-    finally:
-        h.stop()
+    return harness
 
 
 def _owned_objects(target: Client) -> dict[str, str]:

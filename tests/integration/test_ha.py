@@ -12,17 +12,14 @@ import os
 import signal
 import time
 from collections import defaultdict
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx2
-import pytest
 from lightkube import Client
 from lightkube.resources.coordination_v1 import Lease
 from lightkube.resources.core_v1 import Secret
 from tests.integration.hubs import SS, Harness
-from tests.integration.substrate import Substrate, serve_substrate
+from tests.integration.substrate import Substrate
 from tests.waiting import wait_for
 
 from modelplane.catalog import components as catalog
@@ -36,11 +33,6 @@ STANDARD_RELEASES = {
     if c.chart is not None
 }
 LEASE_SECONDS = 6
-
-
-@pytest.fixture(scope="module")
-def substrate(helm: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Substrate]:
-    yield from serve_substrate(helm, tmp_path_factory.mktemp("substrate"))
 
 
 def _replicas(

@@ -45,7 +45,7 @@ from tests.integration.identity_harness import (
     provide_substrate,
     stack_gone,
 )
-from tests.integration.substrate import Substrate, serve_substrate
+from tests.integration.substrate import Substrate
 from tests.waiting import wait_for
 from typer.testing import CliRunner
 
@@ -195,11 +195,6 @@ def test_check_takes_the_region_from_its_flag(
 
 
 # -- the operator -------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def substrate(helm: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Substrate]:
-    yield from serve_substrate(helm, tmp_path_factory.mktemp("substrate"))
 
 
 def test_the_operator_reaches_ready_as_the_aws_identity_and_says_each_failure(

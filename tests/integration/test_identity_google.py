@@ -44,7 +44,7 @@ from tests.integration.identity_harness import (
     identity_target,
     pem_body,
 )
-from tests.integration.substrate import CHART_CRDS, MANIFEST_CRDS, Substrate, crd, serve_substrate
+from tests.integration.substrate import CHART_CRDS, MANIFEST_CRDS, Substrate, crd
 from tests.waiting import wait_for, wait_for_async
 from typer.testing import CliRunner
 
@@ -311,11 +311,6 @@ def _grant(hub: Client, namespace: str, name: str, value: str) -> None:
 
 
 # -- the operator -------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def substrate(helm: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Substrate]:
-    yield from serve_substrate(helm, tmp_path_factory.mktemp("substrate"))
 
 
 def _provide_substrate(client: Client) -> None:

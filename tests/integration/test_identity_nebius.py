@@ -44,7 +44,7 @@ from tests.integration.identity_harness import (
     provide_substrate,
     stack_gone,
 )
-from tests.integration.substrate import Substrate, serve_substrate
+from tests.integration.substrate import Substrate
 from tests.waiting import wait_for
 from typer.testing import CliRunner
 
@@ -169,11 +169,6 @@ def test_check_runs_as_the_nebius_identity_at_the_exchange_it_is_given(
 
 
 # -- the operator -------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def substrate(helm: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Substrate]:
-    yield from serve_substrate(helm, tmp_path_factory.mktemp("substrate"))
 
 
 def test_the_operator_reaches_ready_as_the_nebius_identity_and_says_each_failure(

@@ -9,26 +9,18 @@ counted with the target API server's own request counters.
 
 from __future__ import annotations
 
-import hashlib
-import re
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
-import pytest
-from lightkube import Client
 from lightkube.generic_resource import create_global_resource
 from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
 from lightkube.resources.core_v1 import Node
 from lightkube.types import PatchType
 from prometheus_client.parser import text_string_to_metric_families
-from tests.integration.hubs import Harness
+from tests.integration.hubs import Harness, HarnessOptions
 from tests.integration.substrate import (
     CHART_CRDS,
     MANIFEST_CRDS,
-    Substrate,
     crd,
-    serve_substrate,
 )
 from tests.waiting import wait_for
 
@@ -36,30 +28,7 @@ from modelplane.catalog import components as catalog
 from modelplane.testenv import TestEnv
 
 DEVICE_CLASS = create_global_resource("resource.k8s.io", "v1", "DeviceClass", "deviceclasses")
-
-
-@pytest.fixture(scope="module")
-def substrate(helm: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Substrate]:
-    yield from serve_substrate(helm, tmp_path_factory.mktemp("substrate"))
-
-
-@pytest.fixture
-def harness(
-    hub: Client,
-    hub_env: TestEnv,
-    target: TestEnv,
-    substrate: Substrate,
-    tmp_path: Path,
-    request: pytest.FixtureRequest,
-) -> Iterator[Harness]:
-    slug = re.sub(r"[^a-z0-9]+", "-", request.node.name.lower().removeprefix("test_"))
-    digest = hashlib.sha256(request.node.name.encode()).hexdigest()[:6]
-    h = Harness(hub, hub_env, target, substrate, tmp_path, f"p-{slug[:40].strip('-')}-{digest}")
-    h.put_secret({"kubeconfig": h.kubeconfig_text()})
-    try:
-        yield h
-    finally:
-        h.stop()
+HARNESS = HarnessOptions(prefix="p", kubeconfig_secret=True)
 
 
 def _bring_standard_substrate(h: Harness) -> None:

@@ -7,18 +7,13 @@ pinned versions, served from a chart repository on loopback (the same
 
 from __future__ import annotations
 
-import hashlib
 import json
-import re
-from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import httpx2
 import pytest
 import yaml
-from lightkube import Client
 from lightkube.core.exceptions import ApiError
 from lightkube.generic_resource import create_namespaced_resource
 from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
@@ -26,7 +21,6 @@ from lightkube.resources.core_v1 import ConfigMap, Namespace
 from lightkube.types import PatchType
 from prometheus_client.parser import text_string_to_metric_families
 from tests.integration.hubs import SS, Harness
-from tests.integration.substrate import Substrate, serve_substrate
 from tests.waiting import wait_for
 
 from modelplane.catalog import components as catalog
@@ -40,31 +34,6 @@ STANDARD_RELEASES = {
     for c in catalog.components_of_stack(catalog.Stack.STANDARD)
     if c.chart is not None
 }
-
-
-@pytest.fixture(scope="module")
-def substrate(helm: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Substrate]:
-    yield from serve_substrate(helm, tmp_path_factory.mktemp("substrate"))
-
-
-@pytest.fixture
-def harness(
-    hub: Client,
-    hub_env: TestEnv,
-    target: TestEnv,
-    substrate: Substrate,
-    tmp_path: Path,
-    request: pytest.FixtureRequest,
-) -> Iterator[Harness]:
-    # Test names carry [param] ids; a namespace name may not.
-    slug = re.sub(r"[^a-z0-9]+", "-", request.node.name.lower().removeprefix("test_"))
-    digest = hashlib.sha256(request.node.name.encode()).hexdigest()[:6]
-    namespace = f"t-{slug[:45].strip('-')}-{digest}"
-    h = Harness(hub, hub_env, target, substrate, tmp_path, namespace)
-    try:
-        yield h
-    finally:
-        h.stop()
 
 
 def test_create_installs_every_release_and_object_with_planned_values(harness: Harness) -> None:

@@ -24,7 +24,7 @@ import pytest
 import yaml
 from lightkube import Client
 from tests.integration.hubs import SS, ensure_namespace, put_kubeconfig, put_stack, stack_body
-from tests.integration.substrate import Substrate, run_operator, serve_substrate
+from tests.integration.substrate import Substrate, run_operator
 from tests.waiting import wait_for
 from typer.testing import CliRunner
 
@@ -237,11 +237,6 @@ def _not_ready(hub: Client, ns: str, name: str, reason: str) -> dict[str, Any] |
         if c["type"] == "Ready" and c["status"] == "False" and c["reason"] == reason:
             return dict(c)
     return None
-
-
-@pytest.fixture(scope="module")
-def substrate(helm: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Substrate]:
-    yield from serve_substrate(helm, tmp_path_factory.mktemp("substrate"))
 
 
 def test_operator_refuses_denied_targets_and_repeats_no_foreign_body(

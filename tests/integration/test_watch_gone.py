@@ -18,9 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import hashlib
 import random
-import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,13 +26,11 @@ from typing import Any
 
 import httpx2
 import pytest
-from lightkube import Client
 from lightkube.generic_resource import create_namespaced_resource
 from lightkube.resources.core_v1 import ConfigMap, Namespace
 from lightkube.types import PatchType
 from prometheus_client.parser import text_string_to_metric_families
-from tests.integration.hubs import Harness, client_for, private_env
-from tests.integration.substrate import Substrate, serve_substrate
+from tests.integration.hubs import Harness, HarnessOptions, client_for, private_env
 from tests.waiting import wait_for, wait_for_async
 
 from modelplane.catalog.configuration import GATEWAY_NAME, NS
@@ -46,11 +42,7 @@ BOUND = 1.0  # seconds from a change on the target to the hub (issue 12)
 # Kinds only the operator lists on the target: the API server's own
 # informers relist after a compaction too, and are not counted.
 OURS_ONLY = ("gateways", "gatewayclasses", "envoyproxies")
-
-
-@pytest.fixture(scope="module")
-def substrate(helm: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Substrate]:
-    yield from serve_substrate(helm, tmp_path_factory.mktemp("substrate"))
+HARNESS = HarnessOptions(prefix="g", kubeconfig_secret=True)
 
 
 @pytest.fixture
@@ -64,24 +56,9 @@ def uncached_target(tmp_path: Path) -> Iterator[TestEnv]:
 
 
 @pytest.fixture
-def harness(
-    hub: Client,
-    hub_env: TestEnv,
-    uncached_target: TestEnv,
-    substrate: Substrate,
-    tmp_path: Path,
-    request: pytest.FixtureRequest,
-) -> Iterator[Harness]:
-    slug = re.sub(r"[^a-z0-9]+", "-", request.node.name.lower().removeprefix("test_"))
-    digest = hashlib.sha256(request.node.name.encode()).hexdigest()[:6]
-    h = Harness(
-        hub, hub_env, uncached_target, substrate, tmp_path, f"g-{slug[:40].strip('-')}-{digest}"
-    )
-    h.put_secret({"kubeconfig": h.kubeconfig_text()})
-    try:
-        yield h
-    finally:
-        h.stop()
+def target(uncached_target: TestEnv) -> TestEnv:
+    """The shared ``harness`` runs its operator against the uncached target."""
+    return uncached_target
 
 
 def _compact(env: TestEnv) -> int:

@@ -9,21 +9,14 @@ reported with the time measured, not loosened.
 
 from __future__ import annotations
 
-import hashlib
 import random
-import re
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
-import pytest
-from lightkube import Client
 from lightkube.generic_resource import create_namespaced_resource
 from lightkube.types import PatchType
 from prometheus_client.parser import text_string_to_metric_families
-from tests.integration.hubs import Harness
-from tests.integration.substrate import Substrate, serve_substrate
+from tests.integration.hubs import Harness, HarnessOptions
 from tests.waiting import wait_for
 
 from modelplane.catalog.configuration import GATEWAY_NAME, NS
@@ -32,30 +25,7 @@ from modelplane.testenv import TestEnv
 GATEWAY = create_namespaced_resource("gateway.networking.k8s.io", "v1", "Gateway", "gateways")
 BOUND = 1.0  # seconds from a change on the target to the hub (issue 12)
 READY_DEADLINE = 180.0
-
-
-@pytest.fixture(scope="module")
-def substrate(helm: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Substrate]:
-    yield from serve_substrate(helm, tmp_path_factory.mktemp("substrate"))
-
-
-@pytest.fixture
-def harness(
-    hub: Client,
-    hub_env: TestEnv,
-    target: TestEnv,
-    substrate: Substrate,
-    tmp_path: Path,
-    request: pytest.FixtureRequest,
-) -> Iterator[Harness]:
-    slug = re.sub(r"[^a-z0-9]+", "-", request.node.name.lower().removeprefix("test_"))
-    digest = hashlib.sha256(request.node.name.encode()).hexdigest()[:6]
-    h = Harness(hub, hub_env, target, substrate, tmp_path, f"w-{slug[:40].strip('-')}-{digest}")
-    h.put_secret({"kubeconfig": h.kubeconfig_text()})
-    try:
-        yield h
-    finally:
-        h.stop()
+HARNESS = HarnessOptions(prefix="w", kubeconfig_secret=True)
 
 
 def _ready(h: Harness) -> bool:

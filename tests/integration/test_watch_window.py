@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import base64
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +21,7 @@ from lightkube.generic_resource import create_namespaced_resource
 from lightkube.resources.core_v1 import ConfigMap, Namespace, Secret
 from lightkube.types import PatchType
 from tests.integration.hubs import client_for
-from tests.integration.substrate import Substrate, run_operator, serve_substrate
+from tests.integration.substrate import Substrate, run_operator
 from tests.waiting import wait_for
 
 from modelplane.api.models import API_GROUP, API_VERSION, KIND, PLURAL
@@ -35,11 +34,6 @@ CA_PEM = "-----BEGIN CERTIFICATE-----\nMIIBwindow\n-----END CERTIFICATE-----\n"
 # Far beyond the deadlines below: only a watch can bring a change in time.
 RESYNC = "300"
 DEADLINE = 20.0
-
-
-@pytest.fixture(scope="module")
-def substrate(helm: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Substrate]:
-    yield from serve_substrate(helm, tmp_path_factory.mktemp("substrate"))
 
 
 def _status(hub: Client, ns: str) -> dict[str, Any]:
