@@ -17,7 +17,7 @@ import re
 import signal
 import socket
 import subprocess
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -52,6 +52,25 @@ def namespace_for(prefix: str, test_name: str) -> str:
     name = f"{prefix}-{slug[:45].strip('-')}-{digest}"
     assert len(name) <= 63, f"namespace prefix {prefix!r} too long: {name}"
     return name
+
+
+def requests_by_resource(env: TestEnv, verbs: Collection[str]) -> dict[str, float]:
+    """Requests with one of ``verbs`` the API server served so far, per resource, one scrape.
+
+    Counted from its ``apiserver_request_total``; only requests for a
+    resource, so the scrapes of ``/metrics`` themselves are not counted.
+    """
+    out: dict[str, float] = {}
+    for family in text_string_to_metric_families(env.metrics_text()):
+        for sample in family.samples:
+            resource = sample.labels.get("resource")
+            if (
+                sample.name == "apiserver_request_total"
+                and sample.labels.get("verb") in verbs
+                and resource
+            ):
+                out[resource] = out.get(resource, 0.0) + sample.value
+    return out
 
 
 @dataclass(frozen=True)

@@ -15,8 +15,7 @@ from lightkube.generic_resource import create_global_resource
 from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
 from lightkube.resources.core_v1 import Node
 from lightkube.types import PatchType
-from prometheus_client.parser import text_string_to_metric_families
-from tests.integration.hubs import Harness, HarnessOptions
+from tests.integration.hubs import Harness, HarnessOptions, requests_by_resource
 from tests.integration.substrate import (
     CHART_CRDS,
     MANIFEST_CRDS,
@@ -66,18 +65,7 @@ def _node_with_a_device_plugin(h: Harness) -> None:
 
 
 def _reads(env: TestEnv) -> dict[str, float]:
-    """GET and LIST per resource, from one scrape (scrapes of /metrics are not counted)."""
-    out: dict[str, float] = {}
-    for family in text_string_to_metric_families(env.metrics_text()):
-        for sample in family.samples:
-            resource = sample.labels.get("resource")
-            if (
-                sample.name == "apiserver_request_total"
-                and sample.labels.get("verb") in ("GET", "LIST")
-                and resource
-            ):
-                out[resource] = out.get(resource, 0.0) + sample.value
-    return out
+    return requests_by_resource(env, ("GET", "LIST"))
 
 
 def test_five_no_op_resyncs_of_a_provided_stack_read_at_most_twice_each(

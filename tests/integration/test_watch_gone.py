@@ -29,8 +29,13 @@ import pytest
 from lightkube.generic_resource import create_namespaced_resource
 from lightkube.resources.core_v1 import ConfigMap, Namespace
 from lightkube.types import PatchType
-from prometheus_client.parser import text_string_to_metric_families
-from tests.integration.hubs import Harness, HarnessOptions, client_for, private_env
+from tests.integration.hubs import (
+    Harness,
+    HarnessOptions,
+    client_for,
+    private_env,
+    requests_by_resource,
+)
 from tests.waiting import wait_for, wait_for_async
 
 from modelplane.catalog.configuration import GATEWAY_NAME, NS
@@ -84,17 +89,8 @@ def _compact(env: TestEnv) -> int:
 
 def _lists(env: TestEnv) -> dict[str, float]:
     """LISTs of the operator-only kinds so far, from one scrape."""
-    out = dict.fromkeys(OURS_ONLY, 0.0)
-    for family in text_string_to_metric_families(env.metrics_text()):
-        for sample in family.samples:
-            resource = sample.labels.get("resource", "")
-            if (
-                sample.name == "apiserver_request_total"
-                and sample.labels.get("verb") == "LIST"
-                and resource in out
-            ):
-                out[resource] += sample.value
-    return out
+    counts = requests_by_resource(env, ("LIST",))
+    return {resource: counts.get(resource, 0.0) for resource in OURS_ONLY}
 
 
 def _address(h: Harness) -> Any:

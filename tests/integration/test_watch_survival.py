@@ -15,8 +15,7 @@ from typing import Any
 
 from lightkube.generic_resource import create_namespaced_resource
 from lightkube.types import PatchType
-from prometheus_client.parser import text_string_to_metric_families
-from tests.integration.hubs import Harness, HarnessOptions
+from tests.integration.hubs import Harness, HarnessOptions, requests_by_resource
 from tests.waiting import wait_for
 
 from modelplane.catalog.configuration import GATEWAY_NAME, NS
@@ -120,16 +119,7 @@ def test_five_no_op_resyncs_read_the_target_at_most_twice_each_and_write_nothing
     wait_for("three resyncs after Ready", lambda: harness.reconciles() >= settled, deadline=60)
 
     def reads() -> float:
-        # One scrape; requests for resources only, so the scrapes of
-        # /metrics themselves are not counted.
-        return sum(
-            sample.value
-            for family in text_string_to_metric_families(target.metrics_text())
-            for sample in family.samples
-            if sample.name == "apiserver_request_total"
-            and sample.labels.get("verb") in ("GET", "LIST")
-            and sample.labels.get("resource")
-        )
+        return sum(requests_by_resource(target, ("GET", "LIST")).values())
 
     before = (reads(), target.write_requests(), hub_env.write_requests(), harness.reconciles())
     wait_for("five resyncs", lambda: harness.reconciles() >= before[3] + 5, deadline=60)
