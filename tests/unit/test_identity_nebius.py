@@ -169,7 +169,7 @@ async def test_no_exchange_listening_is_unreachable(caplog: pytest.LogCaptureFix
         (b'"a string"', "not a JSON object"),
         (credential(private_key=None), "private_key is missing"),
         (credential(public_key_id=""), "public_key_id is missing"),
-        (credential(account_id=7), "account_id is missing"),
+        (credential(account_id=7), "account_id must be a string"),
         (
             credential(
                 private_key="-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n"

@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import json
 import logging
 import re
 import time
@@ -64,6 +63,7 @@ from modelplane.target.identity.base import (
     IdentityFailure,
     TargetInfo,
     Token,
+    json_fields,
 )
 
 TOKEN_PREFIX = "k8s-aws-v1."
@@ -129,27 +129,13 @@ def parse_credential(credential: bytes) -> WebIdentity:
 
     Messages never quote a value: any of them may be the token itself.
     """
-    try:
-        doc: Any = json.loads(credential.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError):
-        raise _invalid(
-            "the secret value is not a JSON object (expected roleArn and "
-            "webIdentityToken or webIdentityTokenFile)"
-        ) from None
-    if not isinstance(doc, dict):
-        raise _invalid("the secret value is not a JSON object")
-    unknown = sorted(str(k) for k in doc if k not in _FIELDS)
-    if unknown:
-        # Key names are ours to print only if they look like names, not data.
-        shown = [k for k in unknown if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,40}", k)]
-        raise _invalid(
-            "unknown field(s) "
-            + (", ".join(shown) if shown else "(names not shown)")
-            + f"; expected {', '.join(sorted(_FIELDS))}"
-        )
-    for name in _FIELDS:
-        if name in doc and not isinstance(doc[name], str):
-            raise _invalid(f"field {name} must be a string")
+    doc = json_fields(
+        credential,
+        _FIELDS,
+        kind="AWSWebIdentityCredentials",
+        expected="roleArn and webIdentityToken or webIdentityTokenFile, optionally "
+        "roleSessionName and clusterName",
+    )
     role_arn = doc.get("roleArn", "")
     if not role_arn:
         raise _invalid("field roleArn is missing")

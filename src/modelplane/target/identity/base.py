@@ -8,9 +8,12 @@ falls back to the kubeconfig's own credentials.
 
 from __future__ import annotations
 
+import json
+import re
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Protocol
+from typing import Any, Protocol
 
 from modelplane.target.address import DEFAULT_DENIED, IPNetwork
 
@@ -94,3 +97,41 @@ class MinterFactory(Protocol):
         Raises ``IdentityError(INVALID, ...)`` for data that cannot be used.
         """
         ...
+
+
+# A key name is printed only if it looks like a name: a key may be data too.
+_KEY_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_-]{0,40}")
+
+
+def json_fields(
+    credential: bytes, fields: Collection[str], *, kind: str, expected: str
+) -> dict[str, str]:
+    """An identity Secret's value as a JSON object of string fields, each one of ``fields``.
+
+    A null field counts as absent. ``IdentityError(INVALID)``, prefixed with
+    ``kind`` (the entry type), names the field at fault and never a value:
+    any of them may be the secret itself. ``expected`` says what belongs there.
+    """
+
+    def invalid(message: str) -> IdentityError:
+        return IdentityError(IdentityFailure.INVALID, f"{kind}: {message}")
+
+    try:
+        doc: Any = json.loads(credential.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        raise invalid(f"the secret value is not a JSON object (expected {expected})") from None
+    if not isinstance(doc, dict):
+        raise invalid(f"the secret value is not a JSON object (expected {expected})")
+    unknown = sorted(str(k) for k in doc if k not in fields)
+    if unknown:
+        shown = [k for k in unknown if _KEY_NAME.fullmatch(k)]
+        raise invalid(
+            "unknown field(s) "
+            + (", ".join(shown) if shown else "(names not shown)")
+            + f"; expected {expected}"
+        )
+    present = {k: v for k, v in doc.items() if v is not None}
+    for name in sorted(present):
+        if not isinstance(present[name], str):
+            raise invalid(f"field {name} must be a string")
+    return present

@@ -38,12 +38,10 @@ only (tests), so that a JWT never crosses a network in clear text.
 from __future__ import annotations
 
 import ipaddress
-import json
 import re
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
 from urllib.parse import urlsplit
 
 import grpc
@@ -59,6 +57,7 @@ from modelplane.target.identity.base import (
     IdentityFailure,
     TargetInfo,
     Token,
+    json_fields,
 )
 
 DEFAULT_ENDPOINT = "tokens.iam.api.nebius.cloud:443"
@@ -110,26 +109,14 @@ class ServiceAccountKey:
 
 def parse_credential(credential: bytes) -> ServiceAccountKey:
     """Read the Secret's value; ``IdentityError(INVALID)`` naming the field when unusable."""
-    try:
-        doc: Any = json.loads(credential.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError):
-        raise _invalid(
-            "the secret value is not a JSON object (expected the service account "
-            "credentials with private_key, public_key_id and account_id)"
-        ) from None
-    if not isinstance(doc, dict):
-        raise _invalid("the secret value is not a JSON object")
-    unknown = sorted(str(k) for k in doc if k not in _FIELDS)
-    if unknown:
-        shown = [k for k in unknown if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_-]{0,40}", k)]
-        raise _invalid(
-            "unknown field(s) "
-            + (", ".join(shown) if shown else "(names not shown)")
-            + "; expected exactly private_key, public_key_id and account_id"
-        )
+    doc = json_fields(
+        credential,
+        _FIELDS,
+        kind="NebiusServiceAccountCredentials",
+        expected="exactly private_key, public_key_id and account_id",
+    )
     for name in _FIELDS:
-        value = doc.get(name)
-        if not isinstance(value, str) or not value.strip():
+        if not doc.get(name, "").strip():
             raise _invalid(f"field {name} is missing or empty")
     try:
         key = serialization.load_pem_private_key(doc["private_key"].encode(), password=None)
