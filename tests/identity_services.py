@@ -23,6 +23,7 @@ from urllib.parse import parse_qs
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import padding, rsa
+from tests.serving import serve_requests
 
 # (method, path, headers, body) -> (status, JSON body or raw text)
 Handler = Callable[[str, str, dict[str, str], bytes], tuple[int, Any]]
@@ -61,15 +62,8 @@ def serve(handler: Handler) -> Iterator[str]:
         def log_message(self, format: str, *args: object) -> None:
             pass
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
+    with serve_requests(_Handler) as url:
+        yield url
 
 
 def _b64url(data: str) -> bytes:

@@ -7,7 +7,7 @@ import functools
 import http.server
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 
@@ -23,7 +23,13 @@ def serve_directory(directory: Path) -> Iterator[str]:
     Files are read at each request, so what is written under ``directory``
     after the server started is served too.
     """
-    handler = functools.partial(_Quiet, directory=os.fspath(directory))
+    with serve_requests(functools.partial(_Quiet, directory=os.fspath(directory))) as url:
+        yield url
+
+
+@contextlib.contextmanager
+def serve_requests(handler: Callable[..., http.server.BaseHTTPRequestHandler]) -> Iterator[str]:
+    """Run an HTTP request handler on 127.0.0.1 until the block ends; yields the base URL."""
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     # A short poll interval: shutdown() waits until serve_forever next looks.
     thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
