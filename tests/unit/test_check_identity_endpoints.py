@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 import yaml
 from typer.testing import CliRunner
 
 from modelplane.cli.check import endpoints_of
 from modelplane.cli.main import app
+from modelplane.cli.options import _nebius_endpoint
 
 KUBECONFIG = {
     "apiVersion": "v1",
@@ -53,7 +55,17 @@ def test_the_endpoints_reach_the_providers() -> None:
 def test_an_sts_endpoint_that_is_not_a_url_is_a_usage_error(tmp_path: Path) -> None:
     code, output = _check(tmp_path, "--aws-sts-endpoint", "sts.amazonaws.com")
     assert code == 2
-    assert "--aws-sts-endpoint: expected a URL" in output and "Traceback" not in output
+    assert "'--aws-sts-endpoint'" in output and "expected a URL" in output
+    assert "Traceback" not in output
+
+
+@pytest.mark.parametrize("command", ["check", "run"])
+def test_both_commands_take_a_nebius_endpoint_as_the_provider_does(command: str) -> None:
+    # check and run share the option, and it refuses what the provider would.
+    refused = CliRunner().invoke(app, [command, "--nebius-token-endpoint", "ftp://x"])
+    assert refused.exit_code == 2
+    assert "'--nebius-token-endpoint'" in refused.output and "host:port" in refused.output
+    assert _nebius_endpoint("tokens.iam.api.nebius.cloud:443") == "tokens.iam.api.nebius.cloud:443"
 
 
 def test_a_region_that_is_not_one_names_it(tmp_path: Path) -> None:

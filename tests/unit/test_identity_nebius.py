@@ -209,7 +209,7 @@ def test_malformed_credentials_are_invalid_naming_the_field(value: bytes, field:
     ],
 )
 def test_endpoints(endpoint: str, expected: tuple[str, bool]) -> None:
-    assert nebius._endpoint(endpoint) == expected
+    assert nebius.exchange_endpoint(endpoint) == expected
 
 
 @pytest.mark.parametrize(

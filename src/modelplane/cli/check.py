@@ -13,7 +13,6 @@ import json
 import sys
 from pathlib import Path
 from typing import Annotated, Any
-from urllib.parse import urlsplit
 
 import typer
 from lightkube.config.kubeconfig import KubeConfig, SingleConfig
@@ -22,6 +21,7 @@ from rich.markup import escape
 
 from modelplane.api.models import SecretType
 from modelplane.checks.checker import run_checks, summarize
+from modelplane.cli.options import AwsRegion, AwsStsEndpoint, NebiusTokenEndpoint
 from modelplane.pins import Stack
 from modelplane.plan.model import RequirementResult, RequirementStatus, Severity
 from modelplane.target.address import DEFAULT_DENIED, AddressDenied, IPNetwork, deny_list
@@ -84,10 +84,6 @@ def endpoints_of(
     deny: tuple[IPNetwork, ...] = DEFAULT_DENIED,
 ) -> Endpoints:
     """The token services ``check`` sends to, as ``modelplane run`` takes them."""
-    if aws_sts_endpoint is not None:
-        parts = urlsplit(aws_sts_endpoint)
-        if parts.scheme not in ("https", "http") or not parts.hostname:
-            raise CheckError(f"--aws-sts-endpoint: expected a URL, got {aws_sts_endpoint!r}")
     return Endpoints(
         aws_sts=aws_sts_endpoint,
         aws_region=aws_region,
@@ -272,29 +268,9 @@ def check(
             "credentials JSON).",
         ),
     ] = None,
-    aws_sts_endpoint: Annotated[
-        str | None,
-        typer.Option(
-            "--aws-sts-endpoint",
-            help="STS endpoint URL for AWSWebIdentityCredentials (regional, FIPS or private).",
-        ),
-    ] = None,
-    aws_region: Annotated[
-        str | None,
-        typer.Option(
-            "--aws-region",
-            help="AWS region of STS for AWSWebIdentityCredentials (default: the region of "
-            "the kubeconfig's EKS cluster ARN, else us-east-1).",
-        ),
-    ] = None,
-    nebius_token_endpoint: Annotated[
-        str | None,
-        typer.Option(
-            "--nebius-token-endpoint",
-            help="Token exchange endpoint for NebiusServiceAccountCredentials "
-            "(default tokens.iam.api.nebius.cloud:443).",
-        ),
-    ] = None,
+    aws_sts_endpoint: AwsStsEndpoint = None,
+    aws_region: AwsRegion = None,
+    nebius_token_endpoint: NebiusTokenEndpoint = None,
 ) -> None:
     """Check a cluster against the requirements of a stack in Provided mode.
 

@@ -9,11 +9,11 @@ import logging
 import os
 from pathlib import Path
 from typing import Annotated
-from urllib.parse import urlsplit
 
 import typer
 from pydantic import ValidationError
 
+from modelplane.cli.options import AwsRegion, AwsStsEndpoint, NebiusTokenEndpoint
 from modelplane.operator.leader import LeaderElection, default_namespace, lease_name
 from modelplane.operator.options import OperatorOptions
 from modelplane.operator.shard import normalize_selector
@@ -28,15 +28,6 @@ def _pairs(values: list[str], flag: str) -> dict[str, str]:
             raise typer.BadParameter(f"expected COMPONENT=URL, got {value!r}", param_hint=flag)
         out[name] = url
     return out
-
-
-def _url(value: str | None, flag: str) -> str | None:
-    if value is None:
-        return None
-    parts = urlsplit(value)
-    if parts.scheme not in ("https", "http") or not parts.hostname:
-        raise typer.BadParameter(f"expected an https:// URL, got {value!r}", param_hint=flag)
-    return value
 
 
 def run(
@@ -199,24 +190,9 @@ def run(
             "even one annotated modelplane.ai/allowed-namespaces.",
         ),
     ] = False,
-    aws_sts_endpoint: Annotated[
-        str | None,
-        typer.Option(
-            "--aws-sts-endpoint",
-            help="STS endpoint URL for AWSWebIdentityCredentials (regional, FIPS or private).",
-        ),
-    ] = None,
-    aws_region: Annotated[
-        str | None,
-        typer.Option("--aws-region", help="AWS region of STS for AWSWebIdentityCredentials."),
-    ] = None,
-    nebius_token_endpoint: Annotated[
-        str | None,
-        typer.Option(
-            "--nebius-token-endpoint",
-            help="Token exchange URL for NebiusServiceAccountCredentials.",
-        ),
-    ] = None,
+    aws_sts_endpoint: AwsStsEndpoint = None,
+    aws_region: AwsRegion = None,
+    nebius_token_endpoint: NebiusTokenEndpoint = None,
     allow_operator_identity: Annotated[
         bool,
         typer.Option(
@@ -290,9 +266,9 @@ def run(
         metrics_port=metrics_port,
         metrics_address=metrics_address,
         no_cross_namespace_refs=no_cross_namespace_refs,
-        aws_sts_endpoint=_url(aws_sts_endpoint, "--aws-sts-endpoint"),
+        aws_sts_endpoint=aws_sts_endpoint,
         aws_region=aws_region,
-        nebius_token_endpoint=_url(nebius_token_endpoint, "--nebius-token-endpoint"),
+        nebius_token_endpoint=nebius_token_endpoint,
         allow_operator_identity=allow_operator_identity,
     )
     from modelplane.operator.handlers import run as run_operator

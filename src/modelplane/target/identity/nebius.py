@@ -133,7 +133,7 @@ def parse_credential(credential: bytes) -> ServiceAccountKey:
     )
 
 
-def _endpoint(value: str | None) -> tuple[str, bool]:
+def exchange_endpoint(value: str | None) -> tuple[str, bool]:
     """``(host:port, secure)`` for the exchange endpoint."""
     if not value:
         return DEFAULT_ENDPOINT, True
@@ -339,5 +339,5 @@ class NebiusMinter:
 def minter(credential: bytes, target: TargetInfo, endpoints: Endpoints) -> NebiusMinter:
     """A ``MinterFactory`` for ``NebiusServiceAccountCredentials``."""
     key = parse_credential(credential)
-    endpoint, secure = _endpoint(endpoints.nebius_token_exchange)
+    endpoint, secure = exchange_endpoint(endpoints.nebius_token_exchange)
     return NebiusMinter(key, endpoint, secure)
