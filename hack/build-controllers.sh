@@ -26,10 +26,10 @@ PY_CONSTANTS="$ROOT/src/modelplane/testenv/controllers.py"
 say() { echo "build-controllers: $*"; }
 die() { echo "build-controllers: error: $*" >&2; exit 1; }
 
-const() {  # NAME -> the string value of NAME = "..." in controllers.py
-    local v
-    v="$(sed -n "s/^$1 = \"\(.*\)\"$/\1/p" "$PY_CONSTANTS")"
-    [[ -n "$v" ]] || die "could not read $1 from $PY_CONSTANTS"
+const() {  # NAME [FILE] -> the string value of NAME = "..." in FILE (controllers.py)
+    local v file="${2:-$PY_CONSTANTS}"
+    v="$(sed -n "s/^$1 = \"\(.*\)\"$/\1/p" "$file")"
+    [[ -n "$v" ]] || die "could not read $1 from $file"
     echo "$v"
 }
 gomod_version() {  # module-dir module -> required version
@@ -52,7 +52,8 @@ fi
 TESTBIN_KEY="$(sed -n 's/^TESTBIN_KEY = "\(.*\)"$/\1/p' "$ROOT/src/modelplane/testenv/env.py")"
 [[ -n "$TESTBIN_KEY" ]] || die "could not read TESTBIN_KEY from src/modelplane/testenv/env.py"
 KWOK_VERSION="$(const KWOK_VERSION)"
-TRUST_MANAGER_VERSION="$(const TRUST_MANAGER_VERSION)"
+# The catalog's own pin: the simulated cluster runs the version Managed mode installs.
+TRUST_MANAGER_VERSION="$(const TRUST_MANAGER "$ROOT/src/modelplane/pins.py")"
 ENVOY_GATEWAY_VERSION="$(const ENVOY_GATEWAY_VERSION)"
 K8S_VERSION="$(gomod_version kube-controllers k8s.io/kubernetes)"
 [[ "$(gomod_version envoy-gateway github.com/envoyproxy/gateway)" == "$ENVOY_GATEWAY_VERSION" ]] \

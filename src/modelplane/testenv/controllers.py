@@ -13,6 +13,7 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from modelplane import pins
 from modelplane.testenv.env import (
     SETUP_HINT,
     TESTBIN_KEY,
@@ -26,7 +27,8 @@ from modelplane.testenv.env import (
 
 # The one place these versions are named (hack/build-controllers.sh reads them).
 KWOK_VERSION = "v0.8.0"
-TRUST_MANAGER_VERSION = "v0.25.0"
+# The catalog's pin, read from pins.py by hack/build-controllers.sh too.
+TRUST_MANAGER_VERSION = pins.TRUST_MANAGER
 # Not the catalog's v1.8.4 (pins.ENVOY_GATEWAY): the Go module proxy lists
 # v1.8.4 but refuses its zip ("This module version is not available"), so the
 # simulated cluster runs v1.8.3, the nearest patch of the pinned minor.
