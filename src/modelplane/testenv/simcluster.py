@@ -26,6 +26,7 @@ import os
 import shutil
 import socket
 import subprocess
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -265,7 +266,7 @@ class SimCluster:
         """
         self.procs.stop(["envoy-gateway"])
         for port in ENVOY_GATEWAY_FIXED_PORTS:
-            if not _port_free(port):
+            if not _port_frees(port):
                 raise TestEnvError(
                     f"port {port} is in use: Envoy Gateway {ENVOY_GATEWAY_VERSION} binds it on "
                     "every address, so only one simulated cluster per machine runs the "
@@ -417,8 +418,21 @@ def _schedulable(client: httpx2.Client, path: str) -> bool:
     )
 
 
+def _port_frees(port: int, within: float = 10.0) -> bool:
+    """Whether ``port`` is free, or becomes so within ``within`` s (a restart's old listener)."""
+    deadline = time.monotonic() + within
+    while not _port_free(port):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.1)
+    return True
+
+
 def _port_free(port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        # As Go's listeners do: connections of a stopped server lingering in
+        # TIME_WAIT do not keep the next one from binding.
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind(("0.0.0.0", port))
         except OSError:
