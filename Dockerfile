@@ -46,7 +46,7 @@ RUN pip install --no-cache-dir --constraint /tmp/constraints.txt /tmp/wheels/*.w
         --shell /usr/sbin/nologin modelplane
 COPY --from=helm /out/helm /usr/local/bin/helm
 
-# /tmp is the only path written: helm's homes (target/helm.py puts them under
+# /tmp is the only path written: helm's homes (actions/helm.py puts them under
 # a TMPDIR directory), each call's private kubeconfig, and client-go's cache
 # under HOME.
 ENV TMPDIR=/tmp \

@@ -1,6 +1,6 @@
 """Benchmark: what ``modelplane check`` costs against a real API server.
 
-Starts a kube-apiserver + etcd (``modelplane.testenv``), loads it with every
+Starts a kube-apiserver + etcd (``tests.testenv``), loads it with every
 CRD (and DeviceClass) under ../shared/fixtures/upstream/, and runs the full
 check (discovery, every list, the plan) N times. Prints the HTTP requests one
 check makes, counted at the client's transport and cross-checked with the API
@@ -29,13 +29,13 @@ import yaml
 from lightkube import AsyncClient
 from lightkube.config.client_adapter import ConnectionParams
 from lightkube.config.kubeconfig import KubeConfig
+from tests.testenv import TestEnv
 
 from modelplane.checks.checker import check_results
+from modelplane.credentials.connect import TargetClient
+from modelplane.kube.discovery import served_apis
+from modelplane.observe.facts import observe_for_check
 from modelplane.pins import Stack
-from modelplane.target.cluster import observe_for_check
-from modelplane.target.connect import TargetClient
-from modelplane.target.discovery import served_apis
-from modelplane.testenv import TestEnv
 
 ROOT = Path(__file__).resolve().parent.parent
 PROJECT_CRDS = ROOT / "tests" / "fixtures" / "crds"

@@ -51,10 +51,10 @@ sys.path.insert(0, str(ROOT))
 
 from bench.bench_operator import _Helm  # noqa: E402
 from tests.integration.substrate import run_operator, serve_substrate  # noqa: E402
+from tests.testenv import TestEnv  # noqa: E402
 
 from modelplane.api.crd import servingstack_crd  # noqa: E402
 from modelplane.api.models import API_GROUP, API_VERSION, KIND, PLURAL  # noqa: E402
-from modelplane.testenv import TestEnv  # noqa: E402
 
 SS = create_namespaced_resource(API_GROUP, API_VERSION, KIND, PLURAL)
 NS = "fleet"

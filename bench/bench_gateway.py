@@ -57,9 +57,9 @@ from tests.integration.simcluster import (  # noqa: E402
     upstream_dir,
 )
 from tests.integration.substrate import run_operator  # noqa: E402
+from tests.testenv import TestEnv  # noqa: E402
 
 from modelplane.catalog.configuration import GATEWAY_NAME, NS  # noqa: E402
-from modelplane.testenv import TestEnv  # noqa: E402
 
 GATEWAY = create_namespaced_resource("gateway.networking.k8s.io", "v1", "Gateway", "gateways")
 HUB_NS = "bench-gateway"

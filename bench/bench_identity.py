@@ -24,9 +24,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.identity_services import google_token_service
 
-from modelplane.target.identity import google
-from modelplane.target.identity.base import Endpoints, TargetInfo
-from modelplane.target.identity.cache import IdentityAuth, TokenSource
+from modelplane.credentials.identity import google
+from modelplane.credentials.identity.base import Endpoints, TargetInfo
+from modelplane.credentials.identity.cache import IdentityAuth, TokenSource
 
 TARGET = TargetInfo(cluster_name="bench", server="https://127.0.0.1:1")
 

@@ -49,11 +49,11 @@ sys.path.insert(0, str(ROOT))
 
 from tests.integration.hubs import free_port  # noqa: E402
 from tests.integration.substrate import run_operator, serve_substrate  # noqa: E402
+from tests.testenv import TestEnv, find_binaries, helm_environ  # noqa: E402
 
 from modelplane.api.crd import servingstack_crd  # noqa: E402
 from modelplane.api.models import API_GROUP, API_VERSION, KIND, PLURAL  # noqa: E402
 from modelplane.catalog.configuration import GATEWAY_NAME, NS  # noqa: E402
-from modelplane.testenv import TestEnv, find_binaries, helm_environ  # noqa: E402
 
 SS = create_namespaced_resource(API_GROUP, API_VERSION, KIND, PLURAL)
 GATEWAY = create_namespaced_resource("gateway.networking.k8s.io", "v1", "Gateway", "gateways")

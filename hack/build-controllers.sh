@@ -11,7 +11,7 @@
 #                                     the sub-path fails: the proxy does not serve
 #                                     it as a module)
 #
-# Versions are named once, in src/modelplane/testenv/controllers.py; this script
+# Versions are named once, in tests/testenv/controllers.py; this script
 # reads them there and checks the go.mod pins agree.  Binaries already present
 # are kept, so a warm run takes well under a second.  If $MODELPLANE_TESTBIN
 # holds all five (and kwok's stages.yaml), nothing is built.  Up to
@@ -21,7 +21,7 @@ set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 TESTBIN_SRC="$ROOT/hack/testbin"
-PY_CONSTANTS="$ROOT/src/modelplane/testenv/controllers.py"
+PY_CONSTANTS="$ROOT/tests/testenv/controllers.py"
 
 say() { echo "build-controllers: $*"; }
 die() { echo "build-controllers: error: $*" >&2; exit 1; }
@@ -49,8 +49,8 @@ if [[ -n "${MODELPLANE_TESTBIN:-}" ]]; then
     fi
 fi
 
-TESTBIN_KEY="$(sed -n 's/^TESTBIN_KEY = "\(.*\)"$/\1/p' "$ROOT/src/modelplane/testenv/env.py")"
-[[ -n "$TESTBIN_KEY" ]] || die "could not read TESTBIN_KEY from src/modelplane/testenv/env.py"
+TESTBIN_KEY="$(sed -n 's/^TESTBIN_KEY = "\(.*\)"$/\1/p' "$ROOT/tests/testenv/env.py")"
+[[ -n "$TESTBIN_KEY" ]] || die "could not read TESTBIN_KEY from tests/testenv/env.py"
 KWOK_VERSION="$(const KWOK_VERSION)"
 # The catalog's own pin: the simulated cluster runs the version Managed mode installs.
 TRUST_MANAGER_VERSION="$(const TRUST_MANAGER "$ROOT/src/modelplane/pins.py")"

@@ -4,12 +4,12 @@
 #
 #   ${MODELPLANE_TESTBIN_CACHE:-$HOME/.cache/modelplane/testbin}/<TESTBIN_KEY>/
 #
-# TESTBIN_KEY is defined once, in src/modelplane/testenv/env.py (the runtime
+# TESTBIN_KEY is defined once, in tests/testenv/env.py (the runtime
 # resolves the same directory); this script checks it agrees with the versions
 # pinned in the hack/testbin go.mod files.  Binaries already present are kept.
 # If $MODELPLANE_TESTBIN names a directory holding all three, nothing is built.
 #
-# `python -m modelplane.testenv bin` prints the resolved directory.
+# `python -m tests.testenv bin` prints the resolved directory.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -32,8 +32,8 @@ if [[ -n "${MODELPLANE_TESTBIN:-}" ]]; then
     say "MODELPLANE_TESTBIN=$MODELPLANE_TESTBIN does not hold all of ${BINS[*]}; using the cache"
 fi
 
-KEY="$(sed -n 's/^TESTBIN_KEY = "\(.*\)"$/\1/p' "$ROOT/src/modelplane/testenv/env.py")"
-[[ -n "$KEY" ]] || die "could not read TESTBIN_KEY from src/modelplane/testenv/env.py"
+KEY="$(sed -n 's/^TESTBIN_KEY = "\(.*\)"$/\1/p' "$ROOT/tests/testenv/env.py")"
+[[ -n "$KEY" ]] || die "could not read TESTBIN_KEY from tests/testenv/env.py"
 
 # The version of module $2 required by hack/testbin/$1/go.mod.
 gomod_version() {
@@ -46,7 +46,7 @@ DERIVED="k8s-$K8S_VERSION"
 DERIVED+="_etcd-$(gomod_version etcd go.etcd.io/etcd/server/v3)"
 DERIVED+="_helm-$HELM_VERSION"
 [[ "$DERIVED" == "$KEY" ]] || die "hack/testbin go.mod files pin $DERIVED but" \
-    "src/modelplane/testenv/env.py has TESTBIN_KEY = \"$KEY\"; update TESTBIN_KEY"
+    "tests/testenv/env.py has TESTBIN_KEY = \"$KEY\"; update TESTBIN_KEY"
 
 DEST="${MODELPLANE_TESTBIN_CACHE:-$HOME/.cache/modelplane/testbin}/$KEY"
 if has_all "$DEST"; then

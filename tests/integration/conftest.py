@@ -32,8 +32,7 @@ from tests.integration.hubs import (
 from tests.integration.simcluster import sim_nodes_target, sim_target  # noqa: F401 - fixtures
 from tests.integration.substrate import Substrate, serve_substrate
 from tests.serving import serve_directory
-
-from modelplane.testenv import TestbinMissingError, TestEnv, find_binaries, helm_environ
+from tests.testenv import TestbinMissingError, TestEnv, find_binaries, helm_environ
 
 INTEGRATION_DIR = Path(__file__).resolve().parent
 CHARTS_DIR = INTEGRATION_DIR.parent / "fixtures" / "charts"

@@ -30,11 +30,11 @@ from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
 from lightkube.resources.core_v1 import ConfigMap, Namespace, Secret
 from prometheus_client.parser import text_string_to_metric_families
 from tests.integration.substrate import Substrate, run_operator
+from tests.testenv import TestEnv, find_binaries, helm_environ
 from tests.waiting import wait_for
 
 from modelplane.api.crd import servingstack_crd
 from modelplane.api.models import API_GROUP, API_VERSION, KIND, PLURAL
-from modelplane.testenv import TestEnv, find_binaries, helm_environ
 
 SS = create_namespaced_resource(API_GROUP, API_VERSION, KIND, PLURAL)
 TARGET_SECRET = "target-kubeconfig"

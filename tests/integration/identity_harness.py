@@ -34,10 +34,10 @@ from lightkube.resources.rbac_authorization_v1 import ClusterRoleBinding
 from tests.identity_services import serve
 from tests.integration.hubs import SS, client_for
 from tests.integration.substrate import CHART_CRDS, MANIFEST_CRDS, crd
+from tests.testenv import TestEnv
 
 from modelplane.api.models import API_GROUP, API_VERSION, KIND
 from modelplane.catalog import components as catalog
-from modelplane.testenv import TestEnv
 
 IDENTITY_USER = "cloud-identity@test"
 Accept = Callable[[str], str | None]

@@ -30,17 +30,17 @@ from lightkube import Client
 from lightkube.core.exceptions import ApiError
 from lightkube.resources.core_v1 import Namespace, Secret
 from tests.integration.substrate import Substrate
-
-from modelplane.catalog.configuration import CLUSTER_CA, GATEWAY_NAME, NS, SERVING_CERT
-from modelplane.testenv import TestbinMissingError, TestEnv, find_binaries
-from modelplane.testenv.controllers import KUBE_CONTROLLERS, find_controller
-from modelplane.testenv.nodes import (
+from tests.testenv import TestbinMissingError, TestEnv, find_binaries
+from tests.testenv.controllers import KUBE_CONTROLLERS, find_controller
+from tests.testenv.nodes import (
     DEFAULT_LAYOUT,
     HardwareMissingError,
     NodeLayout,
     hardware_dir,
 )
-from modelplane.testenv.simcluster import SimCluster
+from tests.testenv.simcluster import SimCluster
+
+from modelplane.catalog.configuration import CLUSTER_CA, GATEWAY_NAME, NS, SERVING_CERT
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -19,10 +19,10 @@ from typing import Any
 
 import yaml
 from tests.serving import serve_directory
+from tests.testenv import find_binaries
 
 from modelplane.catalog import components as catalog
 from modelplane.catalog.types import Component
-from modelplane.testenv import find_binaries
 
 # CRDs each fixture chart brings: (group, version, plural, kind, namespaced).
 Crd = tuple[str, str, str, str, bool]

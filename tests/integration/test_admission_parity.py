@@ -32,9 +32,11 @@ from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
 from lightkube.resources.core_v1 import ConfigMap, Namespace, Secret
 from tests.integration.hubs import drop_empty_lists
 from tests.serving import serve_directory
+from tests.testenv import TestEnv
 from tests.unit.test_hostile_input import GRAMMARS, HOSTILE_STRINGS, RENAMED
 from typer.testing import CliRunner
 
+from modelplane.actions.helm import Helm
 from modelplane.api.crd import servingstack_crd
 from modelplane.api.models import (
     API_GROUP,
@@ -54,8 +56,6 @@ from modelplane.cli.main import app
 from modelplane.operator.options import OperatorOptions
 from modelplane.operator.reconciler import StackReconciler
 from modelplane.operator.status import desired_status
-from modelplane.target.helm import Helm
-from modelplane.testenv import TestEnv
 
 NAMESPACE = "admission-parity"
 CRD_NAME = f"{PLURAL}.{API_GROUP}"

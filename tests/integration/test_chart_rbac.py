@@ -37,11 +37,11 @@ from lightkube.types import PatchType
 from tests.integration.conftest import Helm
 from tests.integration.hubs import SS, Harness, free_port
 from tests.integration.substrate import CHART_CRDS, MANIFEST_CRDS, Substrate, crd
+from tests.testenv import TestEnv, find_binaries
 from tests.waiting import wait_for
 
 from modelplane.catalog import components as catalog
 from modelplane.catalog.configuration import GATEWAY_NAME, NS
-from modelplane.testenv import TestEnv, find_binaries
 
 CHART = Path(__file__).resolve().parents[2] / "deploy" / "chart"
 RELEASE = "mp"

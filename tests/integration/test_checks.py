@@ -24,17 +24,17 @@ from lightkube import AsyncClient
 from lightkube.config.client_adapter import ConnectionParams
 from lightkube.config.kubeconfig import KubeConfig
 from tests.integration.hubs import private_env
+from tests.testenv import TestEnv
 from tests.waiting import wait_for_async
 from typer.testing import CliRunner
 
 from modelplane.checks.checker import check_results, summarize
 from modelplane.cli.main import app
+from modelplane.credentials.connect import TargetClient
+from modelplane.kube.discovery import served_apis
+from modelplane.observe.facts import observe_for_check
 from modelplane.pins import Stack
 from modelplane.plan.model import RequirementResult, RequirementStatus
-from modelplane.target.cluster import observe_for_check
-from modelplane.target.connect import TargetClient
-from modelplane.target.discovery import served_apis
-from modelplane.testenv import TestEnv
 
 MET = RequirementStatus.MET
 UNMET = RequirementStatus.UNMET

@@ -23,13 +23,13 @@ from lightkube.resources.core_v1 import Namespace
 from prometheus_client.parser import text_string_to_metric_families
 from tests.integration.hubs import SS, Harness, free_port, private_env
 from tests.integration.substrate import Substrate
+from tests.testenv import TestEnv
 from tests.waiting import wait_for
 
+from modelplane.actions import claim
+from modelplane.actions.claim import TARGET_CLAIMED, StackIdentity
 from modelplane.api.models import ServingStack
 from modelplane.catalog.configuration import CLAIM_NAME, CLAIM_NAMESPACE
-from modelplane.target import claim
-from modelplane.target.claim import TARGET_CLAIMED, StackIdentity
-from modelplane.testenv import TestEnv
 from modelplane.wire import MANAGED_BY, MANAGED_BY_LABEL
 
 Event = tuple[str, str, str]

@@ -25,6 +25,7 @@ from lightkube.resources.core_v1 import Namespace
 from lightkube.types import PatchType
 from pydantic import ValidationError
 from tests.integration.hubs import client_for, drop_empty_lists
+from tests.testenv import TestEnv
 
 from modelplane import pins
 from modelplane.api.models import (
@@ -41,7 +42,6 @@ from modelplane.api.models import (
     ServingStackSpec,
     ServingStackStatus,
 )
-from modelplane.testenv import TestEnv
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO_ROOT / "examples" / "servingstack.yaml"

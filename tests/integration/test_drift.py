@@ -20,6 +20,7 @@ from lightkube.generic_resource import create_global_resource, create_namespaced
 from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
 from lightkube.types import PatchType
 from tests.integration.hubs import Harness, HarnessOptions, client_for, crd_established
+from tests.testenv import TestEnv
 from tests.waiting import wait_for
 
 from modelplane.api.models import ServingStack
@@ -30,9 +31,8 @@ from modelplane.catalog.configuration import (
     NS,
     configuration_for,
 )
+from modelplane.kube.resources import resource_of
 from modelplane.operator.reconciler import DRIFT_CORRECTED
-from modelplane.target.resources import resource_of
-from modelplane.testenv import TestEnv
 from modelplane.wire import MANAGED_BY, MANAGED_BY_LABEL
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -14,9 +14,8 @@ from pathlib import Path
 from lightkube import Client
 from tests.integration.hubs import Harness, put_kubeconfig, with_server
 from tests.integration.substrate import Substrate
+from tests.testenv import TestEnv
 from tests.waiting import wait_for
-
-from modelplane.testenv import TestEnv
 
 NAMESPACE = "failure-log"
 # A stack that never gets past its credentials fetches nothing.

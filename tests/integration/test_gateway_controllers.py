@@ -33,6 +33,8 @@ from tests.integration.simcluster import (
     gateway_pki,
     put_issued_secrets,
 )
+from tests.testenv import TestEnv
+from tests.testenv.simcluster import SimCluster, envoy_gateway_config
 from tests.waiting import wait_for
 
 from modelplane.catalog import components as catalog
@@ -45,8 +47,6 @@ from modelplane.catalog.configuration import (
     HTTPS_LISTENER,
     NS,
 )
-from modelplane.testenv import TestEnv
-from modelplane.testenv.simcluster import SimCluster, envoy_gateway_config
 
 GATEWAY_CLASS = create_global_resource(
     "gateway.networking.k8s.io", "v1", "GatewayClass", "gatewayclasses"

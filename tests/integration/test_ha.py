@@ -20,12 +20,12 @@ from lightkube.resources.coordination_v1 import Lease
 from lightkube.resources.core_v1 import Secret
 from tests.integration.hubs import SS, Harness
 from tests.integration.substrate import Substrate
+from tests.testenv import TestEnv
 from tests.waiting import wait_for
 
+from modelplane.actions.claim import CLAIM_NAME, CLAIM_NAMESPACE
 from modelplane.catalog import components as catalog
 from modelplane.operator.leader import lease_name
-from modelplane.target.claim import CLAIM_NAME, CLAIM_NAMESPACE
-from modelplane.testenv import TestEnv
 
 STANDARD_RELEASES = {
     f"mp-{c.chart.chart}"

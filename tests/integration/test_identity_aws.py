@@ -46,13 +46,13 @@ from tests.integration.identity_harness import (
     stack_gone,
 )
 from tests.integration.substrate import Substrate
+from tests.testenv import TestEnv
 from tests.waiting import wait_for
 from typer.testing import CliRunner
 
 from modelplane.api.models import SecretType
 from modelplane.cli.main import app
-from modelplane.target.identity import aws
-from modelplane.testenv import TestEnv
+from modelplane.credentials.identity import aws
 
 AWS = SecretType.AWS_WEB_IDENTITY_CREDENTIALS
 KEY = "credentials.json"

@@ -45,17 +45,17 @@ from tests.integration.identity_harness import (
     pem_body,
 )
 from tests.integration.substrate import CHART_CRDS, MANIFEST_CRDS, Substrate, crd
+from tests.testenv import TestEnv, find_binaries
 from tests.waiting import wait_for, wait_for_async
 from typer.testing import CliRunner
 
+from modelplane.actions.helm import Helm
 from modelplane.api.models import SecretType
 from modelplane.catalog import components as catalog
 from modelplane.cli.main import app
+from modelplane.credentials.connect import Credentials, CredentialsError, Identity, connect
 from modelplane.operator.options import OperatorOptions
 from modelplane.operator.reconciler import StackReconciler
-from modelplane.target.connect import Credentials, CredentialsError, Identity, connect
-from modelplane.target.helm import Helm
-from modelplane.testenv import TestEnv, find_binaries
 
 GOOGLE = SecretType.GOOGLE_APPLICATION_CREDENTIALS
 KEY = "key.json"

@@ -45,12 +45,12 @@ from tests.integration.identity_harness import (
     stack_gone,
 )
 from tests.integration.substrate import Substrate
+from tests.testenv import TestEnv
 from tests.waiting import wait_for
 from typer.testing import CliRunner
 
 from modelplane.api.models import SecretType
 from modelplane.cli.main import app
-from modelplane.testenv import TestEnv
 
 NEBIUS = SecretType.NEBIUS_SERVICE_ACCOUNT_CREDENTIALS
 KEY = "credentials.json"

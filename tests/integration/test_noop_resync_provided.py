@@ -21,10 +21,10 @@ from tests.integration.substrate import (
     MANIFEST_CRDS,
     crd,
 )
+from tests.testenv import TestEnv
 from tests.waiting import wait_for
 
 from modelplane.catalog import components as catalog
-from modelplane.testenv import TestEnv
 
 DEVICE_CLASS = create_global_resource("resource.k8s.io", "v1", "DeviceClass", "deviceclasses")
 HARNESS = HarnessOptions(prefix="p", kubeconfig_secret=True)

@@ -21,12 +21,12 @@ from lightkube.resources.core_v1 import ConfigMap, Namespace
 from lightkube.types import PatchType
 from prometheus_client.parser import text_string_to_metric_families
 from tests.integration.hubs import SS, Harness
+from tests.testenv import TestEnv
 from tests.waiting import wait_for
 
 from modelplane.catalog import components as catalog
 from modelplane.catalog.configuration import GATEWAY_NAME, NS
 from modelplane.catalog.types import CRDServes, ObjectExists
-from modelplane.testenv import TestEnv
 
 GATEWAY = create_namespaced_resource("gateway.networking.k8s.io", "v1", "Gateway", "gateways")
 STANDARD_RELEASES = {

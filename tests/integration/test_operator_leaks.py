@@ -38,10 +38,10 @@ from tests.integration.hubs import (
     with_server,
 )
 from tests.integration.substrate import Substrate, run_operator
+from tests.testenv import TestEnv
 from tests.waiting import wait_for
 
 from modelplane.catalog.configuration import CLAIM_NAME, CLAIM_NAMESPACE
-from modelplane.testenv import TestEnv
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 

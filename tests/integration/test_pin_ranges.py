@@ -20,14 +20,14 @@ from lightkube import Client, KubeConfig
 from lightkube.config.client_adapter import ConnectionParams
 from tests.integration import hubs
 from tests.integration.hubs import SS, ensure_namespace, private_env, put_kubeconfig, stack_body
+from tests.testenv import TestEnv, find_binaries
 from tests.waiting import wait_for
 
 from modelplane.checks.checker import check_results
+from modelplane.credentials.connect import TargetClient
+from modelplane.observe.facts import observe_for_check
 from modelplane.pins import Stack
 from modelplane.plan.model import RequirementStatus
-from modelplane.target.cluster import observe_for_check
-from modelplane.target.connect import TargetClient
-from modelplane.testenv import TestEnv, find_binaries
 
 NS = "pin-ranges"
 DEADLINE = 90.0

@@ -17,10 +17,10 @@ from lightkube.types import PatchType
 from prometheus_client.parser import text_string_to_metric_families
 from tests.integration.hubs import SS, Harness, put_stack, stack_body
 from tests.integration.substrate import Substrate
+from tests.testenv import TestEnv
 from tests.waiting import wait_for
 
 from modelplane.operator.handlers import FINALIZER
-from modelplane.testenv import TestEnv
 
 SELECTED = "shard-x"
 OTHER = "shard-y"

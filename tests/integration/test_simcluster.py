@@ -16,10 +16,9 @@ from lightkube.resources.apps_v1 import DaemonSet, Deployment
 from lightkube.resources.core_v1 import Namespace, Node
 from tests.integration.conftest import ChartRepo, Helm
 from tests.integration.hubs import client_for
+from tests.testenv import TestEnv
+from tests.testenv.simcluster import PROCESSES, SimCluster
 from tests.waiting import wait_for
-
-from modelplane.testenv import TestEnv
-from modelplane.testenv.simcluster import PROCESSES, SimCluster
 
 GPU_NODES = ["sim-gpu-0", "sim-gpu-1"]
 CPU_NODES = ["sim-cpu-0"]
@@ -154,7 +153,7 @@ def test_helm_install_wait_returns_once_the_fixture_chart_runs(
 
 def _testenv(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     proc = subprocess.run(
-        [sys.executable, "-m", "modelplane.testenv", *args],
+        [sys.executable, "-m", "tests.testenv", *args],
         capture_output=True,
         text=True,
         timeout=300,

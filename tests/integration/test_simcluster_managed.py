@@ -21,10 +21,10 @@ from lightkube.core.exceptions import ApiError
 from lightkube.resources.apps_v1 import DaemonSet, Deployment
 from tests.integration.hubs import SS, Harness
 from tests.integration.substrate import Substrate, serve_substrate
+from tests.testenv import TestEnv
 from tests.waiting import wait_for
 
 from modelplane.catalog import components as catalog
-from modelplane.testenv import TestEnv
 
 
 @pytest.fixture(scope="module")

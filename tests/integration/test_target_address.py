@@ -25,11 +25,11 @@ import yaml
 from lightkube import Client
 from tests.integration.hubs import SS, ensure_namespace, put_kubeconfig, put_stack, stack_body
 from tests.integration.substrate import Substrate, run_operator
+from tests.testenv import TestEnv
 from tests.waiting import wait_for
 from typer.testing import CliRunner
 
 from modelplane.cli.main import app
-from modelplane.testenv import TestEnv
 
 SECRET = "AKIAEXAMPLESECRET-wJalrXUtnFEMI"
 REASON = "ReasonPhraseSecret-7f3a"

@@ -26,14 +26,14 @@ from tests.integration.hubs import (
     stack_body,
 )
 from tests.integration.substrate import CHART_CRDS, crd
+from tests.testenv import TestEnv, find_binaries
 from tests.waiting import wait_for, wait_for_async
 
+from modelplane.actions.helm import Helm
 from modelplane.catalog.configuration import GATEWAY_NAME, NS
 from modelplane.operator.options import OperatorOptions
 from modelplane.operator.reconciler import StackReconciler
 from modelplane.plan.model import ObjectAction
-from modelplane.target.helm import Helm
-from modelplane.testenv import TestEnv, find_binaries
 
 GATEWAY = create_namespaced_resource("gateway.networking.k8s.io", "v1", "Gateway", "gateways")
 GATEWAY_CLASS = create_global_resource(

@@ -24,9 +24,8 @@ from tests.integration.hubs import (
     put_kubeconfig,
 )
 from tests.integration.substrate import Substrate
+from tests.testenv import TestEnv
 from tests.waiting import wait_for
-
-from modelplane.testenv import TestEnv
 
 NAMESPACE = "teardown-quiet"
 # A Provided stack installs no chart and fetches no manifest.

@@ -15,15 +15,14 @@ from lightkube.core.exceptions import ApiError
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import ConfigMap, Namespace
 from lightkube.resources.resource_v1 import DeviceClass
-
-from modelplane.testenv import BINARIES, TestEnv, resolve_bin_dir
+from tests.testenv import BINARIES, TestEnv, resolve_bin_dir
 
 from .conftest import ChartRepo, Helm
 
 
 def _testenv_cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "modelplane.testenv", *args],
+        [sys.executable, "-m", "tests.testenv", *args],
         capture_output=True,
         text=True,
         timeout=timeout,

@@ -36,11 +36,11 @@ from tests.integration.hubs import (
     private_env,
     requests_by_resource,
 )
+from tests.testenv import TestEnv
 from tests.waiting import wait_for, wait_for_async
 
 from modelplane.catalog.configuration import GATEWAY_NAME, NS
-from modelplane.target.cache import CONFIGMAPS, Link, Reflector, WatchKey
-from modelplane.testenv import TestEnv
+from modelplane.observe.watches import CONFIGMAPS, Link, Reflector, WatchKey
 
 GATEWAY = create_namespaced_resource("gateway.networking.k8s.io", "v1", "Gateway", "gateways")
 BOUND = 1.0  # seconds from a change on the target to the hub (issue 12)

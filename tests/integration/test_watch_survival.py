@@ -16,10 +16,10 @@ from typing import Any
 from lightkube.generic_resource import create_namespaced_resource
 from lightkube.types import PatchType
 from tests.integration.hubs import Harness, HarnessOptions, requests_by_resource
+from tests.testenv import TestEnv
 from tests.waiting import wait_for
 
 from modelplane.catalog.configuration import GATEWAY_NAME, NS
-from modelplane.testenv import TestEnv
 
 GATEWAY = create_namespaced_resource("gateway.networking.k8s.io", "v1", "Gateway", "gateways")
 BOUND = 1.0  # seconds from a change on the target to the hub (issue 12)

@@ -22,11 +22,11 @@ from lightkube.resources.core_v1 import ConfigMap, Namespace, Secret
 from lightkube.types import PatchType
 from tests.integration.hubs import client_for
 from tests.integration.substrate import Substrate, run_operator
+from tests.testenv import TestEnv
 from tests.waiting import wait_for
 
 from modelplane.api.models import API_GROUP, API_VERSION, KIND, PLURAL
 from modelplane.catalog.configuration import CLUSTER_CA, GATEWAY_NAME, NS
-from modelplane.testenv import TestEnv
 
 SS = create_namespaced_resource(API_GROUP, API_VERSION, KIND, PLURAL)
 GATEWAY = create_namespaced_resource("gateway.networking.k8s.io", "v1", "Gateway", "gateways")

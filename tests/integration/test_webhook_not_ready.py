@@ -52,11 +52,11 @@ from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
 from lightkube.resources.core_v1 import Namespace
 from tests.integration.hubs import SS, Harness, client_for, crd_established
 from tests.integration.substrate import CHART_CRDS, MANIFEST_CRDS, Substrate, crd
+from tests.testenv import TestEnv
 from tests.waiting import wait_for
 
 from modelplane.catalog import components as catalog
 from modelplane.catalog.configuration import CLUSTER_CA, NS, SELF_SIGNED_ISSUER, SERVING_CERT
-from modelplane.testenv import TestEnv
 
 UPSTREAM = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "upstream"
 # The cert-manager chart's names: ValidatingWebhookConfiguration

@@ -28,11 +28,11 @@ from modelplane.catalog.facts import (
 )
 from modelplane.catalog.types import Component, Finding, RequirementStatus, Severity
 from modelplane.checks.checker import provided_stack
+from modelplane.observe.facts import needed_facts
 from modelplane.pins import Stack
 from modelplane.plan.model import RequirementResult
 from modelplane.plan.observed import Observed
 from modelplane.plan.planner import _advisories
-from modelplane.target.cluster import needed_facts
 from modelplane.wire import ApiRef
 
 PROMETHEUSES = ApiRef("monitoring.coreos.com", "v1", "prometheuses")

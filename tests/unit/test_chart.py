@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 import yaml
+from tests.testenv import TestbinMissingError, find_binaries, helm_environ
 from typer.testing import CliRunner
 
 from modelplane.api.crd import servingstack_crd
 from modelplane.cli.main import app
-from modelplane.testenv import TestbinMissingError, find_binaries, helm_environ
 
 CHART = Path(__file__).resolve().parents[2] / "deploy" / "chart"
 GROUP = "infrastructure.modelplane.ai"
@@ -246,7 +246,7 @@ def test_deployment_is_locked_down_and_probed(helm_binary: tuple[Path, dict[str,
     assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
     args = container["args"]
     assert "--metrics-address=0.0.0.0" in args and "--metrics-port=8080" in args
-    # helm's homes live under TMPDIR (target/helm.py): the one writable mount.
+    # helm's homes live under TMPDIR (actions/helm.py): the one writable mount.
     env = {e["name"]: e.get("value") for e in container["env"]}
     assert env["TMPDIR"] == "/tmp" and env["HOME"] == "/tmp"
     assert container["volumeMounts"] == [{"name": "tmp", "mountPath": "/tmp"}]

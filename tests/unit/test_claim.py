@@ -6,12 +6,12 @@ from typing import Any
 
 import pytest
 
+from modelplane.actions import claim
+from modelplane.actions.claim import ClaimState, StackIdentity, decide
 from modelplane.api.models import ServingStack
 from modelplane.catalog.configuration import CLAIM_NAME, CLAIM_NAMESPACE
 from modelplane.plan import Observed, plan
 from modelplane.plan.model import ObjectAction
-from modelplane.target import claim
-from modelplane.target.claim import ClaimState, StackIdentity, decide
 from modelplane.wire import DIGEST_ANNOTATION, object_key, stamp
 
 from .conftest import StackFactory, manifest

@@ -21,6 +21,8 @@ from tests.serving import serve_directory
 from typer.testing import CliRunner
 
 from modelplane import pins
+from modelplane.actions import apply
+from modelplane.actions.apply import ManifestError, fetch_manifests, vet_manifests
 from modelplane.api import models as m
 from modelplane.api.crd import servingstack_crd
 from modelplane.api.models import ServingStackSpec
@@ -30,8 +32,6 @@ from modelplane.cli import inputs
 from modelplane.cli.main import app
 from modelplane.operator.options import OperatorOptions
 from modelplane.operator.reconciler import StackReconciler
-from modelplane.target import apply
-from modelplane.target.apply import ManifestError, fetch_manifests, vet_manifests
 
 from .conftest import CA_PEM, manifest
 

@@ -19,8 +19,13 @@ from tests.identity_verifiers import (
     verify_eks_token,
 )
 
-from modelplane.target.identity import aws
-from modelplane.target.identity.base import Endpoints, IdentityError, IdentityFailure, TargetInfo
+from modelplane.credentials.identity import aws
+from modelplane.credentials.identity.base import (
+    Endpoints,
+    IdentityError,
+    IdentityFailure,
+    TargetInfo,
+)
 
 ROLE = "arn:aws:iam::111122223333:role/modelplane"
 WEB_TOKEN = "eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJzeXN0ZW06c2VydmljZWFjY291bnQifQ.c2lnbmF0dXJlLWF3cw"

@@ -14,11 +14,16 @@ from pathlib import Path
 import pytest
 
 from modelplane.api.models import SecretType
+from modelplane.credentials.connect import Credentials, CredentialsError, Identity, connect
+from modelplane.credentials.identity import aws
+from modelplane.credentials.identity.base import (
+    Endpoints,
+    IdentityError,
+    IdentityFailure,
+    TargetInfo,
+)
+from modelplane.credentials.identity.cache import TokenCache
 from modelplane.operator.options import OperatorOptions
-from modelplane.target.connect import Credentials, CredentialsError, Identity, connect
-from modelplane.target.identity import aws
-from modelplane.target.identity.base import Endpoints, IdentityError, IdentityFailure, TargetInfo
-from modelplane.target.identity.cache import TokenCache
 
 ROLE = "arn:aws:iam::111122223333:role/modelplane"
 IRSA = json.dumps({"roleArn": ROLE, "webIdentityTokenFile": aws.IRSA_TOKEN_FILE}).encode()

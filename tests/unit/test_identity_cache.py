@@ -7,8 +7,8 @@ import asyncio
 import httpx2
 import pytest
 
-from modelplane.target.identity.base import Token
-from modelplane.target.identity.cache import (
+from modelplane.credentials.identity.base import Token
+from modelplane.credentials.identity.cache import (
     IdentityAuth,
     TokenCache,
     TokenSource,

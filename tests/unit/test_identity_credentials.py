@@ -6,14 +6,14 @@ import pytest
 import yaml
 
 from modelplane.api.models import SecretType
-from modelplane.target.connect import (
+from modelplane.credentials.connect import (
     Credentials,
     CredentialsError,
     Identity,
     connect,
     granted,
 )
-from modelplane.target.kubeconfig import KubeconfigError, parse_kubeconfig, without_credentials
+from modelplane.credentials.kubeconfig import KubeconfigError, parse_kubeconfig, without_credentials
 
 GKE_KUBECONFIG = {
     "apiVersion": "v1",

@@ -12,8 +12,13 @@ import pytest
 from tests.identity_services import closed_port_url, google_token_service, serve
 
 from modelplane.api.models import SecretType
-from modelplane.target.identity import google, providers
-from modelplane.target.identity.base import Endpoints, IdentityError, IdentityFailure, TargetInfo
+from modelplane.credentials.identity import google, providers
+from modelplane.credentials.identity.base import (
+    Endpoints,
+    IdentityError,
+    IdentityFailure,
+    TargetInfo,
+)
 
 TARGET = TargetInfo(cluster_name="gke_proj_zone_west", server="https://203.0.113.5")
 ENDPOINTS = Endpoints()

@@ -22,8 +22,13 @@ from tests.identity_verifiers import (
     verify_nebius_token,
 )
 
-from modelplane.target.identity import nebius
-from modelplane.target.identity.base import Endpoints, IdentityError, IdentityFailure, TargetInfo
+from modelplane.credentials.identity import nebius
+from modelplane.credentials.identity.base import (
+    Endpoints,
+    IdentityError,
+    IdentityFailure,
+    TargetInfo,
+)
 
 ACCOUNT = "serviceaccount-e00test"
 KEY_ID = "publickey-e00test"

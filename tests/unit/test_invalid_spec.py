@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
+from modelplane.actions.helm import Helm
 from modelplane.operator.options import OperatorOptions
 from modelplane.operator.reconciler import InvalidSpecError, StackReconciler
-from modelplane.target.helm import Helm
 
 Event = tuple[str, str, str]
 

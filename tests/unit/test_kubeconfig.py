@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 import yaml
 
-from modelplane.target.kubeconfig import KubeconfigError, parse_kubeconfig
+from modelplane.credentials.kubeconfig import KubeconfigError, parse_kubeconfig
 
 
 def kubeconfig(user: dict[str, Any] | None = None, cluster: dict[str, Any] | None = None) -> str:

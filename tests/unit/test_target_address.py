@@ -23,8 +23,17 @@ from lightkube.core.exceptions import ApiError
 from lightkube.resources.core_v1 import ConfigMap
 from typer.testing import CliRunner
 
+from modelplane.actions.helm import Helm
 from modelplane.cli.main import app
-from modelplane.target.address import (
+from modelplane.credentials.connect import (
+    ADDRESS_DENIED,
+    CredentialsError,
+    TargetClient,
+    TargetHelm,
+    connect,
+)
+from modelplane.credentials.kubeconfig import KubeconfigError, parse_kubeconfig
+from modelplane.kube.address import (
     DEFAULT_DENIED,
     AddressDenied,
     IPAddress,
@@ -32,18 +41,9 @@ from modelplane.target.address import (
     denied_by,
     deny_list,
 )
-from modelplane.target.answers import describe_error
-from modelplane.target.connect import (
-    ADDRESS_DENIED,
-    CredentialsError,
-    TargetClient,
-    TargetHelm,
-    connect,
-)
-from modelplane.target.discovery import ApiStatusError, get_json
-from modelplane.target.helm import Helm
-from modelplane.target.kubeconfig import KubeconfigError, parse_kubeconfig
-from modelplane.target.transport import GuardedTransport
+from modelplane.kube.answers import describe_error
+from modelplane.kube.discovery import ApiStatusError, get_json
+from modelplane.kube.transport import GuardedTransport
 
 SECRET = "AKIAEXAMPLESECRET-wJalrXUtnFEMI"
 TOKEN = "kubeconfig-token-never-shown"
@@ -417,7 +417,7 @@ def test_discovery_refuses_a_client_that_is_not_a_targets() -> None:
     from lightkube import AsyncClient
 
     with pytest.raises(TypeError, match="the client of a Target"):
-        from modelplane.target.discovery import _http
+        from modelplane.kube.discovery import _http
 
         _http(AsyncClient(config()))
 
@@ -487,7 +487,7 @@ def test_kubeconfig_server_and_proxy_are_vetted(cluster: dict[str, Any], words: 
     ids=["server-error", "missing-kind"],
 )
 def test_helm_messages_drop_the_answer_client_go_quotes(stderr: str) -> None:
-    from modelplane.target.helm import HelmError
+    from modelplane.actions.helm import HelmError
 
     text = describe_error(HelmError(stderr))
     assert SECRET not in text

@@ -6,9 +6,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-
-from modelplane.catalog import components as catalog
-from modelplane.testenv.nodes import (
+from tests.testenv.nodes import (
     GpuHardware,
     HardwareMissingError,
     NodeLayout,
@@ -17,8 +15,10 @@ from modelplane.testenv.nodes import (
     node,
     resource_slice,
 )
-from modelplane.testenv.nodes import h200 as read_h200
-from modelplane.testenv.simcluster import envoy_gateway_config
+from tests.testenv.nodes import h200 as read_h200
+from tests.testenv.simcluster import envoy_gateway_config
+
+from modelplane.catalog import components as catalog
 
 
 def test_layout_parses_kinds_in_any_order_and_defaults_missing_ones_to_zero() -> None:

@@ -8,8 +8,8 @@ from typing import Any
 import httpx2
 
 from modelplane.api.models import ServingStackSpec
-from modelplane.target.cache import CRDS, WatchCache, WatchKey, watch_keys
-from modelplane.target.observe import to_observed, wanted
+from modelplane.observe.state import to_observed, wanted
+from modelplane.observe.watches import CRDS, WatchCache, WatchKey, watch_keys
 from modelplane.wire import DIGEST_ANNOTATION, MANAGED_BY, MANAGED_BY_LABEL
 
 SPEC = ServingStackSpec.model_validate(

@@ -17,8 +17,8 @@ from typing import Any
 import httpx2
 import pytest
 
+from modelplane.observe.watches import Link, Reflector, WatchKey
 from modelplane.operator.handlers import coalesce
-from modelplane.target.cache import Link, Reflector, WatchKey
 from modelplane.wire import ApiRef
 
 KEY = WatchKey(ApiRef("", "v1", "configmaps"), namespace="ns")

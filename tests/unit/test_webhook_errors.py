@@ -20,13 +20,13 @@ import httpx2
 import pytest
 from lightkube.core.exceptions import ApiError
 
+from modelplane.actions.apply import WebhookNotReady
+from modelplane.kube.answers import webhook_call_failed
 from modelplane.operator.handlers import RETRY_BLOCKED_SECONDS, _delay
 from modelplane.operator.options import OperatorOptions
 from modelplane.operator.reconciler import WEBHOOK_RETRY_CAP, StackReconciler
 from modelplane.operator.status import Outcome, desired_status
 from modelplane.plan import plan
-from modelplane.target.answers import webhook_call_failed
-from modelplane.target.apply import WebhookNotReady
 
 from .conftest import StackFactory
 

@@ -40,7 +40,7 @@ MODELEXPRESS_NAMESPACE = "default"
 MODELEXPRESS_PORT = 8001
 MODELEXPRESS_IMAGE = "nvcr.io/nvidia/ai-dynamo/modelexpress-server"
 # The Lease on a target that names the one ServingStack acting on it
-# (modelplane.target.claim). It lives in the product's namespace so that a
+# (modelplane.actions.claim). It lives in the product's namespace so that a
 # person finds it next to the rest of the product's objects.
 CLAIM_NAME = "modelplane-claim"
 CLAIM_NAMESPACE = NS

@@ -2,7 +2,7 @@
 
 A fact kind is data: the one LIST that reads it (``Listing``) and how the
 listed objects reduce to the little the checks need. It does no I/O:
-``modelplane.target.cluster`` issues the LISTs, at most one per distinct
+``modelplane.observe.facts`` issues the LISTs, at most one per distinct
 listing, all at once. The reduced facts are pydantic models because they
 cross a boundary: ``modelplane render --observed FILE`` reads them from a
 file, and tests write them by hand.

@@ -14,11 +14,11 @@ from lightkube import AsyncClient
 
 from modelplane.api.models import API_GROUP, API_VERSION, KIND, ServingStack
 from modelplane.catalog.components import COMPONENTS
+from modelplane.observe.facts import observe_for_check
 from modelplane.pins import Stack
 from modelplane.plan import plan
 from modelplane.plan.model import RequirementResult, RequirementStatus, Severity
 from modelplane.plan.observed import Observed
-from modelplane.target.cluster import observe_for_check
 
 
 def provided_stack(stack: Stack) -> ServingStack:

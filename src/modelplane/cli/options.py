@@ -7,8 +7,8 @@ from urllib.parse import urlsplit
 
 import typer
 
-from modelplane.target.identity import nebius
-from modelplane.target.identity.base import IdentityError
+from modelplane.credentials.identity import nebius
+from modelplane.credentials.identity.base import IdentityError
 
 
 def _sts_url(value: str | None) -> str | None:

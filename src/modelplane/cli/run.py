@@ -14,10 +14,10 @@ import typer
 from pydantic import ValidationError
 
 from modelplane.cli.options import AwsRegion, AwsStsEndpoint, NebiusTokenEndpoint
+from modelplane.kube.address import deny_list
 from modelplane.operator.leader import LeaderElection, default_namespace, lease_name
 from modelplane.operator.options import OperatorOptions
 from modelplane.operator.shard import normalize_selector
-from modelplane.target.address import deny_list
 
 
 def _pairs(values: list[str], flag: str) -> dict[str, str]:

@@ -27,7 +27,25 @@ from lightkube.core.exceptions import ApiError
 from lightkube.generic_resource import create_namespaced_resource
 from lightkube.types import PatchType
 
+from modelplane.actions.helm import Helm
 from modelplane.api.models import API_GROUP, API_VERSION, KIND, PLURAL
+from modelplane.credentials.connect import (
+    ADDRESS_DENIED,
+    HUB_FORBIDDEN,
+    Credentials,
+    CredentialsError,
+    TargetHelm,
+    connect,
+    hub_forbidden,
+    open_targets,
+    read_credentials,
+)
+from modelplane.credentials.identity.base import IdentityError
+from modelplane.credentials.identity.cache import TokenCache
+from modelplane.kube.address import AddressDenied
+from modelplane.kube.answers import describe_error
+from modelplane.kube.discovery import TargetError
+from modelplane.observe.state import wanted
 from modelplane.operator import metrics
 from modelplane.operator.leader import Elector
 from modelplane.operator.options import OperatorOptions
@@ -41,24 +59,6 @@ from modelplane.operator.status import (
     status_changed,
 )
 from modelplane.operator.watch import TargetWatcher
-from modelplane.target.address import AddressDenied
-from modelplane.target.answers import describe_error
-from modelplane.target.connect import (
-    ADDRESS_DENIED,
-    HUB_FORBIDDEN,
-    Credentials,
-    CredentialsError,
-    TargetHelm,
-    connect,
-    hub_forbidden,
-    open_targets,
-    read_credentials,
-)
-from modelplane.target.discovery import TargetError
-from modelplane.target.helm import Helm
-from modelplane.target.identity.base import IdentityError
-from modelplane.target.identity.cache import TokenCache
-from modelplane.target.observe import wanted
 
 log = logging.getLogger("modelplane.operator")
 

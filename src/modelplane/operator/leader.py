@@ -47,7 +47,7 @@ from lightkube.resources.coordination_v1 import Lease
 from prometheus_client import Gauge
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from modelplane.target.answers import describe_error
+from modelplane.kube.answers import describe_error
 from modelplane.wire import MANAGED_BY, MANAGED_BY_LABEL
 
 log = logging.getLogger("modelplane.operator.leader")

@@ -6,10 +6,10 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from modelplane.credentials.identity.base import Endpoints
+from modelplane.kube.address import DEFAULT_DENIED, IPNetwork
 from modelplane.operator.leader import LeaderElection
 from modelplane.plan.planner import Sources
-from modelplane.target.address import DEFAULT_DENIED, IPNetwork
-from modelplane.target.identity.base import Endpoints
 
 
 class OperatorOptions(BaseModel):
@@ -30,7 +30,7 @@ class OperatorOptions(BaseModel):
     manifests_url_for: dict[str, str] = Field(default_factory=dict)
     allow_unsafe_kubeconfig: bool = False
     # Addresses no target request may go to (the cloud metadata services and
-    # link-local by default); see modelplane.target.address.
+    # link-local by default); see modelplane.kube.address.
     deny_target_cidrs: tuple[IPNetwork, ...] = DEFAULT_DENIED
     # A periodic full re-check; target watches make changes arrive sooner.
     resync_seconds: float = 300.0

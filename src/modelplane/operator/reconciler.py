@@ -21,39 +21,39 @@ from lightkube import AsyncClient
 from lightkube.core.exceptions import ApiError
 from pydantic import ValidationError
 
-from modelplane.api.models import ServingStack
-from modelplane.catalog.components import BY_NAME, components_for
-from modelplane.catalog.facts import ClusterFacts
-from modelplane.operator.options import OperatorOptions
-from modelplane.operator.status import WEBHOOK_NOT_READY, Outcome
-from modelplane.pins import ComponentsMode
-from modelplane.plan import Plan, plan
-from modelplane.plan.model import ObjectAction, PlannedManifests, PlannedRelease, ReleaseAction
-from modelplane.plan.teardown import DeleteObjects, TeardownStep, UninstallRelease, teardown_steps
-from modelplane.target import claim
-from modelplane.target.address import AddressDenied
-from modelplane.target.answers import describe_error
-from modelplane.target.apply import (
+from modelplane.actions import claim
+from modelplane.actions.apply import (
     WebhookNotReady,
     apply_object,
     delete_object,
     fetch_manifests,
     vet_manifests,
 )
-from modelplane.target.cache import WatchCache
-from modelplane.target.cluster import observe_cluster
-from modelplane.target.connect import (
+from modelplane.actions.helm import Helm, HelmError
+from modelplane.api.models import ServingStack
+from modelplane.catalog.components import BY_NAME, components_for
+from modelplane.catalog.facts import ClusterFacts
+from modelplane.credentials.connect import (
     ADDRESS_DENIED,
     CredentialsError,
     Target,
     connect,
     read_credentials,
 )
-from modelplane.target.discovery import APIS, ApiStatusError, TargetError
-from modelplane.target.helm import Helm, HelmError
-from modelplane.target.identity.base import IdentityError
-from modelplane.target.identity.cache import TokenCache
-from modelplane.target.observe import observe, read_listed, to_observed, wanted
+from modelplane.credentials.identity.base import IdentityError
+from modelplane.credentials.identity.cache import TokenCache
+from modelplane.kube.address import AddressDenied
+from modelplane.kube.answers import describe_error
+from modelplane.kube.discovery import APIS, ApiStatusError, TargetError
+from modelplane.observe.facts import observe_cluster
+from modelplane.observe.state import observe, read_listed, to_observed, wanted
+from modelplane.observe.watches import WatchCache
+from modelplane.operator.options import OperatorOptions
+from modelplane.operator.status import WEBHOOK_NOT_READY, Outcome
+from modelplane.pins import ComponentsMode
+from modelplane.plan import Plan, plan
+from modelplane.plan.model import ObjectAction, PlannedManifests, PlannedRelease, ReleaseAction
+from modelplane.plan.teardown import DeleteObjects, TeardownStep, UninstallRelease, teardown_steps
 from modelplane.wire import stamp
 
 log = logging.getLogger("modelplane.operator")

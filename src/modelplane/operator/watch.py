@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from modelplane.target.cache import WATCH_TIMEOUT_SECONDS, WatchCache
-from modelplane.target.connect import Target
-from modelplane.target.observe import Wanted
+from modelplane.credentials.connect import Target
+from modelplane.observe.state import Wanted
+from modelplane.observe.watches import WATCH_TIMEOUT_SECONDS, WatchCache
 
 
 class TargetWatcher:

@@ -21,7 +21,7 @@ from typing import Any
 import httpx2
 from lightkube.core.exceptions import ApiError
 
-from modelplane.target.helm import HelmError
+from modelplane.actions.helm import HelmError
 
 MAX_MESSAGE = 500
 # A media type as RFC 9110 spells it; anything else in the header is not shown.

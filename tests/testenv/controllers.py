@@ -13,8 +13,7 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from modelplane import pins
-from modelplane.testenv.env import (
+from tests.testenv.env import (
     SETUP_HINT,
     TESTBIN_KEY,
     TestbinMissingError,
@@ -24,6 +23,8 @@ from modelplane.testenv.env import (
     _terminate,
     cache_root,
 )
+
+from modelplane import pins
 
 # The one place these versions are named (hack/build-controllers.sh reads them).
 KWOK_VERSION = "v0.8.0"

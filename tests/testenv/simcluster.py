@@ -38,25 +38,25 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from pydantic import BaseModel, ConfigDict
-
-from modelplane.api.models import ServingStackSpec
-from modelplane.catalog import components as catalog
-from modelplane.testenv import kube
-from modelplane.testenv.controllers import (
+from tests.testenv import kube
+from tests.testenv.controllers import (
     ENVOY_GATEWAY_VERSION,
     Processes,
     find_controller,
     kwok_stages,
 )
-from modelplane.testenv.env import TestEnv, TestEnvError, _free_port, _write
-from modelplane.testenv.nodes import (
+from tests.testenv.env import TestEnv, TestEnvError, _free_port, _write
+from tests.testenv.nodes import (
     KWOK_ANNOTATION,
     KWOK_ANNOTATION_VALUE,
     NodeLayout,
     resource_slice,
 )
-from modelplane.testenv.nodes import h200 as gpu_hardware
-from modelplane.testenv.nodes import node as node_body
+from tests.testenv.nodes import h200 as gpu_hardware
+from tests.testenv.nodes import node as node_body
+
+from modelplane.api.models import ServingStackSpec
+from modelplane.catalog import components as catalog
 
 # Stopped in this order: the controllers first, while the API server still answers.
 PROCESSES: tuple[str, ...] = (

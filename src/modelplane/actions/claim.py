@@ -38,11 +38,11 @@ from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.coordination_v1 import Lease
 from pydantic import BaseModel, ConfigDict
 
+from modelplane.actions.apply import apply_object
 from modelplane.api.models import ServingStack
 from modelplane.catalog.configuration import CLAIM_NAME, CLAIM_NAMESPACE, configuration_for
-from modelplane.target.apply import apply_object
-from modelplane.target.discovery import TargetError
-from modelplane.target.resources import unless_missing
+from modelplane.kube.discovery import TargetError
+from modelplane.kube.resources import unless_missing
 from modelplane.wire import MANAGED_BY, MANAGED_BY_LABEL, stamp
 
 log = logging.getLogger("modelplane.operator.claim")

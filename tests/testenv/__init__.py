@@ -1,6 +1,6 @@
 """Integration-test environment: a real kube-apiserver, etcd and helm on loopback."""
 
-from modelplane.testenv.env import (
+from tests.testenv.env import (
     BINARIES,
     TESTBIN_KEY,
     TestbinMissingError,

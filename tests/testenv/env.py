@@ -338,7 +338,7 @@ class TestEnv:
     writes are done (the ``kubernetes`` Service exists in ``default``); the
     processes run in their own session, so they outlive the Python process
     that started them until ``stop()`` (or ``TestEnv(dir).stop()`` from
-    another process, or ``python -m modelplane.testenv stop DIR``).
+    another process, or ``python -m tests.testenv stop DIR``).
     """
 
     __test__ = False  # not a pytest test class, despite the name

@@ -25,10 +25,10 @@ from modelplane.catalog.configuration import (
     configuration_for,
 )
 from modelplane.catalog.types import ObjectExists
+from modelplane.kube.discovery import APIS, served_apis
+from modelplane.kube.resources import list_settled, plural, resource, unless_missing
 from modelplane.plan.drift import owned_fields
 from modelplane.plan.observed import Observed, ObservedRelease
-from modelplane.target.discovery import APIS, served_apis
-from modelplane.target.resources import list_settled, plural, resource, unless_missing
 from modelplane.wire import (
     DIGEST_ANNOTATION,
     FIELD_MANAGER,

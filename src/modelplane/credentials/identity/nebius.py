@@ -51,7 +51,7 @@ from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.rsa import RSAPrivateKey
 
-from modelplane.target.identity.base import (
+from modelplane.credentials.identity.base import (
     Endpoints,
     IdentityError,
     IdentityFailure,

@@ -1,4 +1,4 @@
-"""``python -m modelplane.testenv {start DIR | stop DIR | bin}``."""
+"""``python -m tests.testenv {start DIR | stop DIR | bin}``."""
 
 from __future__ import annotations
 
@@ -6,20 +6,20 @@ import argparse
 import sys
 from pathlib import Path
 
-from modelplane.testenv.env import TestbinMissingError, TestEnv, TestEnvError, resolve_bin_dir
-from modelplane.testenv.nodes import (
+from tests.testenv.env import TestbinMissingError, TestEnv, TestEnvError, resolve_bin_dir
+from tests.testenv.nodes import (
     DEFAULT_LAYOUT,
     HardwareMissingError,
     NodeLayout,
     NodeLayoutError,
     hardware_dir,
 )
-from modelplane.testenv.simcluster import SimCluster, describe
+from tests.testenv.simcluster import SimCluster, describe
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m modelplane.testenv",
+        prog="python -m tests.testenv",
         description="A real kube-apiserver + etcd on loopback for integration tests.",
     )
     sub = parser.add_subparsers(dest="command", required=True)

@@ -7,8 +7,8 @@ fallen back from to the kubeconfig's own credentials.
 from __future__ import annotations
 
 from modelplane.api.models import SecretType
-from modelplane.target.identity import aws, google, nebius
-from modelplane.target.identity.base import MinterFactory
+from modelplane.credentials.identity import aws, google, nebius
+from modelplane.credentials.identity.base import MinterFactory
 
 PROVIDERS: dict[SecretType, MinterFactory] = {
     SecretType.GOOGLE_APPLICATION_CREDENTIALS: google.minter,

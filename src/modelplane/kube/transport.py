@@ -28,8 +28,8 @@ from collections.abc import Iterable
 
 import httpx2
 
-from modelplane.target.address import IPAddress, IPNetwork, Resolver, literal, resolve, vet
-from modelplane.target.answers import MAX_MESSAGE, describe_answer, status_of
+from modelplane.kube.address import IPAddress, IPNetwork, Resolver, literal, resolve, vet
+from modelplane.kube.answers import MAX_MESSAGE, describe_answer, status_of
 
 # An error answer is read whole only up to this size: a Status is far smaller.
 MAX_ERROR_BODY = 64 * 1024

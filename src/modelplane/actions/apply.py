@@ -17,8 +17,8 @@ from lightkube.resources.admissionregistration_v1 import (
     ValidatingWebhookConfiguration,
 )
 
-from modelplane.target.answers import describe_error, webhook_call_failed
-from modelplane.target.resources import resource_of, unless_missing
+from modelplane.kube.answers import describe_error, webhook_call_failed
+from modelplane.kube.resources import resource_of, unless_missing
 from modelplane.wire import FIELD_MANAGER, settled
 
 log = logging.getLogger("modelplane.target")

@@ -29,14 +29,7 @@ from google.auth import exceptions as google_exceptions
 from google.auth import transport as google_transport
 from google.oauth2 import service_account
 
-from modelplane.target.address import (
-    DEFAULT_DENIED,
-    AddressDenied,
-    IPNetwork,
-    host_and_port,
-    vet,
-)
-from modelplane.target.identity.base import (
+from modelplane.credentials.identity.base import (
     Endpoints,
     IdentityError,
     IdentityFailure,
@@ -44,7 +37,14 @@ from modelplane.target.identity.base import (
     TargetInfo,
     Token,
 )
-from modelplane.target.identity.cache import scrub
+from modelplane.credentials.identity.cache import scrub
+from modelplane.kube.address import (
+    DEFAULT_DENIED,
+    AddressDenied,
+    IPNetwork,
+    host_and_port,
+    vet,
+)
 
 SCOPES = (
     "https://www.googleapis.com/auth/cloud-platform",

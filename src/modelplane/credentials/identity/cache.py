@@ -18,7 +18,7 @@ from collections.abc import AsyncGenerator, Callable, Generator, Iterable
 
 import httpx2
 
-from modelplane.target.identity.base import Minter, Token
+from modelplane.credentials.identity.base import Minter, Token
 
 # A token is refreshed this long before it expires, at most: a request sent
 # with it must still arrive in time, and helm may run for minutes on one.

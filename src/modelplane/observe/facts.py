@@ -18,9 +18,9 @@ from lightkube import AsyncClient
 from modelplane.catalog.components import components_of_stack
 from modelplane.catalog.facts import ClusterFacts, Fact, Item, Listing, assemble
 from modelplane.catalog.types import Component, ObjectExists
+from modelplane.kube.discovery import ApiStatusError, list_objects, served_apis
 from modelplane.pins import Stack
 from modelplane.plan.observed import Observed
-from modelplane.target.discovery import ApiStatusError, list_objects, served_apis
 from modelplane.wire import ApiRef
 
 APIS = dict[str, dict[str, list[str]]]

@@ -14,8 +14,7 @@ from typing import Any, TypeVar
 
 import httpx2
 import yaml
-
-from modelplane.testenv.env import TestEnv, TestEnvError, _log_tail
+from tests.testenv.env import TestEnv, TestEnvError, _log_tail
 
 FIELD_MANAGER = "modelplane-testenv"
 

@@ -57,7 +57,7 @@ from botocore.awsrequest import AWSRequest
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError, ParamValidationError
 
-from modelplane.target.identity.base import (
+from modelplane.credentials.identity.base import (
     Endpoints,
     IdentityError,
     IdentityFailure,

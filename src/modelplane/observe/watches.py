@@ -42,9 +42,9 @@ import httpx2
 from lightkube import AsyncClient
 
 from modelplane.catalog.configuration import CLUSTER_CA, NS
-from modelplane.target.answers import describe_error
-from modelplane.target.discovery import APIS, PAGE_SIZE, collection_path, served_apis
-from modelplane.target.observe import CRD_API_VERSION, Listed, Wanted, api_of
+from modelplane.kube.answers import describe_error
+from modelplane.kube.discovery import APIS, PAGE_SIZE, collection_path, served_apis
+from modelplane.observe.state import CRD_API_VERSION, Listed, Wanted, api_of
 from modelplane.wire import (
     MANAGED_BY,
     MANAGED_BY_LABEL,

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Protocol
 
-from modelplane.target.address import DEFAULT_DENIED, IPNetwork
+from modelplane.kube.address import DEFAULT_DENIED, IPNetwork
 
 
 class IdentityFailure(StrEnum):

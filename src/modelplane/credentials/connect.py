@@ -24,15 +24,15 @@ from lightkube.config.models import User
 from lightkube.core.exceptions import ApiError
 from lightkube.resources.core_v1 import Secret
 
+from modelplane.actions.helm import Helm
 from modelplane.api.models import SecretType, ServingStackSpec
-from modelplane.target.address import DEFAULT_DENIED, AddressDenied, IPNetwork, host_and_port, vet
-from modelplane.target.answers import bounded
-from modelplane.target.helm import Helm
-from modelplane.target.identity import providers
-from modelplane.target.identity.base import Endpoints, IdentityError, TargetInfo
-from modelplane.target.identity.cache import IdentityAuth, TokenCache, TokenSource, cache_key
-from modelplane.target.kubeconfig import KubeconfigError, parse_kubeconfig, without_credentials
-from modelplane.target.transport import GuardedTransport
+from modelplane.credentials.identity import providers
+from modelplane.credentials.identity.base import Endpoints, IdentityError, TargetInfo
+from modelplane.credentials.identity.cache import IdentityAuth, TokenCache, TokenSource, cache_key
+from modelplane.credentials.kubeconfig import KubeconfigError, parse_kubeconfig, without_credentials
+from modelplane.kube.address import DEFAULT_DENIED, AddressDenied, IPNetwork, host_and_port, vet
+from modelplane.kube.answers import bounded
+from modelplane.kube.transport import GuardedTransport
 from modelplane.wire import FIELD_MANAGER
 
 

@@ -20,9 +20,9 @@ from typing import Any
 import httpx2
 from lightkube import AsyncClient
 
-from modelplane.target.address import AddressDenied
-from modelplane.target.answers import describe_answer, describe_error, status_message
-from modelplane.target.connect import TargetClient
+from modelplane.credentials.connect import TargetClient
+from modelplane.kube.address import AddressDenied
+from modelplane.kube.answers import describe_answer, describe_error, status_message
 from modelplane.wire import ApiRef
 
 APIS = dict[str, dict[str, list[str]]]
@@ -56,7 +56,7 @@ class ApiStatusError(TargetError):
 def _http(client: AsyncClient) -> httpx2.AsyncClient:
     if not isinstance(client, TargetClient):
         raise TypeError(
-            "discovery needs the client of a Target (modelplane.target.connect), "
+            "discovery needs the client of a Target (modelplane.credentials.connect), "
             f"not a {type(client).__name__}"
         )
     return client.http

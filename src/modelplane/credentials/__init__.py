@@ -1,0 +1,1 @@
+"""Credentials of a target: the kubeconfig and cloud identities read from the hub."""

@@ -1,0 +1,1 @@
+"""Kubernetes access: the guarded transport, the client, discovery and the error rules."""

@@ -1,0 +1,1 @@
+"""What a target serves and holds, read into the plan's Observed."""

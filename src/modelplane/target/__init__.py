@@ -1,1 +1,0 @@
-"""Talking to a target cluster: credentials, discovery, observation, apply and helm."""
