@@ -23,13 +23,12 @@ from lightkube.core.exceptions import ApiError
 from lightkube.resources.core_v1 import ConfigMap
 from typer.testing import CliRunner
 
-from modelplane.actions.helm import Helm
+from modelplane.actions.helm import Helm, TargetHelm
 from modelplane.cli.main import app
 from modelplane.credentials.connect import (
     ADDRESS_DENIED,
     CredentialsError,
     TargetClient,
-    TargetHelm,
     connect,
 )
 from modelplane.credentials.kubeconfig import KubeconfigError, parse_kubeconfig

@@ -11,13 +11,15 @@ import asyncio
 import os
 import shutil
 import tempfile
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
+from modelplane.credentials.kubeconfig import parse_kubeconfig
+from modelplane.kube.address import DEFAULT_DENIED, IPNetwork
 from modelplane.plan.model import PlannedRelease, ReleaseAction
 from modelplane.wire import RELEASE_DIGEST_LABEL
 
@@ -148,6 +150,37 @@ class Helm:
         except HelmError as err:
             if "not found" not in str(err):
                 raise
+
+
+async def kubeconfig_allowed(kubeconfig: str, deny: Iterable[IPNetwork]) -> None:
+    """Raise ``AddressDenied`` if the kubeconfig's server is refused: the rule of every request."""
+    # kube.answers names HelmError, and credentials.connect imports kube.answers:
+    # importing it at the top would make a cycle through this module.
+    from modelplane.credentials.connect import check_server
+
+    config = parse_kubeconfig(kubeconfig, allow_unsafe=True)
+    await check_server(config.cluster.server, deny)
+
+
+@dataclass(frozen=True)
+class TargetHelm(Helm):
+    """helm that runs only against a target the operator would connect to itself.
+
+    helm opens its own connections, outside the guarded transport, so the
+    server of the kubeconfig it gets is checked just before every call.
+    Between that check and helm's own lookup a name could change its answer;
+    the Python clients, which pin the address they checked, cannot be fooled so.
+    """
+
+    deny: tuple[IPNetwork, ...] = DEFAULT_DENIED
+
+    @classmethod
+    def guarding(cls, helm: Helm, deny: Iterable[IPNetwork]) -> TargetHelm:
+        return cls(helm.binary, helm.home, helm.timeout_seconds, deny=tuple(deny))
+
+    async def run(self, *args: str, kubeconfig: str, stdin: bytes | None = None) -> str:
+        await kubeconfig_allowed(kubeconfig, self.deny)
+        return await super().run(*args, kubeconfig=kubeconfig, stdin=stdin)
 
 
 @asynccontextmanager

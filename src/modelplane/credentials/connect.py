@@ -24,7 +24,6 @@ from lightkube.config.models import User
 from lightkube.core.exceptions import ApiError
 from lightkube.resources.core_v1 import Secret
 
-from modelplane.actions.helm import Helm
 from modelplane.api.models import SecretType, ServingStackSpec
 from modelplane.credentials.identity import providers
 from modelplane.credentials.identity.base import Endpoints, IdentityError, TargetInfo
@@ -423,33 +422,6 @@ def token_source(
         return tokens.source(key, lambda: make(identity.credential, target, endpoints))
     except IdentityError as err:
         raise identity_refused(err, identity) from None
-
-
-async def kubeconfig_allowed(kubeconfig: str, deny: Iterable[IPNetwork]) -> None:
-    """Raise ``AddressDenied`` if the kubeconfig's server is refused: the rule of every request."""
-    config = parse_kubeconfig(kubeconfig, allow_unsafe=True)
-    await check_server(config.cluster.server, deny)
-
-
-@dataclass(frozen=True)
-class TargetHelm(Helm):
-    """helm that runs only against a target the operator would connect to itself.
-
-    helm opens its own connections, outside the guarded transport, so the
-    server of the kubeconfig it gets is checked just before every call.
-    Between that check and helm's own lookup a name could change its answer;
-    the Python clients, which pin the address they checked, cannot be fooled so.
-    """
-
-    deny: tuple[IPNetwork, ...] = DEFAULT_DENIED
-
-    @classmethod
-    def guarding(cls, helm: Helm, deny: Iterable[IPNetwork]) -> TargetHelm:
-        return cls(helm.binary, helm.home, helm.timeout_seconds, deny=tuple(deny))
-
-    async def run(self, *args: str, kubeconfig: str, stdin: bytes | None = None) -> str:
-        await kubeconfig_allowed(kubeconfig, self.deny)
-        return await super().run(*args, kubeconfig=kubeconfig, stdin=stdin)
 
 
 def _normalise(kubeconfig: str) -> str:

@@ -27,14 +27,13 @@ from lightkube.core.exceptions import ApiError
 from lightkube.generic_resource import create_namespaced_resource
 from lightkube.types import PatchType
 
-from modelplane.actions.helm import Helm
+from modelplane.actions.helm import Helm, TargetHelm
 from modelplane.api.models import API_GROUP, API_VERSION, KIND, PLURAL
 from modelplane.credentials.connect import (
     ADDRESS_DENIED,
     HUB_FORBIDDEN,
     Credentials,
     CredentialsError,
-    TargetHelm,
     connect,
     hub_forbidden,
     open_targets,
