@@ -3,17 +3,25 @@
 One small function per action, as Flux's helm-controller does: the plan names
 the action, this module only carries it out. The target's kubeconfig is
 written to a private file for the duration of one call and removed after.
+
+Each helm runs as the leader of its own process group, which the ``Helm``
+that started it owns: a run that is cancelled, times out or is abandoned
+when the operator stops takes that whole group down with it and reaps helm,
+and ``kill_running`` ends every group at once for a leader that must stop
+acting this instant (see operator/leader.py).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
+import signal
 import tempfile
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Iterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
@@ -28,12 +36,57 @@ class HelmError(Exception):
     """helm failed; the message is helm's own stderr, trimmed."""
 
 
+class ProcessGroups:
+    """The process groups of the helm runs in flight, by group id (helm's own pid)."""
+
+    def __init__(self) -> None:
+        self._ids: set[int] = set()
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(sorted(self._ids))
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    @contextlib.contextmanager
+    def owning(self, pgid: int) -> Iterator[None]:
+        self._ids.add(pgid)
+        try:
+            yield
+        finally:
+            self._ids.discard(pgid)
+
+    def kill_all(self) -> None:
+        for pgid in self:
+            kill_group(pgid)
+
+
+async def _end(proc: asyncio.subprocess.Process) -> None:
+    """Kill helm's group, then wait until helm is reaped and its pipes are closed."""
+    # While any process of the group lives, the kernel keeps its id from
+    # being reused, so this reaches helm's group and no other.
+    kill_group(proc.pid)
+    # A second cancellation stops the waiting, not the reaping.
+    await asyncio.shield(proc.wait())
+
+
+def kill_group(pgid: int) -> None:
+    """SIGKILL every process of the group; one already gone is no error."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
+
+
 @dataclass(frozen=True)
 class Helm:
     binary: str
     # HELM_CACHE_HOME and friends live here, never in the user's home.
     home: Path
     timeout_seconds: int = 600
+    # Shared by every copy made of this Helm (see TargetHelm.guarding), so
+    # that kill_running on any of them reaches every helm they started.
+    groups: ProcessGroups = field(
+        default_factory=ProcessGroups, compare=False, repr=False, kw_only=True
+    )
 
     @classmethod
     def find(cls, home: Path, timeout_seconds: int = 600) -> Helm:
@@ -64,22 +117,41 @@ class Helm:
 
     async def run(self, *args: str, kubeconfig: str, stdin: bytes | None = None) -> str:
         async with _private_file(kubeconfig) as path:
-            proc = await asyncio.create_subprocess_exec(
-                self.binary,
-                *args,
-                "--kubeconfig",
-                str(path),
-                stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
-                env=self._env(),
+            spawn = asyncio.ensure_future(
+                asyncio.create_subprocess_exec(
+                    self.binary,
+                    *args,
+                    "--kubeconfig",
+                    str(path),
+                    stdin=asyncio.subprocess.PIPE
+                    if stdin is not None
+                    else asyncio.subprocess.DEVNULL,
+                    stdout=asyncio.subprocess.PIPE,
+                    stderr=asyncio.subprocess.PIPE,
+                    env=self._env(),
+                    # Its own session, so its own process group: whatever
+                    # helm starts (plugins, post-renderers) is in it, and no
+                    # signal meant for the operator's group reaches it unasked.
+                    start_new_session=True,
+                )
             )
             try:
-                out, err = await proc.communicate(stdin)
-            except asyncio.CancelledError:
-                proc.kill()
-                await proc.wait()
+                # Cancelled mid-spawn, asyncio would kill helm alone and then
+                # wait for pipes a child of helm may hold open.
+                proc = await asyncio.shield(spawn)
+            except BaseException:
+                with contextlib.suppress(Exception):
+                    await _end(await spawn)
                 raise
+            with self.groups.owning(proc.pid):
+                try:
+                    out, err = await proc.communicate(stdin)
+                except BaseException:
+                    # Cancelled (a stopped daemon, an operator shutting down)
+                    # or timed out by the caller: nothing of this run may go
+                    # on acting.
+                    await _end(proc)
+                    raise
         if proc.returncode != 0:
             message = err.decode(errors="replace").strip().splitlines()
             raise HelmError(" ".join(message[-3:]) or f"helm {args[0]} failed")
@@ -151,6 +223,14 @@ class Helm:
             if "not found" not in str(err):
                 raise
 
+    def kill_running(self) -> None:
+        """SIGKILL every helm this Helm (or a copy of it) is running, and what each started.
+
+        Synchronous, for a process about to exit at once: the runs are not
+        reaped here, as the process that would reap them is going.
+        """
+        self.groups.kill_all()
+
 
 async def kubeconfig_allowed(kubeconfig: str, deny: Iterable[IPNetwork]) -> None:
     """Raise ``AddressDenied`` if the kubeconfig's server is refused: the rule of every request."""
@@ -176,7 +256,9 @@ class TargetHelm(Helm):
 
     @classmethod
     def guarding(cls, helm: Helm, deny: Iterable[IPNetwork]) -> TargetHelm:
-        return cls(helm.binary, helm.home, helm.timeout_seconds, deny=tuple(deny))
+        return cls(
+            helm.binary, helm.home, helm.timeout_seconds, deny=tuple(deny), groups=helm.groups
+        )
 
     async def run(self, *args: str, kubeconfig: str, stdin: bytes | None = None) -> str:
         await kubeconfig_allowed(kubeconfig, self.deny)

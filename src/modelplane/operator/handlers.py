@@ -46,7 +46,7 @@ from modelplane.kube.answers import describe_error
 from modelplane.kube.discovery import TargetError
 from modelplane.observe.state import wanted
 from modelplane.operator import metrics
-from modelplane.operator.leader import Elector
+from modelplane.operator.leader import Elector, exit_now
 from modelplane.operator.options import OperatorOptions
 from modelplane.operator.reconciler import INVALID_SPEC, InvalidSpecError, StackReconciler
 from modelplane.operator.status import (
@@ -591,7 +591,15 @@ async def run(options: OperatorOptions) -> None:
         # export its class; it is filled once discovery on the hub succeeded.
         insights = Insights()
         elector = (
-            Elector(hub, options.leader_election) if options.leader_election is not None else None
+            Elector(
+                hub,
+                options.leader_election,
+                # helm runs in process groups of its own: an exit alone
+                # would leave them acting for a replica that stepped down.
+                step_down=functools.partial(exit_now, rt.helm.kill_running),
+            )
+            if options.leader_election is not None
+            else None
         )
         probes = None
         if options.metrics_port is not None:
@@ -628,6 +636,9 @@ async def run(options: OperatorOptions) -> None:
                 insights=insights,
             )
         finally:
+            # kopf has cancelled every daemon, and each helm run with it; a
+            # run kopf gave up waiting for must not outlive the operator.
+            rt.helm.kill_running()
             if holding is not None and elector is not None:
                 # kopf has stopped every daemon and handler: nothing acts for
                 # us any more, so the Lease can go to a standby at once.

@@ -13,7 +13,8 @@ leaderelection``, defaults 15 s / 10 s / 2 s as controller-runtime uses):
   candidates can never both win one round;
 - the leader renews every ``retry_period``; when it has not renewed for
   ``renew_deadline`` (< ``lease_duration``) it steps down by exiting at once,
-  killing its helm children first. It therefore stops acting before any
+  killing the helm runs in flight first (their process groups, which
+  ``actions.helm.Helm`` owns). It therefore stops acting before any
   standby may take over, which is the split-brain margin a renew failure
   (a partitioned leader) gets: lease_duration - renew_deadline;
 - on an orderly shutdown it empties the Lease, so a standby takes over
@@ -26,12 +27,10 @@ running at about the rate of the standby's.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import datetime
 import hashlib
 import logging
 import os
-import signal
 import socket
 import time
 import uuid
@@ -318,27 +317,16 @@ class Elector:
         self._observed_at = time.monotonic()
 
 
-def kill_children() -> None:
-    """SIGKILL this process's children (helm): none may act for a replica that stepped down."""
-    me = os.getpid()
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        # After the command's ")" come the state, then the parent's pid.
-        if len(fields) > 1 and fields[1] == str(me):
-            with contextlib.suppress(OSError):
-                os.kill(int(stat.parent.name), signal.SIGKILL)
-
-
-def exit_now() -> None:
+def exit_now(stop_acting: Callable[[], None] = lambda: None) -> None:
     """Step down: stop acting at once, before a standby can take the Lease.
 
-    An orderly kopf shutdown waits for daemons (up to their cancellation
-    timeout), which could outlast the lease, so the process exits and its
-    supervisor (the pod's restart policy) starts it again as a candidate.
+    ``stop_acting`` first ends what acts for this replica outside the
+    process (the operator passes ``Helm.kill_running``): an exit does not
+    end helm, which runs in process groups of its own. An orderly kopf
+    shutdown waits for daemons (up to their cancellation timeout), which
+    could outlast the lease, so the process exits and its supervisor (the
+    pod's restart policy) starts it again as a candidate.
     """
-    kill_children()
+    stop_acting()
     logging.shutdown()
     os._exit(1)
