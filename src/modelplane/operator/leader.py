@@ -47,6 +47,7 @@ from prometheus_client import Gauge
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from modelplane.kube.answers import describe_error
+from modelplane.kube.backoff import Attempts, Backoff
 from modelplane.wire import MANAGED_BY, MANAGED_BY_LABEL
 
 log = logging.getLogger("modelplane.operator.leader")
@@ -108,6 +109,14 @@ def default_namespace(watched: list[str]) -> str:
     return watched[0] if watched else "default"
 
 
+def retry_policy(config: LeaderElection) -> Backoff:
+    """client-go's fixed retry period, between tries at the Lease by leader and standby alike."""
+    period = config.retry_period_seconds
+    # A factor of 1, not just the cap: a standby's count of tries has no end,
+    # and a growing factor would overflow a float after a thousand of them.
+    return Backoff(first=period, cap=period, factor=1.0)
+
+
 def _now() -> datetime.datetime:
     return datetime.datetime.now(datetime.UTC)
 
@@ -124,6 +133,7 @@ class Elector:
         self._hub = hub
         self._cfg = config
         self._step_down = step_down or exit_now
+        self._period = retry_policy(config)
         # client-go's observedRecord/observedTime: expiry is judged by when we
         # saw the record change, on our clock.
         self._observed: tuple[Any, ...] | None = None
@@ -163,6 +173,7 @@ class Elector:
         """Return once this replica holds the Lease."""
         cfg = self._cfg
         waiting_for: str | None = None
+        tries = Attempts(self._period)
         while True:
             try:
                 holder = await self._try()
@@ -188,14 +199,18 @@ class Elector:
                     cfg.name,
                     holder,
                 )
-            await asyncio.sleep(cfg.retry_period_seconds)
+            await asyncio.sleep(tries.fail())
 
     async def hold(self) -> None:
         """Renew until cancelled; step down when a renewal cannot be made in time."""
         cfg = self._cfg
         renewed = time.monotonic()
+        # The failed renewals since the last that held. The period is fixed,
+        # so the next try is due one retry period on whatever the last gave.
+        unrenewed = Attempts(self._period)
+        delay = self._period.delay(0)
         while True:
-            await asyncio.sleep(cfg.retry_period_seconds)
+            await asyncio.sleep(delay)
             left = cfg.renew_deadline_seconds - (time.monotonic() - renewed)
             holder: str | None = None
             try:
@@ -207,6 +222,8 @@ class Elector:
                 log.warning("leader election: renewing failed: %s", describe_error(err))
             if holder == cfg.identity:
                 renewed = time.monotonic()
+                unrenewed.reset()
+                delay = self._period.delay(0)
                 continue
             if holder is not None or time.monotonic() - renewed >= cfg.renew_deadline_seconds:
                 self._leading = False
@@ -221,6 +238,7 @@ class Elector:
                 )
                 self._step_down()
                 return
+            delay = unrenewed.fail()
 
     async def release(self) -> None:
         """Empty the Lease we hold so that a standby need not wait for it to expire."""
