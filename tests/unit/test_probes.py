@@ -6,14 +6,14 @@ import asyncio
 from dataclasses import dataclass
 from typing import cast
 
+import pytest
 from aiohttp.test_utils import TestClient, TestServer
-from kopf._cogs.structs.references import Insights, Resource
 from typer.testing import CliRunner
 
-from modelplane.api.models import API_GROUP, API_VERSION, PLURAL
 from modelplane.cli.main import app
 from modelplane.operator import metrics
 from modelplane.operator.handlers import _readiness
+from modelplane.operator.hub import Watched
 from modelplane.operator.leader import Elector
 
 
@@ -35,28 +35,43 @@ async def test_healthz_answers_while_readyz_waits() -> None:
         assert "modelplane_reconciles_total" in await scraped.text()
 
 
-def _served() -> Insights:
-    insights = Insights()
-    insights.watched_resources.add(
-        Resource(group=API_GROUP, version=API_VERSION, plural=PLURAL, namespaced=True)
-    )
-    insights.namespaces.add("platform")
-    return insights
+def _served() -> Watched:
+    return Watched(["platform"], served=True)
 
 
 async def test_ready_once_kopf_started_and_serves_servingstacks() -> None:
-    started, insights = asyncio.Event(), Insights()
-    assert _readiness(started, insights, None).detail == "the operator is starting"
+    started, watched = asyncio.Event(), Watched(["platform"])
+    assert _readiness(started, watched, None).detail == "the operator is starting"
     started.set()
-    # Started, but the hub's discovery did not find the CRD.
-    waiting = _readiness(started, insights, None)
+    # Started, but the startup check found no ServingStacks on the hub.
+    watched.served = False
+    waiting = _readiness(started, watched, None)
     assert not waiting.ready and "is not served by the hub" in waiting.detail
-    insights.watched_resources.add(
-        Resource(group=API_GROUP, version=API_VERSION, plural=PLURAL, namespaced=True)
-    )
-    assert _readiness(started, insights, None).detail == "no namespace to watch yet"
-    insights.namespaces.add("platform")
-    assert _readiness(started, insights, None) == metrics.READY
+    watched.served = True
+    assert _readiness(started, watched, None) == metrics.READY
+
+
+@pytest.mark.parametrize(
+    ("namespaces", "clusterwide", "ready"),
+    [
+        ([], True, True),
+        (["platform"], False, True),
+        (["platform", "team-*"], False, True),
+        # Patterns only: with scanning off, kopf watches no namespace at all.
+        (["team-*", "!kube-system"], False, False),
+    ],
+)
+async def test_patterns_alone_give_no_namespace_to_watch(
+    namespaces: list[str], clusterwide: bool, ready: bool
+) -> None:
+    started = asyncio.Event()
+    started.set()
+    watched = Watched.of(namespaces, clusterwide)
+    watched.served = True
+    answer = _readiness(started, watched, None)
+    assert answer.ready is ready
+    if not ready:
+        assert answer.detail == "no namespace to watch yet"
 
 
 @dataclass
@@ -74,7 +89,7 @@ async def test_a_standby_that_reads_its_lease_is_ready_and_says_standby() -> Non
     # replicas would wait on the new pod for ever.
     started = asyncio.Event()
     candidate = _Candidate(standing_by_for="mp-modelplane-0_1a2b")
-    standby = _readiness(started, Insights(), cast(Elector, candidate))
+    standby = _readiness(started, Watched([]), cast(Elector, candidate))
     assert standby.ready
     assert standby.detail == (
         "standby: the Lease modelplane/mp-modelplane is held by mp-modelplane-0_1a2b"
@@ -83,10 +98,10 @@ async def test_a_standby_that_reads_its_lease_is_ready_and_says_standby() -> Non
 
 async def test_a_standby_that_cannot_read_its_lease_is_not_ready() -> None:
     started = asyncio.Event()
-    before_first_try = _readiness(started, Insights(), cast(Elector, _Candidate()))
+    before_first_try = _readiness(started, Watched([]), cast(Elector, _Candidate()))
     assert not before_first_try.ready and before_first_try.detail == "the operator is starting"
     refused = _Candidate(error='403 Forbidden: leases "mp-modelplane" is forbidden')
-    answer = _readiness(started, Insights(), cast(Elector, refused))
+    answer = _readiness(started, Watched([]), cast(Elector, refused))
     assert not answer.ready
     assert "the Lease modelplane/mp-modelplane cannot be read: 403 Forbidden" in answer.detail
 

@@ -6,7 +6,6 @@ import asyncio
 import contextlib
 import ipaddress
 import logging
-import os
 from pathlib import Path
 from typing import Annotated
 
@@ -244,9 +243,6 @@ def run(
             raise typer.BadParameter(
                 problems, param_hint="--leader-election-lease-duration/renew-deadline/retry-period"
             ) from None
-    if kubeconfig is not None:
-        # kopf's own login reads the same file.
-        os.environ["KUBECONFIG"] = str(kubeconfig)
     options = OperatorOptions(
         hub_kubeconfig=kubeconfig,
         namespaces=namespace or [],

@@ -21,8 +21,7 @@ from typing import Any
 
 import httpx2
 import kopf
-from kopf._cogs.structs.references import Insights
-from lightkube import AsyncClient, KubeConfig
+from lightkube import AsyncClient
 from lightkube.core.exceptions import ApiError
 from lightkube.generic_resource import create_namespaced_resource
 from lightkube.types import PatchType
@@ -46,6 +45,7 @@ from modelplane.kube.answers import describe_error
 from modelplane.kube.discovery import TargetError
 from modelplane.observe.state import wanted
 from modelplane.operator import metrics
+from modelplane.operator.hub import CHECK_RETRY_SECONDS, Watched, connection_info, load_config
 from modelplane.operator.leader import Elector, exit_now
 from modelplane.operator.options import OperatorOptions
 from modelplane.operator.reconciler import INVALID_SPEC, InvalidSpecError, StackReconciler
@@ -571,11 +571,8 @@ def settings(selector: str | None = None) -> kopf.OperatorSettings:
 
 async def run(options: OperatorOptions) -> None:
     """Run the operator until interrupted."""
-    config = (
-        KubeConfig.from_file(options.hub_kubeconfig)
-        if options.hub_kubeconfig
-        else KubeConfig.from_env()
-    )
+    # Read once: the hub client and kopf's login both use this one.
+    config = load_config(options.hub_kubeconfig)
     hub = AsyncClient(config)
     with tempfile.TemporaryDirectory(prefix="modelplane-helm-") as home:
         helm = Helm.find(Path(home), options.helm_timeout_seconds)
@@ -587,9 +584,8 @@ async def run(options: OperatorOptions) -> None:
         logging.getLogger("kopf.objects").addFilter(quiet)
         logging.getLogger("kopf.objects").addFilter(quiet_teardown)
         started = asyncio.Event()
-        # kopf takes this object as an argument of kopf.operator but does not
-        # export its class; it is filled once discovery on the hub succeeded.
-        insights = Insights()
+        clusterwide = options.all_namespaces or not options.namespaces
+        watched = Watched.of(options.namespaces, clusterwide)
         elector = (
             Elector(
                 hub,
@@ -606,7 +602,7 @@ async def run(options: OperatorOptions) -> None:
             probes = await metrics.serve(
                 options.metrics_address,
                 options.metrics_port,
-                functools.partial(_readiness, started, insights, elector),
+                functools.partial(_readiness, started, watched, elector),
             )
         if elector is not None:
             # A standby starts nothing of kopf: no watch, no finalizer, no write.
@@ -616,24 +612,25 @@ async def run(options: OperatorOptions) -> None:
         register(registry, rt)
 
         @kopf.on.login(registry=registry)
-        def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
-            # The order lightkube's KubeConfig.from_env takes for the hub
-            # client: a pod of the chart has its ServiceAccount, no kubeconfig.
-            if options.hub_kubeconfig is None:
-                in_cluster = kopf.login_with_service_account(**kwargs)
-                if in_cluster is not None:
-                    return in_cluster
-            return kopf.login_with_kubeconfig(**kwargs)
+        def login(settings: kopf.OperatorSettings, **_: Any) -> kopf.ConnectionInfo:
+            return connection_info(config, trust_env=settings.networking.trust_env)
+
+        @kopf.on.startup(registry=registry)
+        async def check_hub(**_: Any) -> None:
+            # kopf raises its ready flag once this has passed.
+            try:
+                await watched.check(hub, ServingStackResource)
+            except (ApiError, httpx2.HTTPError) as err:
+                raise kopf.TemporaryError(describe_error(err), delay=CHECK_RETRY_SECONDS) from err
 
         try:
             await kopf.operator(
                 registry=registry,
                 settings=settings(options.selector),
                 standalone=True,
-                clusterwide=options.all_namespaces or not options.namespaces,
+                clusterwide=clusterwide,
                 namespaces=options.namespaces,
                 ready_flag=started,
-                insights=insights,
             )
         finally:
             # kopf has cancelled every daemon, and each helm run with it; a
@@ -652,7 +649,7 @@ async def run(options: OperatorOptions) -> None:
 
 
 def _readiness(
-    started: asyncio.Event, insights: Insights, elector: Elector | None
+    started: asyncio.Event, watched: Watched, elector: Elector | None
 ) -> metrics.Readiness:
     """Ready once kopf runs and watches ServingStacks on the hub, or as a sound standby.
 
@@ -673,11 +670,11 @@ def _readiness(
         return metrics.Readiness(ready=False, detail="the operator is starting")
     if not started.is_set():
         return metrics.Readiness(ready=False, detail="the operator is starting")
-    if not any(r.group == API_GROUP and r.plural == PLURAL for r in insights.watched_resources):
+    if not watched.served:
         return metrics.Readiness(
             ready=False,
             detail=f"{PLURAL}.{API_GROUP} is not served by the hub (install the CRD, then restart)",
         )
-    if not insights.namespaces:
+    if not watched.any_namespace:
         return metrics.Readiness(ready=False, detail="no namespace to watch yet")
     return metrics.READY
