@@ -76,7 +76,7 @@ async def test_patterns_alone_give_no_namespace_to_watch(
 
 @dataclass
 class _Candidate:
-    """What _readiness reads of an Elector; tests/integration/test_chart_ha.py runs real ones."""
+    """What _readiness reads of an Elector; tests/integration/test_chart_rbac.py runs real ones."""
 
     leading: bool = False
     standing_by_for: str | None = None

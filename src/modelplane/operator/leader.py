@@ -129,10 +129,14 @@ class Elector:
         hub: AsyncClient,
         config: LeaderElection,
         step_down: Callable[[], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._hub = hub
         self._cfg = config
         self._step_down = step_down or exit_now
+        # This replica's own clock, never compared with another's: when a
+        # record was seen to change, and how long renewals have failed.
+        self._clock = clock
         self._period = retry_policy(config)
         # client-go's observedRecord/observedTime: expiry is judged by when we
         # saw the record change, on our clock.
@@ -176,7 +180,7 @@ class Elector:
         tries = Attempts(self._period)
         while True:
             try:
-                holder = await self._try()
+                holder = await self.try_once()
                 self._error = None
             except Exception as err:  # the hub may be unreachable: try again
                 self._error = describe_error(err)
@@ -204,28 +208,28 @@ class Elector:
     async def hold(self) -> None:
         """Renew until cancelled; step down when a renewal cannot be made in time."""
         cfg = self._cfg
-        renewed = time.monotonic()
+        renewed = self._clock()
         # The failed renewals since the last that held. The period is fixed,
         # so the next try is due one retry period on whatever the last gave.
         unrenewed = Attempts(self._period)
         delay = self._period.delay(0)
         while True:
             await asyncio.sleep(delay)
-            left = cfg.renew_deadline_seconds - (time.monotonic() - renewed)
+            left = cfg.renew_deadline_seconds - (self._clock() - renewed)
             holder: str | None = None
             try:
                 async with asyncio.timeout(max(left, 0.01)):
-                    holder = await self._try()
+                    holder = await self.try_once()
             except TimeoutError:
                 pass
             except Exception as err:  # reported, then retried until the deadline
                 log.warning("leader election: renewing failed: %s", describe_error(err))
             if holder == cfg.identity:
-                renewed = time.monotonic()
+                renewed = self._clock()
                 unrenewed.reset()
                 delay = self._period.delay(0)
                 continue
-            if holder is not None or time.monotonic() - renewed >= cfg.renew_deadline_seconds:
+            if holder is not None or self._clock() - renewed >= cfg.renew_deadline_seconds:
                 self._leading = False
                 LEADER.set(0)
                 log.error(
@@ -259,8 +263,11 @@ class Elector:
         except Exception as err:  # the standby then waits out the lease duration
             log.warning("leader election: releasing failed: %s", describe_error(err))
 
-    async def _try(self) -> str | None:
-        """One round of client-go's tryAcquireOrRenew; the holder after it."""
+    async def try_once(self) -> str | None:
+        """One round of client-go's tryAcquireOrRenew; the holder after it.
+
+        None when the round lost a race for the Lease to another writer.
+        """
         cfg = self._cfg
         now = _now()
         try:
@@ -278,10 +285,10 @@ class Elector:
             lease.metadata.resourceVersion,
         )
         if record != self._observed:
-            self._observed, self._observed_at = record, time.monotonic()
+            self._observed, self._observed_at = record, self._clock()
         holder = spec.holderIdentity
         duration = spec.leaseDurationSeconds or cfg.lease_duration_seconds
-        expired = time.monotonic() - self._observed_at >= duration
+        expired = self._clock() - self._observed_at >= duration
         if holder and holder != cfg.identity and not expired:
             return holder
         if holder != cfg.identity:
@@ -332,7 +339,7 @@ class Elector:
             spec.leaseDurationSeconds,
             lease.metadata.resourceVersion,
         )
-        self._observed_at = time.monotonic()
+        self._observed_at = self._clock()
 
 
 def exit_now(stop_acting: Callable[[], None] = lambda: None) -> None:
