@@ -18,19 +18,22 @@ from lightkube.resources.admissionregistration_v1 import (
 )
 
 from modelplane.kube.answers import describe_error, webhook_call_failed
+from modelplane.kube.errors import ErrorKind, KnownError
 from modelplane.kube.resources import resource_of, unless_missing
 from modelplane.wire import FIELD_MANAGER, settled
 
 log = logging.getLogger("modelplane.target")
 
 
-class WebhookNotReady(Exception):
+class WebhookNotReady(KnownError):
     """The target could not call an admission webhook for an object: nothing was written.
 
     A webhook's chart is Ready before its server answers (cert-manager's
     webhook waits for its pod and for cainjector to inject its CA), so this is
     a wait, retried with backoff, and said as such rather than as a failure.
     """
+
+    kind = ErrorKind.WEBHOOK_NOT_READY
 
     def __init__(self, webhook: str, configurations: list[str], refused: str, detail: str) -> None:
         self.webhook = webhook

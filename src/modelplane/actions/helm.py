@@ -18,12 +18,15 @@ from pathlib import Path
 
 import yaml
 
+from modelplane.kube.errors import ErrorKind, KnownError
 from modelplane.plan.model import PlannedRelease, ReleaseAction
 from modelplane.wire import RELEASE_DIGEST_LABEL
 
 
-class HelmError(Exception):
+class HelmError(KnownError):
     """helm failed; the message is helm's own stderr, trimmed."""
+
+    kind = ErrorKind.HELM_FAILED
 
 
 @dataclass(frozen=True)

@@ -32,16 +32,22 @@ from modelplane.credentials.identity.cache import IdentityAuth, TokenCache, Toke
 from modelplane.credentials.kubeconfig import KubeconfigError, parse_kubeconfig, without_credentials
 from modelplane.kube.address import DEFAULT_DENIED, AddressDenied, IPNetwork, host_and_port, vet
 from modelplane.kube.answers import bounded
+from modelplane.kube.errors import ErrorKind, KnownError
 from modelplane.kube.transport import GuardedTransport
 from modelplane.wire import FIELD_MANAGER
 
 
-class CredentialsError(Exception):
+class CredentialsError(KnownError):
     """The credentials cannot be read or used. ``reason`` is a condition reason."""
+
+    kind = ErrorKind.CREDENTIALS
 
     def __init__(self, reason: str, message: str) -> None:
         super().__init__(message)
         self.reason = reason
+
+    def condition_reason(self) -> str:
+        return self.reason
 
 
 ADDRESS_DENIED = "TargetAddressDenied"
