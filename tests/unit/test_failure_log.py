@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from modelplane.operator.handlers import WAKE_HANDLER, FailureLog, QuietWakes
+from modelplane.operator.handlers import FailureLog
 from modelplane.operator.status import Outcome
 
 MISSING = Outcome(blocked_reason="SecretNotFound", blocked_message="Secret platform/west not found")
@@ -62,28 +62,3 @@ def test_an_unexpected_error_brings_its_traceback_once(caplog: pytest.LogCapture
             failures.report(crashed, 10, err)
     with_traceback = [r for r in caplog.records if r.exc_info]
     assert len(with_traceback) == 1 and with_traceback[0].levelno == logging.WARNING
-
-
-def _kopf_success(handler: str) -> logging.LogRecord:
-    # As kopf's _core/actions/execution.py logs it, on the kopf.objects logger.
-    return logging.LogRecord(
-        "kopf.objects", logging.INFO, __file__, 1, f"Handler {handler!r} succeeded.", None, None
-    )
-
-
-def test_the_wake_handlers_success_line_is_debug() -> None:
-    kopf_objects = logging.getLogger("kopf.objects")
-    level = kopf_objects.level
-    try:
-        kopf_objects.setLevel(logging.INFO)
-        quiet = QuietWakes()
-        wake = _kopf_success(WAKE_HANDLER)
-        assert quiet.filter(wake) is False
-        assert wake.levelno == logging.DEBUG
-        # Any other handler's line, e.g. teardown's, stays as kopf logs it.
-        teardown = _kopf_success("register.<locals>.teardown")
-        assert quiet.filter(teardown) is True and teardown.levelno == logging.INFO
-        kopf_objects.setLevel(logging.DEBUG)  # --verbose
-        assert quiet.filter(_kopf_success(WAKE_HANDLER)) is True
-    finally:
-        kopf_objects.setLevel(level)
