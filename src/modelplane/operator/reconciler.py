@@ -501,7 +501,12 @@ class StackReconciler:
         return remaining
 
     async def _uninstall(self, step: UninstallRelease, target: Target) -> None:
-        await self.helm.uninstall(step.release, step.namespace, await target.helm_kubeconfig())
+        kubeconfig = await target.helm_kubeconfig()
+        try:
+            await self.helm.uninstall(step.release, step.namespace, kubeconfig)
+        except HelmError as err:
+            # helm's words seldom name the release; the Teardown condition should.
+            raise HelmError(f"uninstall of release {step.release}: {err}") from err
         log.info("teardown: uninstalled release %s", step.release)
         self.emit(
             "Normal", "Uninstalled", f"uninstalled release {step.release} from {step.namespace}"
