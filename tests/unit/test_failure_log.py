@@ -76,6 +76,12 @@ async def test_only_a_new_spec_or_a_deletion_wakes_a_stack() -> None:
     assert wake.event.is_set()
 
 
+def test_a_stack_that_leaves_the_watch_stops_its_task() -> None:
+    wake = Wake((3, None))
+    wake.leave()  # deleted, or relabelled into another shard
+    assert wake.gone and wake.event.is_set()
+
+
 def _kopf_error(message: str) -> logging.LogRecord:
     return logging.LogRecord("kopf.objects", logging.ERROR, __file__, 1, message, None, None)
 

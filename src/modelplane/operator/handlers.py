@@ -72,6 +72,7 @@ TEARDOWN_POLL_SECONDS = 2.0
 WAKE_HANDLER = "wake_on_change"
 # The memo key of a stack's ``Wake``.
 WAKE = "modelplane_wake"
+LEAVE_HANDLER = "stop_when_gone"
 
 # The deletion handler's id, named so that kopf's lines about it can be told
 # (its default was the qualname, "register.<locals>.teardown"). It is also
@@ -196,6 +197,8 @@ class Wake:
 
     seen: tuple[Any, Any]
     event: asyncio.Event = field(default_factory=asyncio.Event)
+    # The stack left this operator's watch (deleted, or moved to another shard).
+    gone: bool = False
 
     def see(self, marker: tuple[Any, Any]) -> None:
         # Status writes come back as events too; only a new generation or a
@@ -203,6 +206,14 @@ class Wake:
         if decisions.is_new(self.seen, marker):
             self.seen = marker
             self.event.set()
+
+    def leave(self) -> None:
+        self.gone = True
+        self.event.set()
+
+
+def _left(event: kopf.RawEvent, **_: Any) -> bool:
+    return event.get("type") == "DELETED"
 
 
 def _now() -> str:
@@ -252,11 +263,20 @@ def register(registry: kopf.OperatorRegistry, rt: Runtime) -> None:
 
     @kopf.index(*resource, registry=registry, id=WAKE_HANDLER)
     async def wake_on_change(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-        # Not called for the DELETED event: kopf stops the daemon then, and
-        # drops the memo with the object.
         wake = memo.get(WAKE)
         if isinstance(wake, Wake):
             wake.see(_marker(body))
+
+    # Indexers are not called for a DELETED event: the stack is gone from
+    # this operator's watch, deleted or moved to another shard by its
+    # labels. kopf drops its memo then but keeps its daemon running (it
+    # stops daemons for a deletion only), so the daemon is told to stop. One
+    # INFO line of kopf's per stack that leaves, not per event.
+    @kopf.on.event(*resource, registry=registry, id=LEAVE_HANDLER, when=_left)
+    async def stop_when_gone(memo: kopf.Memo, **_: Any) -> None:
+        wake = memo.get(WAKE)
+        if isinstance(wake, Wake):
+            wake.leave()
 
     @kopf.daemon(*resource, registry=registry, cancellation_timeout=30.0)
     async def reconcile_stack(
@@ -282,7 +302,7 @@ def register(registry: kopf.OperatorRegistry, rt: Runtime) -> None:
                 # that arrives while it runs (a watch event, a LIST) is kept
                 # and brings the next reconcile at once.
                 wake.event.clear()
-                if body.meta.get("deletionTimestamp"):
+                if wake.gone or body.meta.get("deletionTimestamp"):
                     return
                 error: Exception | None = None
                 # kopf updates ``body`` in place: the generation reported is
