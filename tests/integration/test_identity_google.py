@@ -373,7 +373,9 @@ def _operator_run(h: Harness, cloud: IdentityTarget, service: GoogleTokenService
             h.ns, str(GOOGLE), "gke-deployer", KEY, spec={"components": "Provided"}
         ),
     )
-    h.start()
+    # Every resync reads the target (and the stack's Secrets) afresh, so the
+    # Secret's deletion below is seen at the next one, not an hour later.
+    h.start("--relist", "1")
     h.wait_condition("Ready", "True", deadline=120)
     statuses = [json.dumps(h.status())]
     assert cloud.webhook.approved > 0
