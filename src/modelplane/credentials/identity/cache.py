@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import re
 import time
 from collections import OrderedDict
-from collections.abc import AsyncGenerator, Callable, Generator, Iterable
+from collections.abc import AsyncGenerator, Callable, Generator
 
 import httpx2
 
@@ -26,21 +25,6 @@ REFRESH_AHEAD_SECONDS = 300.0
 # ... and at least this share of its lifetime before, for short-lived tokens.
 REFRESH_AHEAD_SHARE = 0.25
 CACHE_LIMIT = 256
-
-_JWT = re.compile(r"[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}")
-REDACTED = "[redacted]"
-
-
-def scrub(text: str, secrets: Iterable[str] = ()) -> str:
-    """``text`` without the given secrets, and without anything shaped like a JWT.
-
-    For messages that quote a token service: a hostile or careless one may
-    echo the assertion it was sent.
-    """
-    for secret in secrets:
-        if secret and len(secret) >= 4:
-            text = text.replace(secret, REDACTED)
-    return _JWT.sub(REDACTED, text)
 
 
 class TokenSource:
