@@ -30,7 +30,7 @@ from typer.testing import CliRunner
 
 from modelplane.checks.checker import check_results, summarize
 from modelplane.cli.main import app
-from modelplane.credentials.connect import TargetClient
+from modelplane.kube.client import TargetClient
 from modelplane.kube.discovery import served_apis
 from modelplane.observe.facts import observe_for_check
 from modelplane.pins import Stack

@@ -1,4 +1,4 @@
-"""Token caching, refresh ahead of expiry, and the one-retry 401 rule of IdentityAuth."""
+"""Token caching, refresh ahead of expiry, and the one-retry 401 rule of TokenAuth."""
 
 from __future__ import annotations
 
@@ -6,9 +6,14 @@ import asyncio
 
 import httpx2
 import pytest
+from lightkube.config.client_adapter import ConnectionParams
+from lightkube.config.kubeconfig import KubeConfig
+from lightkube.resources.core_v1 import ConfigMap
 
 from modelplane.credentials.identity.base import Token
-from modelplane.credentials.identity.cache import IdentityAuth, TokenCache, TokenSource
+from modelplane.credentials.identity.cache import TokenCache, TokenSource
+from modelplane.kube.client import TargetClient
+from modelplane.kube.transport import AuthTransport, TokenAuth
 
 
 class Clock:
@@ -82,7 +87,7 @@ def _client(source: TokenSource, answer: list[int], seen: list[str]) -> httpx2.A
 
     return httpx2.AsyncClient(
         transport=httpx2.MockTransport(handler),
-        auth=IdentityAuth(source),
+        auth=TokenAuth(source),
         base_url="https://target.invalid",
     )
 
@@ -118,7 +123,7 @@ def test_the_sync_flow_is_refused_rather_than_sending_no_token() -> None:
     with (
         httpx2.Client(
             transport=httpx2.MockTransport(lambda r: httpx2.Response(200)),
-            auth=IdentityAuth(source),
+            auth=TokenAuth(source),
         ) as client,
         pytest.raises(RuntimeError, match="asynchronously"),
     ):
@@ -142,3 +147,39 @@ def test_the_cache_keeps_sources_by_key_and_drops_the_least_recently_used() -> N
     assert cache.source("a", lambda: build("a")) is a
     cache.source("b", lambda: build("b"))
     assert built == ["a", "b", "c", "b"]
+
+
+async def test_both_clients_of_a_target_share_one_token_and_one_refresh() -> None:
+    # The identity's auth rides on the transport both clients share: a 401 on
+    # either refreshes once, and the other sends the fresh token without minting.
+    clock = Clock()
+    minter = CountingMinter(clock)
+    source = TokenSource(minter, clock)
+    seen: list[str] = []
+    answers = [200, 401, 200, 200]
+
+    def handler(request: httpx2.Request) -> httpx2.Response:
+        seen.append(request.headers.get("Authorization", ""))
+        body = {"kind": "ConfigMap", "apiVersion": "v1", "metadata": {"name": "x"}}
+        return httpx2.Response(answers.pop(0), json=body)
+
+    kubeconfig = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "current-context": "t",
+        "contexts": [{"name": "t", "context": {"cluster": "t", "user": "t"}}],
+        "clusters": [{"name": "t", "cluster": {"server": "https://target.invalid"}}],
+        "users": [{"name": "t", "user": {}}],
+    }
+    transport = AuthTransport(TokenAuth(source), httpx2.MockTransport(handler))
+    params = ConnectionParams(transport=transport)  # type: ignore[arg-type]
+    client = TargetClient(KubeConfig.from_dict(kubeconfig).get(), params)
+    try:
+        await client.get(ConfigMap, "x", namespace="default")
+        response = await client.http.get("/api")
+        await client.get(ConfigMap, "x", namespace="default")
+    finally:
+        await client.close()
+    assert response.status_code == 200
+    assert seen == ["Bearer token-1", "Bearer token-1", "Bearer token-2", "Bearer token-2"]
+    assert minter.count == 2

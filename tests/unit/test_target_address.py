@@ -28,7 +28,6 @@ from modelplane.cli.main import app
 from modelplane.credentials.connect import (
     ADDRESS_DENIED,
     CredentialsError,
-    TargetClient,
     TargetHelm,
     connect,
 )
@@ -42,7 +41,7 @@ from modelplane.kube.address import (
     deny_list,
 )
 from modelplane.kube.answers import describe_error
-from modelplane.kube.discovery import ApiStatusError, get_json
+from modelplane.kube.client import ApiStatusError, TargetClient, get_json, raw_http
 from modelplane.kube.transport import GuardedTransport
 
 SECRET = "AKIAEXAMPLESECRET-wJalrXUtnFEMI"
@@ -417,9 +416,7 @@ def test_discovery_refuses_a_client_that_is_not_a_targets() -> None:
     from lightkube import AsyncClient
 
     with pytest.raises(TypeError, match="the client of a Target"):
-        from modelplane.kube.discovery import _http
-
-        _http(AsyncClient(config()))
+        raw_http(AsyncClient(config()))
 
 
 # ---- opening a target, and helm --------------------------------------------------

@@ -18,8 +18,9 @@ from lightkube.resources.admissionregistration_v1 import (
 )
 
 from modelplane.kube.answers import describe_error, webhook_call_failed
+from modelplane.kube.client import waiting_out_429
 from modelplane.kube.resources import resource_of, unless_missing
-from modelplane.wire import FIELD_MANAGER, settled
+from modelplane.wire import FIELD_MANAGER
 
 log = logging.getLogger("modelplane.target")
 
@@ -74,7 +75,7 @@ async def apply_object(client: AsyncClient, body: dict[str, Any]) -> None:
     res = resource_of(body)
     obj: Any = res.from_dict(body)
     try:
-        await settled(
+        await waiting_out_429(
             lambda: client.apply(
                 obj,
                 name=body["metadata"]["name"],

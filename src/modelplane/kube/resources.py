@@ -6,11 +6,8 @@ from collections.abc import Awaitable, Callable
 from functools import cache
 from typing import Any, TypeVar
 
-from lightkube import AsyncClient
 from lightkube.core.exceptions import ApiError
 from lightkube.generic_resource import create_global_resource, create_namespaced_resource
-
-from modelplane.wire import settled
 
 T = TypeVar("T")
 
@@ -49,12 +46,3 @@ async def unless_missing(call: Callable[[], Awaitable[T]]) -> T | None:
         if err.status.code == 404:
             return None
         raise
-
-
-async def list_settled(client: AsyncClient, res: Any, **kwargs: Any) -> list[Any]:
-    """LIST, waiting out the 429s of a CRD whose storage is still initialising."""
-
-    async def listing() -> list[Any]:
-        return [item async for item in client.list(res, **kwargs)]
-
-    return await settled(listing)

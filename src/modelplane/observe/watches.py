@@ -34,8 +34,8 @@ import json
 import logging
 import random
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 import httpx2
@@ -43,27 +43,35 @@ from lightkube import AsyncClient
 
 from modelplane.catalog.configuration import CLUSTER_CA, NS
 from modelplane.kube.answers import describe_error
-from modelplane.kube.discovery import APIS, PAGE_SIZE, collection_path, served_apis
-from modelplane.observe.state import CRD_API_VERSION, Listed, Wanted, api_of
-from modelplane.wire import (
-    MANAGED_BY,
-    MANAGED_BY_LABEL,
-    RELEASE_DIGEST_LABEL,
-    SETTLE_ATTEMPTS,
-    SETTLE_DELAY,
-    ApiRef,
+from modelplane.kube.backoff import Attempts, Backoff
+from modelplane.kube.client import (
+    CRD_STORAGE_TRIES,
+    CRD_STORAGE_WAIT,
+    ApiStatusError,
+    collection_path,
+    list_pages,
 )
+from modelplane.kube.discovery import APIS, served_apis
+from modelplane.observe.state import (
+    CRD_API_VERSION,
+    OURS,
+    RELEASE_SECRETS,
+    SECRETS,
+    Listed,
+    Wanted,
+    api_of,
+)
+from modelplane.wire import ApiRef
 
 log = logging.getLogger("modelplane.operator.watch")
 
 CRDS = ApiRef("apiextensions.k8s.io", "v1", "customresourcedefinitions")
-SECRETS = ApiRef("", "v1", "secrets")
 CONFIGMAPS = ApiRef("", "v1", "configmaps")
-OURS = f"{MANAGED_BY_LABEL}={MANAGED_BY}"
 # client-go re-arms its watches every 5 to 10 minutes; so do we.
 WATCH_TIMEOUT_SECONDS = 300.0
 PROBE_SECONDS = 0.25
-MAX_BACKOFF_SECONDS = 30.0
+# Between tries of a watch the server refused, or that keeps expiring.
+WATCH_BACKOFF = Backoff(first=0.5, cap=30.0)
 
 
 @dataclass(frozen=True, order=True)
@@ -93,7 +101,7 @@ def watch_keys(want: Wanted) -> frozenset[WatchKey]:
     keys = {
         # Every CRD, not only ours: its events tell when the served APIs change.
         WatchKey(CRDS),
-        WatchKey(SECRETS, labels=f"owner=helm,{RELEASE_DIGEST_LABEL}"),
+        WatchKey(SECRETS, labels=RELEASE_SECRETS),
     }
     for api_version, kind, _ in want.kinds:
         if api_version != CRD_API_VERSION:
@@ -129,14 +137,12 @@ class Link:
         self.up = asyncio.Event()
         self.up.set()
         self._probe: asyncio.Task[None] | None = None
-        self.outages = 0
 
     def lost(self, err: BaseException) -> bool:
         """Note that the target stopped answering; True for the first watch to notice."""
         if not self.up.is_set():
             return False
         self.up.clear()
-        self.outages += 1
         log.warning(
             "target of %s: watches lost (%s); probing every %.2g s until it answers",
             self._label,
@@ -171,19 +177,6 @@ class Link:
                 await self._probe
 
 
-@dataclass
-class _Backoff:
-    first: float = 0.5
-    delay: float = field(default=0.0)
-
-    def next(self) -> float:
-        self.delay = min(MAX_BACKOFF_SECONDS, self.delay * 2 if self.delay else self.first)
-        return self.delay
-
-    def reset(self) -> None:
-        self.delay = 0.0
-
-
 class Reflector:
     """Keeps ``items`` equal to one collection on the target, until cancelled."""
 
@@ -196,10 +189,13 @@ class Reflector:
         *,
         label: str = "",
         watch_timeout: float = WATCH_TIMEOUT_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         self.key, self._http, self._link, self._changed = key, http, link, changed
         self._label = label
         self._watch_timeout = watch_timeout
+        self._clock, self._sleep = clock, sleep
         self.items: dict[str, dict[str, Any]] = {}
         # True while ``items`` is known current: after a LIST, until the watch breaks.
         self.synced = False
@@ -217,15 +213,15 @@ class Reflector:
         self._retry.set()
 
     async def run(self) -> None:
-        backoff = _Backoff()
+        backoff = Attempts(WATCH_BACKOFF)
         failing = False
-        settling = 0
+        settling = Attempts(CRD_STORAGE_WAIT)
         while True:
             try:
                 await self._link.up.wait()
                 rv = await self._list()
                 backoff.reset()
-                settling = 0
+                settling.reset()
                 if failing:
                     log.info("target of %s: watch of %s resumed", self._label, self.key)
                     failing = False
@@ -243,8 +239,8 @@ class Reflector:
                     self._label,
                     self.key,
                 )
-                if time.monotonic() - self._listed_at < 1.0:
-                    await asyncio.sleep(backoff.next())
+                if self._clock() - self._listed_at < 1.0:
+                    await self._sleep(backoff.fail())
             except Refused as err:
                 self.synced = False
                 if err.code == 404:
@@ -253,14 +249,13 @@ class Reflector:
                     self._changed(self.key, "GONE")
                     self._retry.clear()
                     with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(self._retry.wait(), backoff.next())
+                        await asyncio.wait_for(self._retry.wait(), backoff.fail())
                     continue
-                if err.code == 429 and settling < SETTLE_ATTEMPTS:
+                if err.code == 429 and settling.count < CRD_STORAGE_TRIES:
                     # A CRD's storage still starting (after an install, or
                     # the server's own restart): a fraction of a second, and
                     # no news worth a log line.
-                    settling += 1
-                    await asyncio.sleep(SETTLE_DELAY)
+                    await self._sleep(settling.fail())
                     continue
                 if not failing:
                     log.warning(
@@ -270,7 +265,7 @@ class Reflector:
                         err,
                     )
                     failing = True
-                await asyncio.sleep(backoff.next())
+                await self._sleep(backoff.fail())
             except httpx2.TransportError as err:
                 self.synced = False
                 if self._link.lost(err):
@@ -278,26 +273,21 @@ class Reflector:
                     self._changed(self.key, "LOST")
 
     async def _list(self) -> str:
-        params = {**self.key.params(), "limit": str(PAGE_SIZE)}
-        path = collection_path(self.key.api, self.key.namespace)
-        items: dict[str, dict[str, Any]] = {}
-        while True:
-            response = await self._http.get(path, params=params)
-            if response.status_code == 410:
-                raise Gone()
-            if response.status_code >= 300:
-                raise Refused(response.status_code)
-            doc = response.json()
-            for item in doc.get("items") or []:
-                items[_key(item)] = item
-            metadata = doc.get("metadata") or {}
-            if not metadata.get("continue"):
-                break
-            params["continue"] = str(metadata["continue"])
-        self.items, self.served, self.synced = items, True, True
+        try:
+            found = await list_pages(
+                self._http,
+                self.key.api,
+                namespace=self.key.namespace,
+                labels=self.key.labels,
+                fields=self.key.fields,
+            )
+        except ApiStatusError as err:
+            raise Gone() if err.status == 410 else Refused(err.status) from err
+        self.items = {_key(item): item for item in found.items}
+        self.served, self.synced = True, True
         self.lists += 1
-        self._listed_at = time.monotonic()
-        return str(metadata.get("resourceVersion", ""))
+        self._listed_at = self._clock()
+        return found.resource_version
 
     async def _watch(self, rv: str) -> str:
         """One WATCH from ``rv``; returns the last resourceVersion seen when the server ends it."""
@@ -313,7 +303,7 @@ class Reflector:
         # without closing (a lost network path) is given up, not waited on forever.
         timeout = httpx2.Timeout(10.0, read=seconds + 30.0)
         path = collection_path(self.key.api, self.key.namespace)
-        started, events = time.monotonic(), 0
+        started, events = self._clock(), 0
         self.watches += 1
         async with self._http.stream("GET", path, params=params, timeout=timeout) as response:
             if response.status_code == 410:
@@ -338,10 +328,10 @@ class Reflector:
                 else:
                     self.items[_key(obj)] = obj
                 self._changed(self.key, str(kind))
-        if not events and time.monotonic() - started < 1.0:
+        if not events and self._clock() - started < 1.0:
             # A server (or a proxy in front of it) that ends watches at once:
             # do not turn that into a loop of requests.
-            await asyncio.sleep(1.0)
+            await self._sleep(1.0)
         return rv
 
 
@@ -450,12 +440,9 @@ class WatchCache:
                 return None
             return [reflector.items[k] for k in sorted(reflector.items)]
 
-        def serves(api: ApiRef) -> bool:
-            return api.version in apis.get(api.group, {}).get(api.resource, [])
-
         for api_version, kind, _ in sorted(self.want.kinds):
             api = api_of(api_version, kind)
-            if not serves(api):
+            if not api.served_in(apis):
                 continue
             if api_version == CRD_API_VERSION:
                 found = items(WatchKey(CRDS))
@@ -468,12 +455,12 @@ class WatchCache:
                 return None
             listed.items[(api_version, kind)] = found
         for api, _ in sorted(self.want.objects, key=lambda o: (o[0].key, o[1])):
-            if serves(api):
+            if api.served_in(apis):
                 found = items(WatchKey(api))
                 if found is None:
                     return None
                 listed.objects[api.key] = found
-        secrets = items(WatchKey(SECRETS, labels=f"owner=helm,{RELEASE_DIGEST_LABEL}"))
+        secrets = items(WatchKey(SECRETS, labels=RELEASE_SECRETS))
         if secrets is None:
             return None
         listed.release_secrets = secrets

@@ -37,14 +37,13 @@ from modelplane.credentials.connect import (
     TargetHelm,
     connect,
     hub_forbidden,
-    open_targets,
     read_credentials,
 )
 from modelplane.credentials.identity.base import IdentityError
 from modelplane.credentials.identity.cache import TokenCache
 from modelplane.kube.address import AddressDenied
 from modelplane.kube.answers import describe_error
-from modelplane.kube.discovery import TargetError
+from modelplane.kube.client import TargetError, open_targets
 from modelplane.observe.state import wanted
 from modelplane.operator import metrics
 from modelplane.operator.leader import Elector

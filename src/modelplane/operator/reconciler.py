@@ -36,7 +36,6 @@ from modelplane.catalog.facts import ClusterFacts
 from modelplane.credentials.connect import (
     ADDRESS_DENIED,
     CredentialsError,
-    Target,
     connect,
     read_credentials,
 )
@@ -44,7 +43,8 @@ from modelplane.credentials.identity.base import IdentityError
 from modelplane.credentials.identity.cache import TokenCache
 from modelplane.kube.address import AddressDenied
 from modelplane.kube.answers import describe_error
-from modelplane.kube.discovery import APIS, ApiStatusError, TargetError
+from modelplane.kube.client import ApiStatusError, Target, TargetError
+from modelplane.kube.discovery import APIS
 from modelplane.observe.facts import observe_cluster
 from modelplane.observe.state import observe, read_listed, to_observed, wanted
 from modelplane.observe.watches import WatchCache
