@@ -72,7 +72,7 @@ def _shown(body: dict[str, Any]) -> str:
 
 async def apply_object(client: AsyncClient, body: dict[str, Any]) -> None:
     """Server-side apply ``body``; ``WebhookNotReady`` when a webhook cannot be called."""
-    res = resource_of(body)
+    res = await resource_of(client, body)
     obj: Any = res.from_dict(body)
     try:
         await waiting_out_429(
@@ -97,7 +97,7 @@ async def apply_object(client: AsyncClient, body: dict[str, Any]) -> None:
 
 async def delete_object(client: AsyncClient, body: dict[str, Any]) -> bool:
     """Delete the object; True while it still exists (finalizers may hold it)."""
-    res = resource_of(body)
+    res = await resource_of(client, body)
     name, namespace = body["metadata"]["name"], body["metadata"].get("namespace")
 
     async def delete() -> bool:

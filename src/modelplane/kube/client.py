@@ -109,6 +109,10 @@ class TargetClient(AsyncClient):
         )
         # lightkube's public adapter: base URL, TLS and auth as the kubeconfig says.
         self.http: httpx2.AsyncClient = client_adapter.AsyncClient(config, params)
+        # (apiVersion, kind) -> plural, as this server's discovery said
+        # (``kube.resources.plural_of``); a connection's lifetime is one
+        # reconcile or one set of watches, so a CRD changed since is seen.
+        self.plurals: dict[tuple[str, str], str] = {}
 
     async def close(self) -> None:
         try:

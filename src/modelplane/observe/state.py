@@ -27,8 +27,8 @@ from modelplane.catalog.configuration import (
 )
 from modelplane.catalog.types import ObjectExists
 from modelplane.kube.client import list_objects, waiting_out_429
-from modelplane.kube.discovery import APIS, served_apis
-from modelplane.kube.resources import plural, unless_missing
+from modelplane.kube.discovery import APIS, PLURALS, Served, served
+from modelplane.kube.resources import unless_missing
 from modelplane.plan.drift import owned_fields
 from modelplane.plan.observed import Observed, ObservedRelease
 from modelplane.wire import (
@@ -64,9 +64,13 @@ def _kinds(spec: ServingStackSpec) -> set[tuple[str, str, bool]]:
     return kinds
 
 
-def api_of(api_version: str, kind: str) -> ApiRef:
+def api_of(api_version: str, kind: str, plurals: PLURALS) -> ApiRef | None:
+    """The resource ``kind`` is served as, by discovery's ``plurals``; None when not served."""
+    plural = plurals.get((api_version, kind))
+    if plural is None:
+        return None
     group, _, version = api_version.rpartition("/")
-    return ApiRef(group, version, plural(kind))
+    return ApiRef(group, version, plural)
 
 
 @dataclass(frozen=True)
@@ -148,15 +152,17 @@ async def observe(client: AsyncClient, spec: ServingStackSpec) -> Observed:
     return to_observed(await read_listed(client, wanted(spec)))
 
 
-async def read_listed(client: AsyncClient, want: Wanted, apis: APIS | None = None) -> Listed:
-    """Read what ``want`` names from the target; discovery too unless ``apis`` is given.
+async def read_listed(client: AsyncClient, want: Wanted, found: Served | None = None) -> Listed:
+    """Read what ``want`` names from the target; discovery too unless ``found`` is given.
 
-    The same LISTs, with the same selectors, as the watches keep (``watch_keys``).
+    The same LISTs, with the same selectors, as the watches keep (``WatchCache``).
     """
-    listed = Listed(apis=await served_apis(client) if apis is None else apis)
+    if found is None:
+        found = await served(client)
+    listed = Listed(apis=found.apis)
     for api_version, kind, _ in sorted(want.kinds):
-        api = api_of(api_version, kind)
-        if not api.served_in(listed.apis):
+        api = api_of(api_version, kind, found.plurals)
+        if api is None or not api.served_in(listed.apis):
             continue
         listed.items[(api_version, kind)] = await waiting_out_429(
             partial(list_objects, client, api, labels=OURS)

@@ -34,7 +34,7 @@ import json
 import logging
 import random
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,10 +48,12 @@ from modelplane.kube.client import (
     CRD_STORAGE_TRIES,
     CRD_STORAGE_WAIT,
     ApiStatusError,
+    TargetClient,
+    TargetError,
     collection_path,
     list_pages,
 )
-from modelplane.kube.discovery import APIS, served_apis
+from modelplane.kube.discovery import APIS, PLURALS, discover, served
 from modelplane.observe.state import (
     CRD_API_VERSION,
     OURS,
@@ -96,20 +98,49 @@ class WatchKey:
         return "/".join(p for p in (api.group, api.version, api.resource) if p)
 
 
-def watch_keys(want: Wanted) -> frozenset[WatchKey]:
-    """The collections to watch so that ``Listed`` for ``want`` can be answered from them."""
+def watch_keys(want: Wanted, plurals: PLURALS) -> frozenset[WatchKey]:
+    """The collections to watch so that ``Listed`` for ``want`` can be answered from them.
+
+    A kind is watched once ``plurals`` (discovery, or the CRDs) says what it
+    is served as; until then it is not served, and there is nothing to watch.
+    """
     keys = {
         # Every CRD, not only ours: its events tell when the served APIs change.
         WatchKey(CRDS),
         WatchKey(SECRETS, labels=RELEASE_SECRETS),
     }
     for api_version, kind, _ in want.kinds:
-        if api_version != CRD_API_VERSION:
-            keys.add(WatchKey(api_of(api_version, kind), labels=OURS))
+        api = api_of(api_version, kind, plurals)
+        if api is not None and api_version != CRD_API_VERSION:
+            keys.add(WatchKey(api, labels=OURS))
     keys |= {WatchKey(api) for api, _ in want.objects}
     if want.bundle_ca:
         keys.add(WatchKey(CONFIGMAPS, namespace=NS, fields=f"metadata.name={CLUSTER_CA}"))
     return frozenset(keys)
+
+
+def crd_plurals(crds: Iterable[dict[str, Any]]) -> PLURALS:
+    """(apiVersion, kind) -> plural of every version the Established CRDs serve."""
+    plurals: PLURALS = {}
+    for crd in crds:
+        spec, status = crd.get("spec") or {}, crd.get("status") or {}
+        if not _established(status):
+            continue
+        names = spec.get("names") or {}
+        kind, plural = names.get("kind"), names.get("plural")
+        if not (kind and plural):
+            continue
+        for version in spec.get("versions") or []:
+            if version.get("served") and version.get("name"):
+                plurals[(f"{spec.get('group', '')}/{version['name']}", str(kind))] = str(plural)
+    return plurals
+
+
+def _established(status: dict[str, Any]) -> bool:
+    return any(
+        c.get("type") == "Established" and c.get("status") == "True"
+        for c in status.get("conditions") or []
+    )
 
 
 def _order(key: WatchKey) -> tuple[str, str, str, str]:
@@ -346,7 +377,12 @@ def _has_label(obj: dict[str, Any], name: str, value: str) -> bool:
 
 
 class WatchCache:
-    """The reflectors for one target and spec; answers ``Listed`` when all of them are current."""
+    """The reflectors for one target and spec; answers ``Listed`` when all of them are current.
+
+    The reflector of a kind the product applies starts once its plural is
+    known: from one discovery when the watches start, from a CRD as soon as
+    the CRD watch sees it Established, or from the discovery ``listed`` reads.
+    """
 
     def __init__(
         self,
@@ -358,23 +394,54 @@ class WatchCache:
         watch_timeout: float = WATCH_TIMEOUT_SECONDS,
     ) -> None:
         self.want = want
+        self._http = http
         self._wake = wake
+        self._label = label
+        self._watch_timeout = watch_timeout
         self.link = Link(http, label)
-        self.reflectors = {
-            key: Reflector(
-                http, key, self.link, self._on_change, label=label, watch_timeout=watch_timeout
-            )
-            for key in sorted(watch_keys(want), key=_order)
-        }
+        self.plurals: PLURALS = {}
+        self.reflectors: dict[WatchKey, Reflector] = {}
         self._tasks: list[asyncio.Task[None]] = []
+        self._started = False
+        self._add_reflectors()
         # Bumped by every CRD event and every relist: the served APIs may
         # have changed, and discovery is read again before the cache answers.
         self.api_generation = 0
         self._apis: APIS | None = None
         self._apis_generation = -1
 
+    def _add_reflectors(self) -> None:
+        for key in sorted(watch_keys(self.want, self.plurals) - set(self.reflectors), key=_order):
+            reflector = Reflector(
+                self._http,
+                key,
+                self.link,
+                self._on_change,
+                label=self._label,
+                watch_timeout=self._watch_timeout,
+            )
+            self.reflectors[key] = reflector
+            if self._started:
+                self._tasks.append(asyncio.create_task(reflector.run()))
+
+    def learn(self, plurals: PLURALS) -> None:
+        """Note what kinds are served as; the kinds newly known are watched from now on."""
+        self.plurals.update(plurals)
+        self._add_reflectors()
+
     def start(self) -> None:
+        self._started = True
         self._tasks = [asyncio.create_task(r.run()) for r in self.reflectors.values()]
+        self._tasks.append(asyncio.create_task(self._discover()))
+
+    async def _discover(self) -> None:
+        try:
+            found = await discover(self._http)
+        except (TargetError, httpx2.TransportError) as err:
+            # The CRD watch and the next ``listed`` learn the plurals instead.
+            log.debug("target of %s: discovery failed: %s", self._label, describe_error(err))
+            return
+        self.learn(found.plurals)
 
     async def close(self) -> None:
         for task in self._tasks:
@@ -387,6 +454,7 @@ class WatchCache:
         if key.api == CRDS or kind == "LIST":
             self.api_generation += 1
             if key.api == CRDS:
+                self.learn(crd_plurals(self.reflectors[key].items.values()))
                 for reflector in self.reflectors.values():
                     if not reflector.served:
                         reflector.retry_now()
@@ -405,27 +473,28 @@ class WatchCache:
         apis = self._apis
         if apis is None or self._apis_generation != self.api_generation:
             generation = self.api_generation
-            apis = await served_apis(client)
+            found = await served(client)
+            apis = found.apis
+            self.learn(found.plurals)
             # Kept only once discovery shows every CRD the watch says is
             # served: discovery lags a new CRD by a moment, and a copy taken
             # in that moment would hide the API until the next CRD event.
             if self._consistent(apis):
                 self._apis, self._apis_generation = apis, generation
+        elif isinstance(client, TargetClient):
+            # What an apply in this reconcile needs, without a discovery of its own.
+            client.plurals.update(self.plurals)
         return self._fill(apis)
 
     def _consistent(self, apis: APIS) -> bool:
         for crd in self.reflectors[WatchKey(CRDS)].items.values():
             spec, status = crd.get("spec") or {}, crd.get("status") or {}
-            established = any(
-                c.get("type") == "Established" and c.get("status") == "True"
-                for c in status.get("conditions") or []
-            )
-            if not established:
+            if not _established(status):
                 continue
             plural = (spec.get("names") or {}).get("plural", "")
-            served = apis.get(spec.get("group", ""), {}).get(plural, [])
+            served_versions = apis.get(spec.get("group", ""), {}).get(plural, [])
             for version in spec.get("versions") or []:
-                if version.get("served") and version.get("name") not in served:
+                if version.get("served") and version.get("name") not in served_versions:
                     return False
         return True
 
@@ -433,7 +502,9 @@ class WatchCache:
         listed = Listed(apis=apis)
 
         def items(key: WatchKey) -> list[dict[str, Any]] | None:
-            reflector = self.reflectors[key]
+            reflector = self.reflectors.get(key)
+            if reflector is None:
+                return None  # learned served this moment: its watch starts now
             if not (reflector.synced and reflector.served):
                 # Discovery serves it but the watch has not listed it yet.
                 reflector.retry_now()
@@ -441,15 +512,17 @@ class WatchCache:
             return [reflector.items[k] for k in sorted(reflector.items)]
 
         for api_version, kind, _ in sorted(self.want.kinds):
-            api = api_of(api_version, kind)
-            if not api.served_in(apis):
-                continue
             if api_version == CRD_API_VERSION:
+                if not CRDS.served_in(apis):
+                    continue
                 found = items(WatchKey(CRDS))
                 found = (
                     None if found is None else [o for o in found if _has_label(o, *OURS.split("="))]
                 )
             else:
+                api = api_of(api_version, kind, self.plurals)
+                if api is None or not api.served_in(apis):
+                    continue
                 found = items(WatchKey(api, labels=OURS))
             if found is None:
                 return None
