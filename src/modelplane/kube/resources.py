@@ -13,7 +13,9 @@ from functools import cache
 from typing import Any, TypeVar
 
 from lightkube import AsyncClient
+from lightkube.codecs import resource_registry
 from lightkube.core.exceptions import ApiError
+from lightkube.core.resource import NamespacedResource, api_info
 from lightkube.generic_resource import create_global_resource, create_namespaced_resource
 
 from modelplane.kube.client import TargetClient
@@ -47,6 +49,17 @@ async def plural_of(client: AsyncClient, api_version: str, kind: str) -> str:
 @cache
 def resource(api_version: str, kind: str, namespaced: bool, plural: str) -> Any:
     """A resource class for apiVersion/kind (generic resources cover built-ins too)."""
+    # lightkube keeps one class per kind in a process-wide registry, and
+    # refuses a second: reuse one registered already (lightkube's own model,
+    # when some other code of this process loaded it) if it names the same
+    # plural and scope.
+    known = resource_registry.get(api_version, kind)
+    if (
+        known is not None
+        and api_info(known).plural == plural
+        and issubclass(known, NamespacedResource) == namespaced
+    ):
+        return known
     group, _, version = api_version.rpartition("/")
     maker = create_namespaced_resource if namespaced else create_global_resource
     return maker(group, version, kind, plural)
