@@ -18,6 +18,7 @@ import httpx2
 import pytest
 from lightkube import AsyncClient, Client, KubeConfig
 from lightkube.core.exceptions import ApiError
+from lightkube.resources import core_v1
 from lightkube.resources.coordination_v1 import Lease
 from lightkube.resources.core_v1 import Namespace
 from prometheus_client.parser import text_string_to_metric_families
@@ -244,12 +245,8 @@ class Operator:
         return f"{self.h.ns}/stack/{self.uid()}"
 
     def events(self, reason: str) -> list[dict[str, Any]]:
-        items = (
-            self.h.hub_env.http_client()
-            .get(f"/api/v1/namespaces/{self.h.ns}/events")
-            .json()["items"]
-        )
-        return [e for e in items if e["reason"] == reason]
+        events = self.h.hub.list(core_v1.Event, namespace=self.h.ns)
+        return [e.to_dict() for e in events if e.reason == reason]
 
     def delete(self) -> None:
         self.h.hub.delete(SS, "stack", namespace=self.h.ns)
