@@ -280,8 +280,9 @@ async def until_storage_ready(kube: Kube, crd: dict[str, Any]) -> None:
     res = testenv_kube.resource_for(kube.client, api_version, spec["names"]["kind"])
 
     async def ready() -> bool:
+        across = {"namespace": "*"} if spec.get("scope") == "Namespaced" else {}
         try:
-            next(iter(kube.client.list(res, namespace="*", chunk_size=1)), None)
+            next(iter(kube.client.list(res, chunk_size=1, **across)), None)
         except ApiError as err:
             return err.status.code != 429
         return True

@@ -31,6 +31,7 @@ from modelplane.actions import claim
 from modelplane.actions.claim import TARGET_CLAIMED, StackIdentity
 from modelplane.api.models import ServingStack
 from modelplane.catalog.configuration import CLAIM_NAME, CLAIM_NAMESPACE
+from modelplane.kube.client import open_target
 from modelplane.wire import MANAGED_BY, MANAGED_BY_LABEL
 
 Event = tuple[str, str, str]
@@ -71,8 +72,10 @@ def claim_env(
 
 @contextlib.asynccontextmanager
 async def _free_target(env: TestEnv) -> AsyncIterator[AsyncClient]:
-    """A client of the target, which is left without a claim afterwards."""
-    c = AsyncClient(KubeConfig.from_dict(env.kubeconfig), field_manager="modelplane")
+    """The product's client of the target, which is left without a claim afterwards."""
+    # A loopback server: nothing is denied.
+    target = await open_target(KubeConfig.from_dict(env.kubeconfig).get(), deny=(), trust_env=False)
+    c = target.client
     try:
         yield c
     finally:
@@ -82,7 +85,7 @@ async def _free_target(env: TestEnv) -> AsyncIterator[AsyncClient]:
         except ApiError as err:
             if err.status.code != 404:
                 raise
-        await c.close()
+        await target.close()
 
 
 async def _lease(c: AsyncClient) -> Lease:
