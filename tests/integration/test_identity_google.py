@@ -39,6 +39,7 @@ from tests.integration.identity_harness import (
     IDENTITY_USER,
     IdentityTarget,
     assert_never_said,
+    claim_released,
     cloud_kubeconfig,
     identity_stack_body,
     identity_target,
@@ -393,10 +394,7 @@ def _operator_run(h: Harness, cloud: IdentityTarget, service: GoogleTokenService
     # ... and goes on as the identity once they are back.
     h.put_secret({KEY: key_json}, name="gke-deployer")
     wait_for("the ServingStack to be gone", lambda: _gone(h), deadline=90)
-    lease = cloud.env.http_client().get(
-        "/apis/coordination.k8s.io/v1/namespaces/modelplane-system/leases/modelplane-claim"
-    )
-    assert lease.status_code == 404
+    assert claim_released(cloud.env)
 
     h.stop()
     events = h.hub_env.http_client().get(f"/api/v1/namespaces/{h.ns}/events").text
