@@ -183,3 +183,21 @@ async def test_both_clients_of_a_target_share_one_token_and_one_refresh() -> Non
     assert response.status_code == 200
     assert seen == ["Bearer token-1", "Bearer token-1", "Bearer token-2", "Bearer token-2"]
     assert minter.count == 2
+
+
+async def test_the_transport_resends_the_body_with_the_refreshed_token() -> None:
+    clock = Clock()
+    source = TokenSource(CountingMinter(clock), clock)
+    sent: list[tuple[str, bytes]] = []
+    answers = [401, 201]
+
+    def handler(request: httpx2.Request) -> httpx2.Response:
+        sent.append((request.headers["Authorization"], request.content))
+        return httpx2.Response(answers.pop(0), json={})
+
+    transport = AuthTransport(TokenAuth(source), httpx2.MockTransport(handler))
+    async with httpx2.AsyncClient(transport=transport, base_url="https://target.invalid") as http:
+        response = await http.post("/api/v1/namespaces", json={"metadata": {"name": "x"}})
+    assert response.status_code == 201
+    body = b'{"metadata":{"name":"x"}}'
+    assert sent == [("Bearer token-1", body), ("Bearer token-2", body)]
