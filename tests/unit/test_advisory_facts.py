@@ -68,6 +68,7 @@ def test_a_new_advisory_kind_is_one_class() -> None:
         namespace="",
         version="1",
         stacks=frozenset(Stack),
+        order=0,
         advisories=(ConfigMapPresent("toy-config"),),
     )
     # What it reads comes from the class itself...

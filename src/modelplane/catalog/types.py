@@ -204,9 +204,18 @@ class Component:
     name: str
     summary: str
     namespace: str
-    version: str
+    version: str  # the pin: what Managed mode installs unless the spec says otherwise
     stacks: frozenset[Stack]
-    version_field: str | None = None  # dotted spec path that overrides ``version``
+    # Where the component goes among those it does not depend on: lower
+    # installs first and is torn down last. Dependencies must have a lower one
+    # (the catalog refuses to load otherwise), so the number only breaks ties.
+    order: int
+    # The ServingStack field that overrides ``version``, as a dotted path from
+    # spec ("versions.certManager"); the API model and the CRD are generated
+    # from these. The group is the stacks': versions (both), standard, dynamo.
+    version_field: str | None = None
+    version_description: str = ""  # the field's description in the CRD
+    version_format: Literal["chart", "image"] = "chart"  # a chart version or an image tag
     # The versions the product supports; a pin outside is accepted, and reported.
     supported: VersionRange | None = None
     # substrate: installed in Managed mode, only checked in Provided mode.

@@ -1,0 +1,99 @@
+"""kube-prometheus-stack: Prometheus and its operator, scraping PodMonitors everywhere."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from modelplane.catalog.advisories import SelectsEverything, WorkloadsAvailable
+from modelplane.catalog.components._common import BOTH
+from modelplane.catalog.types import ChartSource, Component, CRDServes, Values, Workloads
+from modelplane.wire import ApiRef
+
+if TYPE_CHECKING:
+    from modelplane.api.models import ServingStackSpec
+
+VERSION = "84.4.0"
+
+ENVOY_PROXY_STATS_PORT = 19001
+PROMETHEUS = ApiRef("monitoring.coreos.com", "v1", "prometheuses")
+WORKLOADS = Workloads("the Prometheus Operator", ("prometheus-operator/prometheus-operator",))
+
+
+def _values(_spec: ServingStackSpec) -> Values:
+    # Modelplane's scrape targets are PodMonitors in workload namespaces: the
+    # chart's default release-label selector never matches them.
+    return {
+        "fullnameOverride": "prometheus",
+        "grafana": {"enabled": False},
+        "alertmanager": {"enabled": False},
+        "prometheus": {
+            "prometheusSpec": {
+                "podMonitorSelectorNilUsesHelmValues": False,
+                "podMonitorNamespaceSelector": {},
+                "additionalScrapeConfigs": [
+                    {
+                        "job_name": "envoy-gateway-proxy",
+                        "metrics_path": "/stats/prometheus",
+                        "kubernetes_sd_configs": [{"role": "pod"}],
+                        "relabel_configs": [
+                            {
+                                "action": "keep",
+                                "source_labels": [
+                                    "__meta_kubernetes_pod_label_app_kubernetes_io_component",
+                                    "__meta_kubernetes_pod_label_app_kubernetes_io_managed_by",
+                                ],
+                                "regex": "proxy;envoy-gateway",
+                            },
+                            {
+                                "action": "keep",
+                                "source_labels": ["__meta_kubernetes_pod_container_port_number"],
+                                "regex": str(ENVOY_PROXY_STATS_PORT),
+                            },
+                        ],
+                    }
+                ],
+            }
+        },
+    }
+
+
+COMPONENT = Component(
+    name="kube-prometheus-stack",
+    summary="Prometheus and its operator, scraping PodMonitors in every namespace.",
+    namespace="monitoring",
+    version=VERSION,
+    order=20,
+    version_field="versions.prometheus",
+    version_description="kube-prometheus-stack chart version.",
+    stacks=BOTH,
+    chart=ChartSource(
+        "kube-prometheus-stack", "https://prometheus-community.github.io/helm-charts"
+    ),
+    values=_values,
+    requirements=(
+        CRDServes(
+            "podmonitors.monitoring.coreos.com", "v1", "install the Prometheus Operator CRDs"
+        ),
+        CRDServes(
+            "servicemonitors.monitoring.coreos.com", "v1", "install the Prometheus Operator CRDs"
+        ),
+    ),
+    advisories=(
+        SelectsEverything(
+            PROMETHEUS,
+            "Prometheus",
+            ("podMonitorSelector", "podMonitorNamespaceSelector"),
+            "Prometheus selects PodMonitors in every namespace",
+            "set prometheus.prometheusSpec.podMonitorSelectorNilUsesHelmValues to false and "
+            "podMonitorNamespaceSelector to {}",
+        ),
+        WorkloadsAvailable(WORKLOADS, "check the Prometheus Operator Deployment's events"),
+    ),
+    not_checked=(
+        "Prometheus discovers PodMonitor objects in every namespace: with the chart, set "
+        "podMonitorSelectorNilUsesHelmValues to false and podMonitorNamespaceSelector to empty.",
+        "A scrape job for the Envoy Gateway proxy pods' stats endpoint, for proxy-level "
+        "request metrics.",
+    ),
+    not_needed=("Grafana and Alertmanager are disabled.",),
+)
