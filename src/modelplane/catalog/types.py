@@ -226,8 +226,10 @@ class Component:
     values: Callable[[ServingStackSpec], Values] = field(default=lambda _spec: {})
     # Kubernetes objects the component is made of when it is not a chart.
     objects: Callable[[ServingStackSpec], list[dict[str, Any]]] | None = None
-    # Whether the component belongs to this spec at all (beyond the stack).
+    # Whether the component belongs to this spec at all (beyond the stack),
+    # and the same in words for the reference ("when `nvidiaDriverRoot` is not `/`").
     enabled: Callable[[ServingStackSpec], bool] = field(default=lambda _spec: True)
+    enabled_when: str = ""
     depends_on: tuple[str, ...] = ()
     # Wait for the release's workloads before dependents go on.
     wait: bool = False

@@ -59,6 +59,7 @@ COMPONENT = Component(
     stacks=BOTH,
     objects=_objects,
     enabled=_needed,
+    enabled_when="when `nvidiaDriverRoot` is not `/`",
     not_checked=(
         "On clusters that restrict system-node-critical pods by namespace quota (GKE does), the "
         "DRA driver's namespace needs a ResourceQuota admitting them.",
