@@ -30,7 +30,6 @@ CAS = [{"name": "fleet", "certificate": CA_PEM}]
 ServeAll = Callable[..., Observed]
 
 
-
 def _of_stack(stack: Stack, kind: str) -> list[Component]:
     # From the catalog, so a component added there is expected here too.
     return [c for c in components_of_stack(stack) if c.kind == kind]

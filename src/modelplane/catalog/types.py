@@ -30,6 +30,10 @@ class CRDServes:
     crd: str  # plural.group
     version: str
     fix: str  # what to do when unmet, for the message
+    # What the CRD defines besides its name: the stand-in CRDs of the test
+    # substrate are made from these, so a new component brings its own.
+    kind: str
+    namespaced: bool = True
 
     @property
     def api(self) -> ApiRef:

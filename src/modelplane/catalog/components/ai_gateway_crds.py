@@ -22,6 +22,7 @@ COMPONENT = Component(
             "aigatewayroutes.aigateway.envoyproxy.io",
             "v1alpha1",
             f"install the Envoy AI Gateway {VERSION} CRDs",
+            "AIGatewayRoute",
         ),
     ),
     not_checked=(

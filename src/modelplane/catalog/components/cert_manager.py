@@ -37,7 +37,9 @@ COMPONENT = Component(
     chart=ChartSource("cert-manager", JETSTACK),
     values=_values,
     wait=True,
-    requirements=(CRDServes("certificates.cert-manager.io", "v1", "install cert-manager"),),
+    requirements=(
+        CRDServes("certificates.cert-manager.io", "v1", "install cert-manager", "Certificate"),
+    ),
     advisories=(WorkloadsAvailable(WORKLOADS, "check the cert-manager Deployments' events"),),
     not_checked=("The cert-manager controller and webhook are running and issue Certificates.",),
 )

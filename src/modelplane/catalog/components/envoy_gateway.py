@@ -100,12 +100,25 @@ COMPONENT = Component(
     depends_on=(cert_manager.COMPONENT.name,),
     wait=True,
     requirements=(
-        CRDServes("gatewayclasses.gateway.networking.k8s.io", "v1", _GATEWAY_API_FIX),
-        CRDServes("gateways.gateway.networking.k8s.io", "v1", _GATEWAY_API_FIX),
-        CRDServes("httproutes.gateway.networking.k8s.io", "v1", _GATEWAY_API_FIX),
-        CRDServes("envoyproxies.gateway.envoyproxy.io", "v1alpha1", _ENVOY_GATEWAY_FIX),
-        CRDServes("backends.gateway.envoyproxy.io", "v1alpha1", _ENVOY_GATEWAY_FIX),
-        CRDServes("clienttrafficpolicies.gateway.envoyproxy.io", "v1alpha1", _ENVOY_GATEWAY_FIX),
+        CRDServes(
+            "gatewayclasses.gateway.networking.k8s.io",
+            "v1",
+            _GATEWAY_API_FIX,
+            "GatewayClass",
+            namespaced=False,
+        ),
+        CRDServes("gateways.gateway.networking.k8s.io", "v1", _GATEWAY_API_FIX, "Gateway"),
+        CRDServes("httproutes.gateway.networking.k8s.io", "v1", _GATEWAY_API_FIX, "HTTPRoute"),
+        CRDServes(
+            "envoyproxies.gateway.envoyproxy.io", "v1alpha1", _ENVOY_GATEWAY_FIX, "EnvoyProxy"
+        ),
+        CRDServes("backends.gateway.envoyproxy.io", "v1alpha1", _ENVOY_GATEWAY_FIX, "Backend"),
+        CRDServes(
+            "clienttrafficpolicies.gateway.envoyproxy.io",
+            "v1alpha1",
+            _ENVOY_GATEWAY_FIX,
+            "ClientTrafficPolicy",
+        ),
     ),
     advisories=(
         ConfigFileWired(

@@ -30,6 +30,7 @@ COMPONENT = Component(
             f"{INFERENCE_POOL.resource}.{INFERENCE_POOL.group}",
             INFERENCE_POOL.version,
             f"install the Gateway API Inference Extension CRDs ({VERSION} or newer)",
+            "InferencePool",
         ),
     ),
 )

@@ -28,7 +28,9 @@ COMPONENT = Component(
     stacks=DYNAMO,
     chart=ChartSource("grove-charts", "oci://ghcr.io/ai-dynamo/grove"),
     depends_on=(kai_scheduler.COMPONENT.name,),
-    requirements=(CRDServes("podcliquesets.grove.io", "v1alpha1", f"install Grove {VERSION}"),),
+    requirements=(
+        CRDServes("podcliquesets.grove.io", "v1alpha1", f"install Grove {VERSION}", "PodCliqueSet"),
+    ),
     advisories=(
         ImageTag(WORKLOADS, f"install Grove {VERSION} (Managed mode pins it)"),
         WorkloadsAvailable(WORKLOADS, "check the grove-operator Deployment"),

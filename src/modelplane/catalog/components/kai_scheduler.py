@@ -25,7 +25,15 @@ COMPONENT = Component(
     stacks=DYNAMO,
     chart=ChartSource("kai-scheduler", "oci://ghcr.io/kai-scheduler/kai-scheduler"),
     wait=True,
-    requirements=(CRDServes("queues.scheduling.run.ai", "v2", "install the KAI Scheduler v0.16"),),
+    requirements=(
+        CRDServes(
+            "queues.scheduling.run.ai",
+            "v2",
+            "install the KAI Scheduler v0.16",
+            "Queue",
+            namespaced=False,
+        ),
+    ),
     advisories=(
         SchedulerName(
             SCHEDULER_WORKLOADS,

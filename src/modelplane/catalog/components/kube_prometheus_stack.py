@@ -72,10 +72,16 @@ COMPONENT = Component(
     values=_values,
     requirements=(
         CRDServes(
-            "podmonitors.monitoring.coreos.com", "v1", "install the Prometheus Operator CRDs"
+            "podmonitors.monitoring.coreos.com",
+            "v1",
+            "install the Prometheus Operator CRDs",
+            "PodMonitor",
         ),
         CRDServes(
-            "servicemonitors.monitoring.coreos.com", "v1", "install the Prometheus Operator CRDs"
+            "servicemonitors.monitoring.coreos.com",
+            "v1",
+            "install the Prometheus Operator CRDs",
+            "ServiceMonitor",
         ),
     ),
     advisories=(

@@ -22,7 +22,10 @@ COMPONENT = Component(
     chart=ChartSource("lws", "oci://registry.k8s.io/lws/charts"),
     requirements=(
         CRDServes(
-            "leaderworkersets.leaderworkerset.x-k8s.io", "v1", "install LeaderWorkerSet v0.8"
+            "leaderworkersets.leaderworkerset.x-k8s.io",
+            "v1",
+            "install LeaderWorkerSet v0.8",
+            "LeaderWorkerSet",
         ),
     ),
     advisories=(WorkloadsAvailable(WORKLOADS, "check the LeaderWorkerSet controller Deployment"),),

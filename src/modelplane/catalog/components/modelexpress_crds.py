@@ -31,6 +31,7 @@ COMPONENT = Component(
             "modelmetadatas.modelexpress.nvidia.com",
             "v1alpha1",
             "apply the ModelExpress CRDs",
+            "ModelMetadata",
         ),
     ),
 )

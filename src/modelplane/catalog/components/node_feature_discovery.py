@@ -40,7 +40,12 @@ COMPONENT = Component(
     ),
     values=_values,
     requirements=(
-        CRDServes("nodefeatures.nfd.k8s-sigs.io", "v1alpha1", "install node-feature-discovery"),
+        CRDServes(
+            "nodefeatures.nfd.k8s-sigs.io",
+            "v1alpha1",
+            "install node-feature-discovery",
+            "NodeFeature",
+        ),
     ),
     advisories=(
         GpuNodesLabelled(

@@ -40,7 +40,15 @@ COMPONENT = Component(
     chart=ChartSource("trust-manager", JETSTACK),
     values=_values,
     depends_on=(cert_manager.COMPONENT.name,),
-    requirements=(CRDServes("bundles.trust.cert-manager.io", "v1alpha1", "install trust-manager"),),
+    requirements=(
+        CRDServes(
+            "bundles.trust.cert-manager.io",
+            "v1alpha1",
+            "install trust-manager",
+            "Bundle",
+            namespaced=False,
+        ),
+    ),
     advisories=(
         WorkloadArg(
             WORKLOADS,
