@@ -45,6 +45,14 @@ def required_crds(component: Component) -> list[Crd]:
     return out + EXTRA_CRDS.get(component.name, [])
 
 
+def _stand_in_spec(kind: str, name: str) -> dict[str, Any]:
+    # A DeviceClass is named after its driver and selects that driver's
+    # devices only, as the DRA driver's own does.
+    if kind == "DeviceClass":
+        return {"selectors": [{"cel": {"expression": f"device.driver == '{name}'"}}]}
+    return {}
+
+
 def required_objects(component: Component) -> list[dict[str, Any]]:
     """Stand-ins for the objects the component's requirements check (the DeviceClass)."""
     return [
@@ -52,7 +60,7 @@ def required_objects(component: Component) -> list[dict[str, Any]]:
             "apiVersion": r.api.group_version,
             "kind": r.kind,
             "metadata": {"name": r.name},
-            "spec": {},
+            "spec": _stand_in_spec(r.kind, r.name),
         }
         for r in component.requirements
         if isinstance(r, ObjectExists)
