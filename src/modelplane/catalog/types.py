@@ -86,9 +86,10 @@ Finding = tuple[RequirementStatus, str]
 class Advisory(Protocol):
     """A spec "not checked" entry, observed wherever the target lets us.
 
-    Each kind (``catalog.advisories``) says which facts it reads and how it
-    judges them, so adding one is one class: ``target.cluster`` reads what
-    ``needs`` asks for, the plan calls ``evaluate``. Evaluation is pure and
+    Each kind (shared ones in ``catalog.advisories``, one component's own in
+    its module) says which facts it reads and how it judges them, so adding
+    one is one class: ``observe.facts`` reads what ``needs`` asks for, the
+    plan calls ``evaluate``. Evaluation is pure and
     never answers UNMET (upstream-facts §17 says where each is seen).
     """
 

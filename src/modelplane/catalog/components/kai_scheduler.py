@@ -2,9 +2,25 @@
 
 from __future__ import annotations
 
-from modelplane.catalog.advisories import SchedulerName, WorkloadsAvailable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from modelplane.catalog.advisories import (
+    MET,
+    WARNING,
+    WorkloadsAvailable,
+    cannot,
+    flag_value,
+    matching,
+    not_found,
+    ref,
+)
 from modelplane.catalog.components._common import DYNAMO
-from modelplane.catalog.types import ChartSource, Component, CRDServes, Workloads
+from modelplane.catalog.facts import ClusterFacts, Fact
+from modelplane.catalog.types import ChartSource, Component, CRDServes, Finding, Workloads
+
+if TYPE_CHECKING:
+    from modelplane.api.models import ServingStackSpec
 
 VERSION = "v0.16.8"
 
@@ -13,6 +29,56 @@ WORKLOADS = Workloads(
     "the KAI operator and scheduler", ("kai-scheduler/operator", "kai-scheduler/scheduler")
 )
 SCHEDULER_WORKLOADS = Workloads("the KAI scheduler", ("kai-scheduler/scheduler",))
+
+# ---- its advisory kinds --------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SchedulerName:
+    """A scheduler answers to ``name``: its Deployment is ``<name>-<shard>``.
+
+    KAI's operator names each shard's scheduler Deployment after the
+    schedulerName it serves; a ``--scheduler-name`` argument, where present,
+    says it directly.
+    """
+
+    workloads: Workloads
+    name: str
+    flag: str
+    fix: str
+
+    @property
+    def title(self) -> str:
+        return f"a scheduler answers to schedulerName {self.name}"
+
+    def needs(self) -> tuple[Fact, ...]:
+        return self.workloads.facts()
+
+    def evaluate(
+        self, component: Component, spec: ServingStackSpec, facts: ClusterFacts
+    ) -> Finding:
+        if facts.workloads is None:
+            return cannot(facts, "workloads")
+        found = matching(self.workloads, facts.workloads)
+        if not found:
+            return not_found(
+                self.workloads, f"the schedulerName {self.workloads.describe} answers to"
+            )
+        others: list[str] = []
+        for w in found:
+            name = flag_value(w.args, self.flag)
+            if name is None:
+                # The operator names each shard's Deployment <schedulerName>-<shard>.
+                name = self.name if w.name.startswith(self.name + "-") else None
+            if name == self.name:
+                return MET, f"{ref(w)} answers to {self.name}"
+            others.append(
+                f"{ref(w)} answers to {name}"
+                if name
+                else f"{ref(w)} is not named {self.name}-<shard> and sets no {self.flag}"
+            )
+        return WARNING, f"{'; '.join(others)}; pods requesting {self.name} stay Pending: {self.fix}"
+
 
 COMPONENT = Component(
     name="kai-scheduler",

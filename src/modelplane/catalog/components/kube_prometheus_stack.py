@@ -2,11 +2,28 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from modelplane.catalog.advisories import SelectsEverything, WorkloadsAvailable
+from modelplane.catalog.advisories import (
+    MAX_LISTED,
+    MET,
+    UNKNOWN,
+    WARNING,
+    WorkloadsAvailable,
+    cannot,
+    show,
+)
 from modelplane.catalog.components._common import BOTH
-from modelplane.catalog.types import ChartSource, Component, CRDServes, Values, Workloads
+from modelplane.catalog.facts import ClusterFacts, CustomObjects, Fact
+from modelplane.catalog.types import (
+    ChartSource,
+    Component,
+    CRDServes,
+    Finding,
+    Values,
+    Workloads,
+)
 from modelplane.wire import ApiRef
 
 if TYPE_CHECKING:
@@ -17,6 +34,48 @@ VERSION = "84.4.0"
 ENVOY_PROXY_STATS_PORT = 19001
 PROMETHEUS = ApiRef("monitoring.coreos.com", "v1", "prometheuses")
 WORKLOADS = Workloads("the Prometheus Operator", ("prometheus-operator/prometheus-operator",))
+
+
+# ---- its advisory kinds --------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SelectsEverything:
+    """Some object of a kind has each of ``fields`` (spec.*) set to ``{}`` (select all)."""
+
+    api: ApiRef
+    kind: str
+    fields: tuple[str, ...]
+    title: str
+    fix: str
+
+    def needs(self) -> tuple[Fact, ...]:
+        return (CustomObjects(self.api),)
+
+    def evaluate(
+        self, component: Component, spec: ServingStackSpec, facts: ClusterFacts
+    ) -> Finding:
+        key = self.api.key
+        if key not in facts.custom:
+            return cannot(facts, key)
+        objects = facts.custom[key]
+        if not objects:
+            return UNKNOWN, (
+                f"no {self.kind} object exists in any namespace, so what scrapes the "
+                "PodMonitors cannot be observed"
+            )
+        failures: list[str] = []
+        for obj in objects:
+            bad = [
+                f"spec.{f} is {show(obj.spec[f]) if f in obj.spec else 'unset'}"
+                for f in self.fields
+                if obj.spec.get(f) != {}
+            ]
+            if not bad:
+                fields = " and ".join(self.fields)
+                return MET, f"{self.kind} {obj.namespace}/{obj.name} sets {fields} to {{}}"
+            failures.append(f"{self.kind} {obj.namespace}/{obj.name}: {', '.join(bad)}")
+        return WARNING, f"{'; '.join(failures[:MAX_LISTED])}: {self.fix}"
 
 
 def _values(_spec: ServingStackSpec) -> Values:
