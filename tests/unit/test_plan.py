@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from modelplane.catalog.components import components_of_stack
+from modelplane.catalog.components import components_for, components_of_stack
 from modelplane.catalog.configuration import Hold
 from modelplane.catalog.types import Component
 from modelplane.pins import Stack
@@ -272,14 +272,19 @@ def test_release_states_in_a_plan(make_stack: StackFactory) -> None:
 
 
 def test_dependency_waits(make_stack: StackFactory) -> None:
-    p = plan(make_stack(stack="Dynamo"))
+    stack = make_stack(stack="Dynamo")
+    p = plan(stack)
     waits = {r.name: r.waiting_for for r in p.releases if r.action is ReleaseAction.WAIT}
-    assert waits == {
-        "mp-gateway-helm": ["cert-manager"],
-        "mp-ai-gateway-helm": ["ai-gateway-crds", "envoy-gateway"],
-        "mp-trust-manager": ["cert-manager"],
-        "mp-grove-charts": ["kai-scheduler"],
+    # On an empty target a release waits for every dependency the spec enables.
+    enabled = {c.name for c in components_for(stack.spec)}
+    expected = {
+        c.release_name: [d for d in c.depends_on if d in enabled]
+        for c in _of_stack(Stack.DYNAMO, "chart")
+        if any(d in enabled for d in c.depends_on)
     }
+    assert waits == expected
+    assert waits["mp-ai-gateway-helm"] == ["ai-gateway-crds", "envoy-gateway"]
+    assert waits["mp-grove-charts"] == ["kai-scheduler"]
     assert any("mp-gateway-helm waits for cert-manager" in x for x in p.pending)
 
 
