@@ -190,7 +190,12 @@ def test_order_breaks_ties_then_the_name_does() -> None:
             ],
             "a is on a stack its dependency b is not on",
         ),
-        ([_component("a"), _component("a")], "two components share a name"),
+        ([_component("a", depends_on=("a",))], "a (order 0) depends on a, whose order 0"),
+        (
+            [_component("a", order=1, depends_on=("b",)), _component("b", order=1)],
+            "a (order 1) depends on b, whose order 1 is not lower",
+        ),
+        ([_component("a"), _component("a")], "two components share the name a"),
     ],
 )
 def test_a_catalog_that_does_not_hold_together_is_refused(

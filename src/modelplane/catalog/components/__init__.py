@@ -90,21 +90,25 @@ def _discover() -> dict[str, Component]:
 def ordered(components: list[Component]) -> tuple[Component, ...]:
     """The install order: by ``order``, then name; every dependency before its dependents."""
     out = tuple(sorted(components, key=lambda c: (c.order, c.name)))
-    names = [c.name for c in out]
-    if len(set(names)) != len(names):
-        raise CatalogError(f"two components share a name: {sorted(names)}")
-    position = {name: i for i, name in enumerate(names)}
-    for i, c in enumerate(out):
-        for dep in c.depends_on:
-            if dep not in position:
-                raise CatalogError(f"{c.name} depends on {dep}, which is not in the catalog")
-            if position[dep] > i:
+    by_name: dict[str, Component] = {}
+    for c in out:
+        if c.name in by_name:
+            raise CatalogError(f"two components share the name {c.name}")
+        by_name[c.name] = c
+    for c in out:
+        for name in c.depends_on:
+            dep = by_name.get(name)
+            if dep is None:
+                raise CatalogError(f"{c.name} depends on {name}, which is not in the catalog")
+            # Strictly lower, so the order alone puts it first (and no record
+            # can depend on itself).
+            if dep.order >= c.order:
                 raise CatalogError(
-                    f"{c.name} (order {c.order}) depends on {dep}, whose order "
-                    f"{out[position[dep]].order} is not lower"
+                    f"{c.name} (order {c.order}) depends on {name}, whose order "
+                    f"{dep.order} is not lower"
                 )
-            if not c.stacks <= out[position[dep]].stacks:
-                raise CatalogError(f"{c.name} is on a stack its dependency {dep} is not on")
+            if not c.stacks <= dep.stacks:
+                raise CatalogError(f"{c.name} is on a stack its dependency {name} is not on")
     return out
 
 
