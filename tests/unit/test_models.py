@@ -18,6 +18,7 @@ from modelplane.api.models import (
     Stack,
 )
 from modelplane.catalog.components import COMPONENTS
+from modelplane.catalog.types import Component
 
 from .conftest import full_spec, manifest
 
@@ -310,3 +311,52 @@ def test_rule_messages_are_sentences_a_person_reads() -> None:
         m.CLIENT_CA_NAMES_RULE,
     ):
         assert re.fullmatch(r"[a-z][a-zA-Z ,()]+", message), message
+
+
+# --- the version pins, made from the catalog ---------------------------------------
+
+
+def _pinned(name: str, field: str, **extra: Any) -> Component:
+    record: dict[str, Any] = {
+        "summary": "",
+        "namespace": "x",
+        "version": "1.0.0",
+        "stacks": frozenset(Stack),
+        "order": 0,
+        "version_field": field,
+        "version_description": f"{name} chart version.",
+    }
+    return Component(name=name, **{**record, **extra})
+
+
+def test_a_pin_group_has_one_field_per_record_in_wire_name_order() -> None:
+    model = m.pins_model(
+        "versions", [_pinned("zeta", "versions.zeta"), _pinned("alpha", "versions.alphaBeta")]
+    )
+    assert [f.alias for f in model.model_fields.values()] == ["alphaBeta", "zeta"]
+    assert model.model_validate({}).alpha_beta == "1.0.0"
+    assert model.model_fields["zeta"].description == "zeta chart version."
+    image = m.pins_model(
+        "versions", [_pinned("img", "versions.img", version="0.1", version_format="image")]
+    )
+    with pytest.raises(ValidationError, match="must be an image tag"):
+        image.model_validate({"img": "a/b"})
+
+
+@pytest.mark.parametrize(
+    ("record", "error"),
+    [
+        (_pinned("a", "elsewhere.a"), "is not under one of spec.versions"),
+        (_pinned("a", "versions.a", stacks=frozenset({Stack.DYNAMO})), "but spec.versions pins"),
+        (_pinned("a", "versions.a_b"), "needs a camelCase name"),
+        (_pinned("a", "versions.a", version_description=""), "and a version_description"),
+    ],
+)
+def test_a_record_the_pin_models_cannot_hold_is_refused(record: Component, error: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(error)):
+        m.pins_model("versions", [record])
+
+
+def test_two_records_with_one_version_field_are_refused() -> None:
+    with pytest.raises(ValueError, match=re.escape("another component has versions.a")):
+        m.pins_model("versions", [_pinned("a", "versions.a"), _pinned("b", "versions.a")])

@@ -14,6 +14,7 @@ and default, so a version string is written once, in its component's module.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from enum import StrEnum
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -32,6 +33,7 @@ from pydantic_core import PydanticCustomError
 
 from modelplane import pins
 from modelplane.catalog.components import COMPONENTS
+from modelplane.catalog.types import Component
 from modelplane.pins import ComponentsMode, Stack
 
 API_GROUP = "infrastructure.modelplane.ai"
@@ -330,7 +332,7 @@ class GatewaySpec(_Model):
 
 
 class _Pins(_Model):
-    """A group of version pins; its fields are the catalog's (see ``_pins``)."""
+    """A group of version pins; its fields are the catalog's (see ``pins_model``)."""
 
     if TYPE_CHECKING:
         # Fields are made from the catalog at import, so the type checker
@@ -359,15 +361,15 @@ _PIN_GROUPS: dict[str, tuple[str, str, frozenset[Stack]]] = {
 _VERSION_TYPES: dict[str, Any] = {"chart": VersionPin, "image": ImageTag}
 
 
-def _pins(group: str) -> type[_Pins]:
+def pins_model(group: str, components: Sequence[Component] = COMPONENTS) -> type[_Pins]:
     """The model of one ``spec.<group>``: a field for each component whose version_field is in it.
 
-    Fields go in order of their wire names, so adding a component puts its
-    field where the CRD's reader looks for it.
+    Fields go in order of their wire names, as they did when written by hand,
+    so a new one lands among them and the others keep their place in the CRD.
     """
     name, doc, stacks = _PIN_GROUPS[group]
     fields: dict[str, Any] = {}
-    for component in COMPONENTS:
+    for component in components:
         if component.version_field is None:
             continue
         where, _, wire = component.version_field.partition(".")
@@ -389,6 +391,8 @@ def _pins(group: str) -> type[_Pins]:
                 f"{component.name}: version_field {component.version_field!r} needs a camelCase "
                 "name and a version_description"
             )
+        if python in fields:
+            raise ValueError(f"{component.name}: another component has {component.version_field}")
         fields[python] = (
             _VERSION_TYPES[component.version_format],
             Field(default=component.version, description=component.version_description),
@@ -402,9 +406,9 @@ if TYPE_CHECKING:
     StandardVersions = _Pins
     DynamoVersions = _Pins
 else:
-    Versions = _pins("versions")
-    StandardVersions = _pins("standard")
-    DynamoVersions = _pins("dynamo")
+    Versions = pins_model("versions")
+    StandardVersions = pins_model("standard")
+    DynamoVersions = pins_model("dynamo")
 
 
 class ServingStackSpec(_Model):
