@@ -20,7 +20,7 @@ from modelplane.catalog.components import (
     ordered,
 )
 from modelplane.catalog.reference import components_table, readme_with_components_table
-from modelplane.catalog.types import Component
+from modelplane.catalog.types import Component, CRDServes
 from modelplane.pins import Stack
 
 from .conftest import REQUIREMENTS_DOC
@@ -62,6 +62,7 @@ config:
 """
 
 README = Path(__file__).resolve().parents[2] / "README.md"
+UPSTREAM = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "upstream"
 PACKAGE = Path(c.__file__).parent
 CHART_COMPONENTS = [comp for comp in COMPONENTS if comp.chart is not None]
 PINNED = [comp for comp in COMPONENTS if comp.version_field is not None]
@@ -368,3 +369,26 @@ def test_modelexpress_crds_are_configuration() -> None:
     assert mx.role == "config"
     assert mx.manifests is not None
     assert "0.4.1" in mx.manifests.url(mx.version_for(_spec()))
+
+
+def _upstream_crds() -> dict[str, dict[str, Any]]:
+    if not UPSTREAM.is_dir():
+        pytest.skip(f"the shared upstream fixtures are not at {UPSTREAM}")
+    out: dict[str, dict[str, Any]] = {}
+    for path in sorted(UPSTREAM.glob("*/*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            if isinstance(doc, dict) and doc.get("kind") == "CustomResourceDefinition":
+                out[doc["metadata"]["name"]] = doc["spec"]
+    return out
+
+
+def test_each_required_crd_has_the_kind_and_scope_upstream_gives_it() -> None:
+    # The stand-in CRDs of the tests are made from these, so they must be the real ones.
+    upstream = _upstream_crds()
+    for comp in COMPONENTS:
+        for r in comp.requirements:
+            if isinstance(r, CRDServes):
+                spec = upstream[r.crd]
+                assert spec["names"]["kind"] == r.kind, r.crd
+                assert (spec["scope"] == "Namespaced") is r.namespaced, r.crd
+                assert r.version in [v["name"] for v in spec["versions"] if v.get("served")]
