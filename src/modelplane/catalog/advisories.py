@@ -68,11 +68,9 @@ class WorkloadsAvailable:
     def evaluate(
         self, component: Component, spec: ServingStackSpec, facts: ClusterFacts
     ) -> Finding:
-        if facts.workloads is None:
-            return cannot(facts, "workloads")
-        found = matching(self.workloads, facts.workloads)
-        if not found:
-            return not_found(self.workloads, f"the state of {self.workloads.describe}")
+        found = observed(self.workloads, facts, f"the state of {self.workloads.describe}")
+        if not isinstance(found, list):
+            return found
         missing = [
             tail for tail in self.workloads.images if not any(runs_image(w, tail) for w in found)
         ]
@@ -193,11 +191,9 @@ class WorkloadArg:
     def evaluate(
         self, component: Component, spec: ServingStackSpec, facts: ClusterFacts
     ) -> Finding:
-        if facts.workloads is None:
-            return cannot(facts, "workloads")
-        found = matching(self.workloads, facts.workloads)
-        if not found:
-            return not_found(self.workloads, f"its {self.flag}")
+        found = observed(self.workloads, facts, f"its {self.flag}")
+        if not isinstance(found, list):
+            return found
         wrong: list[str] = []
         for w in found:
             value = flag_value(w.args, self.flag)
@@ -237,11 +233,9 @@ class ImageTag:
     def evaluate(
         self, component: Component, spec: ServingStackSpec, facts: ClusterFacts
     ) -> Finding:
-        if facts.workloads is None:
-            return cannot(facts, "workloads")
-        found = matching(self.workloads, facts.workloads)
-        if not found:
-            return not_found(self.workloads, "its version")
+        found = observed(self.workloads, facts, "its version")
+        if not isinstance(found, list):
+            return found
         want = component.version_for(spec)
         supported = component.supported
         wrong: list[str] = []
@@ -354,6 +348,16 @@ def ref(w: ObservedWorkload) -> str:
 def kinds_of(spec: Workloads) -> str:
     """``Deployment or DaemonSet``, for a message."""
     return " or ".join(spec.kinds)
+
+
+def observed(spec: Workloads, facts: ClusterFacts, what: str) -> list[ObservedWorkload] | Finding:
+    """The workloads of ``spec`` the facts show, or the finding that says why there are none.
+
+    ``what`` is what their absence leaves unseen, for the message.
+    """
+    if facts.workloads is None:
+        return cannot(facts, "workloads")
+    return matching(spec, facts.workloads) or not_found(spec, what)
 
 
 def not_found(spec: Workloads, what: str) -> Finding:

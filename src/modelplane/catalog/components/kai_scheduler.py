@@ -9,10 +9,8 @@ from modelplane.catalog.advisories import (
     MET,
     WARNING,
     WorkloadsAvailable,
-    cannot,
     flag_value,
-    matching,
-    not_found,
+    observed,
     ref,
 )
 from modelplane.catalog.components._common import DYNAMO
@@ -57,13 +55,11 @@ class SchedulerName:
     def evaluate(
         self, component: Component, spec: ServingStackSpec, facts: ClusterFacts
     ) -> Finding:
-        if facts.workloads is None:
-            return cannot(facts, "workloads")
-        found = matching(self.workloads, facts.workloads)
-        if not found:
-            return not_found(
-                self.workloads, f"the schedulerName {self.workloads.describe} answers to"
-            )
+        found = observed(
+            self.workloads, facts, f"the schedulerName {self.workloads.describe} answers to"
+        )
+        if not isinstance(found, list):
+            return found
         others: list[str] = []
         for w in found:
             name = flag_value(w.args, self.flag)
