@@ -27,13 +27,16 @@ class Clock:
 class CountingMinter:
     """Mints token-1, token-2, ... each ``lifetime`` seconds long, on ``clock``."""
 
-    def __init__(self, clock: Clock, lifetime: float = 3600.0, delay: float = 0.0) -> None:
-        self.clock, self.lifetime, self.delay = clock, lifetime, delay
+    def __init__(self, clock: Clock, lifetime: float = 3600.0, gives_way: bool = False) -> None:
+        self.clock, self.lifetime, self.gives_way = clock, lifetime, gives_way
         self.count = 0
 
     async def mint(self) -> Token:
-        if self.delay:
-            await asyncio.sleep(self.delay)
+        if self.gives_way:
+            # Back to the event loop once, as a real mint's request would:
+            # every other caller gathered with this one runs meanwhile and
+            # finds this mint under way. No time passes, so none is waited on.
+            await asyncio.sleep(0)
         self.count += 1
         return Token(f"token-{self.count}", self.clock() + self.lifetime)
 
@@ -63,7 +66,7 @@ async def test_short_lived_tokens_refresh_at_three_quarters_of_their_life() -> N
 
 async def test_concurrent_callers_share_one_mint() -> None:
     clock = Clock()
-    minter = CountingMinter(clock, delay=0.05)
+    minter = CountingMinter(clock, gives_way=True)
     source = TokenSource(minter, clock)
     tokens = await asyncio.gather(*(source.token() for _ in range(10)))
     assert set(tokens) == {"token-1"}
@@ -72,7 +75,7 @@ async def test_concurrent_callers_share_one_mint() -> None:
 
 async def test_concurrent_401s_refresh_once() -> None:
     clock = Clock()
-    minter = CountingMinter(clock, delay=0.01)
+    minter = CountingMinter(clock, gives_way=True)
     source = TokenSource(minter, clock)
     stale = await source.token()
     fresh = await asyncio.gather(*(source.refresh(stale) for _ in range(5)))
