@@ -73,6 +73,8 @@ def _spread(samples: list[float]) -> str:
     if not samples:
         return "no sample"
     ms = sorted(x * 1000 for x in samples)
+    if len(ms) == 1:
+        return f"{ms[0]:.0f} ms"
     p99 = statistics.quantiles(ms, n=100, method="inclusive")[98] if len(ms) > 1 else ms[0]
     return f"p50 {statistics.median(ms):.0f} ms, p99 {p99:.0f} ms, max {ms[-1]:.0f} ms"
 
@@ -121,7 +123,7 @@ def _compact(env: TestEnv) -> None:
 
 def _report(name: str, samples: list[float | None], miss_after: float) -> None:
     arrived = [s for s in samples if s is not None]
-    print(f"{name}: {_spread(arrived)} over {len(arrived)} changes")
+    print(f"{name}: {_spread(arrived)} over {len(arrived)} change(s)")
     if len(arrived) < len(samples):
         print(f"  {len(samples) - len(arrived)} change(s) not on the hub after {miss_after:.0f} s")
 
