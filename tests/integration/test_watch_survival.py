@@ -108,11 +108,13 @@ def _failed_tries(h: Harness, reason: str) -> float:
 def test_thirty_changes_around_watch_re_arms_each_reach_the_hub_through_the_watches(
     harness: Harness, target: TestEnv
 ) -> None:
-    # Watches the server ends every 2-4 s. Half the changes are made the
-    # moment the server has ended a Gateway watch, before or just as the
-    # operator re-arms it (a reconnect that restarts from "now" misses
-    # those); the others back to back, while the reconcile woken by the one
-    # before may still run.
+    # Watches the server ends every 2-4 s. Half the changes are made as
+    # soon as the test sees the server has ended a Gateway watch (within
+    # tens of milliseconds: around the re-arm, on the watch it starts), so
+    # every one of them rides a fresh watch; the others back to back, while
+    # the reconcile woken by the one before may still run. That a re-arm
+    # starts from the last version seen, and so loses nothing made in the
+    # gap of a few milliseconds, is pinned in tests/unit/test_watch_reflector.py.
     harness.create({"gateway": {"hostname": "west.example.com"}})
     harness.start("--resync", RESYNC, "--watch-timeout", "2")
     _moment_ready(harness)
