@@ -20,7 +20,7 @@ from modelplane.actions.helm import HelmError
 from modelplane.credentials.connect import CredentialsError
 from modelplane.credentials.identity.base import IdentityError, IdentityFailure
 from modelplane.kube.address import AddressDenied
-from modelplane.kube.discovery import ApiStatusError, TargetError
+from modelplane.kube.client import ApiStatusError, TargetError
 from modelplane.kube.errors import ErrorKind, Fault, classify
 from modelplane.operator.handlers import teardown_message
 from modelplane.operator.reconciler import InvalidSpecError, explain

@@ -41,7 +41,7 @@ from pydantic import BaseModel, ConfigDict
 from modelplane.actions.apply import apply_object
 from modelplane.api.models import ServingStack
 from modelplane.catalog.configuration import CLAIM_NAME, CLAIM_NAMESPACE, configuration_for
-from modelplane.kube.discovery import TargetError
+from modelplane.kube.client import TargetError
 from modelplane.kube.errors import ErrorKind, KnownError
 from modelplane.kube.resources import unless_missing
 from modelplane.wire import MANAGED_BY, MANAGED_BY_LABEL, stamp

@@ -22,6 +22,7 @@ import httpx2
 from lightkube.core.exceptions import ApiError
 
 from modelplane.kube.address import AddressDenied
+from modelplane.kube.client import ApiStatusError, TargetError
 
 
 class ErrorKind(StrEnum):
@@ -102,10 +103,6 @@ def _causes(err: ApiError) -> list[str]:
 
 def classify(err: BaseException) -> Fault:
     """The kind of ``err``; ``UNEXPECTED`` for anything no rule names."""
-    # Imported here: discovery sits above the modules whose errors are
-    # KnownErrors (it takes credentials' client), and they import this one.
-    from modelplane.kube.discovery import ApiStatusError, TargetError
-
     if isinstance(err, KnownError):
         return Fault(err.kind, reason=err.condition_reason())
     # Before the transport errors: a refused address is a ConnectError too.

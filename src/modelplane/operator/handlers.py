@@ -34,11 +34,11 @@ from modelplane.credentials.connect import (
     HUB_FORBIDDEN,
     TargetHelm,
     hub_forbidden,
-    open_targets,
 )
 from modelplane.credentials.identity.base import IdentityError
 from modelplane.credentials.identity.cache import TokenCache
 from modelplane.kube.answers import describe_error
+from modelplane.kube.client import open_targets
 from modelplane.kube.errors import ErrorKind, Fault, classify
 from modelplane.operator import metrics
 from modelplane.operator.leader import Elector

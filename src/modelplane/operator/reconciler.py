@@ -37,14 +37,14 @@ from modelplane.catalog.components import BY_NAME, components_for
 from modelplane.catalog.facts import ClusterFacts
 from modelplane.credentials.connect import (
     Credentials,
-    Target,
     connect,
     read_credentials,
 )
 from modelplane.credentials.identity.base import IdentityError
 from modelplane.credentials.identity.cache import TokenCache
 from modelplane.kube.answers import describe_error
-from modelplane.kube.discovery import APIS, ApiStatusError
+from modelplane.kube.client import ApiStatusError, Target
+from modelplane.kube.discovery import APIS
 from modelplane.kube.errors import ErrorKind, Fault, KnownError, classify
 from modelplane.observe.facts import observe_cluster
 from modelplane.observe.state import Wanted, observe, read_listed, to_observed, wanted

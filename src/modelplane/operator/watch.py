@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from modelplane.credentials.connect import Target
+from modelplane.kube.client import Target
 from modelplane.observe.state import Wanted
 from modelplane.observe.watches import WATCH_TIMEOUT_SECONDS, WatchCache
 
