@@ -32,7 +32,7 @@ from lightkube.config.kubeconfig import KubeConfig
 from tests.testenv import TestEnv
 
 from modelplane.checks.checker import check_results
-from modelplane.credentials.connect import TargetClient
+from modelplane.kube.client import TargetClient
 from modelplane.kube.discovery import served_apis
 from modelplane.observe.facts import observe_for_check
 from modelplane.pins import Stack

@@ -4,7 +4,7 @@
 
 Mints Google tokens from a service account key against the loopback token
 service of the tests (an RS256 assertion signed, a POST, google-auth in a
-worker thread), then sends requests through ``IdentityAuth`` on an in-memory
+worker thread), then sends requests through ``TokenAuth`` on an in-memory
 transport: with the token cached, and with every request answered 401 once
 (one refresh and one retry each). Prints median, p95 and max.
 """
@@ -26,7 +26,8 @@ from tests.identity_services import google_token_service
 
 from modelplane.credentials.identity import google
 from modelplane.credentials.identity.base import Endpoints, TargetInfo
-from modelplane.credentials.identity.cache import IdentityAuth, TokenSource
+from modelplane.credentials.identity.cache import TokenSource
+from modelplane.kube.transport import TokenAuth
 
 TARGET = TargetInfo(cluster_name="bench", server="https://127.0.0.1:1")
 
@@ -66,7 +67,7 @@ async def requests(n: int, refuse_first: bool) -> None:
 
         async with httpx2.AsyncClient(
             transport=httpx2.MockTransport(handler),
-            auth=IdentityAuth(source),
+            auth=TokenAuth(source),
             base_url="https://bench.invalid",
         ) as client:
             times = []

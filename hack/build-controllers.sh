@@ -53,7 +53,7 @@ TESTBIN_KEY="$(sed -n 's/^TESTBIN_KEY = "\(.*\)"$/\1/p' "$ROOT/tests/testenv/env
 [[ -n "$TESTBIN_KEY" ]] || die "could not read TESTBIN_KEY from tests/testenv/env.py"
 KWOK_VERSION="$(const KWOK_VERSION)"
 # The catalog's own pin: the simulated cluster runs the version Managed mode installs.
-TRUST_MANAGER_VERSION="$(const TRUST_MANAGER "$ROOT/src/modelplane/pins.py")"
+TRUST_MANAGER_VERSION="$(const VERSION "$ROOT/src/modelplane/catalog/components/trust_manager.py")"
 ENVOY_GATEWAY_VERSION="$(const ENVOY_GATEWAY_VERSION)"
 K8S_VERSION="$(gomod_version kube-controllers k8s.io/kubernetes)"
 [[ "$(gomod_version envoy-gateway github.com/envoyproxy/gateway)" == "$ENVOY_GATEWAY_VERSION" ]] \

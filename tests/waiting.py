@@ -1,7 +1,10 @@
 """The one way tests wait: poll a check until it holds or a required deadline passes.
 
 A deadline is a bound on how long a test may hang, never a claim about speed:
-tests assert what happened, benchmarks (bench/) measure how fast.
+tests assert what happened, benchmarks (bench/) measure how fast. Every poll
+pauses between reads (``interval``, never zero), so a waiting test does not
+hammer the API server it is testing or starve the operator of the two cores
+it shares with it.
 """
 
 from __future__ import annotations
@@ -18,41 +21,75 @@ T = TypeVar("T")
 POLL_SECONDS = 0.1
 
 
-def _settled(value: Any) -> bool:
-    return bool(value) and not isinstance(value, ApiError)
+class _Polls:
+    """One wait's deadline and last answer, shared by the sync and async forms."""
+
+    def __init__(
+        self, what: str, deadline: float, interval: float, detail: Callable[[], str] | None
+    ) -> None:
+        if interval <= 0:
+            raise ValueError(f"wait_for({what!r}): interval must be > 0, not {interval}")
+        self.what, self.deadline, self.interval, self.detail = what, deadline, interval, detail
+        self.end = time.monotonic() + deadline
+        self.last: Any = None
+
+    def settled(self, value: Any) -> bool:
+        self.last = value
+        return bool(value) and not isinstance(value, ApiError)
+
+    def give_up_if_late(self) -> None:
+        if time.monotonic() < self.end:
+            return
+        message = f"timed out after {self.deadline}s waiting for {self.what}; last: {self.last!r}"
+        if self.detail is not None:
+            message += f"\n{self.detail()}"
+        raise AssertionError(message)
 
 
-def wait_for(what: str, check: Callable[[], T], *, deadline: float) -> T:
+def wait_for(
+    what: str,
+    check: Callable[[], T],
+    *,
+    deadline: float,
+    interval: float = POLL_SECONDS,
+    detail: Callable[[], str] | None = None,
+) -> T:
     """Poll ``check`` until it returns something truthy; fail after ``deadline`` seconds.
 
     An ``ApiError`` from ``check`` (a 404 while an object does not exist yet)
-    counts as "not yet" and is shown if the deadline passes.
+    counts as "not yet" and is shown if the deadline passes, with ``detail()``
+    (an operator's log tail, say) after it. ``interval`` is the pause between
+    two reads: shorten it only where the test must act within moments of the
+    condition (a change made right as a stack turns Ready).
     """
-    end = time.monotonic() + deadline
-    last: Any = None
+    polls = _Polls(what, deadline, interval, detail)
     while True:
         try:
-            last = check()
+            value: Any = check()
         except ApiError as err:
-            last = err
-        if _settled(last):
-            return last  # type: ignore[no-any-return]
-        if time.monotonic() >= end:
-            raise AssertionError(f"timed out after {deadline}s waiting for {what}; last: {last!r}")
-        time.sleep(POLL_SECONDS)
+            value = err
+        if polls.settled(value):
+            return value  # type: ignore[no-any-return]
+        polls.give_up_if_late()
+        time.sleep(interval)
 
 
-async def wait_for_async(what: str, check: Callable[[], Awaitable[T]], *, deadline: float) -> T:
-    """``wait_for`` for an async check."""
-    end = time.monotonic() + deadline
-    last: Any = None
+async def wait_for_async(
+    what: str,
+    check: Callable[[], Awaitable[T]],
+    *,
+    deadline: float,
+    interval: float = POLL_SECONDS,
+    detail: Callable[[], str] | None = None,
+) -> T:
+    """``wait_for`` for an async check: the same rules, awaiting between reads."""
+    polls = _Polls(what, deadline, interval, detail)
     while True:
         try:
-            last = await check()
+            value: Any = await check()
         except ApiError as err:
-            last = err
-        if _settled(last):
-            return last  # type: ignore[no-any-return]
-        if time.monotonic() >= end:
-            raise AssertionError(f"timed out after {deadline}s waiting for {what}; last: {last!r}")
-        await asyncio.sleep(POLL_SECONDS)
+            value = err
+        if polls.settled(value):
+            return value  # type: ignore[no-any-return]
+        polls.give_up_if_late()
+        await asyncio.sleep(interval)

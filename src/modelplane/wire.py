@@ -1,22 +1,18 @@
 """The product's conventions on the wire, written once.
 
 How objects on a target are marked as ours (label, digest annotation, field
-manager), how a resource and an object are keyed, and the one wait every
-caller needs around a CRD whose storage is still settling. A leaf: the
-catalog, the plan, target access and the operator all import it, and it
-imports none of them.
+manager), how a resource and an object are keyed, and whether discovery says
+a resource is served. A leaf: the catalog, the plan, target access and the
+operator all import it, and it imports none of them.
 """
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
-
-from lightkube.core.exceptions import ApiError
+from typing import Any
 
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 MANAGED_BY = "modelplane"
@@ -41,6 +37,10 @@ class ApiRef:
     @property
     def group_version(self) -> str:
         return f"{self.group}/{self.version}" if self.group else self.version
+
+    def served_in(self, apis: Mapping[str, Mapping[str, Sequence[str]]]) -> bool:
+        """Whether discovery's ``group -> plural -> versions`` serves this version."""
+        return self.version in apis.get(self.group, {}).get(self.resource, [])
 
     @property
     def key(self) -> str:
@@ -83,28 +83,3 @@ def stamp(body: dict[str, Any], source_digest: str | None = None) -> dict[str, A
         DIGEST_ANNOTATION: source_digest or digest(stamped),
     }
     return stamped
-
-
-# A CRD's storage takes a moment to initialise after the CRD is served; until
-# then the API server answers 429 with Retry-After: 1. That is a wait, not an
-# error worth a failed reconcile.
-SETTLE_ATTEMPTS = 20
-SETTLE_DELAY = 0.25
-
-T = TypeVar("T")
-
-
-def is_settling(err: ApiError) -> bool:
-    return err.status.code == 429
-
-
-async def settled(call: Callable[[], Awaitable[T]]) -> T:
-    """``call()``, waiting out the 429s of a CRD whose storage is still settling."""
-    for _ in range(SETTLE_ATTEMPTS - 1):
-        try:
-            return await call()
-        except ApiError as err:
-            if not is_settling(err):
-                raise
-        await asyncio.sleep(SETTLE_DELAY)
-    return await call()

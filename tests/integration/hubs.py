@@ -128,12 +128,12 @@ def install_servingstack_crd(client: Client, env: TestEnv, *, deadline: float) -
         lambda: crd_established(client, name),
         deadline=deadline,
     )
-    # Established is reported before the new resource is served everywhere.
-    collection = f"/apis/{API_GROUP}/{API_VERSION}/{PLURAL}"
 
+    # Established is reported before the new resource is served everywhere:
+    # until it is, the LIST answers 404 (an ApiError: "not yet" to wait_for).
     def served() -> bool:
-        with env.http_client() as http:
-            return http.get(collection).status_code == 200
+        next(iter(client.list(SS, namespace="*", chunk_size=1)), None)
+        return True
 
     wait_for("ServingStacks served", served, deadline=deadline)
 

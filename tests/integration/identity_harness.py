@@ -30,6 +30,7 @@ from lightkube import Client
 from lightkube.core.exceptions import ApiError
 from lightkube.generic_resource import create_global_resource
 from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
+from lightkube.resources.coordination_v1 import Lease
 from lightkube.resources.rbac_authorization_v1 import ClusterRoleBinding
 from tests.identity_services import serve
 from tests.integration.hubs import SS, client_for
@@ -38,6 +39,7 @@ from tests.testenv import TestEnv
 
 from modelplane.api.models import API_GROUP, API_VERSION, KIND
 from modelplane.catalog import components as catalog
+from modelplane.catalog.configuration import CLAIM_NAME, CLAIM_NAMESPACE
 
 IDENTITY_USER = "cloud-identity@test"
 Accept = Callable[[str], str | None]
@@ -242,7 +244,9 @@ def stack_gone(hub: Client, namespace: str, name: str = "stack") -> bool:
 
 
 def claim_released(env: TestEnv) -> bool:
-    lease = env.http_client().get(
-        "/apis/coordination.k8s.io/v1/namespaces/modelplane-system/leases/modelplane-claim"
-    )
-    return lease.status_code == 404
+    with client_for(env) as target:
+        try:
+            target.get(Lease, CLAIM_NAME, namespace=CLAIM_NAMESPACE)
+        except ApiError as err:
+            return err.status.code == 404
+    return False

@@ -4,7 +4,8 @@ Each chart has the real chart's name and the catalog's pinned version, renders
 its values into a ConfigMap (so tests read back exactly what the operator
 installed) and brings minimal CRDs of the APIs the real component serves, so
 the plan's gates open as they would on a real cluster. The CRDs are the
-project's own: schemaless, one served version.
+project's own (schemaless, one served version), made from the kind and scope
+the catalog's requirements give, so a new component brings its own.
 """
 
 from __future__ import annotations
@@ -22,45 +23,60 @@ from tests.serving import serve_directory
 from tests.testenv import find_binaries
 
 from modelplane.catalog import components as catalog
-from modelplane.catalog.types import Component
+from modelplane.catalog.types import Component, CRDServes, ObjectExists
 
 # CRDs each fixture chart brings: (group, version, plural, kind, namespaced).
 Crd = tuple[str, str, str, str, bool]
-_GW = "gateway.networking.k8s.io"
-_EG = "gateway.envoyproxy.io"
+
+# APIs the product's own configuration uses that no requirement checks: the
+# chart that serves them brings them too, or the configuration stays held back.
+EXTRA_CRDS: dict[str, list[Crd]] = {
+    "cert-manager": [("cert-manager.io", "v1", "issuers", "Issuer", True)],
+}
+
+
+def required_crds(component: Component) -> list[Crd]:
+    """The stand-in CRDs of what the component's requirements check, and its extras."""
+    out = [
+        (r.api.group, r.version, r.api.resource, r.kind, r.namespaced)
+        for r in component.requirements
+        if isinstance(r, CRDServes)
+    ]
+    return out + EXTRA_CRDS.get(component.name, [])
+
+
+def _stand_in_spec(kind: str, name: str) -> dict[str, Any]:
+    # A DeviceClass is named after its driver and selects that driver's
+    # devices only, as the DRA driver's own does.
+    if kind == "DeviceClass":
+        return {"selectors": [{"cel": {"expression": f"device.driver == '{name}'"}}]}
+    return {}
+
+
+def required_objects(component: Component) -> list[dict[str, Any]]:
+    """Stand-ins for the objects the component's requirements check (the DeviceClass)."""
+    return [
+        {
+            "apiVersion": r.api.group_version,
+            "kind": r.kind,
+            "metadata": {"name": r.name},
+            "spec": _stand_in_spec(r.kind, r.name),
+        }
+        for r in component.requirements
+        if isinstance(r, ObjectExists)
+    ]
+
+
+# From the catalog, so that every chart's fixture serves what its component is
+# checked by, and a Managed install reaches Ready (keyed by chart, as helm is).
 CHART_CRDS: dict[str, list[Crd]] = {
-    "cert-manager": [
-        ("cert-manager.io", "v1", "certificates", "Certificate", True),
-        ("cert-manager.io", "v1", "issuers", "Issuer", True),
-    ],
-    "kube-prometheus-stack": [
-        ("monitoring.coreos.com", "v1", "podmonitors", "PodMonitor", True),
-        ("monitoring.coreos.com", "v1", "servicemonitors", "ServiceMonitor", True),
-    ],
-    "node-feature-discovery": [
-        ("nfd.k8s-sigs.io", "v1alpha1", "nodefeatures", "NodeFeature", True)
-    ],
-    "gateway-helm": [
-        (_GW, "v1", "gatewayclasses", "GatewayClass", False),
-        (_GW, "v1", "gateways", "Gateway", True),
-        (_GW, "v1", "httproutes", "HTTPRoute", True),
-        (_EG, "v1alpha1", "envoyproxies", "EnvoyProxy", True),
-        (_EG, "v1alpha1", "backends", "Backend", True),
-        (_EG, "v1alpha1", "clienttrafficpolicies", "ClientTrafficPolicy", True),
-    ],
-    "ai-gateway-crds-helm": [
-        ("aigateway.envoyproxy.io", "v1alpha1", "aigatewayroutes", "AIGatewayRoute", True)
-    ],
-    "trust-manager": [("trust.cert-manager.io", "v1alpha1", "bundles", "Bundle", False)],
-    "lws": [("leaderworkerset.x-k8s.io", "v1", "leaderworkersets", "LeaderWorkerSet", True)],
-    "kai-scheduler": [("scheduling.run.ai", "v2", "queues", "Queue", False)],
-    "grove-charts": [("grove.io", "v1alpha1", "podcliquesets", "PodCliqueSet", True)],
+    c.chart.chart: required_crds(c) for c in catalog.COMPONENTS if c.chart is not None
 }
 MANIFEST_CRDS: dict[str, list[Crd]] = {
-    "gaie-crds": [("inference.networking.k8s.io", "v1", "inferencepools", "InferencePool", True)],
-    "modelexpress-crds": [
-        ("modelexpress.nvidia.com", "v1alpha1", "modelmetadatas", "ModelMetadata", True)
-    ],
+    c.name: required_crds(c) for c in catalog.COMPONENTS if c.manifests is not None
+}
+_CHART_OBJECTS: dict[str, list[dict[str, Any]]] = {
+    c.chart.chart: required_objects(c) for c in catalog.COMPONENTS if c.chart is not None
 }
 # Versions besides the pins, for upgrade tests.
 EXTRA_VERSIONS = {"kube-prometheus-stack": ["84.5.0"]}
@@ -113,13 +129,6 @@ data:
   values.json: {{ .Values | toJson | quote }}
 """
 
-_DEVICE_CLASS = {
-    "apiVersion": "resource.k8s.io/v1",
-    "kind": "DeviceClass",
-    "metadata": {"name": catalog.GPU_DEVICE_CLASS},
-    "spec": {"selectors": [{"cel": {"expression": "device.driver == 'gpu.nvidia.com'"}}]},
-}
-
 
 def workload(kind: str, image: str, version: str) -> dict[str, Any]:
     """A Deployment or DaemonSet running ``image``, for a simulated cluster's kwok to run.
@@ -166,9 +175,9 @@ def write_chart(
     )
     (chart / "values.yaml").write_text("{}\n")
     (chart / "templates" / "values.yaml").write_text(_VALUES_CONFIGMAP)
-    docs = [crd(*c) for c in CHART_CRDS.get(name, [])]
-    if name == "dra-driver-nvidia-gpu":
-        docs.append(_DEVICE_CLASS)
+    # A chart the catalog does not know has no entry: an error, not a chart
+    # that quietly serves nothing and leaves its stack short of Ready.
+    docs = [crd(*c) for c in CHART_CRDS[name]] + _CHART_OBJECTS[name]
     # (kind, image): only on a simulated cluster, where something runs them.
     docs += [workload(kind, image, version) for kind, image in workloads]
     if docs:

@@ -23,14 +23,17 @@ import yaml
 from lightkube import AsyncClient
 from lightkube.config.client_adapter import ConnectionParams
 from lightkube.config.kubeconfig import KubeConfig
+from lightkube.core.exceptions import ApiError
+from lightkube.types import PatchType
 from tests.integration.hubs import private_env
 from tests.testenv import TestEnv
+from tests.testenv import kube as testenv_kube
 from tests.waiting import wait_for_async
 from typer.testing import CliRunner
 
 from modelplane.checks.checker import check_results, summarize
 from modelplane.cli.main import app
-from modelplane.credentials.connect import TargetClient
+from modelplane.kube.client import TargetClient
 from modelplane.kube.discovery import served_apis
 from modelplane.observe.facts import observe_for_check
 from modelplane.pins import Stack
@@ -70,32 +73,7 @@ WAIT_SECONDS = 60.0
 DRA_IMAGE = "registry.k8s.io/dra-driver-nvidia/dra-driver-nvidia-gpu:v0.4.1"
 
 
-# ---- a tiny client for writing objects by hand ---------------------------------------
-
-_PATHS: dict[str, tuple[str, str, bool]] = {
-    "CustomResourceDefinition": (
-        "/apis/apiextensions.k8s.io/v1",
-        "customresourcedefinitions",
-        False,
-    ),
-    "DeviceClass": ("/apis/resource.k8s.io/v1", "deviceclasses", False),
-    "ResourceSlice": ("/apis/resource.k8s.io/v1", "resourceslices", False),
-    "Namespace": ("/api/v1", "namespaces", False),
-    "Node": ("/api/v1", "nodes", False),
-    "ConfigMap": ("/api/v1", "configmaps", True),
-    "Service": ("/api/v1", "services", True),
-    "ResourceQuota": ("/api/v1", "resourcequotas", True),
-    "Deployment": ("/apis/apps/v1", "deployments", True),
-    "DaemonSet": ("/apis/apps/v1", "daemonsets", True),
-    "Prometheus": ("/apis/monitoring.coreos.com/v1", "prometheuses", True),
-}
-
-
-def _path(body: dict[str, Any]) -> str:
-    prefix, plural, namespaced = _PATHS[body["kind"]]
-    meta = body["metadata"]
-    ns = f"/namespaces/{meta['namespace']}" if namespaced else ""
-    return f"{prefix}{ns}/{plural}/{meta['name']}"
+# ---- writing objects by hand, with lightkube ------------------------------------------
 
 
 class Kube:
@@ -103,46 +81,57 @@ class Kube:
 
     def __init__(self, env: TestEnv) -> None:
         self.env = env
-        self.http = env.http_client(timeout=60)
+        self.client = testenv_kube.client(env, timeout=60)
         self.created: list[dict[str, Any]] = []
 
+    def _res(self, body: dict[str, Any]) -> Any:
+        return testenv_kube.resource_for(self.client, body["apiVersion"], body["kind"])
+
     def apply(self, body: dict[str, Any], status: dict[str, Any] | None = None) -> None:
-        response = self.http.patch(
-            _path(body),
-            params={"fieldManager": "checks-test", "force": "true"},
-            content=json.dumps(body),
-            headers={"Content-Type": "application/apply-patch+yaml"},
-        )
-        assert response.status_code in (200, 201), response.text
+        self.client.apply(self._res(body).from_dict(body), force=True)
         if body["kind"] != "Namespace":
             self.created.append(body)
         if status is not None:
             self.set_status(body, status)
 
     def set_status(self, body: dict[str, Any], status: dict[str, Any]) -> None:
-        response = self.http.patch(
-            _path(body) + "/status",
-            content=json.dumps({"status": status}),
-            headers={"Content-Type": "application/merge-patch+json"},
+        meta = body["metadata"]
+        self.client.patch(
+            self._res(body).Status,
+            meta["name"],
+            {"status": status},
+            namespace=meta.get("namespace"),
+            patch_type=PatchType.MERGE,
         )
-        assert response.status_code == 200, response.text
 
     def delete(self, body: dict[str, Any]) -> None:
-        response = self.http.delete(_path(body))
-        assert response.status_code in (200, 202, 404), response.text
+        meta = body["metadata"]
+        try:
+            self.client.delete(self._res(body), meta["name"], namespace=meta.get("namespace"))
+        except ApiError as err:
+            assert err.status.code == 404, err.status.message
 
     def exists(self, body: dict[str, Any]) -> bool:
-        return self.http.get(_path(body)).status_code == 200
+        meta = body["metadata"]
+        return (
+            testenv_kube.get(
+                self.client, body["apiVersion"], body["kind"], meta["name"], meta.get("namespace")
+            )
+            is not None
+        )
 
     def namespace(self, name: str) -> None:
         # Never deleted: without a namespace controller it would stay Terminating.
         self.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
 
+    def close(self) -> None:
+        self.client.close()
+
     def cleanup(self) -> None:
         for body in reversed(self.created):
             self.delete(body)
         self.created.clear()
-        self.http.close()
+        self.close()
 
 
 def load_docs(paths: list[Path]) -> list[dict[str, Any]]:
@@ -221,7 +210,7 @@ def env(testbin: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> I
     with private_env(tmp_path_factory.mktemp("checks")) as env:
         kube = Kube(env)
         crds = load_substrate(kube, load_docs(sorted(PROJECT_CRDS.glob("*.yaml"))))
-        kube.http.close()
+        kube.close()
         asyncio.run(until_discovery(env, lambda apis: all(crd_served(apis, c) for c in crds)))
         yield env
 
@@ -251,7 +240,7 @@ def crd_env(
                 await until_storage_ready(kube, crd)
 
         asyncio.run(settle())
-        kube.http.close()
+        kube.close()
         yield env, crds
 
 
@@ -287,12 +276,18 @@ async def test_every_crd_applied_meets_every_checked_requirement(
 async def until_storage_ready(kube: Kube, crd: dict[str, Any]) -> None:
     spec = crd["spec"]
     version = next(v["name"] for v in spec["versions"] if v.get("served"))
-    path = f"/apis/{spec['group']}/{version}/{spec['names']['plural']}"
+    api_version = f"{spec['group']}/{version}"
+    res = testenv_kube.resource_for(kube.client, api_version, spec["names"]["kind"])
 
     async def ready() -> bool:
-        return kube.http.get(path, params={"limit": "1"}).status_code != 429
+        across = {"namespace": "*"} if spec.get("scope") == "Namespaced" else {}
+        try:
+            next(iter(kube.client.list(res, chunk_size=1, **across)), None)
+        except ApiError as err:
+            return err.status.code != 429
+        return True
 
-    await wait_for_async(f"{path} to finish initialising", ready, deadline=WAIT_SECONDS)
+    await wait_for_async(f"{api_version} to finish initialising", ready, deadline=WAIT_SECONDS)
 
 
 async def until_gone(kube: Kube, body: dict[str, Any]) -> None:
@@ -331,7 +326,7 @@ async def test_removing_each_crd_makes_exactly_that_requirement_unmet(
             # round deletes it again, so let the storage settle first.
             await until_storage_ready(kube, crd)
     finally:
-        kube.http.close()
+        kube.close()
     assert not_met(await results_for(env, Stack.STANDARD)) == {}
 
 
@@ -364,7 +359,7 @@ async def test_crd_serving_another_version_is_unmet_naming_both(env: TestEnv) ->
         kube.delete(old)
         await until_gone(kube, old)
         kube.apply(original)
-        kube.http.close()
+        kube.close()
         await until_discovery(env, lambda apis: crd_served(apis, original))
 
 
@@ -379,7 +374,7 @@ async def test_missing_device_class_is_unmet(env: TestEnv) -> None:
         assert unmet[DEVICE_CLASS_REQUIREMENT].component == "nvidia-dra-driver-gpu"
     finally:
         kube.apply(device_class)
-        kube.http.close()
+        kube.close()
     assert not_met(await results_for(env, Stack.DYNAMO)) == {}
 
 
@@ -786,7 +781,7 @@ def test_cli_exit_one_and_json_when_a_requirement_is_unmet(env: TestEnv) -> None
         table = CliRunner().invoke(app, args[:-2])
     finally:
         kube.apply(device_class)
-        kube.http.close()
+        kube.close()
     assert result.exit_code == 1, result.output
     doc = json.loads(result.stdout)
     assert set(doc) >= {"results", "summary"}

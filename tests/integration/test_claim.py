@@ -18,6 +18,7 @@ import httpx2
 import pytest
 from lightkube import AsyncClient, Client, KubeConfig
 from lightkube.core.exceptions import ApiError
+from lightkube.resources import core_v1
 from lightkube.resources.coordination_v1 import Lease
 from lightkube.resources.core_v1 import Namespace
 from prometheus_client.parser import text_string_to_metric_families
@@ -30,6 +31,7 @@ from modelplane.actions import claim
 from modelplane.actions.claim import TARGET_CLAIMED, StackIdentity
 from modelplane.api.models import ServingStack
 from modelplane.catalog.configuration import CLAIM_NAME, CLAIM_NAMESPACE
+from modelplane.kube.client import open_target
 from modelplane.wire import MANAGED_BY, MANAGED_BY_LABEL
 
 Event = tuple[str, str, str]
@@ -70,8 +72,10 @@ def claim_env(
 
 @contextlib.asynccontextmanager
 async def _free_target(env: TestEnv) -> AsyncIterator[AsyncClient]:
-    """A client of the target, which is left without a claim afterwards."""
-    c = AsyncClient(KubeConfig.from_dict(env.kubeconfig), field_manager="modelplane")
+    """The product's client of the target, which is left without a claim afterwards."""
+    # A loopback server: nothing is denied.
+    target = await open_target(KubeConfig.from_dict(env.kubeconfig).get(), deny=(), trust_env=False)
+    c = target.client
     try:
         yield c
     finally:
@@ -81,7 +85,7 @@ async def _free_target(env: TestEnv) -> AsyncIterator[AsyncClient]:
         except ApiError as err:
             if err.status.code != 404:
                 raise
-        await c.close()
+        await target.close()
 
 
 async def _lease(c: AsyncClient) -> Lease:
@@ -244,12 +248,8 @@ class Operator:
         return f"{self.h.ns}/stack/{self.uid()}"
 
     def events(self, reason: str) -> list[dict[str, Any]]:
-        items = (
-            self.h.hub_env.http_client()
-            .get(f"/api/v1/namespaces/{self.h.ns}/events")
-            .json()["items"]
-        )
-        return [e for e in items if e["reason"] == reason]
+        events = self.h.hub.list(core_v1.Event, namespace=self.h.ns)
+        return [e.to_dict() for e in events if e.reason == reason]
 
     def delete(self) -> None:
         self.h.hub.delete(SS, "stack", namespace=self.h.ns)

@@ -27,7 +27,6 @@ from pydantic import ValidationError
 from tests.integration.hubs import client_for, drop_empty_lists
 from tests.testenv import TestEnv
 
-from modelplane import pins
 from modelplane.api.models import (
     API_GROUP,
     API_VERSION,
@@ -42,6 +41,7 @@ from modelplane.api.models import (
     ServingStackSpec,
     ServingStackStatus,
 )
+from modelplane.catalog.components import BY_NAME
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO_ROOT / "examples" / "servingstack.yaml"
@@ -226,7 +226,7 @@ def test_defaulted_scalars_cover_the_model() -> None:
 
     walk(dumped, ())
     assert scalars == set(DEFAULTED_SCALARS)
-    assert _at(dumped, ("versions", "certManager")) == pins.CERT_MANAGER
+    assert _at(dumped, ("versions", "certManager")) == BY_NAME["cert-manager"].version
 
 
 @pytest.mark.parametrize(

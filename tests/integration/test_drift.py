@@ -15,8 +15,12 @@ from typing import Any
 
 import pytest
 import yaml
-from lightkube import Client
-from lightkube.generic_resource import create_global_resource, create_namespaced_resource
+from lightkube import Client, codecs
+from lightkube.generic_resource import (
+    create_global_resource,
+    create_namespaced_resource,
+    load_in_cluster_generic_resources,
+)
 from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
 from lightkube.types import PatchType
 from tests.integration.hubs import Harness, HarnessOptions, client_for, crd_established
@@ -31,7 +35,6 @@ from modelplane.catalog.configuration import (
     NS,
     configuration_for,
 )
-from modelplane.kube.resources import resource_of
 from modelplane.operator.reconciler import DRIFT_CORRECTED
 from modelplane.wire import MANAGED_BY, MANAGED_BY_LABEL
 
@@ -58,6 +61,11 @@ EDITOR = "kubectl-edit"
 HARNESS = HarnessOptions(prefix="drift")
 
 
+def _resource(body: dict[str, Any]) -> Any:
+    """lightkube's class for a body's kind: a built-in model, or a CRD's once loaded."""
+    return codecs.resource_registry.load(body["apiVersion"], body["kind"])
+
+
 def _load_target(target: TestEnv) -> None:
     """The project's CRDs and DeviceClass, with the upstream CRDs of the edited kinds."""
     for path in UPSTREAM_CRDS:
@@ -74,7 +82,7 @@ def _load_target(target: TestEnv) -> None:
                 docs[(doc["kind"], doc["metadata"]["name"])] = doc
     client = client_for(target)
     for (kind, name), doc in docs.items():
-        res = CustomResourceDefinition if kind == "CustomResourceDefinition" else resource_of(doc)
+        res = CustomResourceDefinition if kind == "CustomResourceDefinition" else _resource(doc)
         client.apply(res.from_dict(doc), name=name, force=True)
     for kind, name in docs:
         if kind == "CustomResourceDefinition":
@@ -102,9 +110,11 @@ def _owned_objects(target: Client) -> dict[str, str]:
         }
     )
     out: dict[str, str] = {}
+    # The kinds the server serves, as its CRDs say, for the lookups below.
+    load_in_cluster_generic_resources(target)
     for obj in configuration_for(stack.spec):
         meta = obj.body["metadata"]
-        live = target.get(resource_of(obj.body), meta["name"], namespace=meta.get("namespace"))
+        live = target.get(_resource(obj.body), meta["name"], namespace=meta.get("namespace"))
         assert live.metadata is not None
         assert (live.metadata.labels or {}).get(MANAGED_BY_LABEL) == MANAGED_BY
         out[obj.key] = str(live.metadata.resourceVersion)

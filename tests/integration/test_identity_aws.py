@@ -217,7 +217,9 @@ def _put(h: Harness, value: str) -> None:
 
 
 def _operator_run(h: Harness, cloud: IdentityTarget, sts: LoopbackSTS) -> None:
-    flags = ["--aws-region", REGION, "--resync", "5"]
+    # --relist: every resync reads the target (and the stack's Secrets)
+    # afresh, so the Secret's deletion below is seen at the next one.
+    flags = ["--aws-region", REGION, "--resync", "5", "--relist", "1"]
     provide_substrate(client_for(cloud.env))
     put_kubeconfig(h.hub, h.ns, cloud_kubeconfig(cloud.env, cluster_name=WEST_ARN))
     _put(h, credential())

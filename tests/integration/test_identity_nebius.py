@@ -200,7 +200,9 @@ def _operator_run(h: Harness, cloud: IdentityTarget, service: RecordingNebius) -
             h.ns, str(NEBIUS), "nebius-deployer", KEY, spec={"components": "Provided"}
         ),
     )
-    h.start("--nebius-token-endpoint", service.endpoint, "--resync", "5")
+    # --relist: every resync reads the target (and the stack's Secrets)
+    # afresh, so each change of the Secret below is seen at the next one.
+    h.start("--nebius-token-endpoint", service.endpoint, "--resync", "5", "--relist", "1")
     statuses: list[str] = []
 
     def wait(
@@ -238,7 +240,9 @@ def _operator_run(h: Harness, cloud: IdentityTarget, service: RecordingNebius) -
     c = wait("IdentityUnreachable")
     assert "UNAVAILABLE" in c["message"]
     h.stop()
-    h.start("--nebius-token-endpoint", service.endpoint, "--resync", "5")
+    # --relist: every resync reads the target (and the stack's Secrets)
+    # afresh, so the Secret's deletion below is seen at the next one.
+    h.start("--nebius-token-endpoint", service.endpoint, "--resync", "5", "--relist", "1")
     wait("Reconciled", "True")
 
     # The identity's Secret goes: a clear condition, and nothing falls back.

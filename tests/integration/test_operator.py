@@ -8,7 +8,9 @@ pinned versions, served from a chart repository on loopback (the same
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx2
@@ -29,11 +31,36 @@ from modelplane.catalog.configuration import GATEWAY_NAME, NS
 from modelplane.catalog.types import CRDServes, ObjectExists
 
 GATEWAY = create_namespaced_resource("gateway.networking.k8s.io", "v1", "Gateway", "gateways")
+AUDIT_LOG = "target-audit.log"
+# Deletions only, each once its answer is sent: the order the server served them.
+AUDIT_POLICY = {
+    "apiVersion": "audit.k8s.io/v1",
+    "kind": "Policy",
+    "omitStages": ["RequestReceived", "ResponseStarted"],
+    "rules": [{"level": "Metadata", "verbs": ["delete"]}, {"level": "None"}],
+}
 STANDARD_RELEASES = {
     f"mp-{c.chart.chart}"
     for c in catalog.components_of_stack(catalog.Stack.STANDARD)
     if c.chart is not None
 }
+
+
+@pytest.fixture
+def target(tmp_path: Path) -> Iterator[TestEnv]:
+    """A target of this test's own whose API server keeps an audit log of deletions.
+
+    The log goes beside the harness's (``harness.tmp``) so a test reads it there.
+    """
+    policy = tmp_path / "audit-policy.yaml"
+    policy.write_text(yaml.safe_dump(AUDIT_POLICY))
+    args = (f"--audit-policy-file={policy}", f"--audit-log-path={tmp_path / AUDIT_LOG}")
+    env = TestEnv(tmp_path / "target", extra_apiserver_args=args)
+    try:
+        env.start()
+        yield env
+    finally:
+        env.stop()
 
 
 def test_create_installs_every_release_and_object_with_planned_values(harness: Harness) -> None:
@@ -114,19 +141,33 @@ def test_delete_tears_down_in_order_and_leaves_nothing(harness: Harness) -> None
 
     assert crds_not_deleting() == []
     wait_for("modelplane-system deleted", lambda: _namespace_deleting(harness), deadline=60)
-    log = harness.log.read_text()
+    # The order as the target's API server served the deletions (its audit
+    # log), not as the operator's log tells it. A release is gone when helm
+    # deletes its record, the release Secret, which it does last.
     order = [
-        "teardown: deleted Gateway inference-gateway",
-        "teardown: deleted GatewayClass envoy",
-        "teardown: deleted EnvoyProxy inference-gateway",
-        "teardown: deleted CustomResourceDefinition inferencepools.inference.networking.k8s.io",
-        "teardown: uninstalled release mp-lws",
-        "teardown: uninstalled release mp-cert-manager",
-        "teardown: deleted Namespace modelplane-system",
+        ("gateways", "inference-gateway"),
+        ("gatewayclasses", "envoy"),
+        ("envoyproxies", "inference-gateway"),
+        ("customresourcedefinitions", "inferencepools.inference.networking.k8s.io"),
+        ("secrets", "sh.helm.release.v1.mp-lws.v1"),
+        ("secrets", "sh.helm.release.v1.mp-cert-manager.v1"),
+        ("namespaces", NS),
     ]
-    positions = [log.find(line) for line in order]
-    assert all(p >= 0 for p in positions), dict(zip(order, positions, strict=True))
-    assert positions == sorted(positions)
+    deleted = _deletions(harness.tmp / AUDIT_LOG)
+    positions = [deleted.index(step) if step in deleted else -1 for step in order]
+    assert all(p >= 0 for p in positions), (dict(zip(order, positions, strict=True)), deleted)
+    assert positions == sorted(positions), deleted
+
+
+def _deletions(audit_log: Path) -> list[tuple[str, str]]:
+    """(resource, name) of every deletion the API server carried out, in the order it did."""
+    out: list[tuple[str, str]] = []
+    for line in audit_log.read_text().splitlines():
+        event = json.loads(line)
+        ref, code = event.get("objectRef") or {}, (event.get("responseStatus") or {}).get("code")
+        if event.get("verb") == "delete" and code is not None and code < 300:
+            out.append((ref.get("resource", ""), ref.get("name", "")))
+    return out
 
 
 def _gone(h: Harness) -> bool:

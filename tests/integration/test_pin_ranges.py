@@ -24,7 +24,7 @@ from tests.testenv import TestEnv, find_binaries
 from tests.waiting import wait_for
 
 from modelplane.checks.checker import check_results
-from modelplane.credentials.connect import TargetClient
+from modelplane.kube.client import TargetClient
 from modelplane.observe.facts import observe_for_check
 from modelplane.pins import Stack
 from modelplane.plan.model import RequirementStatus

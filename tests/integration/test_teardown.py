@@ -148,3 +148,33 @@ async def test_teardown_waits_for_each_wave_then_gives_up_and_goes_on(
         )
     finally:
         await hub_async.close()
+
+
+async def test_a_stack_made_while_the_namespace_is_deleted_waits_for_it(
+    hub: Client, hub_env: TestEnv, target: TestEnv, tmp_path: Path
+) -> None:
+    # What another stack's teardown leaves for a while (here for good: a
+    # bare API server has no namespace controller): modelplane-system
+    # terminating, the claim released.
+    client = client_for(target)
+    client.create(Namespace.from_dict({"metadata": {"name": NS}}))
+    client.delete(Namespace, NS)
+    wait_for("the namespace terminating", lambda: _deleting(client, Namespace, NS), deadline=30)
+    body = _stack_on_hub(hub, target)
+
+    hub_async = AsyncClient(KubeConfig.from_dict(hub_env.kubeconfig))
+    try:
+        reconciler = StackReconciler(
+            hub_async,
+            Helm(str(find_binaries()["helm"]), tmp_path / "helm-home", 60),
+            OperatorOptions(),
+            lambda *event: None,
+        )
+        outcome = await reconciler.reconcile(body)
+    finally:
+        await hub_async.close()
+    # Valid credentials and a 403: a wait for the namespace, not a refusal.
+    assert outcome.blocked_reason == "TargetNamespaceTerminating", outcome
+    assert (outcome.blocked_message or "").startswith(
+        "waiting for a namespace on the target to finish terminating"
+    ), outcome.blocked_message

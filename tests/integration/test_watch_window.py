@@ -10,7 +10,6 @@ change arrives is measured by bench/bench_operator.py.
 from __future__ import annotations
 
 import base64
-import time
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +33,7 @@ CA_PEM = "-----BEGIN CERTIFICATE-----\nMIIBwindow\n-----END CERTIFICATE-----\n"
 # Far beyond the deadlines below: only a watch can bring a change in time.
 RESYNC = "300"
 DEADLINE = 20.0
+AT_ONCE = 0.01  # seconds between reads while waiting for the Ready moment
 
 
 def _status(hub: Client, ns: str) -> dict[str, Any]:
@@ -45,16 +45,13 @@ def _ready(status: dict[str, Any]) -> bool:
 
 
 def _moment_ready(hub: Client, ns: str, deadline: float) -> None:
-    """Return as soon as the stack is Ready: the window being tested opens then.
+    """Return within moments of Ready: the window being tested opens then.
 
-    Polled back to back rather than on wait_for's 0.1 s step, so the change
-    that follows lands within milliseconds of the Ready write, while the
-    operator is still (re)arming its watches.
+    Polled at a hundredth of wait_for's usual step, so the change that
+    follows lands within milliseconds of the Ready write, while the operator
+    is still (re)arming its watches.
     """
-    end = time.monotonic() + deadline
-    while not _ready(_status(hub, ns)):
-        if time.monotonic() >= end:
-            raise AssertionError(f"timed out after {deadline}s waiting for Ready=True")
+    wait_for("Ready=True", lambda: _ready(_status(hub, ns)), deadline=deadline, interval=AT_ONCE)
 
 
 def _set_address(target: Client, value: str) -> None:

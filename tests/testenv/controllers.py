@@ -24,13 +24,13 @@ from tests.testenv.env import (
     cache_root,
 )
 
-from modelplane import pins
+from modelplane.catalog.components import trust_manager
 
 # The one place these versions are named (hack/build-controllers.sh reads them).
 KWOK_VERSION = "v0.8.0"
-# The catalog's pin, read from pins.py by hack/build-controllers.sh too.
-TRUST_MANAGER_VERSION = pins.TRUST_MANAGER
-# Not the catalog's v1.8.4 (pins.ENVOY_GATEWAY): the Go module proxy lists
+# The catalog's pin, read from trust_manager.py by hack/build-controllers.sh too.
+TRUST_MANAGER_VERSION = trust_manager.VERSION
+# Not the catalog's v1.8.4 (envoy_gateway.VERSION): the Go module proxy lists
 # v1.8.4 but refuses its zip ("This module version is not available"), so the
 # simulated cluster runs v1.8.3, the nearest patch of the pinned minor.
 ENVOY_GATEWAY_VERSION = "v1.8.3"

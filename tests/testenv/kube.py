@@ -1,12 +1,13 @@
-"""The few API calls the simulated cluster makes, over the admin's httpx2 client.
+"""The few API calls the simulated cluster makes, with lightkube's client as the admin.
 
 Objects are written with server-side apply under one field manager, so a
-second ``start`` on the same directory re-applies without conflicts.
+second ``start`` on the same directory re-applies without conflicts. Kinds
+are lightkube's own models, or learned from the server's CRDs: no table of
+REST paths here.
 """
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -14,69 +15,69 @@ from typing import Any, TypeVar
 
 import httpx2
 import yaml
+from lightkube import Client, codecs
+from lightkube.config.kubeconfig import KubeConfig
+from lightkube.core.exceptions import ApiError, LoadResourceError
+from lightkube.generic_resource import load_in_cluster_generic_resources
 from tests.testenv.env import TestEnv, TestEnvError, _log_tail
 
 FIELD_MANAGER = "modelplane-testenv"
 
 T = TypeVar("T")
 
-# kind -> (API prefix, plural, namespaced): only the kinds the testenv writes.
-_KINDS: dict[str, tuple[str, str, bool]] = {
-    "Namespace": ("/api/v1", "namespaces", False),
-    "Node": ("/api/v1", "nodes", False),
-    "ConfigMap": ("/api/v1", "configmaps", True),
-    "Secret": ("/api/v1", "secrets", True),
-    "Service": ("/api/v1", "services", True),
-    "CustomResourceDefinition": (
-        "/apis/apiextensions.k8s.io/v1",
-        "customresourcedefinitions",
-        False,
-    ),
-    "DeviceClass": ("/apis/resource.k8s.io/v1", "deviceclasses", False),
-    "ResourceSlice": ("/apis/resource.k8s.io/v1", "resourceslices", False),
-    "Deployment": ("/apis/apps/v1", "deployments", True),
-}
 
-
-def object_path(kind: str, name: str, namespace: str | None = None) -> str:
-    try:
-        prefix, plural, namespaced = _KINDS[kind]
-    except KeyError:
-        raise TestEnvError(f"the testenv does not write {kind} objects") from None
-    if namespaced:
-        if not namespace:
-            raise TestEnvError(f"{kind} {name} needs a namespace")
-        return f"{prefix}/namespaces/{namespace}/{plural}/{name}"
-    return f"{prefix}/{plural}/{name}"
-
-
-def apply(client: httpx2.Client, body: dict[str, Any]) -> dict[str, Any]:
-    """Server-side apply ``body`` (forced: the testenv owns what it writes)."""
-    meta = body["metadata"]
-    path = object_path(body["kind"], meta["name"], meta.get("namespace"))
-    resp = client.patch(
-        path,
-        params={"fieldManager": FIELD_MANAGER, "force": "true"},
-        content=json.dumps(body).encode(),
-        headers={"Content-Type": "application/apply-patch+yaml"},
+def client(env: TestEnv, timeout: float = 30.0) -> Client:
+    """lightkube's client for the API server, as the admin, writing under one field manager."""
+    return Client(
+        KubeConfig.from_dict(env.kubeconfig),
+        timeout=httpx2.Timeout(timeout),
+        field_manager=FIELD_MANAGER,
+        trust_env=False,
     )
-    if resp.status_code >= 300:
+
+
+def resource_for(client: Client, api_version: str, kind: str) -> Any:
+    """lightkube's class for a kind: its own model of a built-in, or one from the server's CRDs."""
+    try:
+        return codecs.resource_registry.load(api_version, kind)
+    except LoadResourceError:
+        # Not built in: the server's CRDs say what it is served as.
+        load_in_cluster_generic_resources(client)
+    try:
+        return codecs.resource_registry.load(api_version, kind)
+    except LoadResourceError:
+        raise TestEnvError(f"the API server serves no {kind} in {api_version}") from None
+
+
+def apply(client: Client, body: dict[str, Any]) -> dict[str, Any]:
+    """Server-side apply ``body`` (forced: the testenv owns what it writes)."""
+    res = resource_for(client, body["apiVersion"], body["kind"])
+    meta = body["metadata"]
+    try:
+        result = client.apply(res.from_dict(body), force=True)
+    except ApiError as err:
         raise TestEnvError(
-            f"applying {body['kind']} {meta['name']} failed: {resp.status_code} {resp.text[:500]}"
-        )
-    result: dict[str, Any] = resp.json()
-    return result
+            f"applying {body['kind']} {meta['name']} failed: {err.status.code} "
+            f"{(err.status.message or '')[:500]}"
+        ) from None
+    applied: dict[str, Any] = result.to_dict()
+    return applied
 
 
-def get(client: httpx2.Client, path: str) -> dict[str, Any] | None:
-    """The object at ``path``, or None when it does not exist."""
-    resp = client.get(path)
-    if resp.status_code == 404:
-        return None
-    if resp.status_code >= 300:
-        raise TestEnvError(f"GET {path} failed: {resp.status_code} {resp.text[:500]}")
-    result: dict[str, Any] = resp.json()
-    return result
+def get(
+    client: Client, api_version: str, kind: str, name: str, namespace: str | None = None
+) -> dict[str, Any] | None:
+    """The object, or None when it does not exist."""
+    res = resource_for(client, api_version, kind)
+    try:
+        found: dict[str, Any] = client.get(res, name, namespace=namespace).to_dict()
+    except ApiError as err:
+        if err.status.code == 404:
+            return None
+        raise TestEnvError(
+            f"GET {kind} {name} failed: {err.status.code} {(err.status.message or '')[:500]}"
+        ) from None
+    return found
 
 
 def namespace(name: str) -> dict[str, Any]:
@@ -92,7 +93,7 @@ def poll(
     while True:
         try:
             value = check()
-        except (httpx2.HTTPError, OSError) as exc:
+        except (httpx2.HTTPError, OSError, ApiError) as exc:
             value, last = None, exc
         if value:
             return value
@@ -151,23 +152,22 @@ def apply_crds(env: TestEnv, roots: Iterable[Path], *, deadline: float = 120.0) 
     """
     docs = crd_documents(roots)
     crds = [d for d in docs if d["kind"] == "CustomResourceDefinition"]
-    with env.http_client(timeout=60) as client:
+    with client(env, timeout=60) as kube:
         for doc in crds:
-            apply(client, _without_status(doc))
+            apply(kube, _without_status(doc))
         for doc in docs:
             if doc["kind"] == "DeviceClass":
-                apply(client, _without_status(doc))
+                apply(kube, _without_status(doc))
         names = [d["metadata"]["name"] for d in crds]
         for name in names:
-            _wait_established(client, name, deadline)
+            _wait_established(kube, name, deadline)
     return names
 
 
-def _wait_established(client: httpx2.Client, name: str, deadline: float) -> None:
-    path = object_path("CustomResourceDefinition", name)
-
+def _wait_established(kube: Client, name: str, deadline: float) -> None:
     def established() -> bool:
-        return condition_true(get(client, path), "Established")
+        crd = get(kube, "apiextensions.k8s.io/v1", "CustomResourceDefinition", name)
+        return condition_true(crd, "Established")
 
     poll(f"CRD {name} Established", established, deadline=deadline)
 

@@ -28,7 +28,7 @@ from modelplane.catalog import components as catalog
 # into the project: beside the repository, or wherever the variable says.
 HARDWARE_ENV = "MODELPLANE_HARDWARE_DIR"
 SHARED_HARDWARE_DIR = (
-    Path(__file__).resolve().parents[3].parent / "shared" / "fixtures" / "hardware" / "nvidia-h200"
+    Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "hardware" / "nvidia-h200"
 )
 
 

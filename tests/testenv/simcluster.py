@@ -37,6 +37,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
+from lightkube import Client
 from pydantic import BaseModel, ConfigDict
 from tests.testenv import kube
 from tests.testenv.controllers import (
@@ -229,17 +230,16 @@ class SimCluster:
         for name, port in (("kube-controller-manager", kcm_port), ("kube-scheduler", sched_port)):
             self._wait_healthy(name, port, timeout)
         gpu = gpu_hardware()
-        with self.env.http_client(timeout=30) as client:
+        with kube.client(self.env) as client:
             for name, is_gpu in layout.names():
                 kube.apply(client, node_body(name, gpu=gpu if is_gpu else None))
                 if is_gpu:
                     kube.apply(client, resource_slice(name, gpu))
             for name, _ in layout.names():
-                path = kube.object_path("Node", name)
                 self.procs.check("kwok")
                 kube.poll(
                     f"node {name} Ready and untainted by the node lifecycle controller",
-                    functools.partial(_schedulable, client, path),
+                    functools.partial(_schedulable, client, name),
                     deadline=timeout,
                     log=self.procs.log("kwok"),
                 )
@@ -285,7 +285,7 @@ class SimCluster:
             "KUBECONFIG": self._kubeconfig(),
             "ENVOY_GATEWAY_NAMESPACE": namespace,
         }
-        with self.env.http_client(timeout=30) as client:
+        with kube.client(self.env) as client:
             kube.apply(client, kube.namespace(namespace))
             kube.apply(
                 client,
@@ -344,7 +344,7 @@ class SimCluster:
         )
 
     def _envoy_gateway_certs(
-        self, client: httpx2.Client, binary: Path, environ: dict[str, str], home: Path
+        self, client: Client, binary: Path, environ: dict[str, str], home: Path
     ) -> Path:
         """The control-plane certificates, made as the chart's certgen Job makes them.
 
@@ -363,8 +363,7 @@ class SimCluster:
         )
         if proc.returncode != 0:
             raise TestEnvError(f"envoy-gateway certgen failed:\n{proc.stderr[-2000:]}")
-        path = kube.object_path("Secret", "envoy-gateway", catalog.ENVOY_GATEWAY_NAMESPACE)
-        secret = kube.get(client, path)
+        secret = kube.get(client, "v1", "Secret", "envoy-gateway", catalog.ENVOY_GATEWAY_NAMESPACE)
         if secret is None:
             raise TestEnvError("envoy-gateway certgen made no Secret envoy-gateway")
         certs = home / "certs"
@@ -381,7 +380,7 @@ class SimCluster:
         tls.mkdir(parents=True, exist_ok=True)
         _self_signed(tls, "trust-manager")
         webhook, metrics, readyz = _free_port(), _free_port(), _free_port()
-        with self.env.http_client(timeout=30) as client:
+        with kube.client(self.env) as client:
             # The trust namespace must exist before trust-manager starts.
             kube.apply(client, kube.namespace(catalog.MODELPLANE_NAMESPACE))
         self.procs.spawn(
@@ -408,8 +407,8 @@ class SimCluster:
         )
 
 
-def _schedulable(client: httpx2.Client, path: str) -> bool:
-    node = kube.get(client, path)
+def _schedulable(client: Client, name: str) -> bool:
+    node = kube.get(client, "v1", "Node", name)
     # Ready, and the controller-manager has lifted the not-ready taint it puts
     # on new nodes, so pods created after start() schedule at once.
     taints = ((node or {}).get("spec") or {}).get("taints") or []

@@ -38,6 +38,18 @@ def manifest(**spec: Any) -> Manifest:
     }
 
 
+def _every_version_pin() -> dict[str, dict[str, str]]:
+    """spec.versions, .standard and .dynamo with every component's field set."""
+    from modelplane.catalog.components import COMPONENTS
+
+    pins: dict[str, dict[str, str]] = {"versions": {}, "standard": {}, "dynamo": {}}
+    for component in COMPONENTS:
+        if component.version_field is not None:
+            group, _, name = component.version_field.partition(".")
+            pins[group][name] = "v1.0.0" if component.version_format == "chart" else "1"
+    return pins
+
+
 def full_spec() -> dict[str, Any]:
     """A valid spec with every optional field set, for limit tests."""
     return {
@@ -53,16 +65,7 @@ def full_spec() -> dict[str, Any]:
         "stack": "Dynamo",
         "components": "Provided",
         "nvidiaDriverRoot": "/home/kubernetes/bin/nvidia",
-        "versions": {
-            "certManager": "v1.0.0",
-            "envoyGateway": "v1.0.0",
-            "nodeFeatureDiscovery": "1.0.0",
-            "nvidiaDraDriver": "1.0.0",
-            "prometheus": "1.0.0",
-            "trustManager": "v1.0.0",
-        },
-        "standard": {"leaderWorkerSet": "v1.0.0"},
-        "dynamo": {"grove": "v1.0.0", "kaiScheduler": "v1.0.0", "modelExpress": "1"},
+        **_every_version_pin(),
         "gateway": {
             "className": "eg",
             "hostname": "west.example.com",

@@ -25,7 +25,7 @@ POOL = {"group": "inference.networking.k8s.io", "kind": "InferencePool", "versio
 
 def rendered() -> dict[str, Any]:
     """The EnvoyGateway document gateway-helm renders: chart defaults plus our values."""
-    values = catalog._envoy_gateway_values(provided_stack(Stack.STANDARD).spec)
+    values = catalog.BY_NAME["envoy-gateway"].values(provided_stack(Stack.STANDARD).spec)
     doc: dict[str, Any] = {
         "apiVersion": "gateway.envoyproxy.io/v1alpha1",
         "kind": "EnvoyGateway",

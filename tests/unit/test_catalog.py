@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import importlib
 import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -10,7 +12,15 @@ import yaml
 
 from modelplane.api.models import ServingStackSpec
 from modelplane.catalog import components as c
-from modelplane.catalog.components import COMPONENTS, components_for, components_of_stack
+from modelplane.catalog.components import (
+    COMPONENTS,
+    CatalogError,
+    components_for,
+    components_of_stack,
+    ordered,
+)
+from modelplane.catalog.reference import components_table, readme_with_components_table
+from modelplane.catalog.types import Component, CRDServes
 from modelplane.pins import Stack
 
 from .conftest import REQUIREMENTS_DOC
@@ -51,37 +61,11 @@ config:
         version: v1
 """
 
-# Chart, version and namespace per component as the requirements document and
-# upstream-facts.md state them.
-CHARTS = {
-    "cert-manager": ("cert-manager", "v1.20.2", "https://charts.jetstack.io"),
-    "kube-prometheus-stack": (
-        "kube-prometheus-stack",
-        "84.4.0",
-        "https://prometheus-community.github.io/helm-charts",
-    ),
-    "node-feature-discovery": (
-        "node-feature-discovery",
-        "0.19.0",
-        "https://kubernetes-sigs.github.io/node-feature-discovery/charts",
-    ),
-    "nvidia-dra-driver-gpu": (
-        "dra-driver-nvidia-gpu",
-        "0.4.1",
-        "oci://registry.k8s.io/dra-driver-nvidia/charts",
-    ),
-    "envoy-gateway": ("gateway-helm", "v1.8.4", "oci://docker.io/envoyproxy"),
-    "ai-gateway-crds": ("ai-gateway-crds-helm", "v1.1.0", "oci://docker.io/envoyproxy"),
-    "ai-gateway": ("ai-gateway-helm", "v1.1.0", "oci://docker.io/envoyproxy"),
-    "trust-manager": ("trust-manager", "v0.25.0", "https://charts.jetstack.io"),
-    "leader-worker-set": ("lws", "v0.8.0", "oci://registry.k8s.io/lws/charts"),
-    "grove": ("grove-charts", "v0.1.0-alpha.12-rc2", "oci://ghcr.io/ai-dynamo/grove"),
-    "kai-scheduler": (
-        "kai-scheduler",
-        "v0.16.8",
-        "oci://ghcr.io/kai-scheduler/kai-scheduler",
-    ),
-}
+README = Path(__file__).resolve().parents[2] / "README.md"
+UPSTREAM = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "upstream"
+PACKAGE = Path(c.__file__).parent
+CHART_COMPONENTS = [comp for comp in COMPONENTS if comp.chart is not None]
+PINNED = [comp for comp in COMPONENTS if comp.version_field is not None]
 
 
 def _spec(**fields: Any) -> ServingStackSpec:
@@ -90,112 +74,91 @@ def _spec(**fields: Any) -> ServingStackSpec:
     )
 
 
-def test_every_component_of_the_design_is_in_the_catalog() -> None:
-    names = {comp.name for comp in COMPONENTS}
-    assert names >= {
-        "cert-manager",
-        "kube-prometheus-stack",
-        "node-feature-discovery",
-        "nvidia-dra-driver-gpu",
-        "envoy-gateway",
-        "ai-gateway-crds",
-        "ai-gateway",
-        "gaie-crds",
-        "trust-manager",
-        "dra-driver-critical-pods-quota",
-        "leader-worker-set",
-        "grove",
-        "kai-scheduler",
+def _component(name: str, **fields: Any) -> Component:
+    record: dict[str, Any] = {
+        "summary": "",
+        "namespace": "",
+        "version": "1.0.0",
+        "stacks": c.BOTH,
+        "order": 0,
     }
-    assert len(names) == len(COMPONENTS)
+    return Component(name=name, **{**record, **fields})
 
 
-@pytest.mark.parametrize(("name", "expected"), sorted(CHARTS.items()))
-def test_charts_versions_and_release_names(name: str, expected: tuple[str, str, str]) -> None:
-    comp = c.BY_NAME[name]
-    chart, version, _repository = expected
+# --- one module per component -----------------------------------------------------
+
+
+def test_every_module_of_the_package_is_one_component() -> None:
+    modules = sorted(p.stem for p in PACKAGE.glob("*.py") if not p.name.startswith("_"))
+    for module in modules:
+        record = importlib.import_module(f"{c.__name__}.{module}").COMPONENT
+        assert c.BY_NAME[record.name] is record
+        # The name it had in the one-module catalog still reaches it.
+        assert getattr(c, module.upper()) is record
+    assert len(c.BY_NAME) == len(COMPONENTS) == len(modules)
+
+
+def test_the_design_components_are_there() -> None:
+    # Spot checks of the design, not a list to extend: the catalog is the list.
+    assert {"cert-manager", "envoy-gateway", "gaie-crds", "grove"} <= set(c.BY_NAME)
+
+
+@pytest.mark.parametrize("comp", CHART_COMPONENTS, ids=lambda comp: comp.name)
+def test_a_chart_installs_its_pin_under_its_own_release_name(comp: Component) -> None:
     assert comp.chart is not None
-    assert (comp.chart.chart, comp.version, comp.chart.repository) == expected
-    assert comp.version_for(_spec()) == version
-    assert comp.release_name == f"mp-{chart}"
+    assert comp.version_for(_spec()) == comp.version
+    assert comp.release_name == f"mp-{comp.chart.chart}"
+    assert comp.chart.repository.startswith(("https://", "oci://"))
 
 
 def test_release_names_are_unique_and_short() -> None:
-    names = [comp.release_name for comp in COMPONENTS if comp.chart is not None]
+    names = [comp.release_name for comp in CHART_COMPONENTS]
     assert len(names) == len(set(names))
     assert all(len(n) <= 53 for n in names)  # Helm's release name limit
 
 
 def test_version_fields_override_versions() -> None:
-    spec = _spec(
-        versions={
-            "certManager": "v9.0.1",
-            "envoyGateway": "v9.0.2",
-            "nodeFeatureDiscovery": "9.0.3",
-            "nvidiaDraDriver": "9.0.4",
-            "prometheus": "9.0.5",
-            "trustManager": "v9.0.6",
-        },
-        standard={"leaderWorkerSet": "v9.0.7"},
-        dynamo={"grove": "v9.0.8", "kaiScheduler": "v9.0.9", "modelExpress": "9.1.0"},
+    # A distinct version for every pinned component, at the path its record names.
+    wanted = {comp.name: f"9.0.{i}" for i, comp in enumerate(PINNED)}
+    fields: dict[str, dict[str, str]] = {}
+    for comp in PINNED:
+        assert comp.version_field is not None
+        group, _, name = comp.version_field.partition(".")
+        fields.setdefault(group, {})[name] = wanted[comp.name]
+    spec = _spec(**fields)
+    for comp in PINNED:
+        assert comp.version_for(spec) == wanted[comp.name], comp.name
+    # Each group has exactly the catalog's fields: none written by hand besides.
+    for group in ("versions", "standard", "dynamo"):
+        model = type(getattr(spec, group))
+        assert {f.alias for f in model.model_fields.values()} == {
+            f.partition(".")[2]
+            for f in (comp.version_field for comp in PINNED)
+            if f and f.startswith(group + ".")
+        }
+
+
+def test_a_version_field_is_in_its_stacks_group() -> None:
+    groups = {c.BOTH: "versions", c.STANDARD: "standard", c.DYNAMO: "dynamo"}
+    for comp in PINNED:
+        assert comp.version_field is not None
+        assert comp.version_field.partition(".")[0] == groups[comp.stacks], comp.name
+
+
+@pytest.mark.parametrize("comp", COMPONENTS, ids=lambda comp: comp.name)
+def test_namespace_is_a_dns_label_or_cluster_scoped(comp: Component) -> None:
+    assert re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", comp.namespace) or (
+        comp.namespace == "" and comp.kind == "manifests"
     )
-    expected = {
-        "cert-manager": "v9.0.1",
-        "envoy-gateway": "v9.0.2",
-        "node-feature-discovery": "9.0.3",
-        "nvidia-dra-driver-gpu": "9.0.4",
-        "kube-prometheus-stack": "9.0.5",
-        "trust-manager": "v9.0.6",
-        "leader-worker-set": "v9.0.7",
-        "grove": "v9.0.8",
-        "kai-scheduler": "v9.0.9",
-        "modelexpress-crds": "9.1.0",
-    }
-    for name, version in expected.items():
-        assert c.BY_NAME[name].version_for(spec) == version, name
-
-
-@pytest.mark.parametrize(
-    ("name", "namespace"),
-    [
-        ("cert-manager", "cert-manager"),
-        ("kube-prometheus-stack", "monitoring"),
-        ("node-feature-discovery", "node-feature-discovery"),
-        ("nvidia-dra-driver-gpu", "nvidia-dra-driver"),
-        ("dra-driver-critical-pods-quota", "nvidia-dra-driver"),
-        ("envoy-gateway", "envoy-gateway-system"),
-        ("ai-gateway-crds", "envoy-ai-gateway-system"),
-        ("ai-gateway", "envoy-ai-gateway-system"),
-        ("trust-manager", "modelplane-system"),
-        ("leader-worker-set", "lws-system"),
-        ("grove", "grove-system"),
-        ("kai-scheduler", "kai-scheduler"),
-    ],
-)
-def test_namespaces(name: str, namespace: str) -> None:
-    assert c.BY_NAME[name].namespace == namespace
 
 
 def test_stacks() -> None:
-    standard = {comp.name for comp in components_of_stack(Stack.STANDARD)}
-    dynamo = {comp.name for comp in components_of_stack(Stack.DYNAMO)}
-    assert "leader-worker-set" in standard and "leader-worker-set" not in dynamo
+    for stack in Stack:
+        assert components_of_stack(stack) == [comp for comp in COMPONENTS if stack in comp.stacks]
+    assert c.BY_NAME["leader-worker-set"].stacks == {Stack.STANDARD}
     for name in ("grove", "kai-scheduler", "modelexpress-crds"):
-        assert name in dynamo and name not in standard
-    common = {
-        "cert-manager",
-        "kube-prometheus-stack",
-        "node-feature-discovery",
-        "nvidia-dra-driver-gpu",
-        "dra-driver-critical-pods-quota",
-        "envoy-gateway",
-        "ai-gateway-crds",
-        "ai-gateway",
-        "gaie-crds",
-        "trust-manager",
-    }
-    assert standard == common | {"leader-worker-set"}
-    assert dynamo == common | {"grove", "kai-scheduler", "modelexpress-crds"}
+        assert c.BY_NAME[name].stacks == {Stack.DYNAMO}
+    assert c.BY_NAME["cert-manager"].stacks == {Stack.STANDARD, Stack.DYNAMO}
 
 
 def test_dependencies_come_first_and_exist() -> None:
@@ -206,6 +169,61 @@ def test_dependencies_come_first_and_exist() -> None:
             assert dep in seen, f"{comp.name} is listed before its dependency {dep}"
             assert comp.stacks <= c.BY_NAME[dep].stacks
         seen.add(comp.name)
+
+
+def test_order_breaks_ties_then_the_name_does() -> None:
+    a, b, z = _component("a", order=2), _component("b", order=1), _component("z", order=1)
+    assert [comp.name for comp in ordered([a, z, b])] == ["b", "z", "a"]
+
+
+@pytest.mark.parametrize(
+    ("components", "error"),
+    [
+        (
+            [_component("a", order=1, depends_on=("b",)), _component("b", order=2)],
+            "a (order 1) depends on b, whose order 2 is not lower",
+        ),
+        ([_component("a", depends_on=("gone",))], "a depends on gone, which is not in"),
+        (
+            [
+                _component("a", order=1, depends_on=("b",)),
+                _component("b", stacks=c.DYNAMO),
+            ],
+            "a is on a stack its dependency b is not on",
+        ),
+        ([_component("a", depends_on=("a",))], "a (order 0) depends on a, whose order 0"),
+        (
+            [_component("a", order=1, depends_on=("b",)), _component("b", order=1)],
+            "a (order 1) depends on b, whose order 1 is not lower",
+        ),
+        ([_component("a"), _component("a")], "two components share the name a"),
+    ],
+)
+def test_a_catalog_that_does_not_hold_together_is_refused(
+    components: list[Component], error: str
+) -> None:
+    with pytest.raises(CatalogError, match=re.escape(error)):
+        ordered(components)
+
+
+def test_readme_component_table_is_generated_from_the_catalog() -> None:
+    readme = README.read_text()
+    assert readme_with_components_table(readme) == readme, (
+        "README.md's component table is stale: run hack/readme-components.sh"
+    )
+    # Every substrate component has its row, with its pin.
+    rows = {
+        line.split(" | ")[0].removeprefix("| "): line for line in components_table().splitlines()
+    }
+    for comp in COMPONENTS:
+        assert (comp.name in rows) is (comp.role == "substrate"), comp.name
+        if comp.name in rows and comp.kind != "objects":
+            assert f"| {comp.version} |" in rows[comp.name]
+
+
+def test_the_readme_table_is_refused_without_its_markers() -> None:
+    with pytest.raises(ValueError, match="README has no"):
+        readme_with_components_table("# no table here\n")
 
 
 def test_envoy_gateway_values_are_the_spec_block_exactly() -> None:
@@ -353,6 +371,24 @@ def test_modelexpress_crds_are_configuration() -> None:
     assert "0.4.1" in mx.manifests.url(mx.version_for(_spec()))
 
 
-def test_only_substrate_is_skipped_in_provided_mode() -> None:
-    roles = {comp.name: comp.role for comp in COMPONENTS}
-    assert [n for n, r in roles.items() if r == "config"] == ["modelexpress-crds"]
+def _upstream_crds() -> dict[str, dict[str, Any]]:
+    if not UPSTREAM.is_dir():
+        pytest.skip(f"the shared upstream fixtures are not at {UPSTREAM}")
+    out: dict[str, dict[str, Any]] = {}
+    for path in sorted(UPSTREAM.glob("*/*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            if isinstance(doc, dict) and doc.get("kind") == "CustomResourceDefinition":
+                out[doc["metadata"]["name"]] = doc["spec"]
+    return out
+
+
+def test_each_required_crd_has_the_kind_and_scope_upstream_gives_it() -> None:
+    # The stand-in CRDs of the tests are made from these, so they must be the real ones.
+    upstream = _upstream_crds()
+    for comp in COMPONENTS:
+        for r in comp.requirements:
+            if isinstance(r, CRDServes):
+                spec = upstream[r.crd]
+                assert spec["names"]["kind"] == r.kind, r.crd
+                assert (spec["scope"] == "Namespaced") is r.namespaced, r.crd
+                assert r.version in [v["name"] for v in spec["versions"] if v.get("served")]

@@ -206,7 +206,7 @@ def test_envoy_gateway_config_compared_with_the_catalog_values() -> None:
         )
 
     title = "Envoy Gateway's extensionManager"
-    rendered = catalog._envoy_gateway_values(provided_stack(Stack.STANDARD).spec)
+    rendered = catalog.BY_NAME["envoy-gateway"].values(provided_stack(Stack.STANDARD).spec)
     doc = {"apiVersion": "gateway.envoyproxy.io/v1alpha1", "kind": "EnvoyGateway"}
     doc |= rendered["config"]["envoyGateway"]
     ok = with_facts(config_maps=[cm(yaml.safe_dump(doc))])

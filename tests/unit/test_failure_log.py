@@ -1,12 +1,13 @@
-"""A blocked stack's failure is logged when it changes, not on every retry."""
+"""A blocked stack's failure is logged when it changes, not on every retry; what wakes it."""
 
 from __future__ import annotations
 
+import contextvars
 import logging
 
 import pytest
 
-from modelplane.operator.handlers import WAKE_HANDLER, FailureLog, QuietWakes
+from modelplane.operator.handlers import FailureLog, QuietTeardownRetries, Wake, _retry
 from modelplane.operator.status import Outcome
 
 MISSING = Outcome(blocked_reason="SecretNotFound", blocked_message="Secret platform/west not found")
@@ -64,26 +65,39 @@ def test_an_unexpected_error_brings_its_traceback_once(caplog: pytest.LogCapture
     assert len(with_traceback) == 1 and with_traceback[0].levelno == logging.WARNING
 
 
-def _kopf_success(handler: str) -> logging.LogRecord:
-    # As kopf's _core/actions/execution.py logs it, on the kopf.objects logger.
-    return logging.LogRecord(
-        "kopf.objects", logging.INFO, __file__, 1, f"Handler {handler!r} succeeded.", None, None
-    )
+async def test_only_a_new_spec_or_a_deletion_wakes_a_stack() -> None:
+    wake = Wake((3, None))
+    wake.see((3, None))  # our own status write, coming back as an event
+    assert not wake.event.is_set()
+    wake.see((4, None))  # a new spec
+    assert wake.event.is_set()
+    wake.event.clear()
+    wake.see((4, "2026-12-01T00:00:00Z"))  # the stack is being deleted
+    assert wake.event.is_set()
 
 
-def test_the_wake_handlers_success_line_is_debug() -> None:
-    kopf_objects = logging.getLogger("kopf.objects")
-    level = kopf_objects.level
-    try:
-        kopf_objects.setLevel(logging.INFO)
-        quiet = QuietWakes()
-        wake = _kopf_success(WAKE_HANDLER)
-        assert quiet.filter(wake) is False
-        assert wake.levelno == logging.DEBUG
-        # Any other handler's line, e.g. teardown's, stays as kopf logs it.
-        teardown = _kopf_success("register.<locals>.teardown")
-        assert quiet.filter(teardown) is True and teardown.levelno == logging.INFO
-        kopf_objects.setLevel(logging.DEBUG)  # --verbose
-        assert quiet.filter(_kopf_success(WAKE_HANDLER)) is True
-    finally:
-        kopf_objects.setLevel(level)
+def test_a_stack_that_leaves_the_watch_stops_its_task() -> None:
+    wake = Wake((3, None))
+    wake.leave()  # deleted, or relabelled into another shard
+    assert wake.gone and wake.event.is_set()
+
+
+def _kopf_error(message: str) -> logging.LogRecord:
+    return logging.LogRecord("kopf.objects", logging.ERROR, __file__, 1, message, None, None)
+
+
+def test_only_the_retry_teardown_raised_is_demoted() -> None:
+    quiet = QuietTeardownRetries()
+
+    def in_a_handlers_task() -> list[int]:
+        # What kopf logs in the task that ran the handler, after it raised.
+        _retry("waiting for Gateway x to be deleted", 2.0)
+        first, second = _kopf_error("about that retry"), _kopf_error("something else")
+        passed = [quiet.filter(first), quiet.filter(second)]
+        assert passed == [False, True]
+        return [first.levelno, second.levelno]
+
+    assert contextvars.copy_context().run(in_a_handlers_task) == [logging.DEBUG, logging.ERROR]
+    # Without the handler's mark, every ERROR stays one.
+    unmarked = _kopf_error("a handler crashed")
+    assert quiet.filter(unmarked) is True and unmarked.levelno == logging.ERROR

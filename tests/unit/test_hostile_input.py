@@ -213,7 +213,7 @@ def test_a_null_is_an_absent_field_as_the_api_server_reads_it() -> None:
     assert spec.nvidia_driver_root == pins.NVIDIA_DRIVER_ROOT
     assert spec.gateway.class_name == pins.GATEWAY_CLASS_NAME
     assert spec.gateway.listeners == []
-    assert spec.versions.cert_manager == pins.CERT_MANAGER
+    assert spec.versions.cert_manager == BY_NAME["cert-manager"].version
     with pytest.raises(ValidationError):
         ServingStackSpec.model_validate({"secrets": None})
 

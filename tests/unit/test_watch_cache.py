@@ -6,10 +6,12 @@ import asyncio
 from typing import Any
 
 import httpx2
+import pytest
 
 from modelplane.api.models import ServingStackSpec
+from modelplane.kube.discovery import PLURALS
 from modelplane.observe.state import to_observed, wanted
-from modelplane.observe.watches import CRDS, WatchCache, WatchKey, watch_keys
+from modelplane.observe.watches import CRDS, WatchCache, WatchKey, crd_plurals, watch_keys
 from modelplane.wire import DIGEST_ANNOTATION, MANAGED_BY, MANAGED_BY_LABEL
 
 SPEC = ServingStackSpec.model_validate(
@@ -32,16 +34,38 @@ def _gateway(address: str) -> dict[str, Any]:
     }
 
 
+# What discovery says the kinds these specs apply are served as.
+SERVED: PLURALS = {
+    ("v1", "ConfigMap"): "configmaps",
+    ("v1", "Namespace"): "namespaces",
+    ("v1", "Service"): "services",
+    ("v1", "ServiceAccount"): "serviceaccounts",
+    ("apps/v1", "Deployment"): "deployments",
+    ("rbac.authorization.k8s.io/v1", "Role"): "roles",
+    ("rbac.authorization.k8s.io/v1", "RoleBinding"): "rolebindings",
+    ("cert-manager.io/v1", "Certificate"): "certificates",
+    ("cert-manager.io/v1", "Issuer"): "issuers",
+    ("gateway.envoyproxy.io/v1alpha1", "ClientTrafficPolicy"): "clienttrafficpolicies",
+    ("gateway.envoyproxy.io/v1alpha1", "EnvoyProxy"): "envoyproxies",
+    ("gateway.networking.k8s.io/v1", "Gateway"): "gateways",
+    ("gateway.networking.k8s.io/v1", "GatewayClass"): "gatewayclasses",
+    ("trust.cert-manager.io/v1alpha1", "Bundle"): "bundles",
+}
+
+
 def _cache() -> WatchCache:
-    return WatchCache(httpx2.AsyncClient(), wanted(SPEC), lambda: None)
+    cache = WatchCache(httpx2.AsyncClient(), wanted(SPEC), lambda: None)
+    cache.learn(SERVED)
+    return cache
 
 
 def test_the_ca_configmap_is_watched_only_with_a_hostname() -> None:
-    with_hostname = watch_keys(wanted(SPEC))
+    with_hostname = watch_keys(wanted(SPEC), SERVED)
     without = watch_keys(
         wanted(
             SPEC.model_copy(update={"gateway": SPEC.gateway.model_copy(update={"hostname": None})})
-        )
+        ),
+        SERVED,
     )
     # The private CA's kinds come with the hostname too; the CA ConfigMap
     # by its name only, as trust-manager writes it without our label.
@@ -97,7 +121,54 @@ def test_a_stack_with_client_cas_watches_configmaps_twice() -> None:
             },
         }
     )
-    keys = [k for k in watch_keys(wanted(spec)) if k.api.resource == "configmaps"]
+    keys = [k for k in watch_keys(wanted(spec), SERVED) if k.api.resource == "configmaps"]
     assert len(keys) == 2
     cache = WatchCache(httpx2.AsyncClient(), wanted(spec), lambda: None)
-    assert set(cache.reflectors) == watch_keys(wanted(spec))
+    cache.learn(SERVED)
+    assert set(cache.reflectors) == watch_keys(wanted(spec), SERVED)
+
+
+def test_a_kind_is_watched_once_its_plural_is_known_and_not_before() -> None:
+    cache = WatchCache(httpx2.AsyncClient(), wanted(SPEC), lambda: None)
+    assert not any(k.api.resource == "gateways" for k in cache.reflectors)
+    cache.learn({("gateway.networking.k8s.io/v1", "Gateway"): "gateways"})
+    gateways = [k for k in cache.reflectors if k.api.resource == "gateways"]
+    assert [(k.api.group_version, k.labels) for k in gateways] == [
+        ("gateway.networking.k8s.io/v1", f"{MANAGED_BY_LABEL}={MANAGED_BY}")
+    ]
+
+
+def _crd(served: bool, established: bool) -> dict[str, Any]:
+    return {
+        "spec": {
+            "group": "gateway.networking.k8s.io",
+            "names": {"kind": "Gateway", "plural": "gateways"},
+            "versions": [{"name": "v1", "served": served}, {"name": "v1beta1", "served": False}],
+        },
+        "status": {
+            "conditions": [{"type": "Established", "status": "True" if established else "False"}]
+        },
+    }
+
+
+@pytest.mark.parametrize(
+    ("served", "established", "expected"),
+    [
+        (True, True, {("gateway.networking.k8s.io/v1", "Gateway"): "gateways"}),
+        (True, False, {}),  # not Established: nothing served yet
+        (False, True, {}),  # no version served
+    ],
+)
+def test_a_crd_says_what_its_kind_is_served_as(
+    served: bool, established: bool, expected: PLURALS
+) -> None:
+    assert crd_plurals([_crd(served, established)]) == expected
+
+
+def test_a_crd_event_starts_the_watch_of_the_kind_it_serves() -> None:
+    cache = WatchCache(httpx2.AsyncClient(), wanted(SPEC), lambda: None)
+    cache.reflectors[WatchKey(CRDS)].items = {
+        "/gateways.gateway.networking.k8s.io": _crd(True, True)
+    }
+    cache._on_change(WatchKey(CRDS), "ADDED")
+    assert any(k.api.resource == "gateways" for k in cache.reflectors)

@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import httpx2
 import pytest
 
-from modelplane.observe.watches import Link, Reflector, WatchKey
+from modelplane.observe.watches import WATCH_BACKOFF, Link, Reflector, WatchKey
 from modelplane.operator.handlers import coalesce
 from modelplane.wire import ApiRef
 
@@ -125,36 +124,46 @@ async def test_410_relists_and_watches_from_the_new_resource_version(gone: str) 
 
 async def test_a_server_that_answers_every_watch_with_410_is_not_a_loop() -> None:
     # Every LIST followed by a watch answered 410: a server at fault. The
-    # reflector backs off (0.5 s, 1 s, 2 s ...) instead of relisting at once.
+    # reflector pauses before each relist instead of relisting at once (the
+    # LIST that succeeded starts the backoff over, so the pause is the first
+    # one each time). Its clock stands still, so every 410 comes "right after"
+    # its LIST; its sleeps are recorded, not slept.
+    rounds = 8
     answers: list[httpx2.Response] = []
-    for i in range(50):
+    for i in range(rounds):
         answers += [_list(str(10 + i)), httpx2.Response(410)]
     script = Script(answers)
     http = httpx2.AsyncClient(
         base_url="https://target.invalid", transport=httpx2.MockTransport(script)
     )
-    reflector = Reflector(http, KEY, Link(http, "test"), lambda _k, _kind: None)
+    slept: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        slept.append(seconds)
+
+    reflector = Reflector(
+        http, KEY, Link(http, "test"), lambda _k, _kind: None, clock=lambda: 100.0, sleep=sleep
+    )
     task = asyncio.create_task(reflector.run())
-    window = 2.0
-    started = time.monotonic()
-    await asyncio.sleep(window)
-    task.cancel()
-    await asyncio.gather(task, return_exceptions=True)
-    await http.aclose()
-    elapsed = time.monotonic() - started
+    try:
+        await asyncio.wait_for(script.done.wait(), 20.0)
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await http.aclose()
     lists = sum(not _is_watch(r) for r in script.requests)
-    # 0 s, 0.5 s, 1.5 s: three LISTs in two seconds; a loop would make hundreds.
-    assert 1 <= lists <= 4, f"{lists} LISTs in {elapsed:.1f}s"
+    assert lists == rounds + 1 and reflector.expired == rounds
+    # One pause after every 410, none between a LIST and its watch.
+    assert slept == [WATCH_BACKOFF.delay(1)] * rounds == [0.5] * rounds
 
 
 async def test_a_lone_wake_up_is_not_held_for_the_whole_coalescing_period() -> None:
     wake = asyncio.Event()
     wake.set()
-    started = time.monotonic()
-    more = await coalesce(wake, quiet=0.01, most=10.0)
-    # Ends after the quiet pause, not after ``most``: a fixed sleep would take 10 s.
+    # ``most`` is an hour: only ending after the quiet pause lets this return
+    # within the deadline, which bounds a hang and is no claim about speed.
+    more = await asyncio.wait_for(coalesce(wake, quiet=0.01, most=3600.0), 30.0)
     assert more == 0
-    assert time.monotonic() - started < 5.0
     assert wake.is_set()
 
 
@@ -186,10 +195,12 @@ async def test_wake_ups_that_never_pause_are_taken_for_at_most_the_period() -> N
             wake.set()
 
     task = asyncio.create_task(forever())
-    started = time.monotonic()
-    await asyncio.wait_for(coalesce(wake, quiet=1.0, most=0.3), 10.0)
-    stop.set()
-    await task
-    # Bounded by ``most`` (generous slack for a loaded machine), not by the burst.
-    assert time.monotonic() - started < 5.0
+    # The burst never pauses, so only ``most`` can end the wait (the deadline
+    # bounds a hang); and every wake-up of it was taken, none left waiting.
+    try:
+        more = await asyncio.wait_for(coalesce(wake, quiet=1.0, most=0.3), 30.0)
+    finally:
+        stop.set()
+        await task
+    assert more > 0
     assert wake.is_set()

@@ -22,11 +22,11 @@ from lightkube.core.exceptions import ApiError
 
 from modelplane.actions.apply import WebhookNotReady
 from modelplane.kube.answers import webhook_call_failed
-from modelplane.operator.handlers import RETRY_BLOCKED_SECONDS, _delay
 from modelplane.operator.options import OperatorOptions
-from modelplane.operator.reconciler import WEBHOOK_RETRY_CAP, StackReconciler
+from modelplane.operator.reconciler import StackReconciler
 from modelplane.operator.status import Outcome, desired_status
 from modelplane.plan import plan
+from modelplane.plan.decisions import WEBHOOK_RETRY
 
 from .conftest import StackFactory
 
@@ -196,12 +196,12 @@ async def test_a_webhook_wait_is_retried_with_growing_waits_and_one_event() -> N
     waits = []
     for _ in range(8):
         assert not await r._guard("configuration", fails_with(not_ready()))
-        waits.append(r.backoff["configuration"].not_before - clock.now)
+        waits.append(r.not_before["configuration"] - clock.now)
         assert r.retry_after() == pytest.approx(waits[-1])
-        clock.now = r.backoff["configuration"].not_before
+        clock.now = r.not_before["configuration"]
     # Backoff, capped lower than other failures: such a webhook answers soon.
     assert waits == [5.0, 10.0, 20.0, 40.0, 60.0, 60.0, 60.0, 60.0]
-    assert waits[-1] == WEBHOOK_RETRY_CAP
+    assert waits[-1] == WEBHOOK_RETRY.cap
     assert r.waiting_on_webhook == {"configuration"}
     assert r.failures["configuration"] == str(not_ready())
     # One event for the wait, not one per retry.
@@ -211,7 +211,7 @@ async def test_a_webhook_wait_is_retried_with_growing_waits_and_one_event() -> N
     assert not await r._guard("configuration", fails_with(not_ready("500: timeout")))
     assert len(events) == 2
     assert await r._guard("configuration", succeeds())
-    assert (r.failures, r.backoff, r.waiting_on_webhook) == ({}, {}, set())
+    assert (r.failures, r.not_before, r.waiting_on_webhook) == ({}, {}, set())
     assert r.retry_after() is None
 
 
@@ -232,22 +232,6 @@ async def test_retry_after_never_spins_on_a_deadline_just_passed() -> None:
     assert r.retry_after() == 1.0  # not 0.1: a sleep that short is a busy loop
     clock.now += 1.0
     assert r.retry_after() is None  # due: the next reconcile retries it
-
-
-def test_the_daemon_sleeps_until_the_retry_is_due() -> None:
-    failing = {"configuration": "x"}
-    assert _delay(Outcome(failures=failing, retry_after=5.0), 300.0) == 5.0
-    assert _delay(Outcome(failures=failing, retry_after=500.0), 300.0) == 300.0
-    # Without a due time, the stack's backoff (jittered by up to 10%) decides.
-    assert (
-        0.9 * RETRY_BLOCKED_SECONDS
-        <= _delay(Outcome(failures=failing), 300.0)
-        <= RETRY_BLOCKED_SECONDS
-    )
-    blocked = Outcome(blocked_reason="TargetUnreachable")
-    assert 0.9 * RETRY_BLOCKED_SECONDS <= _delay(blocked, 300.0) <= RETRY_BLOCKED_SECONDS
-    assert _delay(blocked, 300.0, streak=3) > RETRY_BLOCKED_SECONDS
-    assert _delay(Outcome(), 300.0) == 300.0
 
 
 def _ready(outcome: Outcome) -> dict[str, Any]:

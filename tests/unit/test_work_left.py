@@ -53,7 +53,7 @@ def test_a_failure_stands_while_its_object_waits_for_its_api(
 
     r = reconciler()
     r.failures = {"configuration": "apply failed", "cert-manager": "install failed"}
-    r.forget_settled(p)
+    r.forget_finished(p)
     # cert-manager has nothing left to do; the configuration is not done.
     assert r.failures == {"configuration": "apply failed"}
 
@@ -69,7 +69,7 @@ def test_withheld_objects_are_no_work_left(
     assert p.components_with_work == set()
     r = reconciler()
     r.failures = {"configuration": "apply failed"}
-    r.forget_settled(p)
+    r.forget_finished(p)
     assert r.failures == {}
 
 

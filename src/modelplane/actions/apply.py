@@ -18,19 +18,23 @@ from lightkube.resources.admissionregistration_v1 import (
 )
 
 from modelplane.kube.answers import describe_error, webhook_call_failed
+from modelplane.kube.client import waiting_out_429
+from modelplane.kube.errors import ErrorKind, KnownError
 from modelplane.kube.resources import resource_of, unless_missing
-from modelplane.wire import FIELD_MANAGER, settled
+from modelplane.wire import FIELD_MANAGER
 
 log = logging.getLogger("modelplane.target")
 
 
-class WebhookNotReady(Exception):
+class WebhookNotReady(KnownError):
     """The target could not call an admission webhook for an object: nothing was written.
 
     A webhook's chart is Ready before its server answers (cert-manager's
     webhook waits for its pod and for cainjector to inject its CA), so this is
     a wait, retried with backoff, and said as such rather than as a failure.
     """
+
+    kind = ErrorKind.WEBHOOK_NOT_READY
 
     def __init__(self, webhook: str, configurations: list[str], refused: str, detail: str) -> None:
         self.webhook = webhook
@@ -71,10 +75,10 @@ def _shown(body: dict[str, Any]) -> str:
 
 async def apply_object(client: AsyncClient, body: dict[str, Any]) -> None:
     """Server-side apply ``body``; ``WebhookNotReady`` when a webhook cannot be called."""
-    res = resource_of(body)
+    res = await resource_of(client, body)
     obj: Any = res.from_dict(body)
     try:
-        await settled(
+        await waiting_out_429(
             lambda: client.apply(
                 obj,
                 name=body["metadata"]["name"],
@@ -96,7 +100,7 @@ async def apply_object(client: AsyncClient, body: dict[str, Any]) -> None:
 
 async def delete_object(client: AsyncClient, body: dict[str, Any]) -> bool:
     """Delete the object; True while it still exists (finalizers may hold it)."""
-    res = resource_of(body)
+    res = await resource_of(client, body)
     name, namespace = body["metadata"]["name"], body["metadata"].get("namespace")
 
     async def delete() -> bool:

@@ -41,7 +41,8 @@ from pydantic import BaseModel, ConfigDict
 from modelplane.actions.apply import apply_object
 from modelplane.api.models import ServingStack
 from modelplane.catalog.configuration import CLAIM_NAME, CLAIM_NAMESPACE, configuration_for
-from modelplane.kube.discovery import TargetError
+from modelplane.kube.client import TargetError
+from modelplane.kube.errors import ErrorKind, KnownError
 from modelplane.kube.resources import unless_missing
 from modelplane.wire import MANAGED_BY, MANAGED_BY_LABEL, stamp
 
@@ -147,8 +148,10 @@ def already_reported(status: Mapping[str, Any] | None, message: str) -> bool:
     return False
 
 
-class ClaimContendedError(Exception):
+class ClaimContendedError(KnownError):
     """The claim kept changing hands while this stack tried to take it."""
+
+    kind = ErrorKind.CLAIM_CONTENDED
 
 
 @dataclass(frozen=True)

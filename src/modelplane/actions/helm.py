@@ -28,12 +28,16 @@ import yaml
 
 from modelplane.credentials.kubeconfig import parse_kubeconfig
 from modelplane.kube.address import DEFAULT_DENIED, IPNetwork
+from modelplane.kube.client import check_server
+from modelplane.kube.errors import ErrorKind, KnownError
 from modelplane.plan.model import PlannedRelease, ReleaseAction
 from modelplane.wire import RELEASE_DIGEST_LABEL
 
 
-class HelmError(Exception):
+class HelmError(KnownError):
     """helm failed; the message is helm's own stderr, trimmed."""
+
+    kind = ErrorKind.HELM_FAILED
 
 
 class ProcessGroups:
@@ -234,10 +238,6 @@ class Helm:
 
 async def kubeconfig_allowed(kubeconfig: str, deny: Iterable[IPNetwork]) -> None:
     """Raise ``AddressDenied`` if the kubeconfig's server is refused: the rule of every request."""
-    # kube.answers names HelmError, and credentials.connect imports kube.answers:
-    # importing it at the top would make a cycle through this module.
-    from modelplane.credentials.connect import check_server
-
     config = parse_kubeconfig(kubeconfig, allow_unsafe=True)
     await check_server(config.cluster.server, deny)
 

@@ -6,14 +6,17 @@ default written here is what the hub's API server enforces too. Cross-field
 rules that a structural schema cannot express are model validators here and
 CEL rules in the CRD, with the same messages.
 
-Default versions come from ``modelplane.pins``, so a version string is written once.
+The version pins (``Versions``, ``StandardVersions``, ``DynamoVersions``) are
+made from the catalog: each component's record names its field, description
+and default, so a version string is written once, in its component's module.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from enum import StrEnum
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import (
     AfterValidator,
@@ -21,6 +24,7 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    create_model,
     field_validator,
     model_validator,
 )
@@ -28,6 +32,8 @@ from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
 
 from modelplane import pins
+from modelplane.catalog.components import COMPONENTS
+from modelplane.catalog.types import Component
 from modelplane.pins import ComponentsMode, Stack
 
 API_GROUP = "infrastructure.modelplane.ai"
@@ -325,53 +331,84 @@ class GatewaySpec(_Model):
         return cas
 
 
-class Versions(_Model):
-    """Version pins for components of both stacks."""
+class _Pins(_Model):
+    """A group of version pins; its fields are the catalog's (see ``pins_model``)."""
 
-    cert_manager: VersionPin = Field(
-        default=pins.CERT_MANAGER, description="cert-manager chart version."
-    )
-    envoy_gateway: VersionPin = Field(
-        default=pins.ENVOY_GATEWAY,
-        description="Envoy Gateway chart version. Must support InferencePool backend "
-        "resources (v1.8.x); v1.9.x is out of range until the AI Gateway pairs with it.",
-    )
-    node_feature_discovery: VersionPin = Field(
-        default=pins.NODE_FEATURE_DISCOVERY,
-        description="Node Feature Discovery chart version.",
-    )
-    nvidia_dra_driver: VersionPin = Field(
-        default=pins.NVIDIA_DRA_DRIVER, description="NVIDIA DRA driver chart version."
-    )
-    prometheus: VersionPin = Field(
-        default=pins.KUBE_PROMETHEUS_STACK, description="kube-prometheus-stack chart version."
-    )
-    trust_manager: VersionPin = Field(
-        default=pins.TRUST_MANAGER, description="trust-manager chart version."
-    )
+    if TYPE_CHECKING:
+        # Fields are made from the catalog at import, so the type checker
+        # cannot see them: every one is a version string.
+        def __getattr__(self, name: str) -> str: ...
 
 
-class StandardVersions(_Model):
-    """Version pins for Standard-stack components. Ignored when stack is Dynamo."""
+# Spec field -> (model name, docstring, the stacks its components are on).
+_PIN_GROUPS: dict[str, tuple[str, str, frozenset[Stack]]] = {
+    "versions": (
+        "Versions",
+        "Version pins for components of both stacks.",
+        frozenset({Stack.STANDARD, Stack.DYNAMO}),
+    ),
+    "standard": (
+        "StandardVersions",
+        "Version pins for Standard-stack components. Ignored when stack is Dynamo.",
+        frozenset({Stack.STANDARD}),
+    ),
+    "dynamo": (
+        "DynamoVersions",
+        "Version pins for Dynamo-stack components. Ignored when stack is Standard.",
+        frozenset({Stack.DYNAMO}),
+    ),
+}
+_VERSION_TYPES: dict[str, Any] = {"chart": VersionPin, "image": ImageTag}
 
-    leader_worker_set: VersionPin = Field(
-        default=pins.LEADER_WORKER_SET, description="LeaderWorkerSet chart version."
-    )
+
+def pins_model(group: str, components: Sequence[Component] = COMPONENTS) -> type[_Pins]:
+    """The model of one ``spec.<group>``: a field for each component whose version_field is in it.
+
+    Fields go in order of their wire names, as they did when written by hand,
+    so a new one lands among them and the others keep their place in the CRD.
+    """
+    name, doc, stacks = _PIN_GROUPS[group]
+    fields: dict[str, Any] = {}
+    for component in components:
+        if component.version_field is None:
+            continue
+        where, _, wire = component.version_field.partition(".")
+        if where not in _PIN_GROUPS:
+            raise ValueError(
+                f"{component.name}: version_field {component.version_field!r} is not under "
+                f"one of spec.{', spec.'.join(_PIN_GROUPS)}"
+            )
+        if where != group:
+            continue
+        if component.stacks != stacks:
+            raise ValueError(
+                f"{component.name} is on {sorted(component.stacks)}, but spec.{group} pins "
+                f"components of {sorted(stacks)}"
+            )
+        python = re.sub("([A-Z])", lambda m: "_" + m[1].lower(), wire)
+        if to_camel(python) != wire or not component.version_description:
+            raise ValueError(
+                f"{component.name}: version_field {component.version_field!r} needs a camelCase "
+                "name and a version_description"
+            )
+        if python in fields:
+            raise ValueError(f"{component.name}: another component has {component.version_field}")
+        fields[python] = (
+            _VERSION_TYPES[component.version_format],
+            Field(default=component.version, description=component.version_description),
+        )
+    ordered = dict(sorted(fields.items(), key=lambda item: to_camel(item[0])))
+    return create_model(name, __base__=_Pins, __doc__=doc, __module__=__name__, **ordered)
 
 
-class DynamoVersions(_Model):
-    """Version pins for Dynamo-stack components. Ignored when stack is Standard."""
-
-    grove: VersionPin = Field(
-        default=pins.GROVE,
-        description="Grove chart version. v0.1.0-alpha.12-rc2 or later (grove#753).",
-    )
-    kai_scheduler: VersionPin = Field(
-        default=pins.KAI_SCHEDULER, description="KAI Scheduler chart version."
-    )
-    model_express: ImageTag = Field(
-        default=pins.MODEL_EXPRESS, description="ModelExpress server image tag."
-    )
+if TYPE_CHECKING:
+    Versions = _Pins
+    StandardVersions = _Pins
+    DynamoVersions = _Pins
+else:
+    Versions = pins_model("versions")
+    StandardVersions = pins_model("standard")
+    DynamoVersions = pins_model("dynamo")
 
 
 class ServingStackSpec(_Model):

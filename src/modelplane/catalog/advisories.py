@@ -1,9 +1,12 @@
 """The advisory checks: the spec's "not checked" entries, observed wherever the target lets us.
 
 Each kind is one class: the record the catalog fills in, the facts it reads
-(``needs``) and the rule that judges them (``evaluate``). Adding a kind
-touches this module only; ``target.cluster`` reads whatever ``needs`` asks
-for and the plan calls ``evaluate``.
+(``needs``) and the rule that judges them (``evaluate``). The kinds here are
+the ones several components use, and the helpers every kind judges with; a
+kind only one component uses lives in that component's module (KAI's
+SchedulerName, the DRA driver's, NFD's, Prometheus's). Adding a kind is one
+class wherever it lives: ``observe.facts`` reads whatever ``needs`` asks for
+and the plan calls ``evaluate``.
 
 Pure, like the planner: facts in, a finding out, no I/O. A finding is
 ``met``, ``warning`` (observed and wrong) or ``unknown`` (the target does not
@@ -24,13 +27,9 @@ import yaml
 from modelplane.catalog.facts import (
     ClusterFacts,
     ConfigMapsNamed,
-    CustomObjects,
     Fact,
-    Nodes,
     ObservedNode,
     ObservedWorkload,
-    Quotas,
-    ResourceSlices,
     ServiceAt,
 )
 from modelplane.catalog.types import (
@@ -41,13 +40,12 @@ from modelplane.catalog.types import (
     Values,
     Workloads,
 )
-from modelplane.wire import ApiRef
 
 if TYPE_CHECKING:
     from modelplane.api.models import ServingStackSpec
 
 MET, WARNING, UNKNOWN = RequirementStatus.MET, RequirementStatus.WARNING, RequirementStatus.UNKNOWN
-_MAX_LISTED = 5
+MAX_LISTED = 5
 
 
 # ---- the kinds -------------------------------------------------------------------------
@@ -70,19 +68,17 @@ class WorkloadsAvailable:
     def evaluate(
         self, component: Component, spec: ServingStackSpec, facts: ClusterFacts
     ) -> Finding:
-        if facts.workloads is None:
-            return _cannot(facts, "workloads")
-        found = _matching(self.workloads, facts.workloads)
-        if not found:
-            return _not_found(self.workloads, f"the state of {self.workloads.describe}")
+        found = observed(self.workloads, facts, f"the state of {self.workloads.describe}")
+        if not isinstance(found, list):
+            return found
         missing = [
             tail for tail in self.workloads.images if not any(runs_image(w, tail) for w in found)
         ]
-        problems = [f"{_ref(w)} is not Available" for w in found if not w.available]
-        problems += [f"no {_kinds(self.workloads)} runs {tail}" for tail in missing]
+        problems = [f"{ref(w)} is not Available" for w in found if not w.available]
+        problems += [f"no {kinds_of(self.workloads)} runs {tail}" for tail in missing]
         if problems:
             return WARNING, f"{'; '.join(problems)}: {self.fix}"
-        return MET, f"{_listed([_ref(w) for w in found])} Available"
+        return MET, f"{listed([ref(w) for w in found])} Available"
 
 
 @dataclass(frozen=True)
@@ -112,7 +108,7 @@ class ConfigFileWired:
         self, component: Component, spec: ServingStackSpec, facts: ClusterFacts
     ) -> Finding:
         if facts.config_maps is None:
-            return _cannot(facts, "configmaps")
+            return cannot(facts, "configmaps")
         found = [cm for cm in facts.config_maps if cm.name == self.config_map]
         if not found:
             return UNKNOWN, (
@@ -136,7 +132,7 @@ class ConfigFileWired:
             )
             if not diffs:
                 return MET, f"{where} holds the expected wiring"
-            failures.append(f"{where}: {_listed(diffs, sep='; ')}")
+            failures.append(f"{where}: {listed(diffs, sep='; ')}")
         return WARNING, f"{'; '.join(failures)}: {self.fix}"
 
 
@@ -160,19 +156,19 @@ class ServicePort:
         self, component: Component, spec: ServingStackSpec, facts: ClusterFacts
     ) -> Finding:
         if facts.services is None:
-            return _cannot(facts, "services")
-        ref = f"Service {self.namespace}/{self.name}"
+            return cannot(facts, "services")
+        service = f"Service {self.namespace}/{self.name}"
         address = f"{self.name}.{self.namespace}.svc.cluster.local:{self.port}"
         svc = next(
             (s for s in facts.services if s.namespace == self.namespace and s.name == self.name),
             None,
         )
         if svc is None:
-            return WARNING, f"{ref} does not exist, so nothing answers at {address}: {self.fix}"
+            return WARNING, f"{service} does not exist, so nothing answers at {address}: {self.fix}"
         if self.port not in svc.ports:
             ports = ", ".join(str(p) for p in svc.ports) or "none"
-            return WARNING, f"{ref} exposes ports {ports}, not {self.port}: {self.fix}"
-        return MET, f"{ref} exposes port {self.port} ({address})"
+            return WARNING, f"{service} exposes ports {ports}, not {self.port}: {self.fix}"
+        return MET, f"{service} exposes port {self.port} ({address})"
 
 
 @dataclass(frozen=True)
@@ -195,11 +191,9 @@ class WorkloadArg:
     def evaluate(
         self, component: Component, spec: ServingStackSpec, facts: ClusterFacts
     ) -> Finding:
-        if facts.workloads is None:
-            return _cannot(facts, "workloads")
-        found = _matching(self.workloads, facts.workloads)
-        if not found:
-            return _not_found(self.workloads, f"its {self.flag}")
+        found = observed(self.workloads, facts, f"its {self.flag}")
+        if not isinstance(found, list):
+            return found
         wrong: list[str] = []
         for w in found:
             value = flag_value(w.args, self.flag)
@@ -209,10 +203,10 @@ class WorkloadArg:
                 else f"no {self.flag} (default {self.default})"
             )
             if (value if value is not None else self.default) != self.value:
-                wrong.append(f"{_ref(w)} runs with {shown}")
+                wrong.append(f"{ref(w)} runs with {shown}")
         if wrong:
             return WARNING, f"{'; '.join(wrong)}, not {self.flag}={self.value}: {self.fix}"
-        return MET, f"{_listed([_ref(w) for w in found])} runs with {self.flag}={self.value}"
+        return MET, f"{listed([ref(w) for w in found])} runs with {self.flag}={self.value}"
 
 
 @dataclass(frozen=True)
@@ -239,11 +233,9 @@ class ImageTag:
     def evaluate(
         self, component: Component, spec: ServingStackSpec, facts: ClusterFacts
     ) -> Finding:
-        if facts.workloads is None:
-            return _cannot(facts, "workloads")
-        found = _matching(self.workloads, facts.workloads)
-        if not found:
-            return _not_found(self.workloads, "its version")
+        found = observed(self.workloads, facts, "its version")
+        if not isinstance(found, list):
+            return found
         want = component.version_for(spec)
         supported = component.supported
         wrong: list[str] = []
@@ -261,281 +253,39 @@ class ImageTag:
                 if supported and inside is False:
                     problems.append(f"outside the supported range, {supported}: {supported.why}")
                 if problems:
-                    wrong.append(f"{_ref(w)} runs {image}, {', and '.join(problems)}")
+                    wrong.append(f"{ref(w)} runs {image}, {', and '.join(problems)}")
                 elif tag is None:
-                    unreadable.append(f"{_ref(w)} runs {image} by digest")
+                    unreadable.append(f"{ref(w)} runs {image} by digest")
                 elif supported and inside is None:
-                    unreadable.append(f"{_ref(w)} runs {image}, a tag that is not a version")
+                    unreadable.append(f"{ref(w)} runs {image}, a tag that is not a version")
                 else:
                     tags.append(tag)
         if wrong:
             return WARNING, f"{'; '.join(wrong)}: {self.fix}"
         if unreadable:
             return UNKNOWN, f"{'; '.join(unreadable)}, so its version cannot be read"
-        refs = _listed([_ref(w) for w in found])
+        refs = listed([ref(w) for w in found])
         if self.exact:
             return MET, f"{refs} runs {want}"
         return MET, f"{refs} runs {', '.join(dict.fromkeys(tags))}, {supported or 'any version'}"
 
 
-@dataclass(frozen=True)
-class SchedulerName:
-    """A scheduler answers to ``name``: its Deployment is ``<name>-<shard>``.
-
-    KAI's operator names each shard's scheduler Deployment after the
-    schedulerName it serves; a ``--scheduler-name`` argument, where present,
-    says it directly.
-    """
-
-    workloads: Workloads
-    name: str
-    flag: str
-    fix: str
-
-    @property
-    def title(self) -> str:
-        return f"a scheduler answers to schedulerName {self.name}"
-
-    def needs(self) -> tuple[Fact, ...]:
-        return self.workloads.facts()
-
-    def evaluate(
-        self, component: Component, spec: ServingStackSpec, facts: ClusterFacts
-    ) -> Finding:
-        if facts.workloads is None:
-            return _cannot(facts, "workloads")
-        found = _matching(self.workloads, facts.workloads)
-        if not found:
-            return _not_found(
-                self.workloads, f"the schedulerName {self.workloads.describe} answers to"
-            )
-        others: list[str] = []
-        for w in found:
-            name = flag_value(w.args, self.flag)
-            if name is None:
-                # The operator names each shard's Deployment <schedulerName>-<shard>.
-                name = self.name if w.name.startswith(self.name + "-") else None
-            if name == self.name:
-                return MET, f"{_ref(w)} answers to {self.name}"
-            others.append(
-                f"{_ref(w)} answers to {name}"
-                if name
-                else f"{_ref(w)} is not named {self.name}-<shard> and sets no {self.flag}"
-            )
-        return WARNING, f"{'; '.join(others)}; pods requesting {self.name} stay Pending: {self.fix}"
-
-
-@dataclass(frozen=True)
-class SelectsEverything:
-    """Some object of a kind has each of ``fields`` (spec.*) set to ``{}`` (select all)."""
-
-    api: ApiRef
-    kind: str
-    fields: tuple[str, ...]
-    title: str
-    fix: str
-
-    def needs(self) -> tuple[Fact, ...]:
-        return (CustomObjects(self.api),)
-
-    def evaluate(
-        self, component: Component, spec: ServingStackSpec, facts: ClusterFacts
-    ) -> Finding:
-        key = self.api.key
-        if key not in facts.custom:
-            return _cannot(facts, key)
-        objects = facts.custom[key]
-        if not objects:
-            return UNKNOWN, (
-                f"no {self.kind} object exists in any namespace, so what scrapes the "
-                "PodMonitors cannot be observed"
-            )
-        failures: list[str] = []
-        for obj in objects:
-            bad = [
-                f"spec.{f} is {_show(obj.spec[f]) if f in obj.spec else 'unset'}"
-                for f in self.fields
-                if obj.spec.get(f) != {}
-            ]
-            if not bad:
-                fields = " and ".join(self.fields)
-                return MET, f"{self.kind} {obj.namespace}/{obj.name} sets {fields} to {{}}"
-            failures.append(f"{self.kind} {obj.namespace}/{obj.name}: {', '.join(bad)}")
-        return WARNING, f"{'; '.join(failures[:_MAX_LISTED])}: {self.fix}"
-
-
-@dataclass(frozen=True)
-class NoNodeAdvertises:
-    """No Node advertises the GPU extended resource (a device plugin next to DRA)."""
-
-    gpus: GpuNodes
-    fix: str
-
-    @property
-    def title(self) -> str:
-        return f"no node advertises {self.gpus.resource} through a device plugin"
-
-    def needs(self) -> tuple[Fact, ...]:
-        return (Nodes(),)
-
-    def evaluate(
-        self, component: Component, spec: ServingStackSpec, facts: ClusterFacts
-    ) -> Finding:
-        if facts.nodes is None:
-            return _cannot(facts, "nodes")
-        r = self.gpus.resource
-        offenders = [n.name for n in facts.nodes if n.allocatable.get(r, "0") not in ("0", "")]
-        if offenders:
-            return WARNING, (
-                f"{_listed(offenders)} advertise{'s' if len(offenders) == 1 else ''} {r}: a "
-                f"device plugin hands out the same GPUs behind DRA's back: {self.fix}"
-            )
-        return MET, f"no node advertises {r} ({len(facts.nodes)} nodes)"
-
-
-@dataclass(frozen=True)
-class GpuNodesLabelled:
-    """Every GPU node carries NFD's PCI vendor label."""
-
-    gpus: GpuNodes
-    fix: str
-
-    @property
-    def title(self) -> str:
-        return f"GPU nodes carry NFD's PCI vendor label ({self.gpus.pci_vendor})"
-
-    def needs(self) -> tuple[Fact, ...]:
-        # Slices too: a node that publishes them is a GPU node without any label.
-        return (Nodes(), ResourceSlices())
-
-    def evaluate(
-        self, component: Component, spec: ServingStackSpec, facts: ClusterFacts
-    ) -> Finding:
-        label = f"{self.gpus.nfd_label_prefix}*{self.gpus.pci_vendor}*.present"
-        return _each_gpu_node(
-            self.gpus,
-            facts,
-            lacks=lambda n: (
-                not any(is_nfd_vendor_label(self.gpus, k, v) for k, v in n.labels.items())
-            ),
-            lack=("lacks", "lack"),
-            what=f"a {label} label, so the DRA driver's kubelet plugin never schedules there: "
-            f"{self.fix}",
-            done=f"carry {label}",
-        )
-
-
-@dataclass(frozen=True)
-class GpuNodesPublishSlices:
-    """Every GPU node has a ResourceSlice of the driver."""
-
-    gpus: GpuNodes
-    fix: str
-
-    @property
-    def title(self) -> str:
-        return f"GPU nodes publish ResourceSlices of {self.gpus.driver}"
-
-    def needs(self) -> tuple[Fact, ...]:
-        return (Nodes(), ResourceSlices())
-
-    def evaluate(
-        self, component: Component, spec: ServingStackSpec, facts: ClusterFacts
-    ) -> Finding:
-        if facts.nodes is None:
-            return _cannot(facts, "nodes")
-        if facts.resource_slices is None:
-            return _cannot(facts, "resourceslices")
-        driver = self.gpus.driver
-        published = set(facts.resource_slices.get(driver, []))
-        return _each_gpu_node(
-            self.gpus,
-            facts,
-            lacks=lambda n: n.name not in published,
-            lack=("has", "have"),
-            what=f"no ResourceSlice of {driver}, so GPU claims cannot be allocated there: "
-            f"{self.fix}",
-            done=f"publish ResourceSlices of {driver}",
-        )
-
-
-@dataclass(frozen=True)
-class CriticalPodsAdmitted:
-    """Where quota restricts system-critical pods, the driver's namespace admits them.
-
-    A ResourceQuota scoped to these PriorityClasses in ``restricted_in`` (GKE's
-    ``gcp-critical-pods`` in kube-system) is the sign of the restriction; the
-    driver's namespace is where ``workloads`` runs.
-    """
-
-    workloads: Workloads
-    classes: tuple[str, ...]
-    restricted_in: str
-    fix: str
-
-    @property
-    def title(self) -> str:
-        return f"{self.workloads.describe}'s namespace admits system-critical pods"
-
-    def needs(self) -> tuple[Fact, ...]:
-        return (Quotas(), *self.workloads.facts())
-
-    def evaluate(
-        self, component: Component, spec: ServingStackSpec, facts: ClusterFacts
-    ) -> Finding:
-        if facts.quotas is None:
-            return _cannot(facts, "resourcequotas")
-        quotas = facts.quotas
-
-        def admits(classes: list[str]) -> bool:
-            return "*" in classes or any(c in classes for c in self.classes)
-
-        restricting = [
-            q for q in quotas if q.namespace == self.restricted_in and admits(q.priority_classes)
-        ]
-        if not restricting:
-            return MET, (
-                f"no PriorityClass-scoped ResourceQuota in {self.restricted_in} (GKE's "
-                "gcp-critical-pods is one), the sign of a cluster restricting system-critical "
-                "pods by quota; nothing to admit"
-            )
-        sign = f"ResourceQuota {self.restricted_in}/{restricting[0].name} restricts them"
-        if facts.workloads is None:
-            return _cannot(facts, "workloads")
-        found = _matching(self.workloads, facts.workloads)
-        if not found:
-            return UNKNOWN, (
-                f"{sign}, but no {_kinds(self.workloads)} runs "
-                f"{' or '.join(self.workloads.images)}, so the driver's namespace is not known"
-            )
-        namespaces = sorted({w.namespace for w in found})
-        bare = [
-            ns
-            for ns in namespaces
-            if not any(q.namespace == ns and admits(q.priority_classes) for q in quotas)
-        ]
-        if bare:
-            return WARNING, (
-                f"{sign}, and namespace {', '.join(bare)} has no ResourceQuota admitting them, "
-                f"so the kubelet plugin's pods are never created: {self.fix}"
-            )
-        return MET, f"{sign}; namespace {', '.join(namespaces)} has a ResourceQuota admitting them"
-
-
 # ---- helpers ---------------------------------------------------------------------------
 
 
-def _listed(items: list[str], sep: str = ", ") -> str:
-    shown = sep.join(items[:_MAX_LISTED])
-    return shown + (f" and {len(items) - _MAX_LISTED} more" if len(items) > _MAX_LISTED else "")
+def listed(items: list[str], sep: str = ", ") -> str:
+    """The first MAX_LISTED items joined, and how many more there are."""
+    shown = sep.join(items[:MAX_LISTED])
+    return shown + (f" and {len(items) - MAX_LISTED} more" if len(items) > MAX_LISTED else "")
 
 
-def _cannot(facts: ClusterFacts, what: str) -> Finding:
+def cannot(facts: ClusterFacts, what: str) -> Finding:
+    """UNKNOWN, saying why ``what`` could not be observed."""
     why = facts.unobservable.get(what, "not gathered")
     return UNKNOWN, f"cannot observe {what}: {why}"
 
 
-def _each_gpu_node(
+def each_gpu_node(
     gpus: GpuNodes,
     facts: ClusterFacts,
     *,
@@ -546,14 +296,14 @@ def _each_gpu_node(
 ) -> Finding:
     """Warn about the GPU nodes that ``lacks``; ``lack`` is its verb, one node and many."""
     if facts.nodes is None:
-        return _cannot(facts, "nodes")
+        return cannot(facts, "nodes")
     gpu = gpu_nodes(gpus, facts.nodes, facts.resource_slices)
     if not gpu:
         return UNKNOWN, f"no node shows a sign of a GPU ({_gpu_signs(gpus)}): nothing to check"
     bad = [n.name for n in gpu if lacks(n)]
     if bad:
         many = len(bad) > 1
-        return WARNING, (f"GPU node{'s' if many else ''} {_listed(bad)} {lack[many]} {what}")
+        return WARNING, (f"GPU node{'s' if many else ''} {listed(bad)} {lack[many]} {what}")
     return MET, f"all {len(gpu)} GPU nodes {done}"
 
 
@@ -581,7 +331,8 @@ def runs_image(workload: ObservedWorkload, tail: str) -> bool:
     return any(is_image(image, tail) for image in workload.images)
 
 
-def _matching(spec: Workloads, workloads: list[ObservedWorkload]) -> list[ObservedWorkload]:
+def matching(spec: Workloads, workloads: list[ObservedWorkload]) -> list[ObservedWorkload]:
+    """The observed workloads of ``spec``'s kinds that run one of its images."""
     return [
         w
         for w in workloads
@@ -589,17 +340,30 @@ def _matching(spec: Workloads, workloads: list[ObservedWorkload]) -> list[Observ
     ]
 
 
-def _ref(w: ObservedWorkload) -> str:
+def ref(w: ObservedWorkload) -> str:
+    """How a message names a workload: ``Deployment ns/name``."""
     return f"{w.kind} {w.namespace}/{w.name}"
 
 
-def _kinds(spec: Workloads) -> str:
+def kinds_of(spec: Workloads) -> str:
+    """``Deployment or DaemonSet``, for a message."""
     return " or ".join(spec.kinds)
 
 
-def _not_found(spec: Workloads, what: str) -> Finding:
+def observed(spec: Workloads, facts: ClusterFacts, what: str) -> list[ObservedWorkload] | Finding:
+    """The workloads of ``spec`` the facts show, or the finding that says why there are none.
+
+    ``what`` is what their absence leaves unseen, for the message.
+    """
+    if facts.workloads is None:
+        return cannot(facts, "workloads")
+    return matching(spec, facts.workloads) or not_found(spec, what)
+
+
+def not_found(spec: Workloads, what: str) -> Finding:
+    """UNKNOWN: no workload runs ``spec``'s images, so ``what`` cannot be seen."""
     return UNKNOWN, (
-        f"no {_kinds(spec)} runs an image {' or '.join(spec.images)}, so {what} cannot be "
+        f"no {kinds_of(spec)} runs an image {' or '.join(spec.images)}, so {what} cannot be "
         "observed (it may run under another image, or outside the cluster)"
     )
 
@@ -651,7 +415,7 @@ def differences(
         return [f"{where} is missing"]
     if isinstance(expected, dict):
         if not isinstance(actual, dict):
-            return [f"{where} is {_show(actual)}, not a mapping"]
+            return [f"{where} is {show(actual)}, not a mapping"]
         return [
             line
             for key, value in expected.items()
@@ -665,21 +429,21 @@ def differences(
         ]
     if isinstance(expected, list):
         if not isinstance(actual, list):
-            return [f"{where} is {_show(actual)}, not a list"]
+            return [f"{where} is {show(actual)}, not a list"]
         return [
-            f"{where} lacks {_show(item)}"
+            f"{where} lacks {show(item)}"
             for item in expected
             if not any(not contains(item, candidate) for candidate in actual)
         ]
     if expected != actual:
-        return [f"{where} is {_show(actual)}, not {_show(expected)}"]
+        return [f"{where} is {show(actual)}, not {show(expected)}"]
     return []
 
 
 def _exactly(want: Any, got: Any, path: str, unset_means: dict[str, Any]) -> list[str]:
     if isinstance(got, _Missing):
         if path not in unset_means:
-            return [f"{path} is missing (expected {_show(want)})"]
+            return [f"{path} is missing (expected {show(want)})"]
         got = unset_means[path]
     if isinstance(want, dict) and isinstance(got, dict):
         out: list[str] = []
@@ -688,9 +452,9 @@ def _exactly(want: Any, got: Any, path: str, unset_means: dict[str, Any]) -> lis
         for key in got.keys() - want.keys():
             sub = f"{path}.{key}"
             if sub not in unset_means:
-                out.append(f"{sub} is {_show(got[key])}, not unset")
+                out.append(f"{sub} is {show(got[key])}, not unset")
             elif not _same(got[key], unset_means[sub]):
-                out.append(f"{sub} is {_show(got[key])}, not {_show(unset_means[sub])} (unset)")
+                out.append(f"{sub} is {show(got[key])}, not {show(unset_means[sub])} (unset)")
         return out
     if isinstance(want, list) and isinstance(got, list):
         if _same(want, got):
@@ -699,24 +463,25 @@ def _exactly(want: Any, got: Any, path: str, unset_means: dict[str, Any]) -> lis
         extra = [item for item in got if not any(_same(item, w) for w in want)]
         problems = []
         if lacks:
-            problems.append("lacks " + ", ".join(_show(item) for item in lacks))
+            problems.append("lacks " + ", ".join(show(item) for item in lacks))
         if extra:
-            problems.append("has extra " + ", ".join(_show(item) for item in extra))
+            problems.append("has extra " + ", ".join(show(item) for item in extra))
         if not problems:
-            same_items = sorted(map(_show, want)) == sorted(map(_show, got))
+            same_items = sorted(map(show, want)) == sorted(map(show, got))
             problems.append("is in another order" if same_items else "repeats items")
-        return [f"{path} {' and '.join(problems)} (expected {_show(want)}, got {_show(got)})"]
+        return [f"{path} {' and '.join(problems)} (expected {show(want)}, got {show(got)})"]
     if not _same(want, got):
-        return [f"{path} is {_show(got)}, not {_show(want)}"]
+        return [f"{path} is {show(got)}, not {show(want)}"]
     return []
 
 
 def _same(a: Any, b: Any) -> bool:
     # By canonical JSON, so true is not 1 and 1063 is not "1063".
-    return _show(a) == _show(b)
+    return show(a) == show(b)
 
 
-def _show(value: Any) -> str:
+def show(value: Any) -> str:
+    """A value as a message shows it: canonical JSON."""
     return json.dumps(value, sort_keys=True, default=str)
 
 

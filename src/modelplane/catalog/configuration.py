@@ -12,6 +12,7 @@ from enum import IntEnum, StrEnum
 from typing import TYPE_CHECKING, Any
 
 from modelplane.catalog import components as c
+from modelplane.catalog.components import modelexpress_crds
 from modelplane.wire import ApiRef, object_key
 
 if TYPE_CHECKING:
@@ -53,7 +54,7 @@ ISSUERS = ApiRef("cert-manager.io", "v1", "issuers")
 CERTIFICATES = ApiRef("cert-manager.io", "v1", "certificates")
 BUNDLES = ApiRef("trust.cert-manager.io", "v1alpha1", "bundles")
 QUEUES = ApiRef("scheduling.run.ai", "v2", "queues")
-MODEL_METADATAS = c.MODELEXPRESS_CRDS.requirements[0].api
+MODEL_METADATAS = modelexpress_crds.COMPONENT.requirements[0].api
 
 
 class TeardownWave(IntEnum):
@@ -357,6 +358,7 @@ def dynamo_objects(spec: ServingStackSpec) -> list[ConfigObject]:
     mx_ns = MODELEXPRESS_NAMESPACE
     labels = {"modelplane.ai/modelexpress": MODELEXPRESS_NAME}
     port = MODELEXPRESS_PORT
+    image = f"{MODELEXPRESS_IMAGE}:{modelexpress_crds.COMPONENT.version_for(spec)}"
     probe = {"tcpSocket": {"port": port}, "periodSeconds": 10}
     return [
         # KAI rejects deleting a queue that still has children: child first.
@@ -436,7 +438,7 @@ def dynamo_objects(spec: ServingStackSpec) -> list[ConfigObject]:
                             "containers": [
                                 {
                                     "name": "server",
-                                    "image": f"{MODELEXPRESS_IMAGE}:{spec.dynamo.model_express}",
+                                    "image": image,
                                     "ports": [{"name": "grpc", "containerPort": port}],
                                     "env": [
                                         {"name": "MODEL_EXPRESS_SERVER_PORT", "value": str(port)},

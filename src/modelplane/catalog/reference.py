@@ -40,6 +40,48 @@ def _section(c: Component) -> list[str]:
     return lines
 
 
+def _source(c: Component) -> str:
+    if c.chart is not None:
+        return c.chart.chart
+    if c.manifests is not None:
+        return "(release manifests)"
+    return "(objects)"
+
+
+def _stacks(c: Component) -> str:
+    on = [s.value for s in Stack if s in c.stacks]
+    stacks = "both" if len(on) == len(Stack) else ", ".join(on)
+    return f"{stacks}, {c.enabled_when}" if c.enabled_when else stacks
+
+
+def components_table() -> str:
+    """README's "What it installs" table: one row per substrate component, in install order."""
+    lines = [
+        "| component | chart | version | namespace | stack |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for c in COMPONENTS:
+        if c.role != "substrate":
+            continue
+        # Objects the product writes itself have no version of their own.
+        version = "" if c.kind == "objects" else c.version
+        lines.append(f"| {c.name} | {_source(c)} | {version} | {c.namespace} | {_stacks(c)} |")
+    return "\n".join(lines) + "\n"
+
+
+TABLE_START = "<!-- components: generated from the catalog by hack/readme-components.sh -->"
+TABLE_END = "<!-- end components -->"
+
+
+def readme_with_components_table(readme: str) -> str:
+    """``readme`` with the text between the table's markers replaced by ``components_table``."""
+    head, start, rest = readme.partition(TABLE_START + "\n")
+    _, end, tail = rest.partition(TABLE_END)
+    if not start or not end:
+        raise ValueError(f"README has no {TABLE_START} ... {TABLE_END} block")
+    return head + start + components_table() + end + tail
+
+
 def requirements_markdown(stack: Stack | None = None) -> str:
     substrate = [c for c in COMPONENTS if c.role == "substrate"]
     groups: list[tuple[str, list[Component]]] = [

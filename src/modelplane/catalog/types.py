@@ -30,6 +30,10 @@ class CRDServes:
     crd: str  # plural.group
     version: str
     fix: str  # what to do when unmet, for the message
+    # What the CRD defines besides its name: the stand-in CRDs of the test
+    # substrate are made from these, so a new component brings its own.
+    kind: str
+    namespaced: bool = True
 
     @property
     def api(self) -> ApiRef:
@@ -82,9 +86,10 @@ Finding = tuple[RequirementStatus, str]
 class Advisory(Protocol):
     """A spec "not checked" entry, observed wherever the target lets us.
 
-    Each kind (``catalog.advisories``) says which facts it reads and how it
-    judges them, so adding one is one class: ``target.cluster`` reads what
-    ``needs`` asks for, the plan calls ``evaluate``. Evaluation is pure and
+    Each kind (shared ones in ``catalog.advisories``, one component's own in
+    its module) says which facts it reads and how it judges them, so adding
+    one is one class: ``observe.facts`` reads what ``needs`` asks for, the
+    plan calls ``evaluate``. Evaluation is pure and
     never answers UNMET (upstream-facts §17 says where each is seen).
     """
 
@@ -204,9 +209,18 @@ class Component:
     name: str
     summary: str
     namespace: str
-    version: str
+    version: str  # the pin: what Managed mode installs unless the spec says otherwise
     stacks: frozenset[Stack]
-    version_field: str | None = None  # dotted spec path that overrides ``version``
+    # Where the component goes among those it does not depend on: lower
+    # installs first and is torn down last. Dependencies must have a lower one
+    # (the catalog refuses to load otherwise), so the number only breaks ties.
+    order: int
+    # The ServingStack field that overrides ``version``, as a dotted path from
+    # spec ("versions.certManager"); the API model and the CRD are generated
+    # from these. The group is the stacks': versions (both), standard, dynamo.
+    version_field: str | None = None
+    version_description: str = ""  # the field's description in the CRD
+    version_format: Literal["chart", "image"] = "chart"  # a chart version or an image tag
     # The versions the product supports; a pin outside is accepted, and reported.
     supported: VersionRange | None = None
     # substrate: installed in Managed mode, only checked in Provided mode.
@@ -217,8 +231,10 @@ class Component:
     values: Callable[[ServingStackSpec], Values] = field(default=lambda _spec: {})
     # Kubernetes objects the component is made of when it is not a chart.
     objects: Callable[[ServingStackSpec], list[dict[str, Any]]] | None = None
-    # Whether the component belongs to this spec at all (beyond the stack).
+    # Whether the component belongs to this spec at all (beyond the stack),
+    # and the same in words for the reference ("when `nvidiaDriverRoot` is not `/`").
     enabled: Callable[[ServingStackSpec], bool] = field(default=lambda _spec: True)
+    enabled_when: str = ""
     depends_on: tuple[str, ...] = ()
     # Wait for the release's workloads before dependents go on.
     wait: bool = False

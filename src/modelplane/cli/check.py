@@ -22,13 +22,12 @@ from rich.markup import escape
 from modelplane.api.models import SecretType
 from modelplane.checks.checker import run_checks, summarize
 from modelplane.cli.options import AwsRegion, AwsStsEndpoint, NebiusTokenEndpoint
-from modelplane.credentials.connect import open_target
 from modelplane.credentials.identity import providers
 from modelplane.credentials.identity.base import Endpoints, IdentityError, TargetInfo
 from modelplane.credentials.identity.cache import TokenSource
 from modelplane.kube.address import DEFAULT_DENIED, AddressDenied, IPNetwork, deny_list
 from modelplane.kube.answers import describe_error
-from modelplane.kube.discovery import ApiStatusError, TargetError
+from modelplane.kube.client import ApiStatusError, TargetError, open_target
 from modelplane.pins import Stack
 from modelplane.plan.model import RequirementResult, RequirementStatus, Severity
 

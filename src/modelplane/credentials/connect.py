@@ -1,9 +1,9 @@
 """Reaching a target cluster from a ServingStack's credentials on the hub.
 
-A ``Target`` is the one owner of a connection to a target: lightkube's
-client, the raw HTTP client that discovery needs (lightkube has no public
-call for a GET with its own ``Accept`` header), and the transport both send
-through. Whoever opens a Target closes it, once, and everything closes.
+Reads the Secrets ``spec.secrets`` names, vets the kubeconfig, builds the
+cloud identity's token source, and has ``kube.client`` open the connection
+(a ``Target``, the one owner of its clients). Every refusal is a
+``CredentialsError`` whose reason goes to ``Ready``.
 """
 
 from __future__ import annotations
@@ -12,35 +12,34 @@ import base64
 import ssl
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from types import TracebackType
 
-import httpx2
 import yaml
 from lightkube import AsyncClient
-from lightkube.config import client_adapter
-from lightkube.config.client_adapter import ConnectionParams
-from lightkube.config.kubeconfig import SingleConfig
-from lightkube.config.models import User
 from lightkube.core.exceptions import ApiError
 from lightkube.resources.core_v1 import Secret
 
 from modelplane.api.models import SecretType, ServingStackSpec
 from modelplane.credentials.identity import providers
 from modelplane.credentials.identity.base import Endpoints, IdentityError, TargetInfo
-from modelplane.credentials.identity.cache import IdentityAuth, TokenCache, TokenSource, cache_key
+from modelplane.credentials.identity.cache import TokenCache, TokenSource, cache_key
 from modelplane.credentials.kubeconfig import KubeconfigError, parse_kubeconfig, without_credentials
-from modelplane.kube.address import DEFAULT_DENIED, AddressDenied, IPNetwork, host_and_port, vet
+from modelplane.kube.address import DEFAULT_DENIED, AddressDenied, IPNetwork
 from modelplane.kube.answers import bounded
-from modelplane.kube.transport import GuardedTransport
-from modelplane.wire import FIELD_MANAGER
+from modelplane.kube.client import Target, open_target
+from modelplane.kube.errors import ErrorKind, KnownError
 
 
-class CredentialsError(Exception):
+class CredentialsError(KnownError):
     """The credentials cannot be read or used. ``reason`` is a condition reason."""
+
+    kind = ErrorKind.CREDENTIALS
 
     def __init__(self, reason: str, message: str) -> None:
         super().__init__(message)
         self.reason = reason
+
+    def condition_reason(self) -> str:
+        return self.reason
 
 
 ADDRESS_DENIED = "TargetAddressDenied"
@@ -61,106 +60,6 @@ def hub_forbidden(err: ApiError, verb: str, resource: str, where: str, group: st
         f"{bounded(err.status.message or 'forbidden')}. Grant its ServiceAccount "
         f"{verb} on {qualified} (deploy/chart's RBAC does)"
     )
-
-
-# Targets opened and not yet closed, for the metrics: a number that only grows
-# is a leak.
-_open = 0
-
-
-def open_targets() -> int:
-    return _open
-
-
-class TargetClient(AsyncClient):
-    """lightkube's client, with the raw HTTP client built from the same parameters.
-
-    Functions that take a lightkube client and need a raw GET (discovery)
-    find the raw client here; both go through ``params.transport``. Closing
-    this closes both.
-    """
-
-    def __init__(
-        self,
-        config: SingleConfig,
-        params: ConnectionParams,
-        *,
-        field_manager: str | None = FIELD_MANAGER,
-        auth: httpx2.Auth | None = None,
-    ) -> None:
-        super().__init__(
-            config,
-            timeout=params.timeout,
-            trust_env=params.trust_env,
-            transport=params.transport,  # type: ignore[arg-type]
-            proxy=params.proxy,
-            http2=params.http2,
-            field_manager=field_manager,
-        )
-        # lightkube's public adapter: base URL, TLS and auth as the kubeconfig says.
-        self.http: httpx2.AsyncClient = client_adapter.AsyncClient(config, params)
-        if auth is not None:
-            # A cloud identity: one auth for both clients, so they share one
-            # token and one refresh. lightkube takes auth only from the
-            # kubeconfig's user (emptied here) and keeps its httpx2 client in
-            # _client._client, with no public setter.
-            self.http.auth = auth
-            self._client._client.auth = auth
-
-    async def close(self) -> None:
-        try:
-            await super().close()
-        finally:
-            await self.http.aclose()
-
-
-@dataclass
-class Target:
-    """One open connection to a target: its clients, and the kubeconfig helm gets.
-
-    ``close`` closes everything, once; ``async with`` closes it on the way out.
-    """
-
-    client: TargetClient
-    # The kubeconfig text, for helm; never logged. With an identity, its
-    # users are empty and ``helm_kubeconfig`` puts a fresh token in.
-    kubeconfig: str = field(repr=False)
-    identity: TokenSource | None = field(default=None, repr=False)
-    _closed: bool = field(default=False, repr=False)
-
-    async def helm_kubeconfig(self) -> str:
-        """The kubeconfig helm gets: with an identity, a short-lived token, never the key."""
-        if self.identity is None:
-            return self.kubeconfig
-        token = await self.identity.token()
-        doc = yaml.safe_load(self.kubeconfig)
-        doc["users"] = [
-            {"name": entry.get("name"), "user": {"token": token}} for entry in doc["users"]
-        ]
-        return str(yaml.safe_dump(doc))
-
-    @property
-    def http(self) -> httpx2.AsyncClient:
-        return self.client.http
-
-    async def close(self) -> None:
-        global _open
-        if self._closed:
-            return
-        self._closed = True
-        _open -= 1
-        await self.client.close()
-
-    async def __aenter__(self) -> Target:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()
 
 
 ALLOWED_NAMESPACES_ANNOTATION = "modelplane.ai/allowed-namespaces"
@@ -275,58 +174,6 @@ async def read_credentials(
         )
     credential = _value(secret, where, entry.key, "IdentityInvalid", text=False)
     return Credentials(kubeconfig, Identity(entry.type, credential, source))
-
-
-async def check_server(server: str, deny: Iterable[IPNetwork]) -> None:
-    """Refuse a server whose host is, or resolves to, a denied address.
-
-    A name that cannot be resolved now is let through: the first request
-    fails on it and says the target is unreachable, which is what it is.
-    """
-    host, port = host_and_port(server)
-    try:
-        await vet(host, port, deny)
-    except AddressDenied:
-        raise
-    except httpx2.TransportError:
-        pass
-
-
-async def open_target(
-    config: SingleConfig,
-    *,
-    deny: Iterable[IPNetwork] = DEFAULT_DENIED,
-    timeout: float = 10.0,
-    trust_env: bool = True,
-    kubeconfig: str = "",
-    identity: TokenSource | None = None,
-) -> Target:
-    """Connect to the cluster ``config`` names, refusing a denied address before anything.
-
-    Raises ``AddressDenied`` for a refused server, ``ValueError`` or
-    ``ssl.SSLError`` for certificate data that cannot be loaded.
-    """
-    global _open
-    deny = tuple(deny)
-    await check_server(config.cluster.server, deny)
-    assert config.user is not None, "lightkube gives every context a user"
-    verify = client_adapter.verify_cluster(
-        config.cluster, config.user, config.abs_file, trust_env=trust_env
-    )
-    transport = GuardedTransport(deny, httpx2.AsyncHTTPTransport(verify=verify))
-    params = ConnectionParams(
-        timeout=httpx2.Timeout(timeout),
-        trust_env=trust_env,
-        # lightkube types the field as a sync transport; its AsyncClient takes an async one.
-        transport=transport,  # type: ignore[arg-type]
-    )
-    if identity is not None:
-        # The identity replaces the kubeconfig's user; nothing of it is used.
-        config = config._replace(user=User())
-    auth = IdentityAuth(identity) if identity is not None else None
-    client = TargetClient(config, params, auth=auth)
-    _open += 1
-    return Target(client=client, kubeconfig=kubeconfig, identity=identity)
 
 
 async def connect(

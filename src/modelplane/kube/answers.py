@@ -8,7 +8,8 @@ when it is a Kubernetes ``Status`` (a JSON object of kind Status), and then
 only its message, cut to ``MAX_MESSAGE`` characters. Any other answer is
 described by its HTTP status code and media type alone: never its body,
 its reason phrase or its headers, which the server chooses just as freely.
-helm's messages get the same treatment where client-go quotes such a body.
+Any other error's text (helm's above all) gets the same treatment where
+client-go quotes such a body.
 """
 
 from __future__ import annotations
@@ -20,8 +21,6 @@ from typing import Any
 
 import httpx2
 from lightkube.core.exceptions import ApiError
-
-from modelplane.actions.helm import HelmError
 
 MAX_MESSAGE = 500
 # A media type as RFC 9110 spells it; anything else in the header is not shown.
@@ -112,10 +111,6 @@ def _unquoted(text: str) -> str:
     return text
 
 
-def _helm_message(err: HelmError) -> str:
-    return bounded(_unquoted(str(err)), 600)
-
-
 # The API server's own words when it could not call an admission webhook
 # (k8s.io/apiserver pkg/util/webhook/error.go, ErrCallingWebhook: "failed
 # calling webhook %q: %v", wrapped in an InternalError, "Internal error
@@ -168,8 +163,6 @@ def describe_error(err: BaseException) -> str:
     """A message about ``err`` that repeats nothing a target's server chose."""
     if isinstance(err, ApiError):
         return _describe_api_error(err)
-    if isinstance(err, HelmError):
-        return _helm_message(err)
     if isinstance(err, httpx2.HTTPStatusError):
         # Its text holds the reason phrase and, for a redirect, the Location.
         response = err.response
@@ -184,4 +177,7 @@ def describe_error(err: BaseException) -> str:
         return f"{response.status_code}: {message}"
     if isinstance(err, httpx2.HTTPError) and not isinstance(err, _LOCAL_TEXT):
         return type(err).__name__
-    return bounded(str(err) or type(err).__name__, 600)
+    # Any other error's own text, with client-go's quotes of an answer taken
+    # out: helm's errors (and whatever else relays client-go) carry them, and
+    # this layer need not know which errors those are.
+    return bounded(_unquoted(str(err) or type(err).__name__), 600)

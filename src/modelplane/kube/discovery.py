@@ -1,104 +1,59 @@
-"""Cheap reads of a target: what it serves, and lists of a kind across namespaces.
+"""What a target serves: every resource of every group and version, in two requests.
 
-``served_apis`` uses aggregated discovery (``apidiscovery.k8s.io/v2``, served
-since Kubernetes 1.30): two requests list every resource of every group and
+``served`` uses aggregated discovery (``apidiscovery.k8s.io/v2``, served since
+Kubernetes 1.30): two requests list every resource of every group and
 version, whatever the number of CRDs. Against an older server it falls back to
 the legacy documents (one request per group-version, still independent of how
 many CRDs a group holds).
 
-Requests go through the target's raw HTTP client (``TargetClient.http``),
-built by lightkube's public client adapter from the same connection
-parameters and transport as the lightkube client, so authentication, TLS and
-the address and answer checks of ``transport.py`` apply alike; lightkube 1.0
-has no public call for a GET with its own ``Accept`` header.
+Discovery is also where a kind's resource name (its plural) comes from: the
+server says it, so nothing is guessed from the kind's spelling.
+
+Requests go through the target's raw HTTP client (``kube.client.get_answer``):
+lightkube 1.0 has no public call for a GET with its own ``Accept`` header.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 import httpx2
 from lightkube import AsyncClient
 
-from modelplane.credentials.connect import TargetClient
 from modelplane.kube.address import AddressDenied
-from modelplane.kube.answers import describe_answer, describe_error, status_message
-from modelplane.wire import ApiRef
+from modelplane.kube.answers import describe_error
+from modelplane.kube.client import ApiStatusError, TargetClient, TargetError, get_answer, raw_http
 
 APIS = dict[str, dict[str, list[str]]]
+# (apiVersion, kind) -> the resource name the server serves the kind under.
+PLURALS = dict[tuple[str, str], str]
 
 AGGREGATED_ACCEPT = (
     "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,"
     "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList,"
     "application/json"
 )
-PAGE_SIZE = 500
 
 
-class TargetError(Exception):
-    """The target could not be reached or answered in a way we cannot use."""
+@dataclass
+class Served:
+    """group ("" for core) -> resource plural -> versions served, and each kind's plural."""
+
+    apis: APIS = field(default_factory=dict)
+    plurals: PLURALS = field(default_factory=dict)
+
+    def add(self, group: str, version: str, resource: str, kind: str) -> None:
+        if not resource or "/" in resource:  # subresources are not resources
+            return
+        versions = self.apis.setdefault(group, {}).setdefault(resource, [])
+        if version not in versions:
+            versions.append(version)
+        if kind:
+            self.plurals[(f"{group}/{version}" if group else version, kind)] = resource
 
 
-class ApiStatusError(TargetError):
-    """The API server answered with an error status (403, 404, ...).
-
-    ``reason`` is the answer's Status message, or a description by HTTP status
-    code and media type when the answer is not a Kubernetes Status.
-    """
-
-    def __init__(self, status: int, path: str, message: str) -> None:
-        super().__init__(f"GET {path}: {status} {message}".rstrip())
-        self.status = status
-        self.path = path
-        self.reason = message
-
-
-def _http(client: AsyncClient) -> httpx2.AsyncClient:
-    if not isinstance(client, TargetClient):
-        raise TypeError(
-            "discovery needs the client of a Target (modelplane.credentials.connect), "
-            f"not a {type(client).__name__}"
-        )
-    return client.http
-
-
-async def get_json(
-    client: AsyncClient,
-    path: str,
-    *,
-    params: dict[str, str] | None = None,
-    accept: str = "application/json",
-) -> Any:
-    """GET ``path`` (absolute, e.g. ``/apis``) and decode the JSON answer."""
-    try:
-        response = await _http(client).get(path, params=params, headers={"Accept": accept})
-    except AddressDenied:
-        raise
-    except httpx2.TransportError as err:
-        raise TargetError(f"cannot reach the API server: {describe_error(err)}") from err
-    if response.status_code >= 300:
-        content_type = response.headers.get("content-type")
-        message = status_message(response.content, content_type)
-        if message is None:
-            # Not a Status: its body, reason phrase and headers are the
-            # server's free text, and are not repeated.
-            message = describe_answer(content_type)
-        raise ApiStatusError(response.status_code, path, message)
-    try:
-        return response.json()
-    except ValueError as err:
-        raise TargetError(f"GET {path}: the answer is not JSON") from err
-
-
-def _add(apis: APIS, group: str, version: str, resource: str) -> None:
-    if not resource or "/" in resource:  # subresources are not resources
-        return
-    versions = apis.setdefault(group, {}).setdefault(resource, [])
-    if version not in versions:
-        versions.append(version)
-
-
-def _from_aggregated(doc: dict[str, Any], apis: APIS) -> None:
+def _from_aggregated(doc: dict[str, Any], served: Served) -> None:
     for item in doc.get("items") or []:
         group = ((item.get("metadata") or {}).get("name")) or ""
         for version in item.get("versions") or []:
@@ -107,30 +62,58 @@ def _from_aggregated(doc: dict[str, Any], apis: APIS) -> None:
             if version.get("freshness", "Current") != "Current":
                 continue
             for resource in version.get("resources") or []:
-                _add(apis, group, str(version.get("version", "")), str(resource.get("resource")))
+                kind = (resource.get("responseKind") or {}).get("kind") or ""
+                served.add(
+                    group,
+                    str(version.get("version", "")),
+                    str(resource.get("resource")),
+                    str(kind),
+                )
 
 
 def _is_aggregated(doc: Any) -> bool:
     return isinstance(doc, dict) and doc.get("kind") == "APIGroupDiscoveryList"
 
 
-async def served_apis(client: AsyncClient) -> APIS:
-    """group ("" for core) -> resource plural -> versions served, in two requests."""
-    apis: APIS = {}
-    core = await get_json(client, "/api", accept=AGGREGATED_ACCEPT)
-    groups = await get_json(client, "/apis", accept=AGGREGATED_ACCEPT)
+async def discover(http: httpx2.AsyncClient) -> Served:
+    """What the server at ``http`` serves; transport errors are raised as they are."""
+    served = Served()
+    core = await get_answer(http, "/api", accept=AGGREGATED_ACCEPT)
+    groups = await get_answer(http, "/apis", accept=AGGREGATED_ACCEPT)
     if _is_aggregated(core) and _is_aggregated(groups):
-        _from_aggregated(core, apis)
-        _from_aggregated(groups, apis)
+        _from_aggregated(core, served)
+        _from_aggregated(groups, served)
     else:
-        await _legacy(client, core, groups, apis)
-    for resources in apis.values():
+        await _legacy(http, core, groups, served)
+    for resources in served.apis.values():
         for versions in resources.values():
             versions.sort()
-    return apis
+    return served
 
 
-async def _legacy(client: AsyncClient, core: Any, groups: Any, apis: APIS) -> None:
+async def served(client: AsyncClient) -> Served:
+    """What a Target's client says its server serves, in two requests.
+
+    The plurals are kept on the client too, so that applying an object of a
+    kind just observed costs no second discovery.
+    """
+    try:
+        found = await discover(raw_http(client))
+    except AddressDenied:
+        raise
+    except httpx2.TransportError as err:
+        raise TargetError(f"cannot reach the API server: {describe_error(err)}") from err
+    assert isinstance(client, TargetClient)  # raw_http refuses any other
+    client.plurals.update(found.plurals)
+    return found
+
+
+async def served_apis(client: AsyncClient) -> APIS:
+    """group ("" for core) -> resource plural -> versions served, in two requests."""
+    return (await served(client)).apis
+
+
+async def _legacy(http: httpx2.AsyncClient, core: Any, groups: Any, served: Served) -> None:
     """Pre-1.30 servers: one document per group-version."""
     core_versions = core.get("versions") if isinstance(core, dict) else None
     paths: list[tuple[str, str, str]] = [("", str(v), f"/api/{v}") for v in core_versions or []]
@@ -142,57 +125,13 @@ async def _legacy(client: AsyncClient, core: Any, groups: Any, apis: APIS) -> No
             )
     for group_name, version_name, path in paths:
         try:
-            doc = await get_json(client, path)
+            doc = await get_answer(http, path)
         except ApiStatusError:
             continue  # an unavailable aggregated API: not served
         for resource in doc.get("resources") or []:
-            _add(apis, group_name, version_name, str(resource.get("name", "")))
-
-
-def collection_path(api: ApiRef, namespace: str | None = None) -> str:
-    base = f"/api/{api.version}" if not api.group else f"/apis/{api.group}/{api.version}"
-    if namespace:
-        base += f"/namespaces/{namespace}"
-    return f"{base}/{api.resource}"
-
-
-async def list_objects(
-    client: AsyncClient,
-    api: ApiRef,
-    *,
-    namespace: str | None = None,
-    labels: str | None = None,
-    fields: str | None = None,
-) -> list[dict[str, Any]]:
-    """Every object of one resource, across all namespaces unless one is given.
-
-    One LIST (more only past ``PAGE_SIZE`` objects), as plain JSON: no model
-    decoding, and no resource class needed for CRDs.
-    """
-    path = collection_path(api, namespace)
-    params: dict[str, str] = {"limit": str(PAGE_SIZE)}
-    if labels:
-        params["labelSelector"] = labels
-    if fields:
-        params["fieldSelector"] = fields
-    items: list[dict[str, Any]] = []
-    while True:
-        doc = await get_json(client, path, params=params)
-        items += [i for i in doc.get("items") or [] if isinstance(i, dict)]
-        cont = (doc.get("metadata") or {}).get("continue")
-        if not cont:
-            return items
-        params["continue"] = str(cont)
-
-
-async def get_object(
-    client: AsyncClient, api: ApiRef, name: str, namespace: str | None = None
-) -> dict[str, Any] | None:
-    """One object, or None when it does not exist."""
-    try:
-        doc = await get_json(client, f"{collection_path(api, namespace)}/{name}")
-    except ApiStatusError as err:
-        if err.status == 404:
-            return None
-        raise
-    return doc if isinstance(doc, dict) else None
+            served.add(
+                group_name,
+                version_name,
+                str(resource.get("name", "")),
+                str(resource.get("kind", "")),
+            )

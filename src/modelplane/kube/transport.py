@@ -19,12 +19,17 @@ lists, watches, discovery and applies all pass the same two rules:
 
 With a transport given, httpx reads no proxy from the environment: requests
 to a target go straight to the address that was checked.
+
+A cloud identity's bearer tokens are put on by ``AuthTransport`` around the
+guard: lightkube takes auth only from the kubeconfig's user, but any
+transport, so one ``TokenAuth`` on the shared transport serves both clients.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import AsyncGenerator, Generator, Iterable
+from typing import Protocol
 
 import httpx2
 
@@ -141,3 +146,64 @@ async def _as_status(response: httpx2.Response) -> httpx2.Response:
         # Without the server's reason phrase, httpx falls back to the standard one.
         extensions={k: v for k, v in response.extensions.items() if k == "http_version"},
     )
+
+
+class Tokens(Protocol):
+    """Where bearer tokens come from (``credentials.identity.cache.TokenSource``)."""
+
+    async def token(self) -> str: ...
+
+    async def refresh(self, stale: str) -> str: ...
+
+
+class TokenAuth(httpx2.Auth):
+    """Bearer tokens from ``Tokens``; on a 401, one refresh and one retry."""
+
+    # The body is read before the first send so that the retry can send it again.
+    requires_request_body = True
+
+    def __init__(self, source: Tokens) -> None:
+        self.source = source
+
+    def sync_auth_flow(self, request: httpx2.Request) -> Generator[httpx2.Request, httpx2.Response]:
+        raise RuntimeError("TokenAuth mints tokens asynchronously: use an AsyncClient")
+
+    async def async_auth_flow(
+        self, request: httpx2.Request
+    ) -> AsyncGenerator[httpx2.Request, httpx2.Response]:
+        token = await self.source.token()
+        request.headers["Authorization"] = f"Bearer {token}"
+        response = yield request
+        if response.status_code != 401:
+            return
+        # The token may have been revoked or expired early: mint once and
+        # retry once. The retry's answer stands, whatever it is.
+        token = await self.source.refresh(token)
+        request.headers["Authorization"] = f"Bearer {token}"
+        yield request
+
+
+class AuthTransport(httpx2.AsyncBaseTransport):
+    """Runs an ``httpx2.Auth`` flow at the transport, for clients that take no auth of ours."""
+
+    def __init__(self, auth: httpx2.Auth, inner: httpx2.AsyncBaseTransport) -> None:
+        self._auth = auth
+        self._inner = inner
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        if self._auth.requires_request_body:
+            await request.aread()
+        flow = self._auth.async_auth_flow(request)
+        request = await flow.__anext__()
+        while True:
+            response = await self._inner.handle_async_request(request)
+            if self._auth.requires_response_body:
+                await response.aread()
+            try:
+                request = await flow.asend(response)
+            except StopAsyncIteration:
+                return response
+            await response.aclose()
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()

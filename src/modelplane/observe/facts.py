@@ -18,12 +18,10 @@ from lightkube import AsyncClient
 from modelplane.catalog.components import components_of_stack
 from modelplane.catalog.facts import ClusterFacts, Fact, Item, Listing, assemble
 from modelplane.catalog.types import Component, ObjectExists
-from modelplane.kube.discovery import ApiStatusError, list_objects, served_apis
+from modelplane.kube.client import ApiStatusError, list_objects
+from modelplane.kube.discovery import APIS, served_apis
 from modelplane.pins import Stack
 from modelplane.plan.observed import Observed
-from modelplane.wire import ApiRef
-
-APIS = dict[str, dict[str, list[str]]]
 
 # Answers that mean "you may not see this" or "there is no such thing": the
 # fact becomes unobservable and its checks unknown. Anything else is raised.
@@ -33,10 +31,6 @@ _UNOBSERVABLE_STATUS = (403, 404, 405)
 def needed_facts(components: Iterable[Component]) -> list[Fact]:
     """Every fact the advisories of ``components`` read, each once, in a stable order."""
     return list(dict.fromkeys(f for c in components for a in c.advisories for f in a.needs()))
-
-
-def _serves(apis: APIS, api: ApiRef) -> bool:
-    return api.version in apis.get(api.group, {}).get(api.resource, [])
 
 
 async def _read(client: AsyncClient, listing: Listing) -> list[Item] | ApiStatusError:
@@ -58,7 +52,7 @@ async def observe_cluster(
     unobservable: dict[str, str] = {}
     listings: list[Listing] = []
     for fact in facts:
-        if not _serves(apis, fact.listing.api):
+        if not fact.listing.api.served_in(apis):
             unobservable.setdefault(fact.what, fact.not_served())
         elif fact.listing not in listings:
             listings.append(fact.listing)
@@ -87,7 +81,7 @@ async def observe_required_objects(
         r.api.key: r.api
         for c in components
         for r in c.requirements
-        if isinstance(r, ObjectExists) and _serves(apis, r.api)
+        if isinstance(r, ObjectExists) and r.api.served_in(apis)
     }
     lists = await asyncio.gather(*(list_objects(client, api) for api in wanted.values()))
     return {key: sorted(_name(o) for o in items) for key, items in zip(wanted, lists, strict=True)}

@@ -10,10 +10,11 @@ per object.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
-from lightkube import AsyncClient, operators
-from lightkube.resources.core_v1 import ConfigMap, Secret
+from lightkube import AsyncClient
+from lightkube.resources.core_v1 import ConfigMap
 
 from modelplane.api.models import ServingStackSpec
 from modelplane.catalog.components import components_for
@@ -25,8 +26,9 @@ from modelplane.catalog.configuration import (
     configuration_for,
 )
 from modelplane.catalog.types import ObjectExists
-from modelplane.kube.discovery import APIS, served_apis
-from modelplane.kube.resources import list_settled, plural, resource, unless_missing
+from modelplane.kube.client import list_objects, waiting_out_429
+from modelplane.kube.discovery import APIS, PLURALS, Served, served
+from modelplane.kube.resources import unless_missing
 from modelplane.plan.drift import owned_fields
 from modelplane.plan.observed import Observed, ObservedRelease
 from modelplane.wire import (
@@ -40,6 +42,10 @@ from modelplane.wire import (
 )
 
 CRD_API_VERSION = "apiextensions.k8s.io/v1"
+SECRETS = ApiRef("", "v1", "secrets")
+# The product's own objects, and Helm's release Secrets that carry its digest.
+OURS = f"{MANAGED_BY_LABEL}={MANAGED_BY}"
+RELEASE_SECRETS = f"owner=helm,{RELEASE_DIGEST_LABEL}"
 
 
 def _kinds(spec: ServingStackSpec) -> set[tuple[str, str, bool]]:
@@ -58,9 +64,13 @@ def _kinds(spec: ServingStackSpec) -> set[tuple[str, str, bool]]:
     return kinds
 
 
-def api_of(api_version: str, kind: str) -> ApiRef:
+def api_of(api_version: str, kind: str, plurals: PLURALS) -> ApiRef | None:
+    """The resource ``kind`` is served as, by discovery's ``plurals``; None when not served."""
+    plural = plurals.get((api_version, kind))
+    if plural is None:
+        return None
     group, _, version = api_version.rpartition("/")
-    return ApiRef(group, version, plural(kind))
+    return ApiRef(group, version, plural)
 
 
 @dataclass(frozen=True)
@@ -142,31 +152,25 @@ async def observe(client: AsyncClient, spec: ServingStackSpec) -> Observed:
     return to_observed(await read_listed(client, wanted(spec)))
 
 
-async def read_listed(client: AsyncClient, want: Wanted, apis: APIS | None = None) -> Listed:
-    """Read what ``want`` names from the target; discovery too unless ``apis`` is given."""
-    listed = Listed(apis=await served_apis(client) if apis is None else apis)
-    observed = Observed(apis=listed.apis)
-    for api_version, kind, namespaced in sorted(want.kinds):
-        if not observed.serves(api_of(api_version, kind)):
+async def read_listed(client: AsyncClient, want: Wanted, found: Served | None = None) -> Listed:
+    """Read what ``want`` names from the target; discovery too unless ``found`` is given.
+
+    The same LISTs, with the same selectors, as the watches keep (``WatchCache``).
+    """
+    if found is None:
+        found = await served(client)
+    listed = Listed(apis=found.apis)
+    for api_version, kind, _ in sorted(want.kinds):
+        api = api_of(api_version, kind, found.plurals)
+        if api is None or not api.served_in(listed.apis):
             continue
-        res = resource(api_version, kind, namespaced)
-        kwargs: dict[str, Any] = {"labels": {MANAGED_BY_LABEL: MANAGED_BY}}
-        if namespaced:
-            kwargs["namespace"] = "*"
-        items = await list_settled(client, res, **kwargs)
-        listed.items[(api_version, kind)] = [_as_dict(i) for i in items]
-    for api, kind in sorted(want.objects, key=lambda o: (o[0].key, o[1])):
-        if observed.serves(api):
-            res = resource(f"{api.group}/{api.version}", kind, False)
-            listed.objects[api.key] = [_as_dict(o) async for o in client.list(res)]
-    listed.release_secrets = [
-        _as_dict(s)
-        async for s in client.list(
-            Secret,
-            namespace="*",
-            labels={"owner": "helm", RELEASE_DIGEST_LABEL: operators.exists()},
+        listed.items[(api_version, kind)] = await waiting_out_429(
+            partial(list_objects, client, api, labels=OURS)
         )
-    ]
+    for api, _ in sorted(want.objects, key=lambda o: (o[0].key, o[1])):
+        if api.served_in(listed.apis):
+            listed.objects[api.key] = await list_objects(client, api)
+    listed.release_secrets = await list_objects(client, SECRETS, labels=RELEASE_SECRETS)
     if want.bundle_ca:
         cm = await unless_missing(lambda: client.get(ConfigMap, CLUSTER_CA, namespace=NS))
         listed.ca_configmap = _as_dict(cm) if cm is not None else None

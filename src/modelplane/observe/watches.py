@@ -34,8 +34,8 @@ import json
 import logging
 import random
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import httpx2
@@ -43,27 +43,37 @@ from lightkube import AsyncClient
 
 from modelplane.catalog.configuration import CLUSTER_CA, NS
 from modelplane.kube.answers import describe_error
-from modelplane.kube.discovery import APIS, PAGE_SIZE, collection_path, served_apis
-from modelplane.observe.state import CRD_API_VERSION, Listed, Wanted, api_of
-from modelplane.wire import (
-    MANAGED_BY,
-    MANAGED_BY_LABEL,
-    RELEASE_DIGEST_LABEL,
-    SETTLE_ATTEMPTS,
-    SETTLE_DELAY,
-    ApiRef,
+from modelplane.kube.backoff import Attempts, Backoff
+from modelplane.kube.client import (
+    CRD_STORAGE_TRIES,
+    CRD_STORAGE_WAIT,
+    ApiStatusError,
+    TargetClient,
+    TargetError,
+    collection_path,
+    list_pages,
 )
+from modelplane.kube.discovery import APIS, PLURALS, discover, served
+from modelplane.observe.state import (
+    CRD_API_VERSION,
+    OURS,
+    RELEASE_SECRETS,
+    SECRETS,
+    Listed,
+    Wanted,
+    api_of,
+)
+from modelplane.wire import ApiRef
 
 log = logging.getLogger("modelplane.operator.watch")
 
 CRDS = ApiRef("apiextensions.k8s.io", "v1", "customresourcedefinitions")
-SECRETS = ApiRef("", "v1", "secrets")
 CONFIGMAPS = ApiRef("", "v1", "configmaps")
-OURS = f"{MANAGED_BY_LABEL}={MANAGED_BY}"
 # client-go re-arms its watches every 5 to 10 minutes; so do we.
 WATCH_TIMEOUT_SECONDS = 300.0
 PROBE_SECONDS = 0.25
-MAX_BACKOFF_SECONDS = 30.0
+# Between tries of a watch the server refused, or that keeps expiring.
+WATCH_BACKOFF = Backoff(first=0.5, cap=30.0)
 
 
 @dataclass(frozen=True, order=True)
@@ -88,20 +98,49 @@ class WatchKey:
         return "/".join(p for p in (api.group, api.version, api.resource) if p)
 
 
-def watch_keys(want: Wanted) -> frozenset[WatchKey]:
-    """The collections to watch so that ``Listed`` for ``want`` can be answered from them."""
+def watch_keys(want: Wanted, plurals: PLURALS) -> frozenset[WatchKey]:
+    """The collections to watch so that ``Listed`` for ``want`` can be answered from them.
+
+    A kind is watched once ``plurals`` (discovery, or the CRDs) says what it
+    is served as; until then it is not served, and there is nothing to watch.
+    """
     keys = {
         # Every CRD, not only ours: its events tell when the served APIs change.
         WatchKey(CRDS),
-        WatchKey(SECRETS, labels=f"owner=helm,{RELEASE_DIGEST_LABEL}"),
+        WatchKey(SECRETS, labels=RELEASE_SECRETS),
     }
     for api_version, kind, _ in want.kinds:
-        if api_version != CRD_API_VERSION:
-            keys.add(WatchKey(api_of(api_version, kind), labels=OURS))
+        api = api_of(api_version, kind, plurals)
+        if api is not None and api_version != CRD_API_VERSION:
+            keys.add(WatchKey(api, labels=OURS))
     keys |= {WatchKey(api) for api, _ in want.objects}
     if want.bundle_ca:
         keys.add(WatchKey(CONFIGMAPS, namespace=NS, fields=f"metadata.name={CLUSTER_CA}"))
     return frozenset(keys)
+
+
+def crd_plurals(crds: Iterable[dict[str, Any]]) -> PLURALS:
+    """(apiVersion, kind) -> plural of every version the Established CRDs serve."""
+    plurals: PLURALS = {}
+    for crd in crds:
+        spec, status = crd.get("spec") or {}, crd.get("status") or {}
+        if not _established(status):
+            continue
+        names = spec.get("names") or {}
+        kind, plural = names.get("kind"), names.get("plural")
+        if not (kind and plural):
+            continue
+        for version in spec.get("versions") or []:
+            if version.get("served") and version.get("name"):
+                plurals[(f"{spec.get('group', '')}/{version['name']}", str(kind))] = str(plural)
+    return plurals
+
+
+def _established(status: dict[str, Any]) -> bool:
+    return any(
+        c.get("type") == "Established" and c.get("status") == "True"
+        for c in status.get("conditions") or []
+    )
 
 
 def _order(key: WatchKey) -> tuple[str, str, str, str]:
@@ -129,14 +168,12 @@ class Link:
         self.up = asyncio.Event()
         self.up.set()
         self._probe: asyncio.Task[None] | None = None
-        self.outages = 0
 
     def lost(self, err: BaseException) -> bool:
         """Note that the target stopped answering; True for the first watch to notice."""
         if not self.up.is_set():
             return False
         self.up.clear()
-        self.outages += 1
         log.warning(
             "target of %s: watches lost (%s); probing every %.2g s until it answers",
             self._label,
@@ -171,19 +208,6 @@ class Link:
                 await self._probe
 
 
-@dataclass
-class _Backoff:
-    first: float = 0.5
-    delay: float = field(default=0.0)
-
-    def next(self) -> float:
-        self.delay = min(MAX_BACKOFF_SECONDS, self.delay * 2 if self.delay else self.first)
-        return self.delay
-
-    def reset(self) -> None:
-        self.delay = 0.0
-
-
 class Reflector:
     """Keeps ``items`` equal to one collection on the target, until cancelled."""
 
@@ -196,10 +220,13 @@ class Reflector:
         *,
         label: str = "",
         watch_timeout: float = WATCH_TIMEOUT_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         self.key, self._http, self._link, self._changed = key, http, link, changed
         self._label = label
         self._watch_timeout = watch_timeout
+        self._clock, self._sleep = clock, sleep
         self.items: dict[str, dict[str, Any]] = {}
         # True while ``items`` is known current: after a LIST, until the watch breaks.
         self.synced = False
@@ -217,15 +244,15 @@ class Reflector:
         self._retry.set()
 
     async def run(self) -> None:
-        backoff = _Backoff()
+        backoff = Attempts(WATCH_BACKOFF)
         failing = False
-        settling = 0
+        settling = Attempts(CRD_STORAGE_WAIT)
         while True:
             try:
                 await self._link.up.wait()
                 rv = await self._list()
                 backoff.reset()
-                settling = 0
+                settling.reset()
                 if failing:
                     log.info("target of %s: watch of %s resumed", self._label, self.key)
                     failing = False
@@ -243,8 +270,8 @@ class Reflector:
                     self._label,
                     self.key,
                 )
-                if time.monotonic() - self._listed_at < 1.0:
-                    await asyncio.sleep(backoff.next())
+                if self._clock() - self._listed_at < 1.0:
+                    await self._sleep(backoff.fail())
             except Refused as err:
                 self.synced = False
                 if err.code == 404:
@@ -253,14 +280,13 @@ class Reflector:
                     self._changed(self.key, "GONE")
                     self._retry.clear()
                     with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(self._retry.wait(), backoff.next())
+                        await asyncio.wait_for(self._retry.wait(), backoff.fail())
                     continue
-                if err.code == 429 and settling < SETTLE_ATTEMPTS:
+                if err.code == 429 and settling.count < CRD_STORAGE_TRIES:
                     # A CRD's storage still starting (after an install, or
                     # the server's own restart): a fraction of a second, and
                     # no news worth a log line.
-                    settling += 1
-                    await asyncio.sleep(SETTLE_DELAY)
+                    await self._sleep(settling.fail())
                     continue
                 if not failing:
                     log.warning(
@@ -270,7 +296,7 @@ class Reflector:
                         err,
                     )
                     failing = True
-                await asyncio.sleep(backoff.next())
+                await self._sleep(backoff.fail())
             except httpx2.TransportError as err:
                 self.synced = False
                 if self._link.lost(err):
@@ -278,26 +304,21 @@ class Reflector:
                     self._changed(self.key, "LOST")
 
     async def _list(self) -> str:
-        params = {**self.key.params(), "limit": str(PAGE_SIZE)}
-        path = collection_path(self.key.api, self.key.namespace)
-        items: dict[str, dict[str, Any]] = {}
-        while True:
-            response = await self._http.get(path, params=params)
-            if response.status_code == 410:
-                raise Gone()
-            if response.status_code >= 300:
-                raise Refused(response.status_code)
-            doc = response.json()
-            for item in doc.get("items") or []:
-                items[_key(item)] = item
-            metadata = doc.get("metadata") or {}
-            if not metadata.get("continue"):
-                break
-            params["continue"] = str(metadata["continue"])
-        self.items, self.served, self.synced = items, True, True
+        try:
+            found = await list_pages(
+                self._http,
+                self.key.api,
+                namespace=self.key.namespace,
+                labels=self.key.labels,
+                fields=self.key.fields,
+            )
+        except ApiStatusError as err:
+            raise Gone() if err.status == 410 else Refused(err.status) from err
+        self.items = {_key(item): item for item in found.items}
+        self.served, self.synced = True, True
         self.lists += 1
-        self._listed_at = time.monotonic()
-        return str(metadata.get("resourceVersion", ""))
+        self._listed_at = self._clock()
+        return found.resource_version
 
     async def _watch(self, rv: str) -> str:
         """One WATCH from ``rv``; returns the last resourceVersion seen when the server ends it."""
@@ -313,7 +334,7 @@ class Reflector:
         # without closing (a lost network path) is given up, not waited on forever.
         timeout = httpx2.Timeout(10.0, read=seconds + 30.0)
         path = collection_path(self.key.api, self.key.namespace)
-        started, events = time.monotonic(), 0
+        started, events = self._clock(), 0
         self.watches += 1
         async with self._http.stream("GET", path, params=params, timeout=timeout) as response:
             if response.status_code == 410:
@@ -338,10 +359,10 @@ class Reflector:
                 else:
                     self.items[_key(obj)] = obj
                 self._changed(self.key, str(kind))
-        if not events and time.monotonic() - started < 1.0:
+        if not events and self._clock() - started < 1.0:
             # A server (or a proxy in front of it) that ends watches at once:
             # do not turn that into a loop of requests.
-            await asyncio.sleep(1.0)
+            await self._sleep(1.0)
         return rv
 
 
@@ -356,7 +377,12 @@ def _has_label(obj: dict[str, Any], name: str, value: str) -> bool:
 
 
 class WatchCache:
-    """The reflectors for one target and spec; answers ``Listed`` when all of them are current."""
+    """The reflectors for one target and spec; answers ``Listed`` when all of them are current.
+
+    The reflector of a kind the product applies starts once its plural is
+    known: from one discovery when the watches start, from a CRD as soon as
+    the CRD watch sees it Established, or from the discovery ``listed`` reads.
+    """
 
     def __init__(
         self,
@@ -368,23 +394,54 @@ class WatchCache:
         watch_timeout: float = WATCH_TIMEOUT_SECONDS,
     ) -> None:
         self.want = want
+        self._http = http
         self._wake = wake
+        self._label = label
+        self._watch_timeout = watch_timeout
         self.link = Link(http, label)
-        self.reflectors = {
-            key: Reflector(
-                http, key, self.link, self._on_change, label=label, watch_timeout=watch_timeout
-            )
-            for key in sorted(watch_keys(want), key=_order)
-        }
+        self.plurals: PLURALS = {}
+        self.reflectors: dict[WatchKey, Reflector] = {}
         self._tasks: list[asyncio.Task[None]] = []
+        self._started = False
+        self._add_reflectors()
         # Bumped by every CRD event and every relist: the served APIs may
         # have changed, and discovery is read again before the cache answers.
         self.api_generation = 0
         self._apis: APIS | None = None
         self._apis_generation = -1
 
+    def _add_reflectors(self) -> None:
+        for key in sorted(watch_keys(self.want, self.plurals) - set(self.reflectors), key=_order):
+            reflector = Reflector(
+                self._http,
+                key,
+                self.link,
+                self._on_change,
+                label=self._label,
+                watch_timeout=self._watch_timeout,
+            )
+            self.reflectors[key] = reflector
+            if self._started:
+                self._tasks.append(asyncio.create_task(reflector.run()))
+
+    def learn(self, plurals: PLURALS) -> None:
+        """Note what kinds are served as; the kinds newly known are watched from now on."""
+        self.plurals.update(plurals)
+        self._add_reflectors()
+
     def start(self) -> None:
+        self._started = True
         self._tasks = [asyncio.create_task(r.run()) for r in self.reflectors.values()]
+        self._tasks.append(asyncio.create_task(self._discover()))
+
+    async def _discover(self) -> None:
+        try:
+            found = await discover(self._http)
+        except (TargetError, httpx2.TransportError) as err:
+            # The CRD watch and the next ``listed`` learn the plurals instead.
+            log.debug("target of %s: discovery failed: %s", self._label, describe_error(err))
+            return
+        self.learn(found.plurals)
 
     async def close(self) -> None:
         for task in self._tasks:
@@ -397,6 +454,7 @@ class WatchCache:
         if key.api == CRDS or kind == "LIST":
             self.api_generation += 1
             if key.api == CRDS:
+                self.learn(crd_plurals(self.reflectors[key].items.values()))
                 for reflector in self.reflectors.values():
                     if not reflector.served:
                         reflector.retry_now()
@@ -415,27 +473,28 @@ class WatchCache:
         apis = self._apis
         if apis is None or self._apis_generation != self.api_generation:
             generation = self.api_generation
-            apis = await served_apis(client)
+            found = await served(client)
+            apis = found.apis
+            self.learn(found.plurals)
             # Kept only once discovery shows every CRD the watch says is
             # served: discovery lags a new CRD by a moment, and a copy taken
             # in that moment would hide the API until the next CRD event.
             if self._consistent(apis):
                 self._apis, self._apis_generation = apis, generation
+        elif isinstance(client, TargetClient):
+            # What an apply in this reconcile needs, without a discovery of its own.
+            client.plurals.update(self.plurals)
         return self._fill(apis)
 
     def _consistent(self, apis: APIS) -> bool:
         for crd in self.reflectors[WatchKey(CRDS)].items.values():
             spec, status = crd.get("spec") or {}, crd.get("status") or {}
-            established = any(
-                c.get("type") == "Established" and c.get("status") == "True"
-                for c in status.get("conditions") or []
-            )
-            if not established:
+            if not _established(status):
                 continue
             plural = (spec.get("names") or {}).get("plural", "")
-            served = apis.get(spec.get("group", ""), {}).get(plural, [])
+            served_versions = apis.get(spec.get("group", ""), {}).get(plural, [])
             for version in spec.get("versions") or []:
-                if version.get("served") and version.get("name") not in served:
+                if version.get("served") and version.get("name") not in served_versions:
                     return False
         return True
 
@@ -443,37 +502,38 @@ class WatchCache:
         listed = Listed(apis=apis)
 
         def items(key: WatchKey) -> list[dict[str, Any]] | None:
-            reflector = self.reflectors[key]
+            reflector = self.reflectors.get(key)
+            if reflector is None:
+                return None  # learned served this moment: its watch starts now
             if not (reflector.synced and reflector.served):
                 # Discovery serves it but the watch has not listed it yet.
                 reflector.retry_now()
                 return None
             return [reflector.items[k] for k in sorted(reflector.items)]
 
-        def serves(api: ApiRef) -> bool:
-            return api.version in apis.get(api.group, {}).get(api.resource, [])
-
         for api_version, kind, _ in sorted(self.want.kinds):
-            api = api_of(api_version, kind)
-            if not serves(api):
-                continue
             if api_version == CRD_API_VERSION:
+                if not CRDS.served_in(apis):
+                    continue
                 found = items(WatchKey(CRDS))
                 found = (
                     None if found is None else [o for o in found if _has_label(o, *OURS.split("="))]
                 )
             else:
+                api = api_of(api_version, kind, self.plurals)
+                if api is None or not api.served_in(apis):
+                    continue
                 found = items(WatchKey(api, labels=OURS))
             if found is None:
                 return None
             listed.items[(api_version, kind)] = found
         for api, _ in sorted(self.want.objects, key=lambda o: (o[0].key, o[1])):
-            if serves(api):
+            if api.served_in(apis):
                 found = items(WatchKey(api))
                 if found is None:
                     return None
                 listed.objects[api.key] = found
-        secrets = items(WatchKey(SECRETS, labels=f"owner=helm,{RELEASE_DIGEST_LABEL}"))
+        secrets = items(WatchKey(SECRETS, labels=RELEASE_SECRETS))
         if secrets is None:
             return None
         listed.release_secrets = secrets

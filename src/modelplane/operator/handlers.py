@@ -4,16 +4,17 @@ Each ServingStack gets a kopf daemon that reconciles, reports, then sleeps
 until something that matters changes: its spec (a raw watch event on the
 hub), its target (the target watches), or the resync period. One task per
 object means reconciles of one stack never overlap, and kopf stops the task
-with the object.
+with the object. What a stack's task keeps (what wakes it, the spec it last
+saw) lives in kopf's per-object ``memo``, and goes with the object.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import datetime
 import functools
 import logging
-import random
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,24 +32,18 @@ from modelplane.api.models import API_GROUP, API_VERSION, KIND, PLURAL
 from modelplane.credentials.connect import (
     ADDRESS_DENIED,
     HUB_FORBIDDEN,
-    Credentials,
-    CredentialsError,
-    connect,
     hub_forbidden,
-    open_targets,
-    read_credentials,
 )
 from modelplane.credentials.identity.base import IdentityError
 from modelplane.credentials.identity.cache import TokenCache
-from modelplane.kube.address import AddressDenied
 from modelplane.kube.answers import describe_error
-from modelplane.kube.discovery import TargetError
-from modelplane.observe.state import wanted
+from modelplane.kube.client import open_targets
+from modelplane.kube.errors import ErrorKind, Fault, classify
 from modelplane.operator import metrics
 from modelplane.operator.hub import CHECK_RETRY_SECONDS, Watched, connection_info, load_config
 from modelplane.operator.leader import Elector, exit_now
 from modelplane.operator.options import OperatorOptions
-from modelplane.operator.reconciler import INVALID_SPEC, InvalidSpecError, StackReconciler
+from modelplane.operator.reconciler import StackReconciler
 from modelplane.operator.status import (
     TEARDOWN,
     Outcome,
@@ -57,7 +52,8 @@ from modelplane.operator.status import (
     merge_conditions,
     status_changed,
 )
-from modelplane.operator.watch import TargetWatcher
+from modelplane.plan import decisions
+from modelplane.plan.decisions import BlockedReason
 
 log = logging.getLogger("modelplane.operator")
 
@@ -65,57 +61,57 @@ FINALIZER = f"{API_GROUP}/teardown"
 # Set on a ServingStack to finish its deletion without touching the target,
 # e.g. when the target is gone for good or its credentials were deleted.
 SKIP_TEARDOWN_ANNOTATION = "modelplane.ai/skip-teardown"
-# While credentials are missing or the target is unreachable, look again
-# sooner than the resync period: after 10 s, then twice as long each time it
-# stays blocked, up to BLOCKED_BACKOFF_MAX_SECONDS (or the resync period if
-# shorter). A spec change still wakes the stack at once. Without the backoff
-# a hub of 1,000 failing stacks costs 100 reconciles a second (bench_fleet).
-RETRY_BLOCKED_SECONDS = 10.0
-BLOCKED_BACKOFF_MAX_SECONDS = 120.0
+# The seconds before a teardown that waits for objects to be deleted looks again.
+TEARDOWN_POLL_SECONDS = 2.0
 
-
-# The event handler's id. kopf logs "Handler '<id>' succeeded." at INFO
-# after every run, and it runs on every watch event of every ServingStack
-# (our own status writes included): on a fleet that was most of the log
-# (bench_fleet: about 6,000 lines in 8 minutes), saying nothing.
+# The wake handler's id. It runs on every watch event of every ServingStack
+# (our own status writes included), so it is an indexer that indexes
+# nothing: kopf logs an indexer's outcome only at DEBUG (or on failure),
+# where an event handler's success would be an INFO line per event (on
+# bench_fleet, about 6,000 lines in 8 minutes, saying nothing).
 WAKE_HANDLER = "wake_on_change"
-_WAKE_SUCCEEDED = f"Handler {WAKE_HANDLER!r} succeeded."
-
-
-class QuietWakes(logging.Filter):
-    """Demote kopf's success line of the wake handler to DEBUG (see kopf's
-    _core/actions/execution.py, which logs every handler's success at INFO)."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if record.levelno == logging.INFO and record.getMessage() == _WAKE_SUCCEEDED:
-            record.levelno, record.levelname = logging.DEBUG, "DEBUG"
-            return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
-        return True
-
+# The memo key of a stack's ``Wake``.
+WAKE = "modelplane_wake"
+LEAVE_HANDLER = "stop_when_gone"
 
 # The deletion handler's id, named so that kopf's lines about it can be told
 # (its default was the qualname, "register.<locals>.teardown"). It is also
 # the key of kopf's progress annotation: a teardown in flight across the
 # upgrade that renamed it starts its retry count and wait over, nothing more.
 TEARDOWN_HANDLER = "teardown"
-_TEARDOWN_RETRY = f"Handler {TEARDOWN_HANDLER!r} failed temporarily: "
+
+# Set by the teardown handler to the retry it is about to raise. kopf logs
+# every TemporaryError at ERROR, in the task that ran the handler, as soon
+# as the handler has raised it; a stuck teardown would so log an ERROR line
+# on every retry. The handler says itself, once per change, what it waits
+# for; QuietTeardownRetries demotes kopf's line about that one retry.
+_RETRYING: contextvars.ContextVar[kopf.TemporaryError | None] = contextvars.ContextVar(
+    "modelplane_teardown_retrying", default=None
+)
 
 
 class QuietTeardownRetries(logging.Filter):
-    """Demote kopf's line for each retry of teardown to DEBUG.
+    """Demote to DEBUG kopf's ERROR line for a retry the teardown handler raised.
 
-    kopf logs every TemporaryError at ERROR (_core/actions/execution.py),
-    and its K8sPoster posts every record at or above settings.posting.level
-    as an Event on the hub: a stuck teardown cost one hub write per retry,
-    forever. The handler says itself, once per change, what it waits for.
-    A demoted record is below the posting level, so it is not posted.
+    Told by the handler's own mark (``_RETRYING``), not by kopf's wording:
+    the first ERROR record of the handler's task after it raised a retry is
+    kopf's report of it. Any other ERROR passes as it is. A demoted record
+    is below kopf's posting level too.
     """
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if record.levelno == logging.ERROR and record.getMessage().startswith(_TEARDOWN_RETRY):
-            record.levelno, record.levelname = logging.DEBUG, "DEBUG"
-            return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
-        return True
+        if record.levelno != logging.ERROR or record.exc_info or _RETRYING.get() is None:
+            return True
+        _RETRYING.set(None)
+        record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+        return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
+
+
+def _retry(message: str, delay: float) -> kopf.TemporaryError:
+    """The error that has kopf run teardown again in ``delay`` seconds, marked as routine."""
+    error = kopf.TemporaryError(message, delay=delay)
+    _RETRYING.set(error)
+    return error
 
 
 class FailureLog:
@@ -128,7 +124,7 @@ class FailureLog:
 
     def report(self, outcome: Outcome, retry_in: float, error: BaseException | None) -> None:
         failure = (
-            (outcome.blocked_reason, outcome.blocked_message or "")
+            (str(outcome.blocked_reason), outcome.blocked_message or "")
             if outcome.blocked_reason is not None
             else None
         )
@@ -138,7 +134,7 @@ class FailureLog:
             self._last = None
             return
         reason, message = failure
-        if failure == self._last:
+        if not decisions.is_new(self._last, failure):
             log.debug(
                 "ServingStack %s: still %s: %s; retry in %.0fs",
                 self._label,
@@ -159,32 +155,16 @@ class FailureLog:
         )
 
 
-def retry_delay(streak: int, resync_seconds: float) -> float:
-    """Seconds before the ``streak``-th consecutive blocked reconcile is retried.
-
-    Jittered by up to 10% so that stacks that failed together (a hub of
-    them after an operator restart) do not retry in lockstep.
-    """
-    ceiling = min(BLOCKED_BACKOFF_MAX_SECONDS, max(resync_seconds, RETRY_BLOCKED_SECONDS))
-    base = min(RETRY_BLOCKED_SECONDS * 2.0 ** max(streak - 1, 0), ceiling)
-    return base * random.uniform(0.9, 1.0)
-
-
 ServingStackResource = create_namespaced_resource(API_GROUP, API_VERSION, KIND, PLURAL)
 
 
 @dataclass
 class Runtime:
-    """What the operator keeps across ServingStacks; every entry goes with its stack."""
+    """What the operator keeps across ServingStacks; what is one stack's is in its memo."""
 
     options: OperatorOptions
     hub: AsyncClient
     helm: Helm
-    # The reconcile task of each live stack waits on its event.
-    wakers: dict[tuple[str, str], asyncio.Event] = field(default_factory=dict)
-    # The (generation, deletionTimestamp) last seen per stack, dropped when
-    # the stack is deleted.
-    generations: dict[tuple[str, str], Any] = field(default_factory=dict)
     # Cloud identity token sources, by identity and target. Not dropped with
     # a stack (stacks may share an identity and target): bounded instead, the
     # least recently used going first.
@@ -192,9 +172,48 @@ class Runtime:
 
     def expose(self) -> None:
         """Report the sizes of what is kept in the metrics: a size that only grows is a leak."""
-        metrics.TRACKED.labels(what="wakers").set_function(lambda: len(self.wakers))
-        metrics.TRACKED.labels(what="generations").set_function(lambda: len(self.generations))
+        for what in TRACKED:
+            metrics.TRACKED.labels(what=what).set(0)
         metrics.TARGETS_OPEN.set_function(open_targets)
+
+
+# What each stack's task keeps in its memo, by the names the metrics give them.
+TRACKED = ("wakers", "generations")
+
+
+def _track(change: int) -> None:
+    for what in TRACKED:
+        metrics.TRACKED.labels(what=what).inc(change)
+
+
+def _marker(body: kopf.Body) -> tuple[Any, Any]:
+    """What of a stack is a reason to reconcile again: its spec (generation) or its deletion."""
+    return (body.meta.get("generation"), body.meta.get("deletionTimestamp"))
+
+
+@dataclass
+class Wake:
+    """What wakes one stack's reconcile task, and the spec (and deletion) it last saw."""
+
+    seen: tuple[Any, Any]
+    event: asyncio.Event = field(default_factory=asyncio.Event)
+    # The stack left this operator's watch (deleted, or moved to another shard).
+    gone: bool = False
+
+    def see(self, marker: tuple[Any, Any]) -> None:
+        # Status writes come back as events too; only a new generation or a
+        # deletion is a reason to reconcile again.
+        if decisions.is_new(self.seen, marker):
+            self.seen = marker
+            self.event.set()
+
+    def leave(self) -> None:
+        self.gone = True
+        self.event.set()
+
+
+def _left(event: kopf.RawEvent, **_: Any) -> bool:
+    return event.get("type") == "DELETED"
 
 
 def _now() -> str:
@@ -242,31 +261,39 @@ async def write_status(rt: Runtime, body: kopf.Body, desired: dict[str, Any]) ->
 def register(registry: kopf.OperatorRegistry, rt: Runtime) -> None:
     resource = (API_GROUP, API_VERSION, PLURAL)
 
-    @kopf.on.event(*resource, registry=registry, id=WAKE_HANDLER)
-    async def wake_on_change(body: kopf.Body, event: kopf.RawEvent, **_: Any) -> None:
-        key = (body.meta.namespace or "", body.meta.name or "")
-        if event.get("type") == "DELETED":
-            # The object is gone: forget it. Its daemon stops and drops its waker.
-            rt.generations.pop(key, None)
-            if key in rt.wakers:
-                rt.wakers[key].set()
-            return
-        # Status writes come back as events too; only a new generation (spec)
-        # or a deletion is a reason to reconcile again.
-        marker = (body.meta.get("generation"), body.meta.get("deletionTimestamp"))
-        if rt.generations.get(key) != marker:
-            rt.generations[key] = marker
-            if key in rt.wakers:
-                rt.wakers[key].set()
+    @kopf.index(*resource, registry=registry, id=WAKE_HANDLER)
+    async def wake_on_change(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+        wake = memo.get(WAKE)
+        if isinstance(wake, Wake):
+            wake.see(_marker(body))
+
+    # Indexers are not called for a DELETED event: the stack is gone from
+    # this operator's watch, deleted or moved to another shard by its
+    # labels. kopf drops its memo then but keeps its daemon running (it
+    # stops daemons for a deletion only), so the daemon is told to stop. One
+    # INFO line of kopf's per stack that leaves, not per event.
+    @kopf.on.event(*resource, registry=registry, id=LEAVE_HANDLER, when=_left)
+    async def stop_when_gone(memo: kopf.Memo, **_: Any) -> None:
+        wake = memo.get(WAKE)
+        if isinstance(wake, Wake):
+            wake.leave()
 
     @kopf.daemon(*resource, registry=registry, cancellation_timeout=30.0)
-    async def reconcile_stack(body: kopf.Body, stopped: kopf.DaemonStopped, **_: Any) -> None:
-        key = (body.meta.namespace or "", body.meta.name or "")
-        wake = rt.wakers.setdefault(key, asyncio.Event())
-        reconciler = StackReconciler(rt.hub, rt.helm, rt.options, _emitter(body), tokens=rt.tokens)
-        watcher: TargetWatcher | None = None
-        watched_credentials: Credentials | None = None
-        label = "/".join(key)
+    async def reconcile_stack(
+        body: kopf.Body, stopped: kopf.DaemonStopped, memo: kopf.Memo, **_: Any
+    ) -> None:
+        label = _label(body)
+        wake = memo[WAKE] = Wake(_marker(body))
+        _track(+1)
+        reconciler = StackReconciler(
+            rt.hub,
+            rt.helm,
+            rt.options,
+            _emitter(body),
+            tokens=rt.tokens,
+            wake=wake.event.set,
+            label=label,
+        )
         failure_log = FailureLog(label)
         streak = 0  # consecutive blocked or failed reconciles
         try:
@@ -274,8 +301,8 @@ def register(registry: kopf.OperatorRegistry, rt: Runtime) -> None:
                 # Cleared before the reconcile observes, never after: a wake
                 # that arrives while it runs (a watch event, a LIST) is kept
                 # and brings the next reconcile at once.
-                wake.clear()
-                if body.meta.get("deletionTimestamp"):
+                wake.event.clear()
+                if wake.gone or body.meta.get("deletionTimestamp"):
                     return
                 error: Exception | None = None
                 # kopf updates ``body`` in place: the generation reported is
@@ -285,32 +312,33 @@ def register(registry: kopf.OperatorRegistry, rt: Runtime) -> None:
                 snapshot = dict(body)
                 with metrics.RECONCILE_SECONDS.time():
                     try:
-                        outcome = await reconciler.reconcile(
-                            snapshot, watcher.cache if watcher is not None else None
-                        )
+                        outcome = await reconciler.reconcile(snapshot)
                     except Exception as err:  # reported, never a crashed daemon
                         error = err
                         outcome = Outcome(
-                            blocked_reason="ReconcileError",
+                            blocked_reason=BlockedReason.RECONCILE_ERROR,
                             blocked_message=f"{type(err).__name__}: {describe_error(err)}",
                         )
                 metrics.RECONCILES.labels(result=outcome.blocked_reason or "ok").inc()
                 await write_status(rt, body, desired_status(outcome, generation))
-                if outcome.blocked_reason is None:
-                    watcher, watched_credentials = await _ensure_watcher(
-                        rt, body, wake, watcher, watched_credentials, label
-                    )
                 streak = streak + 1 if outcome.blocked_reason or outcome.failures else 0
-                delay = _delay(outcome, rt.options.resync_seconds, streak)
+                delay = decisions.sleep_after(
+                    blocked=outcome.blocked_reason is not None,
+                    failed=bool(outcome.failures),
+                    retry_after=outcome.retry_after,
+                    resync_seconds=rt.options.resync_seconds,
+                    streak=streak,
+                )
                 failure_log.report(outcome, delay, error)
-                await _sleep(wake, stopped, delay)
+                await _sleep(wake.event, stopped, delay)
         finally:
-            if watcher is not None:
-                await watcher.close()
-            rt.wakers.pop(key, None)
+            await reconciler.close()
+            memo.pop(WAKE, None)
+            _track(-1)
 
     @kopf.on.delete(*resource, registry=registry, id=TEARDOWN_HANDLER, backoff=2.0)
     async def teardown(body: kopf.Body, runtime: datetime.timedelta, retry: int, **_: Any) -> None:
+        _RETRYING.set(None)
         if (body.meta.annotations or {}).get(SKIP_TEARDOWN_ANNOTATION) == "true":
             kopf.event(
                 body,
@@ -320,52 +348,21 @@ def register(registry: kopf.OperatorRegistry, rt: Runtime) -> None:
             )
             return
         reconciler = StackReconciler(rt.hub, rt.helm, rt.options, _emitter(body), tokens=rt.tokens)
-        skip = (
-            f"annotate this ServingStack {SKIP_TEARDOWN_ANNOTATION}=true to delete it "
-            "without touching the target"
-        )
         try:
             waiting = await reconciler.teardown(dict(body), runtime.total_seconds())
-        except InvalidSpecError as err:
-            # A stack stored under an older, looser CRD: without a valid spec
-            # there is no plan of what it installed.
-            message = (
-                f"the spec does not validate ({err}), so teardown cannot tell what this "
-                f"ServingStack installed: correct the field, or {skip}"
-            )
-            raise await _teardown_blocked(rt, body, INVALID_SPEC, message, retry) from err
-        except AddressDenied as err:
-            message = f"{err}. Teardown does not reach a refused address: {skip}"
-            raise await _teardown_blocked(rt, body, ADDRESS_DENIED, message, retry) from err
-        except CredentialsError as err:
-            if err.reason == HUB_FORBIDDEN:
-                message = f"{err}. Teardown needs the target's credentials, or {skip}"
-            elif err.reason == ADDRESS_DENIED:
-                message = f"{err}. Teardown does not reach a refused address: {skip}"
-            else:
-                message = (
-                    f"{err}. Teardown needs the target's credentials: restore the Secret, or {skip}"
-                )
-            raise await _teardown_blocked(rt, body, err.reason, message, retry) from err
-        except IdentityError as err:
-            # A token refresh failed part way; the kubeconfig's own
-            # credentials are never tried instead.
-            message = (
-                f"{err.message}. Teardown needs the target's credentials: fix the identity, "
-                f"or {skip}"
-            )
-            raise await _teardown_blocked(rt, body, err.failure.value, message, retry) from None
-        except (OSError, ApiError, TargetError, httpx2.HTTPError) as err:
-            message = f"teardown could not reach the target: {type(err).__name__}: "
-            message += describe_error(err)
-            raise await _teardown_blocked(
-                rt, body, "TargetUnreachable", message[:1000], retry
-            ) from err
+        except Exception as err:
+            # Every failure, the unforeseen ones too, goes the one way: a
+            # condition and an event when it changes, and a backed-off retry.
+            fault = classify(err)
+            reason = decisions.blocked_reason(fault, teardown=True)
+            message = teardown_message(fault, err)
+            unforeseen = err if fault.kind is ErrorKind.UNEXPECTED else None
+            raise await _teardown_blocked(rt, body, reason, message, retry, unforeseen) from None
         if waiting:
             # Progress, not a failure: told at INFO when what it waits for changes.
             if await _teardown_condition(rt, body, "Waiting", waiting):
                 log.info("ServingStack %s: teardown %s", _label(body), waiting)
-            raise kopf.TemporaryError(waiting, delay=2.0)
+            raise _retry(waiting, TEARDOWN_POLL_SECONDS)
         kopf.event(body, type="Normal", reason="TornDown", message="teardown finished")
 
 
@@ -373,8 +370,65 @@ def _label(body: kopf.Body) -> str:
     return f"{body.meta.namespace}/{body.meta.name}"
 
 
+_SKIP = (
+    f"annotate this ServingStack {SKIP_TEARDOWN_ANNOTATION}=true to delete it "
+    "without touching the target"
+)
+
+
+def teardown_message(fault: Fault, err: BaseException) -> str:
+    """What the Teardown condition says about a fault that stopped teardown, and the way out."""
+    match fault.kind:
+        case ErrorKind.INVALID:
+            # A stack stored under an older, looser CRD: without a valid spec
+            # there is no plan of what it installed.
+            return (
+                f"the spec does not validate ({err}), so teardown cannot tell what this "
+                f"ServingStack installed: correct the field, or {_SKIP}"
+            )
+        case ErrorKind.ADDRESS_DENIED:
+            return f"{err}. Teardown does not reach a refused address: {_SKIP}"
+        case ErrorKind.CREDENTIALS if fault.reason == HUB_FORBIDDEN:
+            return f"{err}. Teardown needs the target's credentials, or {_SKIP}"
+        case ErrorKind.CREDENTIALS if fault.reason == ADDRESS_DENIED:
+            return f"{err}. Teardown does not reach a refused address: {_SKIP}"
+        case ErrorKind.CREDENTIALS:
+            return f"{err}. Teardown needs the target's credentials: restore the Secret, or {_SKIP}"
+        case ErrorKind.IDENTITY if isinstance(err, IdentityError):
+            # A token refresh failed part way; the kubeconfig's own
+            # credentials are never tried instead.
+            return (
+                f"{err.message}. Teardown needs the target's credentials: fix the identity, "
+                f"or {_SKIP}"
+            )
+        case ErrorKind.HELM_FAILED:
+            return (
+                f"helm failed: {describe_error(err)}. Teardown tries again; fix what helm "
+                f"says, or {_SKIP}"
+            )
+        case ErrorKind.NAMESPACE_TERMINATING:
+            return (
+                "waiting for a namespace on the target to finish terminating (the target "
+                f"answered {describe_error(err)})"
+            )
+        case ErrorKind.CLAIM_CONTENDED | ErrorKind.WEBHOOK_NOT_READY:
+            return describe_error(err)
+        case ErrorKind.UNREACHABLE:
+            message = f"teardown could not reach the target: {type(err).__name__}: "
+            return (message + describe_error(err))[:1000]
+        case ErrorKind.UNEXPECTED:
+            return f"teardown failed: {type(err).__name__}: {describe_error(err)}"[:1000]
+        case _:
+            return f"the target refused teardown: {describe_error(err)}"[:1000]
+
+
 async def _teardown_blocked(
-    rt: Runtime, body: kopf.Body, reason: str, message: str, retry: int
+    rt: Runtime,
+    body: kopf.Body,
+    reason: BlockedReason,
+    message: str,
+    retry: int,
+    error: BaseException | None = None,
 ) -> kopf.TemporaryError:
     """Report a teardown that cannot proceed, and the error that retries it later.
 
@@ -383,7 +437,7 @@ async def _teardown_blocked(
     The WARNING and the Event come when the Teardown condition changes, not
     with every retry: each Event is a hub write.
     """
-    delay = retry_delay(retry + 1, rt.options.resync_seconds)
+    delay = decisions.blocked_retry_delay(retry + 1, rt.options.resync_seconds)
     if await _teardown_condition(rt, body, reason, message):
         log.warning(
             "ServingStack %s: teardown blocked: %s: %s (next try in %.0fs, then less often "
@@ -392,6 +446,7 @@ async def _teardown_blocked(
             reason,
             message,
             delay,
+            exc_info=error,
         )
         kopf.event(
             body, type="Warning", reason="TeardownBlocked", message=f"{reason}: {message}"[:1000]
@@ -403,7 +458,7 @@ async def _teardown_blocked(
             reason,
             delay,
         )
-    return kopf.TemporaryError(message, delay=delay)
+    return _retry(message, delay)
 
 
 async def _teardown_condition(rt: Runtime, body: kopf.Body, reason: str, message: str) -> bool:
@@ -415,9 +470,8 @@ async def _teardown_condition(rt: Runtime, body: kopf.Body, reason: str, message
     """
     current = dict(body.get("status") or {})
     before = next((c for c in current.get("conditions") or [] if c.get("type") == TEARDOWN), None)
-    changed = before is None or (before.get("reason"), before.get("message")) != (
-        reason,
-        message,
+    changed = before is None or decisions.is_new(
+        (before.get("reason"), before.get("message")), (reason, message)
     )
     conditions = [c for c in current.get("conditions") or [] if c.get("type") != TEARDOWN]
     conditions.append(
@@ -431,69 +485,6 @@ async def _teardown_condition(rt: Runtime, body: kopf.Body, reason: str, message
     except ApiError as err:  # the object may be gone already
         log.debug("teardown status: %s", err.status.message)
     return changed
-
-
-async def _ensure_watcher(
-    rt: Runtime,
-    body: kopf.Body,
-    wake: asyncio.Event,
-    watcher: TargetWatcher | None,
-    watched: Credentials | None,
-    label: str,
-) -> tuple[TargetWatcher | None, Credentials | None]:
-    """Keep one set of target watches, restarted when the credentials or what to watch change."""
-    from modelplane.api.models import ServingStack
-
-    try:
-        stack = ServingStack.model_validate(
-            {k: body[k] for k in ("apiVersion", "kind", "metadata", "spec")}
-        )
-        credentials = await read_credentials(
-            rt.hub,
-            stack.spec,
-            stack.metadata.namespace,
-            cross_namespace_refs=not rt.options.no_cross_namespace_refs,
-        )
-    except (CredentialsError, ApiError, ValueError):
-        return watcher, watched
-    want = wanted(stack.spec)
-    if watcher is not None and credentials == watched and watcher.want == want:
-        return watcher, watched
-    if watcher is not None:
-        await watcher.close()
-    try:
-        target = await connect(
-            credentials,
-            allow_unsafe=rt.options.allow_unsafe_kubeconfig,
-            timeout=rt.options.target_timeout_seconds,
-            deny=rt.options.deny_target_cidrs,
-            tokens=rt.tokens,
-            endpoints=rt.options.endpoints(),
-        )
-    except CredentialsError:
-        # The next reconcile reports why; a closed watcher is not kept.
-        return None, None
-    fresh = TargetWatcher(
-        target, want, wake.set, label=label, watch_timeout=rt.options.watch_timeout_seconds
-    )
-    fresh.start()
-    return fresh, credentials
-
-
-def _delay(outcome: Outcome, resync: float, streak: int = 1) -> float:
-    """How long to sleep after a reconcile, unless something wakes the stack.
-
-    ``streak`` counts the consecutive blocked or failed reconciles so far.
-    """
-    if outcome.failures and outcome.retry_after is not None:
-        # When the backoff of a failed action ends: a fixed period would
-        # retry late, and observe the target for nothing until then.
-        return min(outcome.retry_after, resync)
-    if outcome.blocked_reason or outcome.failures:
-        # Nothing says when it may work again: back off, so that a fleet of
-        # unreachable targets stays quiet.
-        return retry_delay(streak, resync)
-    return resync
 
 
 async def _sleep(wake: asyncio.Event, stopped: kopf.DaemonStopped, seconds: float) -> None:
@@ -550,7 +541,9 @@ def settings(selector: str | None = None) -> kopf.OperatorSettings:
     s.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
         prefix="modelplane.ai", key="last-handled-configuration"
     )
-    # kopf would post an event for every handler run; ours are explicit.
+    # kopf would post an event for every handler run (its log lines); ours
+    # are explicit, through kopf.event.
+    s.posting.loggers = False
     s.posting.level = logging.WARNING
     s.watching.server_timeout = 300
     # A stopped daemon closes its target watches and connections, which
@@ -580,8 +573,7 @@ async def run(options: OperatorOptions) -> None:
             options=options, hub=hub, helm=TargetHelm.guarding(helm, options.deny_target_cidrs)
         )
         rt.expose()
-        quiet, quiet_teardown = QuietWakes(), QuietTeardownRetries()
-        logging.getLogger("kopf.objects").addFilter(quiet)
+        quiet_teardown = QuietTeardownRetries()
         logging.getLogger("kopf.objects").addFilter(quiet_teardown)
         started = asyncio.Event()
         clusterwide = options.all_namespaces or not options.namespaces
@@ -644,7 +636,6 @@ async def run(options: OperatorOptions) -> None:
             if probes is not None:
                 await probes.cleanup()
             await hub.close()
-            logging.getLogger("kopf.objects").removeFilter(quiet)
             logging.getLogger("kopf.objects").removeFilter(quiet_teardown)
 
 

@@ -1,9 +1,11 @@
 """One ServingStack's reconcile and teardown: observe, plan, act, report.
 
 The reconciler holds no rule the plan could hold: it reads credentials,
-observes the target, calls ``plan`` and carries out the actions it names.
-The only state it keeps between reconciles is backoff after failures and a
-cache of fetched manifests; both are safe to lose.
+observes the target, calls ``plan`` and carries out the actions it names;
+what a failure means and when to try again are ``plan.decisions``. Between
+reconciles it keeps backoff after failures, a cache of fetched manifests
+and, for the daemon, the one connection to the target that the reconciles
+and the target watches share; all are safe to lose.
 """
 
 from __future__ import annotations
@@ -34,24 +36,24 @@ from modelplane.api.models import ServingStack
 from modelplane.catalog.components import BY_NAME, components_for
 from modelplane.catalog.facts import ClusterFacts
 from modelplane.credentials.connect import (
-    ADDRESS_DENIED,
-    CredentialsError,
-    Target,
+    Credentials,
     connect,
     read_credentials,
 )
 from modelplane.credentials.identity.base import IdentityError
 from modelplane.credentials.identity.cache import TokenCache
-from modelplane.kube.address import AddressDenied
 from modelplane.kube.answers import describe_error
-from modelplane.kube.discovery import APIS, ApiStatusError, TargetError
+from modelplane.kube.client import ApiStatusError, Target
+from modelplane.kube.discovery import APIS
+from modelplane.kube.errors import ErrorKind, Fault, KnownError, classify
 from modelplane.observe.facts import observe_cluster
-from modelplane.observe.state import observe, read_listed, to_observed, wanted
-from modelplane.observe.watches import WatchCache
+from modelplane.observe.state import Wanted, observe, read_listed, to_observed, wanted
 from modelplane.operator.options import OperatorOptions
-from modelplane.operator.status import WEBHOOK_NOT_READY, Outcome
+from modelplane.operator.status import Outcome
+from modelplane.operator.watch import TargetWatcher
 from modelplane.pins import ComponentsMode
-from modelplane.plan import Plan, plan
+from modelplane.plan import Plan, decisions, plan
+from modelplane.plan.decisions import BlockedReason
 from modelplane.plan.model import ObjectAction, PlannedManifests, PlannedRelease, ReleaseAction
 from modelplane.plan.teardown import DeleteObjects, TeardownStep, UninstallRelease, teardown_steps
 from modelplane.wire import stamp
@@ -63,34 +65,26 @@ Emit = Callable[[str, str, str], None]  # (type, reason, message) -> event on th
 # Each round re-observes after acting, so an install that brings new APIs
 # unblocks the objects waiting for them in the same reconcile.
 MAX_ROUNDS = 6
-UNREACHABLE = (httpx2.HTTPError, OSError, asyncio.TimeoutError)
 
-
-INVALID_SPEC = "InvalidSpec"
+INVALID_SPEC = BlockedReason.INVALID_SPEC
 # A hand edit of fields the operator owns, taken back (see plan.drift).
 DRIFT_CORRECTED = "DriftCorrected"
+# The errors one component's action may end in; anything else stops the reconcile.
+ACTION_ERRORS = (
+    WebhookNotReady,
+    HelmError,
+    ApiError,
+    # Fetching manifests from an upstream release or a mirror.
+    httpx2.HTTPError,
+    yaml.YAMLError,
+    ValueError,
+)
 
 
-class InvalidSpecError(Exception):
+class InvalidSpecError(KnownError):
     """The stored spec does not validate, so there is no plan to tear down by."""
 
-
-# A webhook that cannot be called yet usually answers within a minute or
-# two of its chart's install; a longer wait between tries would only delay
-# Ready by as much once it does.
-WEBHOOK_RETRY_CAP = 60.0
-# The shortest sleep until a retry, so a deadline just passed is no spin.
-MIN_RETRY_SECONDS = 1.0
-
-
-@dataclass
-class Backoff:
-    attempts: int = 0
-    not_before: float = 0.0
-
-    def fail(self, now: float, cap: float = 300.0) -> None:
-        self.attempts += 1
-        self.not_before = now + min(cap, 5.0 * 2 ** (self.attempts - 1))
+    kind = ErrorKind.INVALID
 
 
 @dataclass
@@ -99,8 +93,10 @@ class StackReconciler:
     helm: Helm
     options: OperatorOptions
     emit: Emit
-    backoff: dict[str, Backoff] = field(default_factory=dict)
     failures: dict[str, str] = field(default_factory=dict)
+    # Per failed component: failures in a row, and when it may be tried again.
+    attempts: dict[str, int] = field(default_factory=dict)
+    not_before: dict[str, float] = field(default_factory=dict)
     # The failed components whose failure is a webhook the target cannot call yet.
     waiting_on_webhook: set[str] = field(default_factory=set)
     manifests: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
@@ -115,7 +111,7 @@ class StackReconciler:
     # trusted only then: right after a write its events may still be on
     # their way, and a stale copy would only cost a second, idle apply.
     last_direct: float | None = None
-    settled: bool = False
+    acted_on_nothing: bool = False
     # Provided mode's advisory facts, with what they were read for (the
     # components and the served APIs): read again only with a direct read
     # of the target, or when either changed. Watching what they come from
@@ -124,14 +120,27 @@ class StackReconciler:
     # reads; so they are as fresh as the last direct read (--relist).
     facts: tuple[tuple[str, ...], APIS, ClusterFacts] | None = None
     # Cloud identity tokens, shared with the stack's target watches and kept
-    # across reconciles (each opens its target afresh).
+    # across reconciles.
     tokens: TokenCache = field(default_factory=TokenCache)
+    # Called by the target watches when something on the target changed.
+    # With it, the reconciler keeps its connection to the target across
+    # reconciles and runs the target watches on it (the daemon); without it,
+    # each reconcile opens the target and closes it (a test, a teardown).
+    wake: Callable[[], None] | None = None
+    label: str = ""
+    target: Target | None = None
+    watcher: TargetWatcher | None = None
+    # The credentials the target was opened with, and the spec generation
+    # they were read for; whether the last reconcile was blocked or failed.
+    credentials: Credentials | None = field(default=None, repr=False)
+    read_for: int | None = None
+    went_wrong: bool = True
 
     # -- reconcile -----------------------------------------------------------
 
-    async def reconcile(self, body: dict[str, Any], cache: WatchCache | None = None) -> Outcome:
-        """One reconcile; ``cache`` (the target watches' copy) spares a settled resync the reads."""
-        settled, self.settled = self.settled, False
+    async def reconcile(self, body: dict[str, Any]) -> Outcome:
+        """One reconcile; the target watches' copy spares a quiet resync the reads."""
+        acted_on_nothing, self.acted_on_nothing = self.acted_on_nothing, False
         try:
             stack = ServingStack.model_validate(_without_status(body))
         except ValidationError as err:
@@ -139,31 +148,39 @@ class StackReconciler:
             # stack stored under an older, looser CRD) is reported here, in an
             # event once and in Ready for as long as it stands.
             message = _first_error(err)
-            if message != self.invalid_spec:
+            if decisions.is_new(self.invalid_spec, message):
                 self.emit("Warning", INVALID_SPEC, message)
             self.invalid_spec = message
             return Outcome(blocked_reason=INVALID_SPEC, blocked_message=message)
         self.invalid_spec = None
-        try:
-            target = await self._target(stack)
-        except CredentialsError as err:
-            return Outcome(blocked_reason=err.reason, blocked_message=str(err))
+        outcome = await self._reconcile(stack, body, acted_on_nothing)
+        self.went_wrong = outcome.blocked_reason is not None or bool(outcome.failures)
+        if outcome.blocked_reason is None and self.wake is not None and self.target is not None:
+            await self._watch(wanted(stack.spec))
+        return outcome
+
+    async def _reconcile(
+        self, stack: ServingStack, body: dict[str, Any], acted_on_nothing: bool
+    ) -> Outcome:
         current: Plan | None = None
         try:
+            target = await self._connection(stack, body)
             # Nothing is written to a target another ServingStack holds.
             blocked = await claim.before_reconcile(
                 target.client, stack, self.emit, body.get("status")
             )
             if blocked is not None:
-                return Outcome(blocked_reason=blocked.reason, blocked_message=blocked.message)
+                return Outcome(
+                    blocked_reason=BlockedReason(blocked.reason), blocked_message=blocked.message
+                )
 
             want = wanted(stack.spec)
+            cache = self.watcher.cache if self.watcher is not None else None
             from_cache = (
                 cache is not None
                 and cache.want == want
-                and settled
-                and self.last_direct is not None
-                and self.clock() - self.last_direct < self.options.relist_seconds
+                and acted_on_nothing
+                and not self._direct_read_due()
             )
             acted = False
             for _ in range(MAX_ROUNDS):
@@ -184,43 +201,23 @@ class StackReconciler:
                     break
                 # What this round wrote is not in the watch copy yet.
                 acted, from_cache = True, False
-            self.settled = not acted
-        except AddressDenied as err:
-            # The name resolved to a refused address after the target was opened.
-            return Outcome(plan=None, blocked_reason=ADDRESS_DENIED, blocked_message=str(err))
-        except IdentityError as err:
-            # A refresh failed mid-reconcile; never retried with other credentials.
+            self.acted_on_nothing = not acted
+        except Exception as err:
+            fault = classify(err)
+            if fault.kind is ErrorKind.UNEXPECTED:
+                raise  # the daemon reports it, with its traceback
             return Outcome(
-                plan=None,
-                blocked_reason=err.failure.value,
-                blocked_message=_identity_message(stack, err),
-            )
-        except ApiStatusError as err:
-            reason = "TargetUnauthorized" if err.status in (401, 403) else "TargetError"
-            return Outcome(
-                plan=current,
-                blocked_reason=reason,
-                blocked_message=_refused_identity(stack, err.status)
-                or f"the target API server answered: {err}",
-            )
-        except ApiError as err:
-            reason = "TargetUnauthorized" if err.status.code in (401, 403) else "TargetError"
-            return Outcome(
-                plan=current,
-                blocked_reason=reason,
-                blocked_message=_refused_identity(stack, err.status.code)
-                or f"the target API server answered {describe_error(err)}",
-            )
-        except (*UNREACHABLE, TargetError) as err:
-            return Outcome(
-                plan=None,
-                blocked_reason="TargetUnreachable",
-                blocked_message=f"cannot reach the target API server: {describe_error(err)}",
+                # A plan made before the target answered so is still what it
+                # is; one made before an address or an identity gave out is not.
+                plan=current if fault.status is not None else None,
+                blocked_reason=decisions.blocked_reason(fault),
+                blocked_message=explain(fault, err, stack),
             )
         finally:
-            await target.close()
+            if self.wake is None:
+                await self.close()
         if current is not None:
-            self.forget_settled(current)
+            self.forget_finished(current)
             self._report_versions(current)
         return Outcome(
             plan=current,
@@ -228,6 +225,60 @@ class StackReconciler:
             waiting_on_webhook=frozenset(self.waiting_on_webhook),
             retry_after=self.retry_after(),
         )
+
+    def _direct_read_due(self) -> bool:
+        return (
+            self.last_direct is None
+            or self.clock() - self.last_direct >= self.options.relist_seconds
+        )
+
+    async def _connection(self, stack: ServingStack, body: dict[str, Any]) -> Target:
+        """The stack's target, opened anew only when its credentials are read and changed."""
+        generation = (body.get("metadata") or {}).get("generation")
+        if self.target is not None and not decisions.read_credentials(
+            connected=True,
+            read_for_generation=self.read_for,
+            generation=generation,
+            last_went_wrong=self.went_wrong,
+            direct_read_due=self._direct_read_due(),
+        ):
+            return self.target
+        credentials = await self._read_credentials(stack)
+        self.read_for = generation
+        if self.target is not None and credentials == self.credentials:
+            return self.target
+        await self.close()
+        self.target = await self._open(credentials)
+        self.credentials = credentials
+        return self.target
+
+    async def _watch(self, want: Wanted) -> None:
+        """Run the target watches on the stack's target, for what this spec needs."""
+        assert self.wake is not None and self.target is not None
+        watcher = self.watcher
+        if watcher is not None and watcher.target is self.target and watcher.want == want:
+            return
+        if watcher is not None:
+            await watcher.close()
+        self.watcher = TargetWatcher(
+            self.target,
+            want,
+            self.wake,
+            label=self.label,
+            watch_timeout=self.options.watch_timeout_seconds,
+        )
+        self.watcher.start()
+
+    async def close(self) -> None:
+        """Stop the target watches and close the connection to the target."""
+        watcher, target = self.watcher, self.target
+        self.watcher, self.target, self.credentials = None, None, None
+        try:
+            if watcher is not None:
+                await watcher.close()
+        finally:
+            if target is not None:
+                await target.close()
 
     async def _cluster_facts(
         self, target: Target, stack: ServingStack, apis: APIS, direct: bool
@@ -248,24 +299,16 @@ class StackReconciler:
         The daemon sleeps this long rather than a fixed period, so a retry
         comes when its backoff ends, and nothing is observed in between.
         """
-        now = self.clock()
-        ahead = [
-            b.not_before - now
-            for name, b in self.backoff.items()
-            if name in self.failures and b.not_before > now
-        ]
-        return max(MIN_RETRY_SECONDS, min(ahead)) if ahead else None
+        return decisions.next_retry(self.clock(), self.not_before, self.failures)
 
-    def forget_settled(self, p: Plan) -> None:
+    def forget_finished(self, p: Plan) -> None:
         """Drop the failures (and backoff) of components with no work left.
 
         A failure stands only while its component still has something to do:
         a pin put back, or a component the spec no longer has, clears it.
         """
-        for settled in set(self.failures) - p.components_with_work:
-            self.failures.pop(settled)
-            self.backoff.pop(settled, None)
-            self.waiting_on_webhook.discard(settled)
+        for finished in set(self.failures) - p.components_with_work:
+            self._succeeded(finished)
 
     def _report_versions(self, p: Plan) -> None:
         """One Warning event per out-of-range pin, when it appears, not on every resync."""
@@ -274,14 +317,17 @@ class StackReconciler:
             self.emit("Warning", "VersionOutOfRange", message)
         self.version_warnings = messages
 
-    async def _target(self, stack: ServingStack) -> Target:
-        """Open the stack's target; the caller closes it. Refusals are ``CredentialsError``."""
-        credentials = await read_credentials(
+    async def _read_credentials(self, stack: ServingStack) -> Credentials:
+        """The Secrets ``spec.secrets`` names, from the hub. Refusals are ``CredentialsError``."""
+        return await read_credentials(
             self.hub,
             stack.spec,
             stack.metadata.namespace,
             cross_namespace_refs=not self.options.no_cross_namespace_refs,
         )
+
+    async def _open(self, credentials: Credentials) -> Target:
+        """Open the target the credentials name; the caller closes it."""
         return await connect(
             credentials,
             allow_unsafe=self.options.allow_unsafe_kubeconfig,
@@ -351,54 +397,55 @@ class StackReconciler:
         return ok
 
     def _due(self, component: str) -> bool:
-        backoff = self.backoff.get(component)
-        return backoff is None or backoff.not_before <= self.clock()
+        return decisions.due(self.not_before.get(component), self.clock())
+
+    def _succeeded(self, component: str) -> None:
+        self.failures.pop(component, None)
+        self.attempts.pop(component, None)
+        self.not_before.pop(component, None)
+        self.waiting_on_webhook.discard(component)
 
     async def _guard(self, component: str, action: Any, what: str | None = None) -> bool:
+        """Carry out one component's action; a failure is recorded and backed off."""
         try:
             await action
-        except WebhookNotReady as err:
-            message = str(err)
-            # One event when the wait starts or its cause changes, not one per
-            # retry; the status carries it meanwhile.
-            changed = self.failures.get(component) != message
-            if changed:
-                self.emit("Warning", WEBHOOK_NOT_READY, message)
-            self.failures[component] = message
+        except ACTION_ERRORS as err:
+            self._failed(component, err, what)
+            return False
+        self._succeeded(component)
+        return True
+
+    def _failed(self, component: str, err: Exception, what: str | None) -> None:
+        fault = classify(err)
+        reason = decisions.action_reason(fault)
+        waits = reason is BlockedReason.WEBHOOK_NOT_READY
+        message = str(err) if waits else f"{what or component} failed: {describe_error(err)}"
+        changed = decisions.is_new(self.failures.get(component), message)
+        self.failures[component] = message
+        if waits:
             self.waiting_on_webhook.add(component)
-            backoff = self.backoff.setdefault(component, Backoff())
-            backoff.fail(self.clock(), cap=WEBHOOK_RETRY_CAP)
-            # Logged when the wait starts or changes; each retry only at DEBUG.
+        else:
+            self.waiting_on_webhook.discard(component)
+        attempt = self.attempts[component] = self.attempts.get(component, 0) + 1
+        delay = decisions.action_retry_delay(attempt, fault)
+        self.not_before[component] = self.clock() + delay
+        if waits:
+            # One event when the wait starts or its cause changes, not one per
+            # retry; the status carries it meanwhile. Logged likewise; each
+            # retry only at DEBUG.
+            if changed:
+                self.emit("Warning", reason, message)
             log.log(
                 logging.INFO if changed else logging.DEBUG,
                 "%s; retry %d in %.0fs",
                 message,
-                backoff.attempts,
-                backoff.not_before - self.clock(),
+                attempt,
+                delay,
             )
-            return False
-        except (
-            HelmError,
-            ApiError,
-            httpx2.HTTPStatusError,
-            # Fetching manifests from an upstream release or a mirror.
-            httpx2.HTTPError,
-            yaml.YAMLError,
-            ValueError,
-        ) as err:
-            message = f"{what or component} failed: {describe_error(err)}"
-            changed = self.failures.get(component) != message
-            self.failures[component] = message
-            self.waiting_on_webhook.discard(component)
-            self.backoff.setdefault(component, Backoff()).fail(self.clock())
-            self.emit("Warning", "ActionFailed", message)
-            # A failure that repeats on each backed-off retry is logged once.
-            log.log(logging.WARNING if changed else logging.DEBUG, "%s", message)
-            return False
-        self.failures.pop(component, None)
-        self.backoff.pop(component, None)
-        self.waiting_on_webhook.discard(component)
-        return True
+            return
+        self.emit("Warning", reason, message)
+        # A failure that repeats on each backed-off retry is logged once.
+        log.log(logging.WARNING if changed else logging.DEBUG, "%s", message)
 
     # -- teardown ------------------------------------------------------------
 
@@ -408,7 +455,7 @@ class StackReconciler:
             stack = ServingStack.model_validate(_without_status(body))
         except ValidationError as err:
             raise InvalidSpecError(_first_error(err)) from err
-        target = await self._target(stack)
+        target = await self._open(await self._read_credentials(stack))
         try:
             if not await claim.before_teardown(target.client, stack, self.emit):
                 return None  # another stack's target: this one installed nothing there
@@ -454,16 +501,37 @@ class StackReconciler:
         return remaining
 
     async def _uninstall(self, step: UninstallRelease, target: Target) -> None:
-        await self.helm.uninstall(step.release, step.namespace, await target.helm_kubeconfig())
+        kubeconfig = await target.helm_kubeconfig()
+        try:
+            await self.helm.uninstall(step.release, step.namespace, kubeconfig)
+        except HelmError as err:
+            # helm's words seldom name the release; the Teardown condition should.
+            raise HelmError(f"uninstall of release {step.release}: {err}") from err
         log.info("teardown: uninstalled release %s", step.release)
         self.emit(
             "Normal", "Uninstalled", f"uninstalled release {step.release} from {step.namespace}"
         )
 
 
-def _identity_message(stack: ServingStack, err: IdentityError) -> str:
-    entry = stack.spec.cloud_identity
-    return f"the {entry.type if entry else 'cloud'} identity: {err.message}"
+def explain(fault: Fault, err: BaseException, stack: ServingStack) -> str:
+    """What Ready (or Teardown) says about a fault that stopped the stack."""
+    if fault.kind is ErrorKind.IDENTITY and isinstance(err, IdentityError):
+        entry = stack.spec.cloud_identity
+        return f"the {entry.type if entry else 'cloud'} identity: {err.message}"
+    if fault.kind is ErrorKind.NAMESPACE_TERMINATING:
+        return (
+            "waiting for a namespace on the target to finish terminating: nothing can be "
+            "created in it until it is gone, and it is made again then (the target "
+            f"answered {describe_error(err)})"
+        )
+    if fault.kind is ErrorKind.UNREACHABLE:
+        return f"cannot reach the target API server: {describe_error(err)}"
+    if fault.status is not None:
+        answered = f": {err}" if isinstance(err, ApiStatusError) else f" {describe_error(err)}"
+        return _refused_identity(stack, fault.status) or f"the target API server answered{answered}"
+    if fault.kind in (ErrorKind.CREDENTIALS, ErrorKind.INVALID, ErrorKind.ADDRESS_DENIED):
+        return str(err)
+    return describe_error(err)
 
 
 def _refused_identity(stack: ServingStack, code: int | None) -> str | None:

@@ -5,16 +5,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from modelplane.plan import decisions
+from modelplane.plan.decisions import BlockedReason, ComponentState
 from modelplane.plan.model import Plan, RequirementStatus, Severity
 
 READY = "Ready"
 REQUIREMENTS_MET = "RequirementsMet"
 VERSIONS_SUPPORTED = "VersionsSupported"
 TEARDOWN = "Teardown"
-ACTION_FAILED = "ActionFailed"
+ACTION_FAILED = BlockedReason.ACTION_FAILED
 # Ready's reason while the target cannot call an admission webhook yet.
-WEBHOOK_NOT_READY = "WebhookNotReady"
-WAITING_FOR_WEBHOOK = "WaitingForWebhook"
+WEBHOOK_NOT_READY = BlockedReason.WEBHOOK_NOT_READY
+WAITING_FOR_WEBHOOK = ComponentState.WAITING_FOR_WEBHOOK
 
 
 @dataclass
@@ -25,7 +27,7 @@ class Outcome:
     # component name -> error message of its last failed action
     failures: dict[str, str] = field(default_factory=dict)
     # A problem that stopped the reconcile before or while planning.
-    blocked_reason: str | None = None
+    blocked_reason: BlockedReason | None = None
     blocked_message: str | None = None
     # The failed components whose failure is an admission webhook the target
     # could not call yet: a wait, not a fault of theirs.
@@ -58,10 +60,7 @@ def desired_status(outcome: Outcome, generation: int | None) -> dict[str, Any]:
         )
     elif outcome.failures:
         failed = "; ".join(f"{name}: {msg}" for name, msg in sorted(outcome.failures.items()))
-        # Only when every failure is a webhook wait: a real failure beside
-        # one must not read as something that passes by itself.
-        waiting = set(outcome.failures) <= outcome.waiting_on_webhook
-        reason = WEBHOOK_NOT_READY if waiting else ACTION_FAILED
+        reason = decisions.failures_reason(outcome.failures, outcome.waiting_on_webhook)
         conditions.append(condition(READY, False, reason, failed, generation))
     elif plan is not None and (plan.pending or not plan.requirements_met):
         pending = plan.pending
@@ -105,7 +104,10 @@ def desired_status(outcome: Outcome, generation: int | None) -> dict[str, Any]:
                 "name": c.name,
                 "mode": c.mode,
                 "version": c.version,
-                "state": _failed_state(c.name, outcome) or c.state,
+                "state": decisions.component_state(
+                    c.name, outcome.failures, outcome.waiting_on_webhook
+                )
+                or c.state,
                 "message": outcome.failures.get(c.name, c.message),
             }
             for c in plan.components
@@ -121,12 +123,6 @@ def desired_status(outcome: Outcome, generation: int | None) -> dict[str, Any]:
         status["gateway"] = gateway or None
     status["conditions"] = conditions
     return status
-
-
-def _failed_state(component: str, outcome: Outcome) -> str | None:
-    if component not in outcome.failures:
-        return None
-    return WAITING_FOR_WEBHOOK if component in outcome.waiting_on_webhook else "Failed"
 
 
 def versions_condition(plan: Plan, generation: int | None) -> dict[str, Any]:

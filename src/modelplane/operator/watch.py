@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from modelplane.credentials.connect import Target
+from modelplane.kube.client import Target
 from modelplane.observe.state import Wanted
 from modelplane.observe.watches import WATCH_TIMEOUT_SECONDS, WatchCache
 
@@ -21,8 +21,9 @@ from modelplane.observe.watches import WATCH_TIMEOUT_SECONDS, WatchCache
 class TargetWatcher:
     """Runs the watches for one target and spec until closed; calls ``wake`` on change.
 
-    The watcher owns the ``Target`` it is given: ``close`` stops the watches
-    and closes the target's connections.
+    The watches use the ``Target`` they are given and leave it open: its
+    owner (the stack's reconciler) shares it with the reconciles, and
+    closes it after the watcher.
     """
 
     def __init__(
@@ -34,7 +35,7 @@ class TargetWatcher:
         label: str = "",
         watch_timeout: float = WATCH_TIMEOUT_SECONDS,
     ) -> None:
-        self._target = target
+        self.target = target
         self.want = want
         # Each LIST wakes the stack too: the reconcile observed the target
         # before the watches were armed (or re-armed after an outage or a
@@ -46,7 +47,4 @@ class TargetWatcher:
         self.cache.start()
 
     async def close(self) -> None:
-        try:
-            await self.cache.close()
-        finally:
-            await self._target.close()
+        await self.cache.close()

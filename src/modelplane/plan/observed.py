@@ -64,7 +64,7 @@ class Observed(BaseModel):
     cluster: ClusterFacts | None = None
 
     def serves(self, api: ApiRef) -> bool:
-        return api.version in self.apis.get(api.group, {}).get(api.resource, [])
+        return api.served_in(self.apis)
 
     def served_versions(self, api: ApiRef) -> list[str]:
         return sorted(self.apis.get(api.group, {}).get(api.resource, []))

@@ -65,6 +65,7 @@ from modelplane.credentials.identity.base import (
     Token,
     json_fields,
 )
+from modelplane.kube.scrub import scrub
 
 TOKEN_PREFIX = "k8s-aws-v1."
 CLUSTER_ID_HEADER = "x-k8s-aws-id"
@@ -89,9 +90,6 @@ _ROLE_ARN = re.compile(r"^arn:aws[a-z-]*:iam::\d{12}:role/[\w+=,.@/-]{1,512}$")
 _SESSION_NAME = re.compile(r"^[\w+=,.@-]{2,64}$")
 _CLUSTER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,99}$")
 _REGION = re.compile(r"^[a-z]{2}(-[a-z0-9]+)+-\d+$")
-# A JWT anywhere in a message (three base64url parts, the first a JSON header).
-_JWT = re.compile(r"eyJ[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*")
-_REDACTED = "[redacted]"
 
 # botocore's DEBUG records hold the canonical request (with the session token)
 # and STS's answer body (with the secret key): keep them out of every log,
@@ -103,14 +101,6 @@ _FIELDS = {"roleArn", "webIdentityToken", "webIdentityTokenFile", "roleSessionNa
 
 def _invalid(message: str) -> IdentityError:
     return IdentityError(IdentityFailure.INVALID, f"AWSWebIdentityCredentials: {message}")
-
-
-def scrub(text: str, secrets: tuple[str, ...]) -> str:
-    """``text`` with every secret, and anything shaped like a JWT, replaced."""
-    for secret in secrets:
-        if secret:
-            text = text.replace(secret, _REDACTED)
-    return _JWT.sub(_REDACTED, text)
 
 
 @dataclass(frozen=True)

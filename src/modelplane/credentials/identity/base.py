@@ -16,6 +16,7 @@ from enum import StrEnum
 from typing import Any, Protocol
 
 from modelplane.kube.address import DEFAULT_DENIED, IPNetwork
+from modelplane.kube.errors import ErrorKind, KnownError
 
 
 class IdentityFailure(StrEnum):
@@ -29,17 +30,22 @@ class IdentityFailure(StrEnum):
     UNREACHABLE = "IdentityUnreachable"
 
 
-class IdentityError(Exception):
+class IdentityError(KnownError):
     """An identity gave no token.
 
     ``message`` is safe to put in status, events and logs: the provider's own
     error with every secret (key, token, assertion, presigned URL) removed.
     """
 
+    kind = ErrorKind.IDENTITY
+
     def __init__(self, failure: IdentityFailure, message: str) -> None:
         super().__init__(message)
         self.failure = failure
         self.message = message
+
+    def condition_reason(self) -> str:
+        return self.failure.value
 
 
 @dataclass(frozen=True)

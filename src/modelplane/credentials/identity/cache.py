@@ -1,9 +1,8 @@
-"""Tokens of one identity for one target: cached, refreshed ahead of expiry, one auth.
+"""Tokens of one identity for one target: cached, and refreshed ahead of expiry.
 
 Every client of a target (lightkube's, the raw one discovery uses, the
-watches) sends through one ``IdentityAuth``, so they share one token and one
-refresh. A 401 forces one refresh and one retry; a second 401 is the target's
-answer, never a loop. The ``TokenCache`` keeps sources across reconciles, so a
+watches) sends through one ``kube.transport.TokenAuth`` on one source, so they
+share one token and one refresh. The ``TokenCache`` keeps sources across reconciles, so a
 reconcile that opens its target afresh does not mint afresh.
 """
 
@@ -11,12 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import re
 import time
 from collections import OrderedDict
-from collections.abc import AsyncGenerator, Callable, Generator, Iterable
-
-import httpx2
+from collections.abc import Callable
 
 from modelplane.credentials.identity.base import Minter, Token
 
@@ -26,21 +22,6 @@ REFRESH_AHEAD_SECONDS = 300.0
 # ... and at least this share of its lifetime before, for short-lived tokens.
 REFRESH_AHEAD_SHARE = 0.25
 CACHE_LIMIT = 256
-
-_JWT = re.compile(r"[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}")
-REDACTED = "[redacted]"
-
-
-def scrub(text: str, secrets: Iterable[str] = ()) -> str:
-    """``text`` without the given secrets, and without anything shaped like a JWT.
-
-    For messages that quote a token service: a hostile or careless one may
-    echo the assertion it was sent.
-    """
-    for secret in secrets:
-        if secret and len(secret) >= 4:
-            text = text.replace(secret, REDACTED)
-    return _JWT.sub(REDACTED, text)
 
 
 class TokenSource:
@@ -90,33 +71,6 @@ class TokenSource:
             if self._token is not None and self._token.value != stale and self._fresh():
                 return self._token.value
             return await self._mint()
-
-
-class IdentityAuth(httpx2.Auth):
-    """Bearer tokens from a ``TokenSource``; on a 401, one refresh and one retry."""
-
-    # The body is read before the first send so that the retry can send it again.
-    requires_request_body = True
-
-    def __init__(self, source: TokenSource) -> None:
-        self.source = source
-
-    def sync_auth_flow(self, request: httpx2.Request) -> Generator[httpx2.Request, httpx2.Response]:
-        raise RuntimeError("IdentityAuth mints tokens asynchronously: use an AsyncClient")
-
-    async def async_auth_flow(
-        self, request: httpx2.Request
-    ) -> AsyncGenerator[httpx2.Request, httpx2.Response]:
-        token = await self.source.token()
-        request.headers["Authorization"] = f"Bearer {token}"
-        response = yield request
-        if response.status_code != 401:
-            return
-        # The token may have been revoked or expired early: mint once and
-        # retry once. The retry's answer stands, whatever it is.
-        token = await self.source.refresh(token)
-        request.headers["Authorization"] = f"Bearer {token}"
-        yield request
 
 
 def cache_key(*parts: str | bytes) -> str:

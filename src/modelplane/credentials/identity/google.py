@@ -37,7 +37,6 @@ from modelplane.credentials.identity.base import (
     TargetInfo,
     Token,
 )
-from modelplane.credentials.identity.cache import scrub
 from modelplane.kube.address import (
     DEFAULT_DENIED,
     AddressDenied,
@@ -45,6 +44,7 @@ from modelplane.kube.address import (
     host_and_port,
     vet,
 )
+from modelplane.kube.scrub import scrub
 
 SCOPES = (
     "https://www.googleapis.com/auth/cloud-platform",

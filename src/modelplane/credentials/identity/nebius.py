@@ -59,6 +59,7 @@ from modelplane.credentials.identity.base import (
     Token,
     json_fields,
 )
+from modelplane.kube.scrub import scrub
 
 DEFAULT_ENDPOINT = "tokens.iam.api.nebius.cloud:443"
 EXCHANGE_METHOD = "/nebius.iam.v1.TokenExchangeService/Exchange"
@@ -70,9 +71,6 @@ SUBJECT_TOKEN_TYPE = "urn:ietf:params:oauth:token-type:jwt"
 CALL_TIMEOUT_SECONDS = 10.0
 
 _FIELDS = ("private_key", "public_key_id", "account_id")
-_JWT = re.compile(r"eyJ[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*")
-_PEM = re.compile(r"-----BEGIN [A-Z ]+-----.*?(-----END [A-Z ]+-----|$)", re.DOTALL)
-_REDACTED = "[redacted]"
 _HOST_PORT = re.compile(r"^[A-Za-z0-9.-]+:\d{1,5}$|^\[[0-9A-Fa-f:.]+\]:\d{1,5}$")
 
 # gRPC codes that mean the service heard the key and said no.
@@ -87,14 +85,6 @@ _REFUSALS = {
 
 def _invalid(message: str) -> IdentityError:
     return IdentityError(IdentityFailure.INVALID, f"NebiusServiceAccountCredentials: {message}")
-
-
-def scrub(text: str, secrets: tuple[str, ...]) -> str:
-    """``text`` without the secrets, any JWT or any PEM block."""
-    for secret in secrets:
-        if secret:
-            text = text.replace(secret, _REDACTED)
-    return _PEM.sub(_REDACTED, _JWT.sub(_REDACTED, text))
 
 
 @dataclass(frozen=True)

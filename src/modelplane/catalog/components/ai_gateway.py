@@ -1,0 +1,61 @@
+"""The Envoy AI Gateway controller, Envoy Gateway's extension server."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from modelplane.catalog.advisories import ServicePort, WorkloadsAvailable
+from modelplane.catalog.components import ai_gateway_crds, envoy_gateway
+from modelplane.catalog.components._common import (
+    AI_GATEWAY_CONTROLLER,
+    AI_GATEWAY_EXTENSION_PORT,
+    AI_GATEWAY_FQDN,
+    AI_GATEWAY_NAMESPACE,
+    BOTH,
+    ENVOY_GATEWAY_NAMESPACE,
+    ENVOY_OCI,
+)
+from modelplane.catalog.types import ChartSource, Component, Values, Workloads
+
+if TYPE_CHECKING:
+    from modelplane.api.models import ServingStackSpec
+
+VERSION = ai_gateway_crds.VERSION
+
+WORKLOADS = Workloads("the AI Gateway controller", ("envoyproxy/ai-gateway-controller",))
+
+
+def _values(_spec: ServingStackSpec) -> Values:
+    # Pin the controller's name so its Service answers at AI_GATEWAY_FQDN, and
+    # bind InferencePool read access to Envoy Gateway's own namespace.
+    return {
+        "controller": {"fullnameOverride": AI_GATEWAY_CONTROLLER},
+        "envoyGateway": {"namespace": ENVOY_GATEWAY_NAMESPACE},
+    }
+
+
+COMPONENT = Component(
+    name="ai-gateway",
+    summary="The Envoy AI Gateway controller, Envoy Gateway's extension server.",
+    namespace=AI_GATEWAY_NAMESPACE,
+    version=VERSION,
+    order=80,
+    stacks=BOTH,
+    chart=ChartSource("ai-gateway-helm", ENVOY_OCI),
+    values=_values,
+    depends_on=(ai_gateway_crds.COMPONENT.name, envoy_gateway.COMPONENT.name),
+    advisories=(
+        ServicePort(
+            AI_GATEWAY_NAMESPACE,
+            AI_GATEWAY_CONTROLLER,
+            AI_GATEWAY_EXTENSION_PORT,
+            f"install the AI Gateway chart into {AI_GATEWAY_NAMESPACE} with "
+            f"controller.fullnameOverride={AI_GATEWAY_CONTROLLER}",
+        ),
+        WorkloadsAvailable(WORKLOADS, "check the ai-gateway-controller Deployment"),
+    ),
+    not_checked=(
+        f"The AI Gateway controller is reachable at {AI_GATEWAY_FQDN}:{AI_GATEWAY_EXTENSION_PORT}, "
+        "the address the Envoy Gateway extensionManager values point at.",
+    ),
+)

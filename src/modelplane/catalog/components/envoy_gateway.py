@@ -1,0 +1,156 @@
+"""Envoy Gateway: the Gateway API implementation, wired to the AI Gateway's extension server."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from modelplane.catalog.advisories import ConfigFileWired, ImageTag, WorkloadsAvailable
+from modelplane.catalog.components import cert_manager
+from modelplane.catalog.components._common import (
+    AI_GATEWAY_EXTENSION_PORT,
+    AI_GATEWAY_FQDN,
+    BOTH,
+    ENVOY_GATEWAY_NAMESPACE,
+    ENVOY_OCI,
+    INFERENCE_POOL,
+)
+from modelplane.catalog.types import (
+    ChartSource,
+    Component,
+    CRDServes,
+    Values,
+    VersionRange,
+    Workloads,
+)
+
+if TYPE_CHECKING:
+    from modelplane.api.models import ServingStackSpec
+
+VERSION = "v1.8.4"
+
+WORKLOADS = Workloads("the Envoy Gateway controller", ("envoyproxy/gateway",))
+
+_GATEWAY_API_FIX = "install the Gateway API v1.5 CRDs (Envoy Gateway v1.8 ships them)"
+_ENVOY_GATEWAY_FIX = "install the Envoy Gateway v1.8 CRDs"
+
+
+def _values(_spec: ServingStackSpec) -> Values:
+    # The one coupling no check can verify: without this wiring, HTTPRoutes to
+    # an InferencePool never route while every component looks healthy.
+    return {
+        "config": {
+            "envoyGateway": {
+                "extensionApis": {"enableBackend": True},
+                "extensionManager": {
+                    "hooks": {
+                        "xdsTranslator": {
+                            "translation": {
+                                "listener": {"includeAll": True},
+                                "route": {"includeAll": True},
+                                "cluster": {"includeAll": True},
+                                "secret": {"includeAll": True},
+                            },
+                            "post": ["Translation", "Cluster", "Route"],
+                        }
+                    },
+                    "service": {
+                        "fqdn": {"hostname": AI_GATEWAY_FQDN, "port": AI_GATEWAY_EXTENSION_PORT}
+                    },
+                    "backendResources": [
+                        {
+                            "group": INFERENCE_POOL.group,
+                            "kind": "InferencePool",
+                            "version": INFERENCE_POOL.version,
+                        }
+                    ],
+                },
+            }
+        }
+    }
+
+
+def _config(spec: ServingStackSpec) -> Values:
+    # The EnvoyGateway document the chart renders from config.envoyGateway.
+    config: Values = _values(spec)["config"]["envoyGateway"]
+    return config
+
+
+COMPONENT = Component(
+    name="envoy-gateway",
+    summary="The Gateway API implementation, wired to the AI Gateway's extension server.",
+    namespace=ENVOY_GATEWAY_NAMESPACE,
+    version=VERSION,
+    order=60,
+    version_field="versions.envoyGateway",
+    version_description="Envoy Gateway chart version. Must support InferencePool backend "
+    "resources (v1.8.x); v1.9.x is out of range until the AI Gateway pairs with it.",
+    # ServingStack reference, versions.envoyGateway: v1.8 is the first with
+    # InferencePool backend resources, and the AI Gateway v1.1 line is tested
+    # against Envoy Gateway v1.8.x only.
+    supported=VersionRange(
+        "v1.8.0",
+        "v1.9.0",
+        "Envoy AI Gateway v1.1 is tested against Envoy Gateway v1.8.x with Gateway API v1.5.x, "
+        "so v1.9.x waits for the AI Gateway release that pairs with it, and releases before "
+        "v1.8 cannot route to an InferencePool",
+    ),
+    stacks=BOTH,
+    chart=ChartSource("gateway-helm", ENVOY_OCI),
+    values=_values,
+    depends_on=(cert_manager.COMPONENT.name,),
+    wait=True,
+    requirements=(
+        CRDServes(
+            "gatewayclasses.gateway.networking.k8s.io",
+            "v1",
+            _GATEWAY_API_FIX,
+            "GatewayClass",
+            namespaced=False,
+        ),
+        CRDServes("gateways.gateway.networking.k8s.io", "v1", _GATEWAY_API_FIX, "Gateway"),
+        CRDServes("httproutes.gateway.networking.k8s.io", "v1", _GATEWAY_API_FIX, "HTTPRoute"),
+        CRDServes(
+            "envoyproxies.gateway.envoyproxy.io", "v1alpha1", _ENVOY_GATEWAY_FIX, "EnvoyProxy"
+        ),
+        CRDServes("backends.gateway.envoyproxy.io", "v1alpha1", _ENVOY_GATEWAY_FIX, "Backend"),
+        CRDServes(
+            "clienttrafficpolicies.gateway.envoyproxy.io",
+            "v1alpha1",
+            _ENVOY_GATEWAY_FIX,
+            "ClientTrafficPolicy",
+        ),
+    ),
+    advisories=(
+        ConfigFileWired(
+            "Envoy Gateway's extensionManager is wired to the AI Gateway",
+            "envoy-gateway-config",
+            "envoy-gateway.yaml",
+            _config,
+            "install Envoy Gateway with the extensionApis and extensionManager values the "
+            "requirements page lists",
+            # The spec says "wired exactly as the values above". extensionManager
+            # is the contract with the AI Gateway's extension server, so all of it
+            # is exact: another hook order or another post list, an extra
+            # backendResource, extra resources sent to the extension, or
+            # failOpen: true (a failing hook then skips the AI Gateway's changes
+            # instead of stopping the update) each change what routes. Other
+            # extensionApis are the owner's business: the AI Gateway's own
+            # values also enable EnvoyPatchPolicy (upstream-facts §7).
+            exact=("extensionManager",),
+            # ExtensionManager.failOpen defaults to false (upstream-facts §7).
+            unset_means=(("extensionManager.failOpen", False),),
+        ),
+        WorkloadsAvailable(WORKLOADS, "check the envoy-gateway Deployment's events"),
+        # The image tag is the chart version (gateway-helm sets it from appVersion).
+        ImageTag(
+            WORKLOADS,
+            f"install Envoy Gateway {VERSION} (Managed mode pins it)",
+            exact=False,
+        ),
+    ),
+    not_checked=(
+        "The Envoy Gateway controller runs with the extensionManager wired exactly as the values "
+        "below: external processing delegated to the AI Gateway controller's Service, the Backend "
+        "API enabled and InferencePool declared a backend resource.",
+    ),
+)

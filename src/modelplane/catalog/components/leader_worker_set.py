@@ -1,0 +1,33 @@
+"""LeaderWorkerSet, for multi-node engines on the Standard stack."""
+
+from __future__ import annotations
+
+from modelplane.catalog.advisories import WorkloadsAvailable
+from modelplane.catalog.components._common import STANDARD
+from modelplane.catalog.types import ChartSource, Component, CRDServes, Workloads
+
+VERSION = "v0.8.0"
+
+WORKLOADS = Workloads("the LeaderWorkerSet controller", ("lws/lws",))
+
+COMPONENT = Component(
+    name="leader-worker-set",
+    summary="LeaderWorkerSet, for multi-node engines on the Standard stack.",
+    namespace="lws-system",
+    version=VERSION,
+    order=110,
+    version_field="standard.leaderWorkerSet",
+    version_description="LeaderWorkerSet chart version.",
+    stacks=STANDARD,
+    chart=ChartSource("lws", "oci://registry.k8s.io/lws/charts"),
+    requirements=(
+        CRDServes(
+            "leaderworkersets.leaderworkerset.x-k8s.io",
+            "v1",
+            "install LeaderWorkerSet v0.8",
+            "LeaderWorkerSet",
+        ),
+    ),
+    advisories=(WorkloadsAvailable(WORKLOADS, "check the LeaderWorkerSet controller Deployment"),),
+    not_checked=("The LeaderWorkerSet controller is running. Modelplane composes against v0.8.",),
+)

@@ -1,0 +1,110 @@
+"""Node Feature Discovery: labels GPU nodes so the DRA driver's kubelet plugin targets them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from modelplane.catalog.advisories import (
+    WorkloadsAvailable,
+    each_gpu_node,
+    is_nfd_vendor_label,
+)
+from modelplane.catalog.components._common import BOTH, GPU_TAINT_KEY, GPUS
+from modelplane.catalog.facts import ClusterFacts, Fact, Nodes, ResourceSlices
+from modelplane.catalog.types import (
+    ChartSource,
+    Component,
+    CRDServes,
+    Finding,
+    GpuNodes,
+    Values,
+    Workloads,
+)
+
+if TYPE_CHECKING:
+    from modelplane.api.models import ServingStackSpec
+
+VERSION = "0.19.0"
+
+WORKLOADS = Workloads("the NFD master", ("nfd/node-feature-discovery",))
+
+
+# ---- its advisory kinds --------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GpuNodesLabelled:
+    """Every GPU node carries NFD's PCI vendor label."""
+
+    gpus: GpuNodes
+    fix: str
+
+    @property
+    def title(self) -> str:
+        return f"GPU nodes carry NFD's PCI vendor label ({self.gpus.pci_vendor})"
+
+    def needs(self) -> tuple[Fact, ...]:
+        # Slices too: a node that publishes them is a GPU node without any label.
+        return (Nodes(), ResourceSlices())
+
+    def evaluate(
+        self, component: Component, spec: ServingStackSpec, facts: ClusterFacts
+    ) -> Finding:
+        label = f"{self.gpus.nfd_label_prefix}*{self.gpus.pci_vendor}*.present"
+        return each_gpu_node(
+            self.gpus,
+            facts,
+            lacks=lambda n: (
+                not any(is_nfd_vendor_label(self.gpus, k, v) for k, v in n.labels.items())
+            ),
+            lack=("lacks", "lack"),
+            what=f"a {label} label, so the DRA driver's kubelet plugin never schedules there: "
+            f"{self.fix}",
+            done=f"carry {label}",
+        )
+
+
+def _values(_spec: ServingStackSpec) -> Values:
+    # Without the toleration the worker never labels tainted GPU nodes, the
+    # DRA kubelet plugin never schedules there, and claims stay pending.
+    return {
+        "worker": {
+            "tolerations": [{"key": GPU_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}]
+        }
+    }
+
+
+COMPONENT = Component(
+    name="node-feature-discovery",
+    summary="Labels GPU nodes so the DRA driver's kubelet plugin targets them.",
+    namespace="node-feature-discovery",
+    version=VERSION,
+    order=30,
+    version_field="versions.nodeFeatureDiscovery",
+    version_description="Node Feature Discovery chart version.",
+    stacks=BOTH,
+    chart=ChartSource(
+        "node-feature-discovery", "https://kubernetes-sigs.github.io/node-feature-discovery/charts"
+    ),
+    values=_values,
+    requirements=(
+        CRDServes(
+            "nodefeatures.nfd.k8s-sigs.io",
+            "v1alpha1",
+            "install node-feature-discovery",
+            "NodeFeature",
+        ),
+    ),
+    advisories=(
+        GpuNodesLabelled(
+            GPUS,
+            f"run the NFD worker on every GPU node, tolerating the {GPU_TAINT_KEY} taint",
+        ),
+        WorkloadsAvailable(WORKLOADS, "check the NFD master Deployment's events"),
+    ),
+    not_checked=(
+        "The NFD worker runs on the GPU nodes, tolerating their taint, and labels them with "
+        "feature.node.kubernetes.io/pci-10de and friends.",
+    ),
+)

@@ -1,0 +1,239 @@
+"""The NVIDIA DRA driver for GPUs: ResourceSlices and the gpu.nvidia.com DeviceClass."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from modelplane import pins
+from modelplane.catalog.advisories import (
+    MET,
+    UNKNOWN,
+    WARNING,
+    cannot,
+    each_gpu_node,
+    kinds_of,
+    listed,
+    matching,
+)
+from modelplane.catalog.components._common import (
+    BOTH,
+    GPU_DEVICE_CLASS,
+    GPUS,
+    NVIDIA_DRA_NAMESPACE,
+    SYSTEM_CRITICAL_CLASSES,
+)
+from modelplane.catalog.facts import ClusterFacts, Fact, Nodes, Quotas, ResourceSlices
+from modelplane.catalog.types import (
+    ChartSource,
+    Component,
+    Finding,
+    GpuNodes,
+    ObjectExists,
+    Values,
+    Workloads,
+)
+from modelplane.wire import ApiRef
+
+if TYPE_CHECKING:
+    from modelplane.api.models import ServingStackSpec
+
+# The driver's release; its critical-pods quota (dra_critical_pods_quota) goes with it.
+VERSION = "0.4.1"
+
+KUBELET_PLUGIN = Workloads(
+    "the DRA driver",
+    ("dra-driver-nvidia/dra-driver-nvidia-gpu", "nvidia/k8s-dra-driver-gpu"),
+    kinds=("DaemonSet",),
+)
+
+
+# ---- its advisory kinds --------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class NoNodeAdvertises:
+    """No Node advertises the GPU extended resource (a device plugin next to DRA)."""
+
+    gpus: GpuNodes
+    fix: str
+
+    @property
+    def title(self) -> str:
+        return f"no node advertises {self.gpus.resource} through a device plugin"
+
+    def needs(self) -> tuple[Fact, ...]:
+        return (Nodes(),)
+
+    def evaluate(
+        self, component: Component, spec: ServingStackSpec, facts: ClusterFacts
+    ) -> Finding:
+        if facts.nodes is None:
+            return cannot(facts, "nodes")
+        r = self.gpus.resource
+        offenders = [n.name for n in facts.nodes if n.allocatable.get(r, "0") not in ("0", "")]
+        if offenders:
+            return WARNING, (
+                f"{listed(offenders)} advertise{'s' if len(offenders) == 1 else ''} {r}: a "
+                f"device plugin hands out the same GPUs behind DRA's back: {self.fix}"
+            )
+        return MET, f"no node advertises {r} ({len(facts.nodes)} nodes)"
+
+
+@dataclass(frozen=True)
+class GpuNodesPublishSlices:
+    """Every GPU node has a ResourceSlice of the driver."""
+
+    gpus: GpuNodes
+    fix: str
+
+    @property
+    def title(self) -> str:
+        return f"GPU nodes publish ResourceSlices of {self.gpus.driver}"
+
+    def needs(self) -> tuple[Fact, ...]:
+        return (Nodes(), ResourceSlices())
+
+    def evaluate(
+        self, component: Component, spec: ServingStackSpec, facts: ClusterFacts
+    ) -> Finding:
+        if facts.nodes is None:
+            return cannot(facts, "nodes")
+        if facts.resource_slices is None:
+            return cannot(facts, "resourceslices")
+        driver = self.gpus.driver
+        published = set(facts.resource_slices.get(driver, []))
+        return each_gpu_node(
+            self.gpus,
+            facts,
+            lacks=lambda n: n.name not in published,
+            lack=("has", "have"),
+            what=f"no ResourceSlice of {driver}, so GPU claims cannot be allocated there: "
+            f"{self.fix}",
+            done=f"publish ResourceSlices of {driver}",
+        )
+
+
+@dataclass(frozen=True)
+class CriticalPodsAdmitted:
+    """Where quota restricts system-critical pods, the driver's namespace admits them.
+
+    A ResourceQuota scoped to these PriorityClasses in ``restricted_in`` (GKE's
+    ``gcp-critical-pods`` in kube-system) is the sign of the restriction; the
+    driver's namespace is where ``workloads`` runs.
+    """
+
+    workloads: Workloads
+    classes: tuple[str, ...]
+    restricted_in: str
+    fix: str
+
+    @property
+    def title(self) -> str:
+        return f"{self.workloads.describe}'s namespace admits system-critical pods"
+
+    def needs(self) -> tuple[Fact, ...]:
+        return (Quotas(), *self.workloads.facts())
+
+    def evaluate(
+        self, component: Component, spec: ServingStackSpec, facts: ClusterFacts
+    ) -> Finding:
+        if facts.quotas is None:
+            return cannot(facts, "resourcequotas")
+        quotas = facts.quotas
+
+        def admits(classes: list[str]) -> bool:
+            return "*" in classes or any(c in classes for c in self.classes)
+
+        restricting = [
+            q for q in quotas if q.namespace == self.restricted_in and admits(q.priority_classes)
+        ]
+        if not restricting:
+            return MET, (
+                f"no PriorityClass-scoped ResourceQuota in {self.restricted_in} (GKE's "
+                "gcp-critical-pods is one), the sign of a cluster restricting system-critical "
+                "pods by quota; nothing to admit"
+            )
+        sign = f"ResourceQuota {self.restricted_in}/{restricting[0].name} restricts them"
+        if facts.workloads is None:
+            return cannot(facts, "workloads")
+        found = matching(self.workloads, facts.workloads)
+        if not found:
+            return UNKNOWN, (
+                f"{sign}, but no {kinds_of(self.workloads)} runs "
+                f"{' or '.join(self.workloads.images)}, so the driver's namespace is not known"
+            )
+        namespaces = sorted({w.namespace for w in found})
+        bare = [
+            ns
+            for ns in namespaces
+            if not any(q.namespace == ns and admits(q.priority_classes) for q in quotas)
+        ]
+        if bare:
+            return WARNING, (
+                f"{sign}, and namespace {', '.join(bare)} has no ResourceQuota admitting them, "
+                f"so the kubelet plugin's pods are never created: {self.fix}"
+            )
+        return MET, f"{sign}; namespace {', '.join(namespaces)} has a ResourceQuota admitting them"
+
+
+def _values(spec: ServingStackSpec) -> Values:
+    # gpuResourcesEnabledOverride acknowledges the chart's guard against a
+    # co-existing device plugin; without it the chart refuses to render.
+    values: Values = {
+        "gpuResourcesEnabledOverride": True,
+        "resources": {"computeDomains": {"enabled": False}},
+    }
+    if spec.nvidia_driver_root != pins.NVIDIA_DRIVER_ROOT:
+        values["nvidiaDriverRoot"] = spec.nvidia_driver_root
+    return values
+
+
+COMPONENT = Component(
+    name="nvidia-dra-driver-gpu",
+    summary="Publishes GPUs as DRA ResourceSlices and the gpu.nvidia.com DeviceClass.",
+    namespace=NVIDIA_DRA_NAMESPACE,
+    version=VERSION,
+    order=50,
+    version_field="versions.nvidiaDraDriver",
+    version_description="NVIDIA DRA driver chart version.",
+    stacks=BOTH,
+    chart=ChartSource("dra-driver-nvidia-gpu", "oci://registry.k8s.io/dra-driver-nvidia/charts"),
+    values=_values,
+    # By name: the quota's module takes its version from this one.
+    depends_on=("dra-driver-critical-pods-quota",),
+    requirements=(
+        ObjectExists(
+            ApiRef("resource.k8s.io", "v1", "deviceclasses"),
+            "DeviceClass",
+            GPU_DEVICE_CLASS,
+            "install the NVIDIA DRA driver for GPUs (Kubernetes 1.34+ serves resource.k8s.io/v1)",
+        ),
+    ),
+    advisories=(
+        NoNodeAdvertises(
+            GPUS,
+            "disable the NVIDIA device plugin (GPU Operator: devicePlugin.enabled=false); DRA "
+            "allocates the GPUs",
+        ),
+        GpuNodesPublishSlices(
+            GPUS,
+            "check that the DRA driver's kubelet plugin runs on the node (NVIDIA driver, NFD "
+            "labels, tolerations)",
+        ),
+        CriticalPodsAdmitted(
+            KUBELET_PLUGIN,
+            SYSTEM_CRITICAL_CLASSES,
+            "kube-system",
+            "create a ResourceQuota scoped to PriorityClass system-node-critical and "
+            "system-cluster-critical in the driver's namespace",
+        ),
+    ),
+    not_checked=(
+        "The NVIDIA kernel driver and Container Toolkit on every GPU node.",
+        "The driver's kubelet plugin publishes each GPU node's devices as ResourceSlices.",
+        "No device plugin advertising nvidia.com/gpu: a second allocator would hand out the "
+        "same GPUs behind DRA's back.",
+    ),
+    not_needed=("ComputeDomains (multi-node NVLink) and their prerequisites are disabled.",),
+)

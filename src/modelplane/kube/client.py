@@ -1,0 +1,377 @@
+"""One connection to a target cluster, and the reads every package makes through it.
+
+A ``Target`` is the one owner of a connection: lightkube's client (typed get,
+apply, delete), the raw HTTP client (discovery, paginated LISTs as plain JSON,
+watches), and the transport both send through. Whoever opens a Target closes
+it, once, and everything closes.
+
+lightkube 1.0 has no public call for a GET with its own ``Accept`` header, nor
+a LIST that keeps the collection's resourceVersion as plain JSON: those go
+through the raw client, built by lightkube's public client adapter from the
+same connection parameters and transport, so authentication, TLS and the
+address and answer checks of ``transport.py`` apply alike.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any, TypeVar
+
+import httpx2
+import yaml
+from lightkube import AsyncClient
+from lightkube.config import client_adapter
+from lightkube.config.client_adapter import ConnectionParams
+from lightkube.config.kubeconfig import SingleConfig
+from lightkube.config.models import User
+from lightkube.core.exceptions import ApiError
+
+from modelplane.kube.address import DEFAULT_DENIED, AddressDenied, IPNetwork, host_and_port, vet
+from modelplane.kube.answers import describe_answer, describe_error, status_message
+from modelplane.kube.backoff import Backoff, retry
+from modelplane.kube.transport import AuthTransport, GuardedTransport, TokenAuth, Tokens
+from modelplane.wire import FIELD_MANAGER, ApiRef
+
+T = TypeVar("T")
+
+PAGE_SIZE = 500
+
+
+class TargetError(Exception):
+    """The target could not be reached or answered in a way we cannot use."""
+
+
+class ApiStatusError(TargetError):
+    """The API server answered with an error status (403, 404, ...).
+
+    ``reason`` is the answer's Status message, or a description by HTTP status
+    code and media type when the answer is not a Kubernetes Status.
+    """
+
+    def __init__(self, status: int, path: str, message: str) -> None:
+        super().__init__(f"GET {path}: {status} {message}".rstrip())
+        self.status = status
+        self.path = path
+        self.reason = message
+
+
+class OpenCount:
+    """How many connections are open: a number that only grows is a leak."""
+
+    def __init__(self) -> None:
+        self._open = 0
+
+    def opened(self) -> None:
+        self._open += 1
+
+    def closed(self) -> None:
+        self._open -= 1
+
+    def __call__(self) -> int:
+        return self._open
+
+
+# The operator's count, for the metrics; ``open_target`` takes another for tests.
+TARGETS = OpenCount()
+
+
+def open_targets() -> int:
+    return TARGETS()
+
+
+class TargetClient(AsyncClient):
+    """lightkube's client, with the raw HTTP client built from the same parameters.
+
+    Functions that take a lightkube client and need a raw GET (discovery)
+    find the raw client here; both go through ``params.transport``, which
+    also carries a cloud identity's auth, so they share one token and one
+    refresh. Closing this closes both.
+    """
+
+    def __init__(
+        self,
+        config: SingleConfig,
+        params: ConnectionParams,
+        *,
+        field_manager: str | None = FIELD_MANAGER,
+    ) -> None:
+        super().__init__(
+            config,
+            timeout=params.timeout,
+            trust_env=params.trust_env,
+            transport=params.transport,  # type: ignore[arg-type]
+            proxy=params.proxy,
+            http2=params.http2,
+            field_manager=field_manager,
+        )
+        # lightkube's public adapter: base URL, TLS and auth as the kubeconfig says.
+        self.http: httpx2.AsyncClient = client_adapter.AsyncClient(config, params)
+        # (apiVersion, kind) -> plural, as this server's discovery said
+        # (``kube.resources.plural_of``); a connection's lifetime is one
+        # reconcile or one set of watches, so a CRD changed since is seen.
+        self.plurals: dict[tuple[str, str], str] = {}
+
+    async def close(self) -> None:
+        try:
+            await super().close()
+        finally:
+            await self.http.aclose()
+
+
+def raw_http(client: AsyncClient) -> httpx2.AsyncClient:
+    """The raw HTTP client of a Target's client."""
+    if not isinstance(client, TargetClient):
+        raise TypeError(
+            "raw reads need the client of a Target (modelplane.kube.client), "
+            f"not a {type(client).__name__}"
+        )
+    return client.http
+
+
+@dataclass
+class Target:
+    """One open connection to a target: its clients, and the kubeconfig helm gets.
+
+    ``close`` closes everything, once; ``async with`` closes it on the way out.
+    """
+
+    client: TargetClient
+    # The kubeconfig text, for helm; never logged. With an identity, its
+    # users are empty and ``helm_kubeconfig`` puts a fresh token in.
+    kubeconfig: str = field(repr=False)
+    identity: Tokens | None = field(default=None, repr=False)
+    count: OpenCount = field(default=TARGETS, repr=False)
+    _closed: bool = field(default=False, repr=False)
+
+    async def helm_kubeconfig(self) -> str:
+        """The kubeconfig helm gets: with an identity, a short-lived token, never the key."""
+        if self.identity is None:
+            return self.kubeconfig
+        token = await self.identity.token()
+        doc = yaml.safe_load(self.kubeconfig)
+        doc["users"] = [
+            {"name": entry.get("name"), "user": {"token": token}} for entry in doc["users"]
+        ]
+        return str(yaml.safe_dump(doc))
+
+    @property
+    def http(self) -> httpx2.AsyncClient:
+        return self.client.http
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self.count.closed()
+        await self.client.close()
+
+    async def __aenter__(self) -> Target:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+
+async def check_server(server: str, deny: Iterable[IPNetwork]) -> None:
+    """Refuse a server whose host is, or resolves to, a denied address.
+
+    A name that cannot be resolved now is let through: the first request
+    fails on it and says the target is unreachable, which is what it is.
+    """
+    host, port = host_and_port(server)
+    try:
+        await vet(host, port, deny)
+    except AddressDenied:
+        raise
+    except httpx2.TransportError:
+        pass
+
+
+async def open_target(
+    config: SingleConfig,
+    *,
+    deny: Iterable[IPNetwork] = DEFAULT_DENIED,
+    timeout: float = 10.0,
+    trust_env: bool = True,
+    kubeconfig: str = "",
+    identity: Tokens | None = None,
+    count: OpenCount = TARGETS,
+) -> Target:
+    """Connect to the cluster ``config`` names, refusing a denied address before anything.
+
+    Raises ``AddressDenied`` for a refused server, ``ValueError`` or
+    ``ssl.SSLError`` for certificate data that cannot be loaded.
+    """
+    deny = tuple(deny)
+    await check_server(config.cluster.server, deny)
+    assert config.user is not None, "lightkube gives every context a user"
+    verify = client_adapter.verify_cluster(
+        config.cluster, config.user, config.abs_file, trust_env=trust_env
+    )
+    transport: httpx2.AsyncBaseTransport = GuardedTransport(
+        deny, httpx2.AsyncHTTPTransport(verify=verify)
+    )
+    if identity is not None:
+        # The identity replaces the kubeconfig's user; nothing of it is used.
+        # Its auth sits on the one transport both clients share, outside the
+        # guard, so a retry after a 401 is vetted like any request.
+        config = config._replace(user=User())
+        transport = AuthTransport(TokenAuth(identity), transport)
+    params = ConnectionParams(
+        timeout=httpx2.Timeout(timeout),
+        trust_env=trust_env,
+        # lightkube types the field as a sync transport; its AsyncClient takes an async one.
+        transport=transport,  # type: ignore[arg-type]
+    )
+    client = TargetClient(config, params)
+    count.opened()
+    return Target(client=client, kubeconfig=kubeconfig, identity=identity, count=count)
+
+
+# ---- reads as plain JSON ----------------------------------------------------------
+
+
+def collection_path(api: ApiRef, namespace: str | None = None) -> str:
+    """The REST path of one resource's collection, in one namespace or all of them."""
+    base = f"/api/{api.version}" if not api.group else f"/apis/{api.group}/{api.version}"
+    if namespace:
+        base += f"/namespaces/{namespace}"
+    return f"{base}/{api.resource}"
+
+
+async def get_answer(
+    http: httpx2.AsyncClient,
+    path: str,
+    *,
+    params: dict[str, str] | None = None,
+    accept: str = "application/json",
+) -> Any:
+    """GET ``path`` and decode the JSON answer; ``ApiStatusError`` for an error status.
+
+    Transport errors are raised as they are: a watch tells an outage by them.
+    """
+    response = await http.get(path, params=params, headers={"Accept": accept})
+    if response.status_code >= 300:
+        content_type = response.headers.get("content-type")
+        message = status_message(response.content, content_type)
+        if message is None:
+            # Not a Status: its body, reason phrase and headers are the
+            # server's free text, and are not repeated.
+            message = describe_answer(content_type)
+        raise ApiStatusError(response.status_code, path, message)
+    try:
+        return response.json()
+    except ValueError as err:
+        raise TargetError(f"GET {path}: the answer is not JSON") from err
+
+
+async def get_json(
+    client: AsyncClient,
+    path: str,
+    *,
+    params: dict[str, str] | None = None,
+    accept: str = "application/json",
+) -> Any:
+    """GET ``path`` (absolute, e.g. ``/apis``) through a Target's client; errors are TargetError."""
+    try:
+        return await get_answer(raw_http(client), path, params=params, accept=accept)
+    except AddressDenied:
+        raise
+    except httpx2.TransportError as err:
+        raise TargetError(f"cannot reach the API server: {describe_error(err)}") from err
+
+
+@dataclass
+class Collection:
+    """Every object of one LIST, and the resourceVersion a watch starts from."""
+
+    items: list[dict[str, Any]]
+    resource_version: str
+
+
+async def list_pages(
+    http: httpx2.AsyncClient,
+    api: ApiRef,
+    *,
+    namespace: str | None = None,
+    labels: str | None = None,
+    fields: str | None = None,
+) -> Collection:
+    """One paginated LIST of a resource, as plain JSON: no model decoding, no resource class.
+
+    One request, more only past ``PAGE_SIZE`` objects. Transport errors are
+    raised as they are (see ``get_answer``).
+    """
+    path = collection_path(api, namespace)
+    params: dict[str, str] = {"limit": str(PAGE_SIZE)}
+    if labels:
+        params["labelSelector"] = labels
+    if fields:
+        params["fieldSelector"] = fields
+    items: list[dict[str, Any]] = []
+    while True:
+        doc = await get_answer(http, path, params=params)
+        items += [i for i in doc.get("items") or [] if isinstance(i, dict)]
+        metadata = doc.get("metadata") or {}
+        if not metadata.get("continue"):
+            return Collection(items, str(metadata.get("resourceVersion") or ""))
+        params["continue"] = str(metadata["continue"])
+
+
+async def list_objects(
+    client: AsyncClient,
+    api: ApiRef,
+    *,
+    namespace: str | None = None,
+    labels: str | None = None,
+    fields: str | None = None,
+) -> list[dict[str, Any]]:
+    """Every object of one resource, across all namespaces unless one is given."""
+    try:
+        found = await list_pages(
+            raw_http(client), api, namespace=namespace, labels=labels, fields=fields
+        )
+    except AddressDenied:
+        raise
+    except httpx2.TransportError as err:
+        raise TargetError(f"cannot reach the API server: {describe_error(err)}") from err
+    return found.items
+
+
+# ---- a CRD's storage, still initialising ------------------------------------------
+
+# A CRD's storage takes a moment to initialise after the CRD is served; until
+# then the API server answers 429 with Retry-After: 1. That is a wait, not an
+# error worth a failed reconcile: up to 20 tries a quarter of a second apart.
+CRD_STORAGE_TRIES = 20
+CRD_STORAGE_WAIT = Backoff(first=0.25, cap=0.25)
+
+
+def storage_initialising(err: Exception) -> bool:
+    """Whether ``err`` is the 429 of a CRD whose storage is not ready yet."""
+    if isinstance(err, ApiError):
+        return bool(err.status.code == 429)
+    return isinstance(err, ApiStatusError) and err.status == 429
+
+
+async def waiting_out_429(
+    call: Callable[[], Awaitable[T]],
+    *,
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+) -> T:
+    """``call()``, waiting out the 429s of a CRD whose storage is still initialising."""
+    return await retry(
+        call,
+        when=storage_initialising,
+        tries=CRD_STORAGE_TRIES,
+        policy=CRD_STORAGE_WAIT,
+        sleep=sleep,
+    )

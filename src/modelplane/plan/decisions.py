@@ -1,0 +1,217 @@
+"""The reconciler's decisions, as pure functions: the reconciler and handlers carry them out.
+
+Which Ready reason a failure gives, when a failed action or a blocked
+stack is tried again, whether a change is worth an event, a failed
+component's state, and when the stack's credentials are read again. Each
+takes what was observed and returns a value (an enum where the set is
+closed), so a table test pins each one down.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Mapping
+from enum import StrEnum
+
+from modelplane.kube.backoff import Backoff
+from modelplane.kube.errors import ErrorKind, Fault
+
+
+class BlockedReason(StrEnum):
+    """Why Ready (or Teardown) is False: each value is the condition's reason on the wire."""
+
+    INVALID_SPEC = "InvalidSpec"
+    TARGET_CLAIMED = "TargetClaimed"
+    CLAIM_CONTENDED = "ClaimContended"
+    TARGET_UNREACHABLE = "TargetUnreachable"
+    TARGET_UNAUTHORIZED = "TargetUnauthorized"
+    # A write into a namespace the target is deleting: a wait until it is gone.
+    TARGET_NAMESPACE_TERMINATING = "TargetNamespaceTerminating"
+    TARGET_ERROR = "TargetError"
+    TARGET_ADDRESS_DENIED = "TargetAddressDenied"
+    WEBHOOK_NOT_READY = "WebhookNotReady"
+    ACTION_FAILED = "ActionFailed"
+    HELM_FAILED = "HelmFailed"
+    RECONCILE_ERROR = "ReconcileError"
+    TEARDOWN_ERROR = "TeardownError"
+    # The credentials' own reasons (modelplane.credentials.connect).
+    SECRET_NOT_FOUND = "SecretNotFound"
+    SECRET_KEY_MISSING = "SecretKeyMissing"
+    HUB_FORBIDDEN = "HubForbidden"
+    KUBECONFIG_INVALID = "KubeconfigInvalid"
+    KUBECONFIG_REFUSED = "KubeconfigRefused"
+    CROSS_NAMESPACE_REF_DENIED = "CrossNamespaceRefDenied"
+    CLOUD_IDENTITY_UNSUPPORTED = "CloudIdentityUnsupported"
+    # A cloud identity's (modelplane.credentials.identity.base.IdentityFailure).
+    IDENTITY_INVALID = "IdentityInvalid"
+    IDENTITY_REJECTED = "IdentityRejected"
+    IDENTITY_UNREACHABLE = "IdentityUnreachable"
+
+
+_BY_KIND = {
+    ErrorKind.UNREACHABLE: BlockedReason.TARGET_UNREACHABLE,
+    ErrorKind.UNAUTHORIZED: BlockedReason.TARGET_UNAUTHORIZED,
+    ErrorKind.FORBIDDEN: BlockedReason.TARGET_UNAUTHORIZED,
+    ErrorKind.NAMESPACE_TERMINATING: BlockedReason.TARGET_NAMESPACE_TERMINATING,
+    ErrorKind.NOT_FOUND: BlockedReason.TARGET_ERROR,
+    ErrorKind.CONFLICT: BlockedReason.TARGET_ERROR,
+    ErrorKind.SETTLING: BlockedReason.TARGET_ERROR,
+    ErrorKind.ANSWERED: BlockedReason.TARGET_ERROR,
+    ErrorKind.ADDRESS_DENIED: BlockedReason.TARGET_ADDRESS_DENIED,
+    ErrorKind.WEBHOOK_NOT_READY: BlockedReason.WEBHOOK_NOT_READY,
+    ErrorKind.HELM_FAILED: BlockedReason.HELM_FAILED,
+    ErrorKind.CLAIM_CONTENDED: BlockedReason.CLAIM_CONTENDED,
+    ErrorKind.INVALID: BlockedReason.INVALID_SPEC,
+}
+
+
+def blocked_reason(fault: Fault, *, teardown: bool = False) -> BlockedReason:
+    """The reason a reconcile (or a teardown) stopped by this fault reports."""
+    if fault.kind in (ErrorKind.CREDENTIALS, ErrorKind.IDENTITY) and fault.reason:
+        try:
+            return BlockedReason(fault.reason)
+        except ValueError:
+            pass
+    reason = _BY_KIND.get(fault.kind)
+    if reason is not None:
+        return reason
+    return BlockedReason.TEARDOWN_ERROR if teardown else BlockedReason.RECONCILE_ERROR
+
+
+def waits(fault: Fault) -> bool:
+    """True for a fault that passes by itself, said as a wait rather than a failure."""
+    return fault.kind in (ErrorKind.NAMESPACE_TERMINATING, ErrorKind.WEBHOOK_NOT_READY)
+
+
+def action_reason(fault: Fault) -> BlockedReason:
+    """The reason of one component's failed action (an apply, a release, a fetch)."""
+    if fault.kind is ErrorKind.WEBHOOK_NOT_READY:
+        return BlockedReason.WEBHOOK_NOT_READY
+    return BlockedReason.ACTION_FAILED
+
+
+def failures_reason(
+    failed: Mapping[str, object], waiting_on_webhook: frozenset[str]
+) -> BlockedReason:
+    """Ready's reason while components have failed.
+
+    A webhook wait only when every failure is one: a real failure beside it
+    must not read as something that passes by itself.
+    """
+    if set(failed) <= waiting_on_webhook:
+        return BlockedReason.WEBHOOK_NOT_READY
+    return BlockedReason.ACTION_FAILED
+
+
+class ComponentState(StrEnum):
+    """A component's state when its last action failed; otherwise the plan's own stands."""
+
+    FAILED = "Failed"
+    WAITING_FOR_WEBHOOK = "WaitingForWebhook"
+
+
+def component_state(
+    component: str, failed: Mapping[str, object], waiting_on_webhook: frozenset[str]
+) -> ComponentState | None:
+    """The state that overrides the plan's for ``component``; None when it did not fail."""
+    if component not in failed:
+        return None
+    if component in waiting_on_webhook:
+        return ComponentState.WAITING_FOR_WEBHOOK
+    return ComponentState.FAILED
+
+
+# -- when to try again ----------------------------------------------------
+
+# A failed action: 5 s, doubling, up to 5 minutes.
+ACTION_RETRY = Backoff(first=5.0, cap=300.0)
+# A webhook that cannot be called yet usually answers within a minute or
+# two of its chart's install; a longer wait between tries would only delay
+# Ready by as much once it does.
+WEBHOOK_RETRY = ACTION_RETRY.capped(60.0)
+# A blocked stack (credentials missing, target unreachable): after 10 s,
+# twice as long each time it stays blocked, up to 2 minutes (or the resync
+# period if shorter). Without it a hub of 1,000 failing stacks costs 100
+# reconciles a second (bench_fleet). Jittered so that stacks that failed
+# together (a hub of them after an operator restart) do not retry in lockstep.
+BLOCKED_RETRY = Backoff(first=10.0, cap=120.0, jitter=0.1)
+# The shortest sleep until a retry, so a deadline just passed is no spin.
+MIN_RETRY_SECONDS = 1.0
+
+
+def action_retry_delay(attempt: int, fault: Fault) -> float:
+    """Seconds before a component whose action failed ``attempt`` times in a row is tried again."""
+    policy = WEBHOOK_RETRY if fault.kind is ErrorKind.WEBHOOK_NOT_READY else ACTION_RETRY
+    return policy.delay(attempt)
+
+
+def blocked_retry_delay(
+    streak: int, resync_seconds: float, rand: Callable[[], float] = random.random
+) -> float:
+    """Seconds before the ``streak``-th blocked reconcile (or teardown) in a row is retried."""
+    cap = min(BLOCKED_RETRY.cap, max(resync_seconds, BLOCKED_RETRY.first))
+    return BLOCKED_RETRY.capped(cap).delay(streak, rand)
+
+
+def due(not_before: float | None, now: float) -> bool:
+    """Whether an action held back until ``not_before`` may run at ``now``."""
+    return not_before is None or not_before <= now
+
+
+def next_retry(
+    now: float, not_before: Mapping[str, float], failed: Mapping[str, object]
+) -> float | None:
+    """Seconds until the first failed component is due again; None when none waits."""
+    ahead = [t - now for name, t in not_before.items() if name in failed and t > now]
+    return max(MIN_RETRY_SECONDS, min(ahead)) if ahead else None
+
+
+def sleep_after(
+    *,
+    blocked: bool,
+    failed: bool,
+    retry_after: float | None,
+    resync_seconds: float,
+    streak: int,
+    rand: Callable[[], float] = random.random,
+) -> float:
+    """How long a stack sleeps after a reconcile, unless something wakes it.
+
+    ``streak`` counts the consecutive blocked or failed reconciles so far.
+    """
+    if failed and retry_after is not None:
+        # When the backoff of a failed action ends: a fixed period would
+        # retry late, and observe the target for nothing until then.
+        return min(retry_after, resync_seconds)
+    if blocked or failed:
+        # Nothing says when it may work again: back off, so that a fleet of
+        # unreachable targets stays quiet.
+        return blocked_retry_delay(streak, resync_seconds, rand)
+    return resync_seconds
+
+
+# -- what is worth saying ---------------------------------------------------
+
+
+def is_new(last: object, current: object) -> bool:
+    """Whether ``current`` differs from what was last reported: an event (and a log line) is due."""
+    return last != current
+
+
+def read_credentials(
+    *,
+    connected: bool,
+    read_for_generation: int | None,
+    generation: int | None,
+    last_went_wrong: bool,
+    direct_read_due: bool,
+) -> bool:
+    """Whether a reconcile reads the stack's Secrets from the hub again.
+
+    Once read, the credentials (and the connection made with them) serve the
+    resyncs that follow. They are read again for a new spec, after a
+    reconcile that was blocked or failed (a 401, a Secret put right), and
+    with each direct read of the target (--relist), so a rotated Secret is
+    taken up within that period.
+    """
+    return not connected or read_for_generation != generation or last_went_wrong or direct_read_due
