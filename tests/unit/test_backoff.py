@@ -29,6 +29,8 @@ from modelplane.observe.watches import WATCH_BACKOFF
         (WATCH_BACKOFF, [1, 2, 3, 7, 20], [0.5, 1.0, 2.0, 30.0, 30.0]),
         # a CRD's storage still initialising: a steady quarter of a second
         (CRD_STORAGE_WAIT, [1, 2, 19], [0.25, 0.25, 0.25]),
+        # a run that never resets stays at the cap past any float's power
+        (Backoff(first=1.0, cap=10.0), [1025, 10**6], [10.0, 10.0]),
         # ``capped`` keeps everything but the cap
         (Backoff(first=1.0, cap=10.0, factor=2.0).capped(3.0), [1, 2, 3], [1.0, 2.0, 3.0]),
     ],

@@ -37,8 +37,13 @@ class Backoff:
 
     def delay(self, attempt: int, rand: Callable[[], float] = random.random) -> float:
         """Seconds before try number ``attempt + 1`` (``attempt`` 1 is the first failure)."""
-        base = min(self.cap, self.first * self.factor ** max(attempt - 1, 0))
-        return base * (1.0 - self.jitter * rand())
+        try:
+            grown = self.first * self.factor ** max(attempt - 1, 0)
+        except OverflowError:
+            # A run that never resets (a standby polling its Lease) reaches
+            # attempts whose power no float holds; the cap is the answer.
+            grown = self.cap
+        return min(self.cap, grown) * (1.0 - self.jitter * rand())
 
     def capped(self, cap: float) -> Backoff:
         return Backoff(self.first, cap, self.factor, self.jitter)
