@@ -11,7 +11,7 @@ from modelplane.kube.client import (
     ApiStatusError,
     waiting_out_429,
 )
-from modelplane.observe.watches import WATCH_BACKOFF
+from modelplane.kube.reflector import WATCH_BACKOFF
 
 
 @pytest.mark.parametrize(

@@ -10,8 +10,9 @@ import pytest
 
 from modelplane.api.models import ServingStackSpec
 from modelplane.kube.discovery import PLURALS
+from modelplane.kube.reflector import WatchKey
 from modelplane.observe.state import to_observed, wanted
-from modelplane.observe.watches import CRDS, WatchCache, WatchKey, crd_plurals, watch_keys
+from modelplane.observe.watches import CRDS, WatchCache, crd_plurals, watch_keys
 from modelplane.wire import DIGEST_ANNOTATION, MANAGED_BY, MANAGED_BY_LABEL
 
 SPEC = ServingStackSpec.model_validate(

@@ -16,7 +16,7 @@ from typing import Any
 import httpx2
 import pytest
 
-from modelplane.observe.watches import WATCH_BACKOFF, Link, Reflector, WatchKey
+from modelplane.kube.reflector import WATCH_BACKOFF, Link, Reflector, WatchKey
 from modelplane.operator.handlers import coalesce
 from modelplane.wire import ApiRef
 

@@ -1,41 +1,16 @@
-"""A watch-fed copy of what ``observe`` reads on a target, and the watches that feed it.
+"""A watch-fed copy of what ``observe`` reads on a target.
 
-Each ``Reflector`` keeps one collection (a kind, filtered as ``observe``
-filters it) current the way client-go's reflector does: one LIST, then a
-WATCH from the LIST's resourceVersion, with bookmarks, re-armed from the last
-resourceVersion seen whenever the server ends it. The API conventions this
-relies on (upstream-facts, "watch"; kubernetes.io/docs/reference/using-api/
-api-concepts/#efficient-detection-of-changes and #watch-bookmarks):
-
-- a watch ends after ``timeoutSeconds`` (or whenever the server likes) with a
-  clean end of stream: continue from the last resourceVersion, no LIST;
-- ``410 Gone``, as the answer or as an ``ERROR`` event, means that
-  resourceVersion is compacted away: LIST again and watch from the new one;
-- ``BOOKMARK`` events carry only a newer resourceVersion: nothing changed,
-  but a later re-arm starts from it and does not run into 410.
-
-lightkube 1.0's ``watch`` sends no ``allowWatchBookmarks``, and on 410 it
-re-watches from no resourceVersion at all (``generic_client.py``,
-``GenericAsyncClient.watch``), which replays every object as ADDED and
-leaves what was deleted meanwhile in place; hence a watch of our own on the
-target's raw HTTP client.
-
-When the target stops answering, one ``Link`` probe per target (``/readyz``,
-once a second) stands in for every watch's retries, so an outage costs one
-connection attempt a second, is logged once, and the watches resume within
-about a second of the server being back.
+``WatchCache`` runs one ``kube.reflector.Reflector`` per collection the
+direct observation lists (filtered the same way), all behind one ``Link``
+per target, and answers the same ``Listed`` a direct read gives once every
+reflector is current: a no-op resync then reads nothing but the claim.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import json
 import logging
-import random
-import time
-from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import httpx2
@@ -43,17 +18,17 @@ from lightkube import AsyncClient
 
 from modelplane.catalog.configuration import CLUSTER_CA, NS
 from modelplane.kube.answers import describe_error
-from modelplane.kube.backoff import Attempts, Backoff
 from modelplane.kube.client import (
-    CRD_STORAGE_TRIES,
-    CRD_STORAGE_WAIT,
-    ApiStatusError,
     TargetClient,
     TargetError,
-    collection_path,
-    list_pages,
 )
 from modelplane.kube.discovery import APIS, PLURALS, discover, served
+from modelplane.kube.reflector import (
+    WATCH_TIMEOUT_SECONDS,
+    Link,
+    Reflector,
+    WatchKey,
+)
 from modelplane.observe.state import (
     CRD_API_VERSION,
     OURS,
@@ -69,33 +44,6 @@ log = logging.getLogger("modelplane.operator.watch")
 
 CRDS = ApiRef("apiextensions.k8s.io", "v1", "customresourcedefinitions")
 CONFIGMAPS = ApiRef("", "v1", "configmaps")
-# client-go re-arms its watches every 5 to 10 minutes; so do we.
-WATCH_TIMEOUT_SECONDS = 300.0
-PROBE_SECONDS = 0.25
-# Between tries of a watch the server refused, or that keeps expiring.
-WATCH_BACKOFF = Backoff(first=0.5, cap=30.0)
-
-
-@dataclass(frozen=True, order=True)
-class WatchKey:
-    """One watched collection: a resource, optionally one namespace, label and field selectors."""
-
-    api: ApiRef
-    namespace: str | None = None
-    labels: str | None = None
-    fields: str | None = None
-
-    def params(self) -> dict[str, str]:
-        params: dict[str, str] = {}
-        if self.labels:
-            params["labelSelector"] = self.labels
-        if self.fields:
-            params["fieldSelector"] = self.fields
-        return params
-
-    def __str__(self) -> str:
-        api = self.api
-        return "/".join(p for p in (api.group, api.version, api.resource) if p)
 
 
 def watch_keys(want: Wanted, plurals: PLURALS) -> frozenset[WatchKey]:
@@ -146,229 +94,6 @@ def _established(status: dict[str, Any]) -> bool:
 def _order(key: WatchKey) -> tuple[str, str, str, str]:
     # Keys on one API differ by selectors that may be None; order on text.
     return (key.api.key, key.namespace or "", key.labels or "", key.fields or "")
-
-
-class Gone(Exception):
-    """410: the resourceVersion watched from is no longer available."""
-
-
-class Refused(Exception):
-    """The server answered a LIST or WATCH with an error status."""
-
-    def __init__(self, code: int) -> None:
-        super().__init__(f"HTTP {code}")
-        self.code = code
-
-
-class Link:
-    """Whether a target answers; while it does not, one probe stands in for every watch."""
-
-    def __init__(self, http: httpx2.AsyncClient, label: str, every: float = PROBE_SECONDS) -> None:
-        self._http, self._label, self._every = http, label, every
-        self.up = asyncio.Event()
-        self.up.set()
-        self._probe: asyncio.Task[None] | None = None
-
-    def lost(self, err: BaseException) -> bool:
-        """Note that the target stopped answering; True for the first watch to notice."""
-        if not self.up.is_set():
-            return False
-        self.up.clear()
-        log.warning(
-            "target of %s: watches lost (%s); probing every %.2g s until it answers",
-            self._label,
-            describe_error(err),
-            self._every,
-        )
-        self._probe = asyncio.create_task(self._until_up(time.monotonic()))
-        return True
-
-    async def _until_up(self, since: float) -> None:
-        while True:
-            await asyncio.sleep(self._every)
-            try:
-                response = await self._http.get("/readyz", timeout=5.0)
-            except httpx2.TransportError:
-                continue
-            # A server still starting answers 5xx; one that hides /readyz
-            # from us answers 401/403, and is up.
-            if response.status_code < 500:
-                break
-        log.info(
-            "target of %s: answering again after %.0f s; watches resume",
-            self._label,
-            time.monotonic() - since,
-        )
-        self.up.set()
-
-    async def close(self) -> None:
-        if self._probe is not None:
-            self._probe.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._probe
-
-
-class Reflector:
-    """Keeps ``items`` equal to one collection on the target, until cancelled."""
-
-    def __init__(
-        self,
-        http: httpx2.AsyncClient,
-        key: WatchKey,
-        link: Link,
-        changed: Callable[[WatchKey, str], None],
-        *,
-        label: str = "",
-        watch_timeout: float = WATCH_TIMEOUT_SECONDS,
-        clock: Callable[[], float] = time.monotonic,
-        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
-    ) -> None:
-        self.key, self._http, self._link, self._changed = key, http, link, changed
-        self._label = label
-        self._watch_timeout = watch_timeout
-        self._clock, self._sleep = clock, sleep
-        self.items: dict[str, dict[str, Any]] = {}
-        # True while ``items`` is known current: after a LIST, until the watch breaks.
-        self.synced = False
-        # False after a 404: the API is not served (``items`` is then empty).
-        self.served = True
-        self.lists = 0
-        self.watches = 0
-        self.bookmarks = 0
-        self.expired = 0
-        self._retry = asyncio.Event()
-        self._listed_at = 0.0
-
-    def retry_now(self) -> None:
-        """Try again at once a collection whose API was not served (a CRD changed)."""
-        self._retry.set()
-
-    async def run(self) -> None:
-        backoff = Attempts(WATCH_BACKOFF)
-        failing = False
-        settling = Attempts(CRD_STORAGE_WAIT)
-        while True:
-            try:
-                await self._link.up.wait()
-                rv = await self._list()
-                backoff.reset()
-                settling.reset()
-                if failing:
-                    log.info("target of %s: watch of %s resumed", self._label, self.key)
-                    failing = False
-                self._changed(self.key, "LIST")
-                while True:
-                    rv = await self._watch(rv)
-            except Gone:
-                # Compacted away while we were not looking: LIST again now.
-                # A 410 right after a fresh LIST cannot repeat without a
-                # server at fault; the backoff keeps that from spinning.
-                self.synced = False
-                self.expired += 1
-                log.info(
-                    "target of %s: watch of %s expired (410 Gone); listing again",
-                    self._label,
-                    self.key,
-                )
-                if self._clock() - self._listed_at < 1.0:
-                    await self._sleep(backoff.fail())
-            except Refused as err:
-                self.synced = False
-                if err.code == 404:
-                    # Not served (yet): try again when a CRD changes, or later.
-                    self.items, self.served, self.synced = {}, False, True
-                    self._changed(self.key, "GONE")
-                    self._retry.clear()
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(self._retry.wait(), backoff.fail())
-                    continue
-                if err.code == 429 and settling.count < CRD_STORAGE_TRIES:
-                    # A CRD's storage still starting (after an install, or
-                    # the server's own restart): a fraction of a second, and
-                    # no news worth a log line.
-                    await self._sleep(settling.fail())
-                    continue
-                if not failing:
-                    log.warning(
-                        "target of %s: watch of %s refused (%s); retrying with backoff",
-                        self._label,
-                        self.key,
-                        err,
-                    )
-                    failing = True
-                await self._sleep(backoff.fail())
-            except httpx2.TransportError as err:
-                self.synced = False
-                if self._link.lost(err):
-                    # The reconcile finds out and says the target is unreachable.
-                    self._changed(self.key, "LOST")
-
-    async def _list(self) -> str:
-        try:
-            found = await list_pages(
-                self._http,
-                self.key.api,
-                namespace=self.key.namespace,
-                labels=self.key.labels,
-                fields=self.key.fields,
-            )
-        except ApiStatusError as err:
-            raise Gone() if err.status == 410 else Refused(err.status) from err
-        self.items = {_key(item): item for item in found.items}
-        self.served, self.synced = True, True
-        self.lists += 1
-        self._listed_at = self._clock()
-        return found.resource_version
-
-    async def _watch(self, rv: str) -> str:
-        """One WATCH from ``rv``; returns the last resourceVersion seen when the server ends it."""
-        seconds = int(self._watch_timeout * random.uniform(1.0, 2.0))
-        params = {
-            **self.key.params(),
-            "watch": "true",
-            "allowWatchBookmarks": "true",
-            "resourceVersion": rv,
-            "timeoutSeconds": str(seconds),
-        }
-        # A read timeout past the server's own: a connection that went quiet
-        # without closing (a lost network path) is given up, not waited on forever.
-        timeout = httpx2.Timeout(10.0, read=seconds + 30.0)
-        path = collection_path(self.key.api, self.key.namespace)
-        started, events = self._clock(), 0
-        self.watches += 1
-        async with self._http.stream("GET", path, params=params, timeout=timeout) as response:
-            if response.status_code == 410:
-                raise Gone()
-            if response.status_code >= 300:
-                raise Refused(response.status_code)
-            async for line in response.aiter_lines():
-                if not line.strip():
-                    continue
-                event = json.loads(line)
-                kind, obj = event.get("type"), event.get("object") or {}
-                if kind == "ERROR":
-                    code = int(obj.get("code") or 500)
-                    raise Gone() if code == 410 else Refused(code)
-                rv = str((obj.get("metadata") or {}).get("resourceVersion") or rv)
-                events += 1
-                if kind == "BOOKMARK":
-                    self.bookmarks += 1
-                    continue
-                if kind == "DELETED":
-                    self.items.pop(_key(obj), None)
-                else:
-                    self.items[_key(obj)] = obj
-                self._changed(self.key, str(kind))
-        if not events and self._clock() - started < 1.0:
-            # A server (or a proxy in front of it) that ends watches at once:
-            # do not turn that into a loop of requests.
-            await self._sleep(1.0)
-        return rv
-
-
-def _key(obj: dict[str, Any]) -> str:
-    metadata = obj.get("metadata") or {}
-    return f"{metadata.get('namespace') or ''}/{metadata.get('name') or ''}"
 
 
 def _has_label(obj: dict[str, Any], name: str, value: str) -> bool:

@@ -14,8 +14,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from modelplane.kube.client import Target
+from modelplane.kube.reflector import WATCH_TIMEOUT_SECONDS
 from modelplane.observe.state import Wanted
-from modelplane.observe.watches import WATCH_TIMEOUT_SECONDS, WatchCache
+from modelplane.observe.watches import WatchCache
 
 
 class TargetWatcher:
