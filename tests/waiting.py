@@ -19,6 +19,12 @@ from lightkube.core.exceptions import ApiError
 T = TypeVar("T")
 
 POLL_SECONDS = 0.1
+# What a check may raise to mean "not yet": a 404 while an object does not exist.
+NOT_YET: tuple[type[BaseException], ...] = (ApiError,)
+
+
+class WaitTimeout(AssertionError):
+    """The deadline passed before the check held (an assertion failure in a test)."""
 
 
 class _Polls:
@@ -35,7 +41,7 @@ class _Polls:
 
     def settled(self, value: Any) -> bool:
         self.last = value
-        return bool(value) and not isinstance(value, ApiError)
+        return bool(value) and not isinstance(value, BaseException)
 
     def give_up_if_late(self) -> None:
         if time.monotonic() < self.end:
@@ -43,7 +49,7 @@ class _Polls:
         message = f"timed out after {self.deadline}s waiting for {self.what}; last: {self.last!r}"
         if self.detail is not None:
             message += f"\n{self.detail()}"
-        raise AssertionError(message)
+        raise WaitTimeout(message)
 
 
 def wait_for(
@@ -53,20 +59,23 @@ def wait_for(
     deadline: float,
     interval: float = POLL_SECONDS,
     detail: Callable[[], str] | None = None,
+    not_yet: tuple[type[BaseException], ...] = NOT_YET,
 ) -> T:
     """Poll ``check`` until it returns something truthy; fail after ``deadline`` seconds.
 
-    An ``ApiError`` from ``check`` (a 404 while an object does not exist yet)
-    counts as "not yet" and is shown if the deadline passes, with ``detail()``
-    (an operator's log tail, say) after it. ``interval`` is the pause between
-    two reads: shorten it only where the test must act within moments of the
-    condition (a change made right as a stack turns Ready).
+    An exception of ``not_yet`` from ``check`` (by default an ``ApiError``: a
+    404 while an object does not exist yet) counts as "not yet" and is shown
+    if the deadline passes, with ``detail()`` (an operator's log tail, say)
+    after it; any other propagates at once (a process that exited).
+    ``interval`` is the pause between two reads: shorten it only where the
+    test must act within moments of the condition (a change made right as a
+    stack turns Ready).
     """
     polls = _Polls(what, deadline, interval, detail)
     while True:
         try:
             value: Any = check()
-        except ApiError as err:
+        except not_yet as err:
             value = err
         if polls.settled(value):
             return value  # type: ignore[no-any-return]
@@ -81,13 +90,14 @@ async def wait_for_async(
     deadline: float,
     interval: float = POLL_SECONDS,
     detail: Callable[[], str] | None = None,
+    not_yet: tuple[type[BaseException], ...] = NOT_YET,
 ) -> T:
     """``wait_for`` for an async check: the same rules, awaiting between reads."""
     polls = _Polls(what, deadline, interval, detail)
     while True:
         try:
             value: Any = await check()
-        except ApiError as err:
+        except not_yet as err:
             value = err
         if polls.settled(value):
             return value  # type: ignore[no-any-return]

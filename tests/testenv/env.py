@@ -20,7 +20,7 @@ import socket
 import ssl
 import subprocess
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,6 +32,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from prometheus_client.parser import text_string_to_metric_families
+from tests.waiting import WaitTimeout, wait_for
 
 # The one place the testbin versions are named (besides the go.mod pins that
 # build them: hack/build-testbin.sh checks the two agree before building).
@@ -287,14 +288,17 @@ def _terminate(pids: list[int], marker: str, timeout: float) -> None:
 
 def _outlive(pids: list[int], marker: str, timeout: float) -> list[int]:
     """Reap ``pids`` as they exit, for up to ``timeout``; the ones still alive."""
-    deadline = time.monotonic() + timeout
-    while pids and time.monotonic() < deadline:
-        for pid in pids:
+    live = list(pids)
+
+    def all_gone() -> bool:
+        for pid in live:
             _reap(pid)
-        pids = [p for p in pids if _alive(p, marker)]
-        if pids:
-            time.sleep(0.05)
-    return pids
+        live[:] = [p for p in live if _alive(p, marker)]
+        return not live
+
+    with contextlib.suppress(WaitTimeout):
+        wait_for("the processes to exit", all_gone, deadline=timeout, interval=0.05)
+    return live
 
 
 def _log_tail(path: Path, lines: int = 30) -> str:
@@ -647,54 +651,53 @@ class TestEnv:
         ]
 
     def _wait_etcd(self, s: _State, proc: subprocess.Popen[bytes], timeout: float) -> None:
-        deadline = time.monotonic() + timeout
         url = f"http://{_LOOPBACK}:{s.etcd_client_port}/health"
-        while True:
+        log = self.data_dir / "etcd.log"
+
+        def healthy() -> bool:
             if proc.poll() is not None:
-                raise TestEnvError(
-                    f"etcd exited with {proc.returncode}:\n{_log_tail(self.data_dir / 'etcd.log')}"
-                )
-            with contextlib.suppress(httpx2.HTTPError):
-                if httpx2.get(url, timeout=2).status_code == 200:
-                    return
-            if time.monotonic() > deadline:
-                raise TestEnvError(
-                    f"etcd not healthy after {timeout:.0f}s:\n"
-                    f"{_log_tail(self.data_dir / 'etcd.log')}"
-                )
-            time.sleep(0.05)
+                raise TestEnvError(f"etcd exited with {proc.returncode}:\n{_log_tail(log)}")
+            return httpx2.get(url, timeout=2).status_code == 200
+
+        self._wait("etcd healthy", healthy, timeout, log, interval=0.05)
 
     def _wait_ready(self, timeout: float) -> None:
-        deadline = time.monotonic() + max(timeout, 1.0)
-        last = "no answer"
         kas = self._procs.get("kube-apiserver")
+        log = self.data_dir / "kube-apiserver.log"
         with self.http_client(timeout=5) as client:
-            while True:
+
+            def ready() -> bool:
                 if kas is not None and kas.poll() is not None:
                     raise TestEnvError(
-                        f"kube-apiserver exited with {kas.returncode}:\n"
-                        f"{_log_tail(self.data_dir / 'kube-apiserver.log')}"
+                        f"kube-apiserver exited with {kas.returncode}:\n{_log_tail(log)}"
                     )
-                try:
-                    ready = client.get("/readyz")
-                    last = f"/readyz {ready.status_code}: {ready.text[-500:]}"
-                    if ready.status_code == 200:
-                        # The server's own bootstrap writes (the default
-                        # namespace, then the kubernetes Service and its
-                        # IPAddress) are done once the Service exists: tests
-                        # that count writes must not count those.
-                        svc = client.get("/api/v1/namespaces/default/services/kubernetes")
-                        last = f"Service default/kubernetes: {svc.status_code}"
-                        if svc.status_code == 200:
-                            return
-                except httpx2.HTTPError as exc:
-                    last = f"{type(exc).__name__}: {exc}"
-                if time.monotonic() > deadline:
-                    raise TestEnvError(
-                        f"kube-apiserver at {self.server} not ready after {timeout:.0f}s "
-                        f"({last}):\n{_log_tail(self.data_dir / 'kube-apiserver.log')}"
-                    )
-                time.sleep(0.1)
+                readyz = client.get("/readyz")
+                if readyz.status_code != 200:
+                    return False
+                # The server's own bootstrap writes (the default namespace,
+                # then the kubernetes Service and its IPAddress) are done once
+                # the Service exists: tests that count writes must not count those.
+                svc = client.get("/api/v1/namespaces/default/services/kubernetes")
+                return svc.status_code == 200
+
+            self._wait(f"kube-apiserver at {self.server} ready", ready, max(timeout, 1.0), log)
+
+    @staticmethod
+    def _wait(
+        what: str, check: Callable[[], bool], timeout: float, log: Path, interval: float = 0.1
+    ) -> None:
+        """``wait_for`` as a start fails: a ``TestEnvError`` with the log's tail."""
+        try:
+            wait_for(
+                what,
+                check,
+                deadline=timeout,
+                interval=interval,
+                detail=lambda: _log_tail(log),
+                not_yet=(httpx2.HTTPError,),
+            )
+        except WaitTimeout as err:
+            raise TestEnvError(str(err)) from None
 
     def _write_kubeconfig(self) -> None:
         _write(self.kubeconfig_path, yaml.safe_dump(self.kubeconfig, sort_keys=False).encode())

@@ -8,7 +8,6 @@ REST paths here.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -20,6 +19,7 @@ from lightkube.config.kubeconfig import KubeConfig
 from lightkube.core.exceptions import ApiError, LoadResourceError
 from lightkube.generic_resource import load_in_cluster_generic_resources
 from tests.testenv.env import TestEnv, TestEnvError, _log_tail
+from tests.waiting import WaitTimeout, wait_for
 
 FIELD_MANAGER = "modelplane-testenv"
 
@@ -87,20 +87,21 @@ def namespace(name: str) -> dict[str, Any]:
 def poll(
     what: str, check: Callable[[], T | None], *, deadline: float, log: Path | None = None
 ) -> T:
-    """Call ``check`` until it returns something, for up to ``deadline`` seconds."""
-    end = time.monotonic() + deadline
-    last: object = None
-    while True:
-        try:
-            value = check()
-        except (httpx2.HTTPError, OSError, ApiError) as exc:
-            value, last = None, exc
-        if value:
-            return value
-        if time.monotonic() > end:
-            tail = f"\n{log.name}:\n{_log_tail(log)}" if log is not None else ""
-            raise TestEnvError(f"timed out after {deadline:.0f}s waiting for {what} ({last}){tail}")
-        time.sleep(0.1)
+    """``wait_for`` as the testenv fails: a ``TestEnvError`` (which ``start`` reports) with
+    the tail of the process's log; a connection refused meanwhile is "not yet"."""
+    detail = (lambda: f"{log.name}:\n{_log_tail(log)}") if log is not None else None
+    try:
+        value = wait_for(
+            what,
+            check,
+            deadline=deadline,
+            detail=detail,
+            not_yet=(httpx2.HTTPError, OSError, ApiError),
+        )
+    except WaitTimeout as err:
+        raise TestEnvError(str(err)) from None
+    assert value is not None
+    return value
 
 
 def condition_true(obj: dict[str, Any] | None, type_: str) -> bool:

@@ -26,7 +26,6 @@ import os
 import shutil
 import socket
 import subprocess
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -55,6 +54,7 @@ from tests.testenv.nodes import (
 )
 from tests.testenv.nodes import h200 as gpu_hardware
 from tests.testenv.nodes import node as node_body
+from tests.waiting import WaitTimeout, wait_for
 
 from modelplane.api.models import ServingStackSpec
 from modelplane.catalog import components as catalog
@@ -419,11 +419,10 @@ def _schedulable(client: Client, name: str) -> bool:
 
 def _port_frees(port: int, within: float = 10.0) -> bool:
     """Whether ``port`` is free, or becomes so within ``within`` s (a restart's old listener)."""
-    deadline = time.monotonic() + within
-    while not _port_free(port):
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(0.1)
+    try:
+        wait_for(f"port {port} free", lambda: _port_free(port), deadline=within)
+    except WaitTimeout:
+        return False
     return True
 
 

@@ -7,7 +7,7 @@ import asyncio
 import httpx2
 import pytest
 from lightkube.core.exceptions import ApiError
-from tests.waiting import wait_for, wait_for_async
+from tests.waiting import WaitTimeout, wait_for, wait_for_async
 
 
 def _not_found() -> ApiError:
@@ -53,3 +53,26 @@ def test_the_async_form_follows_the_same_rules() -> None:
     assert len(reads) == 3
     with pytest.raises(ValueError):
         asyncio.run(wait_for_async("anything", check, deadline=1, interval=0))
+
+
+def test_not_yet_names_what_a_check_may_raise_and_anything_else_ends_the_wait() -> None:
+    answers: list[object] = [ConnectionRefusedError(), True]
+
+    def check() -> object:
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    # The testenv's form: a server not listening yet is "not yet".
+    assert wait_for("a listener", check, deadline=30, interval=0.001, not_yet=(OSError,))
+    # By default only an ApiError is; an OSError (a process gone) ends the wait at once.
+    answers[:] = [ConnectionRefusedError(), True]
+    with pytest.raises(ConnectionRefusedError):
+        wait_for("a listener", check, deadline=30, interval=0.001)
+    assert answers == [True]
+
+
+def test_a_missed_deadline_is_a_wait_timeout_that_callers_may_turn_into_their_own() -> None:
+    with pytest.raises(WaitTimeout):
+        wait_for("never", lambda: False, deadline=0)
