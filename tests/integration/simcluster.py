@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +29,7 @@ from lightkube import Client
 from lightkube.core.exceptions import ApiError
 from lightkube.resources.core_v1 import Namespace, Secret
 from tests.integration.substrate import Substrate
+from tests.shared_fixtures import upstream_dir
 from tests.testenv import TestbinMissingError, TestEnv, find_binaries
 from tests.testenv.controllers import KUBE_CONTROLLERS, find_controller
 from tests.testenv.nodes import (
@@ -58,11 +58,6 @@ PROVIDED_STANDARD = (
     "trust-manager",
     "leaderworkerset",
 )
-
-
-def upstream_dir() -> Path:
-    env = os.environ.get("MODELPLANE_UPSTREAM_FIXTURES")
-    return Path(env) if env else REPO.parent / "shared" / "fixtures" / "upstream"
 
 
 def upstream_crds(folders: Sequence[str] = PROVIDED_STANDARD) -> list[Path]:

@@ -26,6 +26,7 @@ from lightkube.config.kubeconfig import KubeConfig
 from lightkube.core.exceptions import ApiError
 from lightkube.types import PatchType
 from tests.integration.hubs import private_env
+from tests.shared_fixtures import upstream_dir, yaml_docs
 from tests.testenv import TestEnv
 from tests.testenv import kube as testenv_kube
 from tests.waiting import wait_for_async
@@ -45,7 +46,7 @@ WARNING = RequirementStatus.WARNING
 UNKNOWN = RequirementStatus.UNKNOWN
 
 PROJECT_CRDS = Path(__file__).resolve().parent.parent / "fixtures" / "crds"
-UPSTREAM = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "upstream"
+UPSTREAM = upstream_dir()
 
 # The spec's "Checked" CRDs (000_3c48735b7dd4bba3.txt), written here on their
 # own so the catalog is tested against the spec rather than against itself.
@@ -137,7 +138,7 @@ class Kube:
 def load_docs(paths: list[Path]) -> list[dict[str, Any]]:
     docs: list[dict[str, Any]] = []
     for path in paths:
-        docs += [d for d in yaml.safe_load_all(path.read_text()) if isinstance(d, dict)]
+        docs += [d for d in yaml_docs(path) if isinstance(d, dict)]
     return docs
 
 

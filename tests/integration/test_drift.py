@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from lightkube import Client, codecs
 from lightkube.generic_resource import (
     create_global_resource,
@@ -24,6 +23,7 @@ from lightkube.generic_resource import (
 from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
 from lightkube.types import PatchType
 from tests.integration.hubs import Harness, HarnessOptions, client_for, crd_established
+from tests.shared_fixtures import upstream_dir, yaml_docs
 from tests.testenv import TestEnv
 from tests.waiting import wait_for
 
@@ -40,7 +40,7 @@ from modelplane.wire import MANAGED_BY, MANAGED_BY_LABEL
 
 ROOT = Path(__file__).resolve().parents[2]
 PROJECT_CRDS = ROOT / "tests" / "fixtures" / "crds"
-UPSTREAM = ROOT.parent / "shared" / "fixtures" / "upstream"
+UPSTREAM = upstream_dir()
 UPSTREAM_CRDS = [
     UPSTREAM / "envoy-gateway" / "gatewayapi-crds.yaml",
     UPSTREAM / "envoy-gateway" / "gateway.envoyproxy.io_envoyproxies.yaml",
@@ -73,7 +73,7 @@ def _load_target(target: TestEnv) -> None:
             pytest.skip(f"shared upstream fixtures are absent ({path})")
     docs: dict[tuple[str, str], dict[str, Any]] = {}
     for path in [*sorted(PROJECT_CRDS.glob("*.yaml")), *UPSTREAM_CRDS]:
-        for doc in yaml.safe_load_all(path.read_text()):
+        for doc in yaml_docs(path):
             # Later files win: the upstream CRD replaces the schemaless stand-in.
             if isinstance(doc, dict) and doc.get("kind") in (
                 "CustomResourceDefinition",

@@ -51,8 +51,8 @@ from lightkube.resources.admissionregistration_v1 import ValidatingWebhookConfig
 from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
 from lightkube.resources.core_v1 import Namespace
 from tests.integration.hubs import SS, Harness, client_for, crd_established
-from tests.integration.simcluster import upstream_dir
 from tests.integration.substrate import CHART_CRDS, MANIFEST_CRDS, Substrate, crd
+from tests.shared_fixtures import upstream_dir
 from tests.testenv import TestEnv
 from tests.waiting import wait_for
 

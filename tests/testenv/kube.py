@@ -18,6 +18,7 @@ from lightkube import Client, codecs
 from lightkube.config.kubeconfig import KubeConfig
 from lightkube.core.exceptions import ApiError, LoadResourceError
 from lightkube.generic_resource import load_in_cluster_generic_resources
+from tests.shared_fixtures import yaml_docs
 from tests.testenv.env import TestEnv, TestEnvError, _log_tail
 from tests.waiting import WaitTimeout, wait_for
 
@@ -133,7 +134,7 @@ def crd_documents(roots: Iterable[Path]) -> list[dict[str, Any]]:
     for root in roots:
         for path in _yaml_files(Path(root)):
             try:
-                loaded = list(yaml.safe_load_all(path.read_text()))
+                loaded = list(yaml_docs(path))
             except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
                 raise TestEnvError(f"--crds: cannot read {path}: {exc}") from None
             for doc in loaded:

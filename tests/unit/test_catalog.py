@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 import yaml
+from tests.shared_fixtures import upstream_dir, yaml_docs
 
 from modelplane.api.models import ServingStackSpec
 from modelplane.catalog import components as c
@@ -62,7 +63,7 @@ config:
 """
 
 README = Path(__file__).resolve().parents[2] / "README.md"
-UPSTREAM = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "upstream"
+UPSTREAM = upstream_dir()
 PACKAGE = Path(c.__file__).parent
 CHART_COMPONENTS = [comp for comp in COMPONENTS if comp.chart is not None]
 PINNED = [comp for comp in COMPONENTS if comp.version_field is not None]
@@ -376,7 +377,7 @@ def _upstream_crds() -> dict[str, dict[str, Any]]:
         pytest.skip(f"the shared upstream fixtures are not at {UPSTREAM}")
     out: dict[str, dict[str, Any]] = {}
     for path in sorted(UPSTREAM.glob("*/*.yaml")):
-        for doc in yaml.safe_load_all(path.read_text()):
+        for doc in yaml_docs(path):
             if isinstance(doc, dict) and doc.get("kind") == "CustomResourceDefinition":
                 out[doc["metadata"]["name"]] = doc["spec"]
     return out

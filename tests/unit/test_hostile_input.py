@@ -18,6 +18,7 @@ import pytest
 import yaml
 from pydantic import BaseModel, ValidationError
 from tests.serving import serve_directory
+from tests.shared_fixtures import upstream_dir
 from typer.testing import CliRunner
 
 from modelplane import pins
@@ -35,7 +36,7 @@ from modelplane.operator.reconciler import StackReconciler
 
 from .conftest import CA_PEM, manifest
 
-UPSTREAM = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "upstream"
+UPSTREAM = upstream_dir()
 
 
 def _render(*args: str) -> Any:
