@@ -38,6 +38,10 @@ NO_SUBSTRATE = Substrate("http://127.0.0.1:9/charts", "http://127.0.0.1:9/manife
 # matched loosely, as the handler's id was once kopf's default, its qualname.
 PROGRESS = "modelplane.ai/"
 RETRIES = 3
+# The resync period caps the blocked-retry backoff (plan.decisions, whose
+# table tests pin its growth down): at 10 s every retry comes after about
+# 10 s, so three failures and the recovery take about 30 s, not 50.
+RESYNC = "10"
 
 
 def _retries(hub: Client, namespace: str) -> int | None:
@@ -88,7 +92,7 @@ def test_a_stuck_teardown_backs_off_and_posts_one_warning(
     try:
         put_kubeconfig(hub, NAMESPACE, target.kubeconfig)
         h.create({"components": "Provided"})
-        h.start("--resync", "20")
+        h.start("--resync", RESYNC)
         wait_for("a first reconcile", lambda: h.condition("Ready"), deadline=90)
 
         hub.delete(Secret, TARGET_SECRET, namespace=NAMESPACE)
@@ -133,7 +137,7 @@ def test_a_failing_uninstall_is_a_blocked_teardown_not_a_crash(
     monkeypatch.setattr(substrate_module, "find_binaries", lambda: binaries)
     harness.put_secret({"kubeconfig": harness.kubeconfig_text()})
     harness.create({})
-    harness.start("--resync", "20")
+    harness.start("--resync", RESYNC)
     harness.wait_condition("Ready", "True", deadline=180)
     assert harness.helm_releases()
 
