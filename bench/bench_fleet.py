@@ -49,9 +49,8 @@ from prometheus_client.parser import text_string_to_metric_families
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.bench_operator import _Helm  # noqa: E402
-from tests.integration.substrate import run_operator, serve_substrate  # noqa: E402
-from tests.testenv import TestEnv  # noqa: E402
+from tests.integration.substrate import Helm, run_operator, serve_substrate  # noqa: E402
+from tests.testenv import TestEnv, find_binaries  # noqa: E402
 
 from modelplane.api.crd import servingstack_crd  # noqa: E402
 from modelplane.api.models import API_GROUP, API_VERSION, KIND, PLURAL  # noqa: E402
@@ -223,7 +222,9 @@ def main() -> None:
         tmp = Path(tmp_s)
         hub_env = TestEnv(tmp / "hub")
         hub_env.start()
-        substrate_gen = serve_substrate(_Helm(tmp / "helm"), tmp / "substrate")
+        substrate_gen = serve_substrate(
+            Helm(find_binaries()["helm"], tmp / "helm"), tmp / "substrate"
+        )
         substrate = next(substrate_gen)
         proc = None
         targets: list[TestEnv] = []

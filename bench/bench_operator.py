@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import base64
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -48,8 +47,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from tests.integration.hubs import free_port  # noqa: E402
-from tests.integration.substrate import run_operator, serve_substrate  # noqa: E402
-from tests.testenv import TestEnv, find_binaries, helm_environ  # noqa: E402
+from tests.integration.substrate import Helm, run_operator, serve_substrate  # noqa: E402
+from tests.testenv import TestEnv, find_binaries  # noqa: E402
 
 from modelplane.api.crd import servingstack_crd  # noqa: E402
 from modelplane.api.models import API_GROUP, API_VERSION, KIND, PLURAL  # noqa: E402
@@ -57,16 +56,6 @@ from modelplane.catalog.configuration import GATEWAY_NAME, NS  # noqa: E402
 
 SS = create_namespaced_resource(API_GROUP, API_VERSION, KIND, PLURAL)
 GATEWAY = create_namespaced_resource("gateway.networking.k8s.io", "v1", "Gateway", "gateways")
-
-
-class _Helm:
-    def __init__(self, home: Path) -> None:
-        self.binary, self.home = str(find_binaries()["helm"]), home
-
-    def run(self, *args: str) -> None:
-        subprocess.run(
-            [self.binary, *args], env=helm_environ(self.home), check=True, capture_output=True
-        )
 
 
 def _until(check: Callable[[], bool], timeout: float = 180.0) -> float:
@@ -152,7 +141,9 @@ def main() -> None:
         hub_env, target_env = TestEnv(tmp / "hub"), TestEnv(tmp / "target")
         hub_env.start()
         target_env.start()
-        substrate_gen = serve_substrate(_Helm(tmp / "helm"), tmp / "substrate")
+        substrate_gen = serve_substrate(
+            Helm(find_binaries()["helm"], tmp / "helm"), tmp / "substrate"
+        )
         substrate = next(substrate_gen)
         proc = None
         try:

@@ -22,10 +22,8 @@ p50, p99 and max are printed for each; a change not on the hub after
 from __future__ import annotations
 
 import argparse
-import base64
 import random
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -33,7 +31,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import httpx2
 from lightkube.generic_resource import create_namespaced_resource
 from lightkube.types import PatchType
 
@@ -41,22 +38,12 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from tests.integration.hubs import Harness, client_for, install_servingstack_crd  # noqa: E402
-from tests.integration.substrate import serve_substrate  # noqa: E402
-from tests.testenv import TestEnv, find_binaries, helm_environ  # noqa: E402
+from tests.integration.substrate import Helm, serve_substrate  # noqa: E402
+from tests.testenv import TestEnv, find_binaries  # noqa: E402
 
 from modelplane.catalog.configuration import GATEWAY_NAME, NS  # noqa: E402
 
 GATEWAY = create_namespaced_resource("gateway.networking.k8s.io", "v1", "Gateway", "gateways")
-
-
-class _Helm:
-    def __init__(self, home: Path) -> None:
-        self.binary, self.home = str(find_binaries()["helm"]), home
-
-    def run(self, *args: str) -> None:
-        subprocess.run(
-            [self.binary, *args], env=helm_environ(self.home), check=True, capture_output=True
-        )
 
 
 def _until(check: Callable[[], bool], timeout: float) -> float:
@@ -106,21 +93,6 @@ def _propagation(h: Harness, value: str, miss_after: float) -> float | None:
     return time.perf_counter() - start
 
 
-def _compact(env: TestEnv) -> None:
-    """Compact etcd past every version a watch holds (two writes outside /registry first)."""
-    key = base64.b64encode(b"/modelplane-bench/compaction").decode()
-    with httpx2.Client(base_url=env.etcd_url, trust_env=False, timeout=30.0) as http:
-        for n in range(2):
-            value = base64.b64encode(str(n).encode()).decode()
-            http.post("/v3/kv/put", json={"key": key, "value": value}).raise_for_status()
-        answer = http.post("/v3/kv/range", json={"key": key})
-        answer.raise_for_status()
-        revision = answer.json()["header"]["revision"]
-        http.post(
-            "/v3/kv/compaction", json={"revision": str(revision), "physical": True}
-        ).raise_for_status()
-
-
 def _report(name: str, samples: list[float | None], miss_after: float) -> None:
     arrived = [s for s in samples if s is not None]
     print(f"{name}: {_spread(arrived)} over {len(arrived)} change(s)")
@@ -140,7 +112,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="mp-bench-watch-") as tmp_s:
         tmp = Path(tmp_s)
         hub_env = TestEnv(tmp / "hub").start()
-        substrate_gen = serve_substrate(_Helm(tmp / "helm"), tmp / "substrate")
+        substrate_gen = serve_substrate(
+            Helm(find_binaries()["helm"], tmp / "helm"), tmp / "substrate"
+        )
         substrate = next(substrate_gen)
         harnesses: list[Harness] = []
         targets: list[TestEnv] = []
@@ -180,7 +154,7 @@ def main() -> None:
             g = operator("gone", uncached, {})
             samples = []
             for i in range(args.compactions):
-                _compact(uncached)
+                uncached.compact_etcd()
                 time.sleep(rng.uniform(0.0, 3.0))  # the moment of the change, chosen at random
                 samples.append(_propagation(g, f"203.0.113.{100 + i}", args.miss_after))
             _report("after etcd compactions (410 Gone)", samples, args.miss_after)

@@ -13,7 +13,6 @@ hack/setup.sh; integration tests are never skipped silently.
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,9 +29,9 @@ from tests.integration.hubs import (
     private_env,
 )
 from tests.integration.simcluster import sim_nodes_target, sim_target  # noqa: F401 - fixtures
-from tests.integration.substrate import Substrate, serve_substrate
+from tests.integration.substrate import Helm, Substrate, serve_substrate
 from tests.serving import serve_directory
-from tests.testenv import TestbinMissingError, TestEnv, find_binaries, helm_environ
+from tests.testenv import TestbinMissingError, TestEnv, find_binaries
 
 INTEGRATION_DIR = Path(__file__).resolve().parent
 CHARTS_DIR = INTEGRATION_DIR.parent / "fixtures" / "charts"
@@ -103,32 +102,6 @@ def target(tmp_path: Path) -> Iterator[TestEnv]:
 def helm_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """HELM_CONFIG_HOME/CACHE/DATA live under here, so helm never touches ~."""
     return tmp_path_factory.mktemp("helm-home")
-
-
-@dataclass(frozen=True)
-class Helm:
-    """Runs the built helm with a private home; ``kubeconfig`` args are added by callers."""
-
-    binary: Path
-    home: Path
-
-    @property
-    def environ(self) -> dict[str, str]:
-        return helm_environ(self.home)
-
-    def run(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        proc = subprocess.run(
-            [str(self.binary), *args],
-            env=self.environ,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        if check and proc.returncode != 0:
-            raise AssertionError(
-                f"helm {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
-            )
-        return proc
 
 
 @pytest.fixture(scope="session")

@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 from tests.serving import serve_directory
-from tests.testenv import find_binaries
+from tests.testenv import find_binaries, helm_environ
 
 from modelplane.catalog import components as catalog
 from modelplane.catalog.types import Component, CRDServes, ObjectExists
@@ -200,6 +200,32 @@ def component_workloads(component: Component) -> list[tuple[str, str]]:
         if found is not None:
             out += [(kind, image) for kind in found.kinds for image in found.images]
     return list(dict.fromkeys(out))
+
+
+@dataclass(frozen=True)
+class Helm:
+    """Runs the built helm with a private home; ``kubeconfig`` args are added by callers."""
+
+    binary: Path
+    home: Path
+
+    @property
+    def environ(self) -> dict[str, str]:
+        return helm_environ(self.home)
+
+    def run(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        proc = subprocess.run(
+            [str(self.binary), *args],
+            env=self.environ,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        if check and proc.returncode != 0:
+            raise AssertionError(
+                f"helm {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
+            )
+        return proc
 
 
 def serve_substrate(helm: Any, workdir: Path, *, workloads: bool = False) -> Iterator[Substrate]:

@@ -23,7 +23,6 @@ watch ended, a LIST served), not by the clock.
 from __future__ import annotations
 
 import asyncio
-import base64
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -71,27 +70,6 @@ def uncached_target(tmp_path: Path) -> Iterator[TestEnv]:
 def target(uncached_target: TestEnv) -> TestEnv:
     """The shared ``harness`` runs its operator against the uncached target."""
     return uncached_target
-
-
-def _compact(env: TestEnv) -> int:
-    """Compact etcd past every resourceVersion a watch now holds; returns the revision.
-
-    A watch from version V asks for the revisions after V, so compacting at
-    V + 1 leaves it be: two writes first (to a key outside the API server's
-    /registry) put the compaction beyond the newest version anyone saw.
-    """
-    key = base64.b64encode(b"/modelplane-test/compaction").decode()
-    with httpx2.Client(base_url=env.etcd_url, trust_env=False, timeout=30.0) as http:
-        for n in range(2):
-            value = base64.b64encode(str(n).encode()).decode()
-            http.post("/v3/kv/put", json={"key": key, "value": value}).raise_for_status()
-        answer = http.post("/v3/kv/range", json={"key": key})
-        answer.raise_for_status()
-        revision = int(answer.json()["header"]["revision"])
-        http.post(
-            "/v3/kv/compaction", json={"revision": str(revision), "physical": True}
-        ).raise_for_status()
-    return revision
 
 
 def _served(env: TestEnv, verb: str) -> dict[str, float]:
@@ -154,7 +132,7 @@ def test_a_watch_re_armed_past_compaction_relists_and_misses_nothing(
     before = _lists(uncached_target)
     rounds = 6
     for i in range(rounds):
-        _compact(uncached_target)
+        uncached_target.compact_etcd()
         if i % 2 == 0:
             _after_next(uncached_target, "LIST", "the Gateways listed again after the compaction")
         else:

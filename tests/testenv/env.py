@@ -560,6 +560,26 @@ class TestEnv:
         self.start_seconds = time.monotonic() - t0
         return self
 
+    def compact_etcd(self) -> int:
+        """Compact etcd past every resourceVersion a watch now holds; returns the revision.
+
+        A watch from version V asks for the revisions after V, so compacting at
+        V + 1 leaves it be: two writes first (to a key outside the API server's
+        /registry) put the compaction beyond the newest version anyone saw.
+        """
+        key = base64.b64encode(b"/modelplane-testenv/compaction").decode()
+        with httpx2.Client(base_url=self.etcd_url, trust_env=False, timeout=30.0) as http:
+            for n in range(2):
+                value = base64.b64encode(str(n).encode()).decode()
+                http.post("/v3/kv/put", json={"key": key, "value": value}).raise_for_status()
+            answer = http.post("/v3/kv/range", json={"key": key})
+            answer.raise_for_status()
+            revision = int(answer.json()["header"]["revision"])
+            http.post(
+                "/v3/kv/compaction", json={"revision": str(revision), "physical": True}
+            ).raise_for_status()
+        return revision
+
     def stop(self, timeout: float = 10.0) -> None:
         """SIGTERM kube-apiserver then etcd; SIGKILL after ``timeout``.  Keeps all files."""
         state = _State.load(self._state_path)
