@@ -22,6 +22,7 @@ from tests.testenv.env import (
     _log_tail,
     _terminate,
     cache_root,
+    start_logged,
 )
 
 from modelplane.catalog.components import trust_manager
@@ -99,21 +100,7 @@ class Processes:
     ) -> subprocess.Popen[bytes]:
         if not any(self.marker in a or a == str(self.data_dir) for a in args):
             raise TestEnvError(f"{name}'s command line must name {self.data_dir}")
-        log = open(self.log(name), "ab")  # noqa: SIM115 - handed to the child
-        try:
-            proc = subprocess.Popen(
-                list(args),
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                cwd=self.data_dir,
-                env=dict(os.environ if env is None else env),
-                start_new_session=True,
-                close_fds=True,
-            )
-        finally:
-            log.close()
-        (self.data_dir / f"{name}.pid").write_text(f"{proc.pid}\n")
+        proc = start_logged(self.data_dir, name, args, env)
         self._procs[name] = proc
         return proc
 

@@ -286,6 +286,32 @@ def _terminate(pids: list[int], marker: str, timeout: float) -> None:
     _outlive(live, marker, 5.0)
 
 
+def start_logged(
+    data_dir: Path, name: str, args: Sequence[str], env: Mapping[str, str] | None = None
+) -> subprocess.Popen[bytes]:
+    """Start ``args`` in ``data_dir``, logging to ``NAME.log`` and recording ``NAME.pid``.
+
+    A session of its own, so it outlives us (``stop`` finds it by its pid
+    file) and no terminal signal reaches it.
+    """
+    log = open(data_dir / f"{name}.log", "ab")  # noqa: SIM115 - handed to the child
+    try:
+        proc = subprocess.Popen(
+            list(args),
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=data_dir,
+            env=None if env is None else dict(env),
+            start_new_session=True,
+            close_fds=True,
+        )
+    finally:
+        log.close()
+    (data_dir / f"{name}.pid").write_text(f"{proc.pid}\n")
+    return proc
+
+
 def _outlive(pids: list[int], marker: str, timeout: float) -> list[int]:
     """Reap ``pids`` as they exit, for up to ``timeout``; the ones still alive."""
     live = list(pids)
@@ -605,20 +631,7 @@ class TestEnv:
     # ---- internals -------------------------------------------------------------
 
     def _spawn(self, name: str, args: list[str]) -> subprocess.Popen[bytes]:
-        log = open(self.data_dir / f"{name}.log", "ab")  # noqa: SIM115 - handed to the child
-        try:
-            proc = subprocess.Popen(
-                args,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                cwd=self.data_dir,
-                start_new_session=True,  # outlive us; no terminal signals
-                close_fds=True,
-            )
-        finally:
-            log.close()
-        (self.data_dir / f"{name}.pid").write_text(f"{proc.pid}\n")
+        proc = start_logged(self.data_dir, name, args)
         self._procs[name] = proc
         return proc
 
