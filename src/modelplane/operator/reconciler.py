@@ -35,11 +35,6 @@ from modelplane.actions.helm import Helm, HelmError
 from modelplane.api.models import ServingStack
 from modelplane.catalog.components import BY_NAME, components_for
 from modelplane.catalog.facts import ClusterFacts
-from modelplane.credentials.connect import (
-    Credentials,
-    connect,
-    read_credentials,
-)
 from modelplane.credentials.identity.base import IdentityError
 from modelplane.credentials.identity.cache import TokenCache
 from modelplane.kube.answers import describe_error
@@ -47,10 +42,10 @@ from modelplane.kube.client import ApiStatusError, Target
 from modelplane.kube.discovery import APIS
 from modelplane.kube.errors import ErrorKind, Fault, KnownError, classify
 from modelplane.observe.facts import observe_cluster
-from modelplane.observe.state import Wanted, observe, read_listed, to_observed, wanted
+from modelplane.observe.state import observe, read_listed, to_observed, wanted
 from modelplane.operator.options import OperatorOptions
+from modelplane.operator.session import TargetSession
 from modelplane.operator.status import Outcome
-from modelplane.operator.watch import TargetWatcher
 from modelplane.pins import ComponentsMode
 from modelplane.plan import Plan, decisions, plan
 from modelplane.plan.decisions import BlockedReason
@@ -128,13 +123,14 @@ class StackReconciler:
     # each reconcile opens the target and closes it (a test, a teardown).
     wake: Callable[[], None] | None = None
     label: str = ""
-    target: Target | None = None
-    watcher: TargetWatcher | None = None
-    # The credentials the target was opened with, and the spec generation
-    # they were read for; whether the last reconcile was blocked or failed.
-    credentials: Credentials | None = field(default=None, repr=False)
-    read_for: int | None = None
+    # Whether the last reconcile was blocked or failed.
     went_wrong: bool = True
+    session: TargetSession = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.session = TargetSession(
+            self.hub, self.options, self.tokens, wake=self.wake, label=self.label
+        )
 
     # -- reconcile -----------------------------------------------------------
 
@@ -155,8 +151,8 @@ class StackReconciler:
         self.invalid_spec = None
         outcome = await self._reconcile(stack, body, acted_on_nothing)
         self.went_wrong = outcome.blocked_reason is not None or bool(outcome.failures)
-        if outcome.blocked_reason is None and self.wake is not None and self.target is not None:
-            await self._watch(wanted(stack.spec))
+        if outcome.blocked_reason is None and self.session.kept and self.session.target is not None:
+            await self.session.watch(wanted(stack.spec))
         return outcome
 
     async def _reconcile(
@@ -164,7 +160,12 @@ class StackReconciler:
     ) -> Outcome:
         current: Plan | None = None
         try:
-            target = await self._connection(stack, body)
+            target = await self.session.connect(
+                stack,
+                (body.get("metadata") or {}).get("generation"),
+                last_went_wrong=self.went_wrong,
+                direct_read_due=self._direct_read_due(),
+            )
             # Nothing is written to a target another ServingStack holds.
             blocked = await claim.before_reconcile(
                 target.client, stack, self.emit, body.get("status")
@@ -175,7 +176,7 @@ class StackReconciler:
                 )
 
             want = wanted(stack.spec)
-            cache = self.watcher.cache if self.watcher is not None else None
+            cache = self.session.cache
             from_cache = (
                 cache is not None
                 and cache.want == want
@@ -214,8 +215,8 @@ class StackReconciler:
                 blocked_message=explain(fault, err, stack),
             )
         finally:
-            if self.wake is None:
-                await self.close()
+            if not self.session.kept:
+                await self.session.close()
         if current is not None:
             self.forget_finished(current)
             self._report_versions(current)
@@ -232,53 +233,9 @@ class StackReconciler:
             or self.clock() - self.last_direct >= self.options.relist_seconds
         )
 
-    async def _connection(self, stack: ServingStack, body: dict[str, Any]) -> Target:
-        """The stack's target, opened anew only when its credentials are read and changed."""
-        generation = (body.get("metadata") or {}).get("generation")
-        if self.target is not None and not decisions.read_credentials(
-            connected=True,
-            read_for_generation=self.read_for,
-            generation=generation,
-            last_went_wrong=self.went_wrong,
-            direct_read_due=self._direct_read_due(),
-        ):
-            return self.target
-        credentials = await self._read_credentials(stack)
-        self.read_for = generation
-        if self.target is not None and credentials == self.credentials:
-            return self.target
-        await self.close()
-        self.target = await self._open(credentials)
-        self.credentials = credentials
-        return self.target
-
-    async def _watch(self, want: Wanted) -> None:
-        """Run the target watches on the stack's target, for what this spec needs."""
-        assert self.wake is not None and self.target is not None
-        watcher = self.watcher
-        if watcher is not None and watcher.target is self.target and watcher.want == want:
-            return
-        if watcher is not None:
-            await watcher.close()
-        self.watcher = TargetWatcher(
-            self.target,
-            want,
-            self.wake,
-            label=self.label,
-            watch_timeout=self.options.watch_timeout_seconds,
-        )
-        self.watcher.start()
-
     async def close(self) -> None:
         """Stop the target watches and close the connection to the target."""
-        watcher, target = self.watcher, self.target
-        self.watcher, self.target, self.credentials = None, None, None
-        try:
-            if watcher is not None:
-                await watcher.close()
-        finally:
-            if target is not None:
-                await target.close()
+        await self.session.close()
 
     async def _cluster_facts(
         self, target: Target, stack: ServingStack, apis: APIS, direct: bool
@@ -316,26 +273,6 @@ class StackReconciler:
         for message in sorted(messages - self.version_warnings):
             self.emit("Warning", "VersionOutOfRange", message)
         self.version_warnings = messages
-
-    async def _read_credentials(self, stack: ServingStack) -> Credentials:
-        """The Secrets ``spec.secrets`` names, from the hub. Refusals are ``CredentialsError``."""
-        return await read_credentials(
-            self.hub,
-            stack.spec,
-            stack.metadata.namespace,
-            cross_namespace_refs=not self.options.no_cross_namespace_refs,
-        )
-
-    async def _open(self, credentials: Credentials) -> Target:
-        """Open the target the credentials name; the caller closes it."""
-        return await connect(
-            credentials,
-            allow_unsafe=self.options.allow_unsafe_kubeconfig,
-            timeout=self.options.target_timeout_seconds,
-            deny=self.options.deny_target_cidrs,
-            tokens=self.tokens,
-            endpoints=self.options.endpoints(),
-        )
 
     async def _act(self, p: Plan, target: Target) -> bool:
         """Carry out what the plan says now; True if anything changed."""
@@ -455,7 +392,7 @@ class StackReconciler:
             stack = ServingStack.model_validate(_without_status(body))
         except ValidationError as err:
             raise InvalidSpecError(_first_error(err)) from err
-        target = await self._open(await self._read_credentials(stack))
+        target = await self.session.open(await self.session.read(stack))
         try:
             if not await claim.before_teardown(target.client, stack, self.emit):
                 return None  # another stack's target: this one installed nothing there
