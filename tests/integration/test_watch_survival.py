@@ -142,14 +142,14 @@ def test_a_target_restarted_after_a_long_outage_is_watched_again(
 
     target.stop()
     harness.wait_condition("Ready", "False", "TargetUnreachable", deadline=60)
-    # The outage lasts until the operator has tried the target four times
-    # (backed off 10, 20 and 40 s: about a minute), so the watches sit
-    # through many failed probes, and the next try is 72 s or more away:
-    # much longer than DEADLINE, so only a re-armed watch can bring the
-    # change below to the hub in time.
+    # The outage lasts until the operator has tried the target three times
+    # (backed off 10 and 20 s, jittered by up to 10%), so the watches sit
+    # through a hundred failed probes, and the next try is 36 s or more
+    # after the third: longer than DEADLINE, which starts later still, so
+    # only a re-armed watch can bring the change below to the hub in time.
     wait_for(
-        "four failed tries of the stopped target",
-        lambda: _failed_tries(harness, "TargetUnreachable") >= 4,
+        "three failed tries of the stopped target",
+        lambda: _failed_tries(harness, "TargetUnreachable") >= 3,
         deadline=180,
         interval=0.5,
         detail=lambda: _tail(harness),
