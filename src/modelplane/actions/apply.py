@@ -23,7 +23,7 @@ from modelplane.kube.errors import ErrorKind, KnownError
 from modelplane.kube.resources import resource_of, unless_missing
 from modelplane.wire import FIELD_MANAGER
 
-log = logging.getLogger("modelplane.target")
+log = logging.getLogger("modelplane.actions")
 
 
 class WebhookNotReady(KnownError):
