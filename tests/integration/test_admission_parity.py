@@ -50,12 +50,14 @@ from modelplane.api.models import (
     PLURAL,
     ServingStack,
 )
-from modelplane.catalog.components import MODELEXPRESS_CRDS
+from modelplane.catalog.components import BY_NAME
 from modelplane.cli.inputs import InputError, parse
 from modelplane.cli.main import app
 from modelplane.operator.options import OperatorOptions
 from modelplane.operator.reconciler import StackReconciler
 from modelplane.operator.status import desired_status
+
+MODELEXPRESS = BY_NAME["modelexpress-crds"]
 
 NAMESPACE = "admission-parity"
 CRD_NAME = f"{PLURAL}.{API_GROUP}"
@@ -486,7 +488,7 @@ def _reconcile(
                 hub=client,
                 helm=Helm(binary=str(testbin["helm"]), home=tmp / "helm-home"),
                 options=OperatorOptions(
-                    manifests_url_for={MODELEXPRESS_CRDS.name: base_url},
+                    manifests_url_for={MODELEXPRESS.name: base_url},
                     target_timeout_seconds=30,
                 ),
                 emit=lambda *event: events.append(event),
@@ -504,8 +506,8 @@ def test_a_manifest_set_with_an_unexpected_object_fails_its_component(
     tmp_path: Path,
 ) -> None:
     base_url, root = manifests_server
-    assert MODELEXPRESS_CRDS.manifests is not None
-    served = root / MODELEXPRESS_CRDS.manifests.path.format(version=MODELEXPRESS_CRDS.version)
+    assert MODELEXPRESS.manifests is not None
+    served = root / MODELEXPRESS.manifests.path.format(version=MODELEXPRESS.version)
     served.parent.mkdir(parents=True)
     planted = {
         "apiVersion": "v1",
@@ -520,7 +522,7 @@ def test_a_manifest_set_with_an_unexpected_object_fails_its_component(
 
     outcome, events = _reconcile(hub_env, target, base_url, testbin, tmp_path)
 
-    failure = outcome.failures.get(MODELEXPRESS_CRDS.name, "")
+    failure = outcome.failures.get(MODELEXPRESS.name, "")
     assert "ConfigMap planted" in failure, outcome.failures
     assert ("Warning", "ActionFailed") in {(t, r) for t, r, _ in events}
     assert any("ConfigMap planted" in message for _, _, message in events)
@@ -528,7 +530,7 @@ def test_a_manifest_set_with_an_unexpected_object_fails_its_component(
     ready = next(c for c in status["conditions"] if c["type"] == "Ready")
     assert (ready["status"], ready["reason"]) == ("False", "ActionFailed")
     assert "ConfigMap planted" in ready["message"]
-    component = next(c for c in status["components"] if c["name"] == MODELEXPRESS_CRDS.name)
+    component = next(c for c in status["components"] if c["name"] == MODELEXPRESS.name)
     assert component["state"] == "Failed"
 
     # Not one object of the set reached the target.
@@ -556,6 +558,6 @@ def test_a_manifest_set_with_an_unexpected_object_fails_its_component(
         )
     )
     outcome, _ = _reconcile(hub_env, target, base_url, testbin, tmp_path)
-    assert MODELEXPRESS_CRDS.name not in outcome.failures, outcome.failures
+    assert MODELEXPRESS.name not in outcome.failures, outcome.failures
     on_target.get(CustomResourceDefinition, "modelmetadatas.modelexpress.nvidia.com")
     on_target.get(CustomResourceDefinition, "modelcacheentries.modelexpress.nvidia.com")

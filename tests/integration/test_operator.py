@@ -74,7 +74,7 @@ def test_create_installs_every_release_and_object_with_planned_values(harness: H
     assert all(r["status"] == "deployed" for r in releases.values())
     # Values read back from what helm rendered on the target.
     eg = harness.release_values("mp-gateway-helm", catalog.ENVOY_GATEWAY_NAMESPACE)
-    assert eg == catalog.ENVOY_GATEWAY.values(None)  # type: ignore[arg-type]
+    assert eg == catalog.BY_NAME["envoy-gateway"].values(None)  # type: ignore[arg-type]
     tm = harness.release_values("mp-trust-manager", catalog.MODELPLANE_NAMESPACE)
     assert tm["app"]["trust"]["namespace"] == catalog.MODELPLANE_NAMESPACE
 

@@ -82,7 +82,7 @@ def test_managed_releases_install_with_wait_and_ready_waits_for_them(
             for d in h.target.list(Deployment, namespace="*")
         }
         assert (catalog.ENVOY_GATEWAY_NAMESPACE, "gateway") in deployments
-        assert (catalog.CERT_MANAGER.namespace, "cert-manager-webhook") in deployments
+        assert (catalog.BY_NAME["cert-manager"].namespace, "cert-manager-webhook") in deployments
         assert h.target.list(DaemonSet, namespace="*")  # the DRA kubelet plugin
         waited_not_ready = [
             w

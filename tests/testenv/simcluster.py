@@ -108,7 +108,7 @@ def envoy_gateway_config(overrides: dict[str, Any] | None = None) -> dict[str, A
     spec = ServingStackSpec.model_validate(
         {"secrets": [{"type": "Kubeconfig", "name": "testenv", "key": "kubeconfig"}]}
     )
-    values = catalog.ENVOY_GATEWAY.values(spec)
+    values = catalog.BY_NAME["envoy-gateway"].values(spec)
     config: dict[str, Any] = {
         "apiVersion": "gateway.envoyproxy.io/v1alpha1",
         "kind": "EnvoyGateway",

@@ -27,7 +27,7 @@ from modelplane.actions.apply import ManifestError, fetch_manifests, vet_manifes
 from modelplane.api import models as m
 from modelplane.api.crd import servingstack_crd
 from modelplane.api.models import ServingStackSpec
-from modelplane.catalog.components import BY_NAME, GAIE_CRDS, MODELEXPRESS_CRDS
+from modelplane.catalog.components import BY_NAME
 from modelplane.catalog.types import CRDServes
 from modelplane.cli import inputs
 from modelplane.cli.main import app
@@ -35,6 +35,10 @@ from modelplane.operator.options import OperatorOptions
 from modelplane.operator.reconciler import StackReconciler
 
 from .conftest import CA_PEM, manifest
+
+MODELEXPRESS = BY_NAME["modelexpress-crds"]
+
+GAIE = BY_NAME["gaie-crds"]
 
 UPSTREAM = upstream_dir()
 
@@ -377,7 +381,7 @@ def test_every_pin_is_a_chart_version() -> None:
 
 
 def test_model_express_cannot_steer_the_manifest_url() -> None:
-    url = MODELEXPRESS_CRDS.manifests.url("x/../../../other/repo/main/a?")  # type: ignore[union-attr]
+    url = MODELEXPRESS.manifests.url("x/../../../other/repo/main/a?")  # type: ignore[union-attr]
     assert "other/repo" in url  # what the spec field could do before it had a grammar
     assert _paths(_with("dynamo.modelExpress", "x/../../../other/repo/main/a?")) == [
         "dynamo.modelExpress"
@@ -470,7 +474,7 @@ def _expected(component: str) -> tuple[list[str], tuple[str, ...]]:
     return [r.crd for r in c.requirements if isinstance(r, CRDServes)], c.manifests.other_crds
 
 
-GAIE_REQUIRED, GAIE_OTHERS = _expected(GAIE_CRDS.name)
+GAIE_REQUIRED, GAIE_OTHERS = _expected(GAIE.name)
 URL = "https://user:s3cret@mirror.example/gaie/v1.0.1/manifests.yaml"
 
 
@@ -519,8 +523,8 @@ def test_the_set_must_hold_the_required_crd() -> None:
 @pytest.mark.parametrize(
     ("component", "files"),
     [
-        (GAIE_CRDS.name, sorted((UPSTREAM / "gateway-api-inference-extension").glob("*.yaml"))),
-        (MODELEXPRESS_CRDS.name, [UPSTREAM / "modelexpress" / "crds.yaml"]),
+        (GAIE.name, sorted((UPSTREAM / "gateway-api-inference-extension").glob("*.yaml"))),
+        (MODELEXPRESS.name, [UPSTREAM / "modelexpress" / "crds.yaml"]),
     ],
 )
 def test_the_real_upstream_crds_pass(component: str, files: list[Path]) -> None:

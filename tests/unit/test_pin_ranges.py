@@ -34,8 +34,8 @@ from modelplane.plan.model import RequirementResult, RequirementStatus
 from modelplane.plan.observed import ClusterFacts, ObservedWorkload
 
 EG = "envoy-gateway"
-EG_RANGE = catalog.ENVOY_GATEWAY.supported
-GROVE_RANGE = catalog.GROVE.supported
+EG_RANGE = catalog.BY_NAME["envoy-gateway"].supported
+GROVE_RANGE = catalog.BY_NAME["grove"].supported
 
 
 def stack(spec: dict[str, Any]) -> ServingStack:

@@ -96,7 +96,7 @@ def test_only_gpu_nodes_carry_the_nfd_label_and_the_taint() -> None:
 
 def test_envoy_gateway_config_is_the_chart_defaults_with_the_catalogs_values() -> None:
     config = envoy_gateway_config()
-    values = catalog.ENVOY_GATEWAY.values(None)  # type: ignore[arg-type]
+    values = catalog.BY_NAME["envoy-gateway"].values(None)  # type: ignore[arg-type]
     assert config["kind"] == "EnvoyGateway"
     assert config["provider"] == {"type": "Kubernetes"}
     assert config["gateway"]["controllerName"] == "gateway.envoyproxy.io/gatewayclass-controller"

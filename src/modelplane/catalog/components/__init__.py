@@ -119,10 +119,6 @@ COMPONENTS: tuple[Component, ...] = ordered(list(_BY_MODULE.values()))
 
 BY_NAME: dict[str, Component] = {c.name: c for c in COMPONENTS}
 
-# Each record also answers to its module's name in capitals (CERT_MANAGER,
-# GAIE_CRDS), the name it had when the catalog was one module.
-globals().update({module.upper(): c for module, c in _BY_MODULE.items()})
-
 
 def components_for(spec: ServingStackSpec) -> list[Component]:
     """The components of the spec's stack that its settings enable."""
