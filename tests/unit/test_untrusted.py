@@ -1,0 +1,98 @@
+"""The bounds on untrusted text: aliases, depth, size, and what may be shown."""
+
+from __future__ import annotations
+
+import pytest
+
+from modelplane.untrusted import (
+    Limits,
+    UntrustedInputError,
+    load_json,
+    load_yaml,
+    load_yaml_all,
+    printable,
+)
+
+
+def alias_bomb(levels: int) -> str:
+    """Nine references per level: 9**levels nodes from a few hundred bytes."""
+    lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x]"]
+    for i in range(1, levels + 1):
+        refs = ", ".join([f"*a{i - 1}"] * 9)
+        lines.append(f"a{i}: &a{i} [{refs}]")
+    return "\n".join(lines) + "\n"
+
+
+def test_an_alias_bomb_is_refused_before_anything_walks_it() -> None:
+    text = alias_bomb(9)
+    assert len(text) < 600
+    with pytest.raises(UntrustedInputError, match="aliases are expanded"):
+        load_yaml(text)
+
+
+def test_aliases_within_the_bound_load_as_usual() -> None:
+    assert load_yaml("a: &x [1, 2]\nb: *x\n") == {"a": [1, 2], "b": [1, 2]}
+
+
+def test_an_alias_inside_the_node_it_names_is_refused() -> None:
+    with pytest.raises(UntrustedInputError, match="contains it"):
+        load_yaml("&a [*a]")
+
+
+@pytest.mark.parametrize(
+    "text", ["[" * 10_000, "a:\n" + "".join(" " * i + "b:\n" for i in range(1, 200))]
+)
+def test_deep_yaml_is_refused_without_recursion_error(text: str) -> None:
+    with pytest.raises(UntrustedInputError, match="nested deeper"):
+        load_yaml(text)
+
+
+def test_deep_json_is_refused_without_recursion_error() -> None:
+    with pytest.raises(UntrustedInputError, match="nested deeper"):
+        load_json("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(UntrustedInputError, match="nested deeper"):
+        load_json("[" * 100 + "]" * 100)
+
+
+def test_size_is_checked_before_parsing() -> None:
+    with pytest.raises(UntrustedInputError, match="over the limit of 10"):
+        load_yaml("a: 12345678901", Limits(max_bytes=10))
+    with pytest.raises(UntrustedInputError, match="over the limit of 10"):
+        load_json('"12345678901"', Limits(max_bytes=10))
+
+
+def test_a_non_printable_character_is_a_parse_error_not_a_crash() -> None:
+    with pytest.raises(UntrustedInputError, match="#x0007 at position 3"):
+        load_yaml("a: \x07b")
+
+
+def test_a_parse_error_never_quotes_the_text() -> None:
+    secret = "hunter2-secret-value"
+    with pytest.raises(UntrustedInputError) as err:
+        load_yaml(f"a: [{secret}")
+    assert secret not in str(err.value)
+
+
+def test_a_stream_with_a_trailing_separator_yields_an_empty_document() -> None:
+    assert list(load_yaml_all("a: 1\n---\nb: 2\n---\n")) == [{"a": 1}, {"b": 2}, None]
+
+
+def test_more_than_one_document_where_one_is_expected_is_refused() -> None:
+    with pytest.raises(UntrustedInputError, match="more than one"):
+        load_yaml("a: 1\n---\nb: 2\n")
+
+
+def test_printable_escapes_control_and_format_characters() -> None:
+    shown = printable("red\x1b[31m\u202eflip\x00\nnext", 100)
+    assert shown == "red\\u001b[31m\\u202eflip\\u0000 next"
+
+
+@pytest.mark.parametrize(("limit", "shown"), [(0, ""), (1, "…"), (5, "abcd…"), (8, "abcdefgh")])
+def test_printable_cuts_to_the_limit_with_a_marker(limit: int, shown: str) -> None:
+    assert printable("abcdefgh", limit) == shown
+
+
+def test_printable_never_splits_an_escape() -> None:
+    shown = printable("ab\x1bcdef", 6)
+    assert shown == "ab…"
+    assert len(shown) <= 6
