@@ -84,7 +84,7 @@ def load_json(text: str | bytes, limits: Limits = DEFAULT) -> Any:
     return doc
 
 
-class _BoundedLoader(yaml.SafeLoader):
+class BoundedLoader(yaml.SafeLoader):
     """A safe loader that counts every node it composes, aliases at full size.
 
     The pure-Python loader, because the bound must hold while composing: the
@@ -134,10 +134,10 @@ class _BoundedLoader(yaml.SafeLoader):
         return node
 
 
-def _loader(limits: Limits) -> type[_BoundedLoader]:
-    if limits == DEFAULT:
-        return _BoundedLoader
-    return type("_Loader", (_BoundedLoader,), {"limits": limits})
+def _loader(limits: Limits, base: type[BoundedLoader]) -> type[BoundedLoader]:
+    if limits == base.limits:
+        return base
+    return type("_Loader", (base,), {"limits": limits})
 
 
 def load_yaml(text: str | bytes, limits: Limits = DEFAULT) -> Any:
@@ -148,14 +148,21 @@ def load_yaml(text: str | bytes, limits: Limits = DEFAULT) -> Any:
     return docs[0] if docs else None
 
 
-def load_yaml_all(text: str | bytes, limits: Limits = DEFAULT) -> Iterator[Any]:
-    """Parse every YAML document of a stream within ``limits`` (the node bound is shared)."""
+def load_yaml_all(
+    text: str | bytes, limits: Limits = DEFAULT, *, loader_class: type[BoundedLoader] | None = None
+) -> Iterator[Any]:
+    """Parse every YAML document of a stream within ``limits`` (the node bound is shared).
+
+    ``loader_class``, a subclass of ``BoundedLoader``, reads documents more
+    strictly (the CLI refuses a key given twice, as kubectl does); the
+    bounds stay.
+    """
     _size_check(text, limits)
-    loader: _BoundedLoader | None = None
+    loader: BoundedLoader | None = None
     try:
         # The reader refuses a non-printable character as it is built, so
         # building it belongs inside the ``try`` too.
-        loader = _loader(limits)(text)
+        loader = _loader(limits, loader_class or BoundedLoader)(text)
         while loader.check_data():  # type: ignore[no-untyped-call]
             yield loader.get_data()
     except RecursionError as err:
