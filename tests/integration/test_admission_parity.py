@@ -62,7 +62,8 @@ MODELEXPRESS = BY_NAME["modelexpress-crds"]
 NAMESPACE = "admission-parity"
 CRD_NAME = f"{PLURAL}.{API_GROUP}"
 COLLECTION = f"/apis/{API_GROUP}/{API_VERSION}/namespaces/{NAMESPACE}/{PLURAL}"
-PEM = "-----BEGIN CERTIFICATE-----\nMIIBszCCAVmgAwIBAgIUQ==\n-----END CERTIFICATE-----\n"
+# A real CA certificate: the models parse every clientCAs entry.
+PEM = (Path(__file__).parents[1] / "fixtures" / "client-cas" / "fleet-a.pem").read_text()
 
 
 # --- the corpus ---------------------------------------------------------------------
@@ -305,19 +306,15 @@ def _corpus() -> list[Doc]:
             docs.append(Doc(f"{path}-ok-{i}", _body(_set(base, path, value))))
         for i, value in enumerate(bad):
             docs.append(Doc(f"{path}-bad-{i}", _body(_set(base, path, value)), f"spec.{path}"))
-    # Hostile strings where no grammar applies: both must take them as text.
-    for i, value in enumerate(HOSTILE_STRINGS):
+    # Hostile strings in a certificate: only PEM CERTIFICATE blocks pass.
+    for i, value in enumerate([*HOSTILE_STRINGS, "é\u2028\0"]):
         docs.append(
             Doc(
                 f"certificate-hostile-{i}",
                 _body(_set(base, "gateway.clientCAs.0.certificate", value)),
+                "spec.gateway.clientCAs.0.certificate",
             )
         )
-    docs.append(
-        Doc(
-            "certificate-unicode", _body(_set(base, "gateway.clientCAs.0.certificate", "é\u2028\0"))
-        )
-    )
     return docs
 
 

@@ -47,7 +47,8 @@ CHART = Path(__file__).resolve().parents[2] / "deploy" / "chart"
 RELEASE = "mp"
 SERVICE_ACCOUNT = "mp-modelplane"
 GATEWAY = create_namespaced_resource("gateway.networking.k8s.io", "v1", "Gateway", "gateways")
-CA_PEM = "-----BEGIN CERTIFICATE-----\nMIIBfleet\n-----END CERTIFICATE-----\n"
+# A real CA certificate: the models parse every clientCAs entry.
+CA_PEM = (Path(__file__).parents[1] / "fixtures" / "client-cas" / "fleet-a.pem").read_text()
 # A Provided stack fetches no chart and no manifest: any fetch would fail here.
 NO_SUBSTRATE = Substrate("http://127.0.0.1:9/charts", "http://127.0.0.1:9/manifests", Path("/"))
 

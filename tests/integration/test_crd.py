@@ -53,7 +53,8 @@ SS_STATUS = SS.Status
 COLLECTION = f"/apis/{API_GROUP}/{API_VERSION}/namespaces/{NAMESPACE}/{PLURAL}"
 
 # A self-signed CA certificate's worth of PEM; the CRD checks only its length.
-PEM = "-----BEGIN CERTIFICATE-----\nMIIBszCCAVmgAwIBAgIUQ==\n-----END CERTIFICATE-----\n"
+# A real CA certificate: the models parse every clientCAs entry.
+PEM = (Path(__file__).parents[1] / "fixtures" / "client-cas" / "fleet-a.pem").read_text()
 
 
 # --------------------------------------------------------------------------

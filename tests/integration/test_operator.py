@@ -380,7 +380,8 @@ def _provided_substrate() -> list[Any]:
     ] + MANIFEST_CRDS["gaie-crds"]
 
 
-CA_PEM = "-----BEGIN CERTIFICATE-----\nMIIBfleet\n-----END CERTIFICATE-----\n"
+# A real CA certificate: the models parse every clientCAs entry.
+CA_PEM = (Path(__file__).parents[1] / "fixtures" / "client-cas" / "fleet-a.pem").read_text()
 
 
 def test_provided_mode_installs_nothing_and_applies_config_once_served(

@@ -29,7 +29,8 @@ from modelplane.catalog.configuration import CLUSTER_CA, GATEWAY_NAME, NS
 
 SS = create_namespaced_resource(API_GROUP, API_VERSION, KIND, PLURAL)
 GATEWAY = create_namespaced_resource("gateway.networking.k8s.io", "v1", "Gateway", "gateways")
-CA_PEM = "-----BEGIN CERTIFICATE-----\nMIIBwindow\n-----END CERTIFICATE-----\n"
+# A real CA certificate: the models parse every clientCAs entry.
+CA_PEM = (Path(__file__).parents[1] / "fixtures" / "client-cas" / "fleet-b.pem").read_text()
 # Far beyond the deadlines below: only a watch can bring a change in time.
 RESYNC = "300"
 DEADLINE = 20.0

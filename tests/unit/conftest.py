@@ -20,7 +20,10 @@ from modelplane.wire import DIGEST_ANNOTATION, object_key
 SPEC_DIR = Path(__file__).resolve().parents[3] / "shared" / "spec"
 REQUIREMENTS_DOC = SPEC_DIR / "000_3c48735b7dd4bba3.txt"
 
-CA_PEM = "-----BEGIN CERTIFICATE-----\nMIIBfleet\n-----END CERTIFICATE-----\n"
+# A real CA certificate: the models parse every clientCAs entry.
+CLIENT_CAS = Path(__file__).resolve().parents[1] / "fixtures" / "client-cas"
+CA_PEM = (CLIENT_CAS / "fleet-a.pem").read_text()
+CA_PEM_B = (CLIENT_CAS / "fleet-b.pem").read_text()
 
 Manifest = dict[str, Any]
 

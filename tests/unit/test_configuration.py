@@ -10,7 +10,7 @@ from modelplane.api.models import ServingStackSpec
 from modelplane.catalog import configuration as cfg
 from modelplane.catalog.configuration import ConfigObject, configuration_for
 
-from .conftest import CA_PEM
+from .conftest import CA_PEM, CA_PEM_B
 
 BUILTIN_GROUPS = {"", "apps", "rbac.authorization.k8s.io"}
 
@@ -40,7 +40,7 @@ def _one(objects: list[ConfigObject], kind: str, name: str | None = None) -> Con
 
 HOST = "west.example.com"
 CAS = [
-    {"name": "zeta", "certificate": "-----BEGIN CERTIFICATE-----\nZ\n-----END CERTIFICATE-----"},
+    {"name": "zeta", "certificate": CA_PEM_B.rstrip("\n")},
     {"name": "alpha", "certificate": CA_PEM},
 ]
 

@@ -157,4 +157,16 @@ def test_cel_rules_say_what_the_models_say() -> None:
     fields = {
         r["message"]: r.get("fieldPath") for r in _node(spec, "gateway")["x-kubernetes-validations"]
     }
-    assert fields == {m.LISTENER_NAMES_RULE: ".listeners", m.CLIENT_CA_NAMES_RULE: ".clientCAs"}
+    assert fields == {
+        m.LISTENER_NAMES_RULE: ".listeners",
+        m.LISTENER_PORTS_RULE: ".listeners",
+        m.CLIENT_CA_NAMES_RULE: ".clientCAs",
+    }
+    assert gateway[m.LISTENER_PORTS_RULE] == (
+        "!has(self.listeners) || "
+        "self.listeners.all(x, self.listeners.exists_one(y, y.port == x.port))"
+    )
+    # The key rule builds the models' message around the entry's name.
+    (key_rule,) = _node(spec, "gateway.clientCAs.0")["x-kubernetes-validations"]
+    assert key_rule["rule"] == "!self.certificate.contains('PRIVATE KEY')"
+    assert key_rule["messageExpression"] == ("'" + m.private_key_message("' + self.name + '") + "'")

@@ -275,14 +275,26 @@ GRAMMARS: list[tuple[str, list[str], list[str]]] = [
         (
             path,
             ["1.2.3", "v1.2.3", "v0.1.0-alpha.12-rc2", "0.19.0", "84.4.0", "1.0.0+build.5"],
-            ["v1", "1.2", "01.2.3", "1.2.3-", "1.2.3-01", "latest", "V1.2.3", *HOSTILE_STRINGS],
+            [
+                "v1",
+                "1.2",
+                "01.2.3",
+                "1.2.3-",
+                "1.2.3-01",
+                "latest",
+                "V1.2.3",
+                # Beyond what Helm's semver parser reads (uint64).
+                "18446744073709551616.0.0",
+                *HOSTILE_STRINGS,
+            ],
         )
         for path in VERSION_FIELDS
     ),
     (
         "dynamo.modelExpress",
-        ["0.4.1", "v0.5.0", "latest", "_x", "A-1.b_2"],
-        [".x", "-x", "a:b", "a@sha256", *HOSTILE_STRINGS],
+        ["0.4.1", "latest", "_x", "A-1.b_2", "v", "vx"],
+        # The CRDs' URL adds the "v": v0.5.0 would fetch .../vv0.5.0/...
+        [".x", "-x", "a:b", "a@sha256", "v0.5.0", "v1", *HOSTILE_STRINGS],
     ),
     (
         "nvidiaDriverRoot",
@@ -323,8 +335,12 @@ GRAMMARS: list[tuple[str, list[str], list[str]]] = [
         ["Fleet", "fleet/a", "../fleet", "fleet a"],
     ),
     ("secrets.0.name", ["kc", "a.b-c"], ["x/../../../kube-system/secrets/y", "KC", ""]),
-    ("secrets.0.key", ["kubeconfig", "key.json", "a_B-1.x"], ["a/b", "a b", ""]),
-    ("secrets.1.namespace", ["identities"], ["a.b", "A", "../kube-system", ""]),
+    (
+        "secrets.0.key",
+        ["kubeconfig", "key.json", "a_B-1.x", ".a", "a.."],
+        ["a/b", "a b", "", ".", "..", "..a"],
+    ),
+    ("secrets.1.namespace", ["identities", "a" * 63], ["a.b", "A", "../kube-system", "", "a" * 64]),
 ]
 
 

@@ -20,14 +20,14 @@ from modelplane.api.models import (
 from modelplane.catalog.components import COMPONENTS
 from modelplane.catalog.types import Component
 
-from .conftest import full_spec, manifest
+from .conftest import CA_PEM, full_spec, manifest
 
 # (wire path, lowest allowed length/value or None, highest allowed length/value)
 # for every string, integer and list field of the spec, from the CRD reference.
 STRING_LIMITS: list[tuple[str, int, int]] = [
     ("secrets.0.name", 1, 253),
     ("secrets.0.key", 1, 253),
-    ("secrets.1.namespace", 1, 253),
+    ("secrets.1.namespace", 1, 63),
     ("gateway.className", 1, 63),
     ("gateway.hostname", 1, 253),
     ("gateway.listeners.0.name", 1, 63),
@@ -107,6 +107,9 @@ def _filler(path: str, size: int) -> str | None:
     if path.startswith(("versions.", "standard.", "dynamo.")) and path != "dynamo.modelExpress":
         # SemVer, padded with a build identifier; no version is shorter than 1.0.0.
         return ("1.0.0+" + "a" * size)[:size] if size >= 6 else "1.0.0" if size == 5 else None
+    if path == "gateway.clientCAs.0.certificate":
+        # A real certificate, padded with the whitespace PEM may end with.
+        return CA_PEM + " " * (size - len(CA_PEM)) if size >= len(CA_PEM) else None
     if path == "gateway.hostname":
         # DNS labels are at most 63 characters; a name does not end in ".".
         text = (("a" * 62 + ".") * 5)[:size]
@@ -141,7 +144,7 @@ def _listener(i: int) -> dict[str, Any]:
 
 
 def _ca(i: int) -> dict[str, Any]:
-    return {"name": f"gw{i}", "certificate": "pem"}
+    return {"name": f"gw{i}", "certificate": CA_PEM}
 
 
 @pytest.mark.parametrize(
@@ -194,7 +197,7 @@ def test_required_fields() -> None:
         spec = _set(full_spec(), "gateway.listeners", [listener])
         assert [loc for loc, _ in _errors(spec)] == [f"gateway.listeners.0.{field}"]
     for field in ("name", "certificate"):
-        ca = {"name": "a", "certificate": "pem"}
+        ca = {"name": "a", "certificate": CA_PEM}
         del ca[field]
         spec = _set(full_spec(), "gateway.clientCAs", [ca])
         assert [loc for loc, _ in _errors(spec)] == [f"gateway.clientCAs.0.{field}"]
@@ -295,7 +298,7 @@ def test_listener_names_unique() -> None:
 
 
 def test_client_ca_names_unique() -> None:
-    cas = [{"name": "fleet", "certificate": "a"}, {"name": "fleet", "certificate": "b"}]
+    cas = [{"name": "fleet", "certificate": CA_PEM}, {"name": "fleet", "certificate": CA_PEM}]
     errors = _errors({"secrets": [KC], "gateway": {"clientCAs": cas}})
     assert errors == [("gateway.clientCAs", f"Value error, {m.CLIENT_CA_NAMES_RULE}")]
     cas[1]["name"] = "fleet2"

@@ -15,6 +15,8 @@ from modelplane.observe.state import to_observed, wanted
 from modelplane.observe.watches import CRDS, WatchCache, crd_plurals, watch_keys
 from modelplane.wire import DIGEST_ANNOTATION, MANAGED_BY, MANAGED_BY_LABEL
 
+from .conftest import CA_PEM
+
 SPEC = ServingStackSpec.model_validate(
     {
         "secrets": [{"type": "Kubeconfig", "name": "k", "key": "kubeconfig"}],
@@ -118,7 +120,7 @@ def test_a_stack_with_client_cas_watches_configmaps_twice() -> None:
             "secrets": [{"type": "Kubeconfig", "name": "k", "key": "kubeconfig"}],
             "gateway": {
                 "hostname": "west.example.com",
-                "clientCAs": [{"name": "fleet", "certificate": "PEM"}],
+                "clientCAs": [{"name": "fleet", "certificate": CA_PEM}],
             },
         }
     )

@@ -103,9 +103,27 @@ def spec_schema() -> Schema:
             "message": m.NAMESPACE_RULE,
         }
     ]
-    schema["properties"]["gateway"]["x-kubernetes-validations"] = [
+    gateway = schema["properties"]["gateway"]
+    gateway["x-kubernetes-validations"] = [
         _unique_names("listeners", m.LISTENER_NAMES_RULE),
+        {
+            "rule": "!has(self.listeners) || "
+            "self.listeners.all(x, self.listeners.exists_one(y, y.port == x.port))",
+            "message": m.LISTENER_PORTS_RULE,
+            "fieldPath": ".listeners",
+        },
         _unique_names("clientCAs", m.CLIENT_CA_NAMES_RULE),
+    ]
+    # The certificate's pattern refuses a key already; this rule says so,
+    # naming the entry as the models do (messageExpression, GA in 1.29).
+    mark = m.PRIVATE_KEY_MARK
+    head, tail = m.private_key_message("\0").split("\0")
+    gateway["properties"]["clientCAs"]["items"]["x-kubernetes-validations"] = [
+        {
+            "rule": f"!self.certificate.contains('{mark}')",
+            "messageExpression": f"'{head}' + self.name + '{tail}'",
+            "fieldPath": ".certificate",
+        }
     ]
     return schema
 

@@ -13,17 +13,20 @@ and default, so a version string is written once, in its component's module.
 
 from __future__ import annotations
 
+import datetime
 import re
 from collections.abc import Sequence
 from enum import StrEnum
 from typing import TYPE_CHECKING, Annotated, Any
 
+from cryptography import x509
 from pydantic import (
     AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
     Field,
+    ValidationInfo,
     create_model,
     field_validator,
     model_validator,
@@ -35,6 +38,7 @@ from modelplane import pins
 from modelplane.catalog.components import COMPONENTS
 from modelplane.catalog.types import Component
 from modelplane.pins import ComponentsMode, Stack
+from modelplane.untrusted import printable
 
 API_GROUP = "infrastructure.modelplane.ai"
 API_VERSION = "v1alpha1"
@@ -94,6 +98,17 @@ NAMESPACE_RULE = "namespace may be set only on cloud identity entries, not on th
 IDENTITY_RULE = "at most one cloud identity entry (a type other than Kubeconfig) may be given"
 LISTENER_NAMES_RULE = "listener names must be unique"
 CLIENT_CA_NAMES_RULE = "clientCAs names must be unique"
+# The Gateway API refuses two listeners of one port, protocol and hostname
+# (its CRD's CEL rule "Combination of port, protocol and hostname must be
+# unique for each listener", gateway.networking.k8s.io_gateways.yaml v1.5.1),
+# and marks HTTP and TCP on one port Conflicted (Listener docs: listeners
+# sharing a port must be compatible; a TCP listener takes the whole port).
+# These listeners have no hostname and only those two protocols, so any two
+# on one port fail on the target.
+LISTENER_PORTS_RULE = (
+    "listener ports must be unique: the Gateway API refuses two listeners on one port "
+    "and protocol, and HTTP and TCP on one port conflict"
+)
 
 
 # --- string grammars -------------------------------------------------------------
@@ -166,16 +181,23 @@ HOSTNAME = Grammar(
     "most 63 characters separated by '.', the last starting with a letter (an IP address "
     "is not a hostname)",
 )
-# Secret data keys (apimachinery IsConfigMapKey's character set).
+# Secret data keys: apimachinery IsConfigMapKey (pkg/util/validation), its
+# character set and its hasChDirPrefix: not ".", not "..", not starting with
+# "..". Without lookahead: an optional first dot, then a character that is
+# not one.
 SECRET_KEY = Grammar(
-    "^[-._a-zA-Z0-9]+$",
-    "must be a Secret key: letters, digits, '-', '_' and '.'",
+    "^\\.?[-_a-zA-Z0-9][-._a-zA-Z0-9]*$",
+    "must be a Secret key: letters, digits, '-', '_' and '.', not '.' or '..' and not "
+    "starting with '..'",
 )
 # A chart version is SemVer 2 (helm.sh/docs/topics/charts, "Charts and
 # Versioning"); the grammar is semver.org's, with the leading "v" charts such
 # as cert-manager and Envoy Gateway publish under. Every pin in
-# modelplane.pins matches it (v0.1.0-alpha.12-rc2 included).
-_NUMBER = "(0|[1-9][0-9]*)"
+# modelplane.pins matches it (v0.1.0-alpha.12-rc2 included). Helm reads a
+# version with Masterminds/semver v3, whose NewVersion parses major, minor
+# and patch with strconv.ParseUint(..., 10, 64) (version.go, v3.4.0): at most
+# 19 digits always fits, so a number Helm cannot read is refused here.
+_NUMBER = "(0|[1-9][0-9]{0,18})"
 _PRERELEASE_ID = "(0|[1-9][0-9]*|[0-9]*[a-zA-Z-][0-9a-zA-Z-]*)"
 CHART_VERSION = Grammar(
     f"^v?{_NUMBER}\\.{_NUMBER}\\.{_NUMBER}"
@@ -185,11 +207,30 @@ CHART_VERSION = Grammar(
     "optional leading 'v'",
 )
 # An image tag (OCI distribution spec, "tag"). No '/', '?', '#' or '%': the
-# ModelExpress tag is also a path segment of the URL its CRDs are fetched from.
+# ModelExpress tag is also a path segment of the URL its CRDs are fetched
+# from, and that URL adds the git tag's "v" itself, so "v0.5.0" would fetch
+# ".../vv0.5.0/...": a "v" before a digit is refused (not stripped, so what
+# the hub stores is what the server image is pulled with).
 IMAGE_TAG = Grammar(
-    "^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}$",
-    "must be an image tag: a letter, digit or '_', then letters, digits, '.', '_' or '-'",
+    "^([A-Za-uw-z0-9_][A-Za-z0-9._-]{0,127}|v([A-Za-z._-][A-Za-z0-9._-]{0,126})?)$",
+    "must be an image tag: a letter, digit or '_', then letters, digits, '.', '_' or '-', "
+    "and no 'v' before the version (write 0.5.0, not v0.5.0: the CRDs' URL adds the 'v')",
 )
+# A client CA: PEM CERTIFICATE blocks only (RFC 7468 section 5, strict form:
+# no explanatory text, base64 lines only), so a key or anything else is
+# refused where the API server can see it. Whitespace is spelled out:
+# Python's \s takes Unicode spaces that Go's does not.
+_PEM_CERTIFICATE = (
+    "-----BEGIN CERTIFICATE-----\\r?\\n([A-Za-z0-9+/=]+\\r?\\n)+-----END CERTIFICATE-----"
+)
+CERTIFICATE_PEM = Grammar(
+    f"^([ \\t\\r\\n]*{_PEM_CERTIFICATE})+[ \\t\\r\\n]*$",
+    "must be one or more PEM CERTIFICATE blocks (-----BEGIN CERTIFICATE----- ... "
+    "-----END CERTIFICATE-----) and nothing else",
+)
+_PEM_BLOCK = re.compile(_PEM_CERTIFICATE)
+# A private key under any PEM label (PRIVATE KEY, RSA PRIVATE KEY, ENCRYPTED ...).
+PRIVATE_KEY_MARK = "PRIVATE KEY"
 # A host path handed to the DRA driver's hostPath mounts: absolute and clean
 # (no empty, '.' or '..' segment, no trailing '/'), of POSIX portable filename
 # characters. A segment starts with its dots, then one non-dot, so it is
@@ -215,9 +256,10 @@ Hostname = Annotated[
     Field(min_length=1, max_length=253, json_schema_extra=HOSTNAME.schema),
     AfterValidator(HOSTNAME.check),
 ]
+# A namespace's name is a DNS label (apimachinery ValidateNamespaceName): 63 at most.
 SecretNamespace = Annotated[
     str,
-    Field(min_length=1, max_length=253, json_schema_extra=DNS_LABEL.schema),
+    Field(min_length=1, max_length=63, json_schema_extra=DNS_LABEL.schema),
     AfterValidator(DNS_LABEL.check),
 ]
 SecretKey = Annotated[
@@ -286,8 +328,75 @@ class ClientCA(_Model):
         min_length=1, max_length=253, description="The InferenceGateway this CA belongs to."
     )
     certificate: str = Field(
-        min_length=1, max_length=16384, description="The CA certificate, PEM encoded."
+        min_length=1,
+        max_length=16384,
+        json_schema_extra=CERTIFICATE_PEM.schema,
+        description="The CA certificate, PEM encoded: CERTIFICATE blocks only.",
     )
+
+    @field_validator("certificate")
+    @classmethod
+    def _certificates_only(cls, value: str, info: ValidationInfo) -> str:
+        entry = printable(info.data.get("name", "?"), 253)
+        if PRIVATE_KEY_MARK in value:
+            raise ValueError(private_key_message(entry))
+        if not CERTIFICATE_PEM.matches(value):
+            raise ValueError(f"clientCAs entry {entry}: {CERTIFICATE_PEM.must}")
+        # The API server sees only the PEM's shape; what is inside is read
+        # here, so render and the operator refuse a block that is no
+        # certificate instead of turning on a listener no client passes.
+        for index, block in enumerate(_PEM_BLOCK.finditer(value), 1):
+            try:
+                x509.load_pem_x509_certificate(block[0].encode("ascii"))
+            except ValueError:
+                raise ValueError(
+                    f"clientCAs entry {entry}: block {index} is not an X.509 certificate"
+                ) from None
+        return value
+
+    def certificates(self) -> list[x509.Certificate]:
+        return [
+            x509.load_pem_x509_certificate(block[0].encode("ascii"))
+            for block in _PEM_BLOCK.finditer(self.certificate)
+        ]
+
+
+def private_key_message(entry: str) -> str:
+    """The refusal of a clientCAs entry holding a key; the CRD's CEL rule builds the same."""
+    return (
+        f"clientCAs entry {entry} holds a PRIVATE KEY block: give the CA certificate "
+        "only, never its key"
+    )
+
+
+def client_ca_warnings(spec: ServingStackSpec, now: datetime.datetime | None = None) -> list[str]:
+    """What is wrong with admitted client CAs but does not stop them: not a CA, expired.
+
+    A warning and not a refusal: the certificate may be renewed, or the
+    verifier may accept it, and an operator must not stop serving over it.
+    """
+    now = now or datetime.datetime.now(datetime.UTC)
+    out: list[str] = []
+    for ca in spec.gateway.client_cas:
+        for index, cert in enumerate(ca.certificates(), 1):
+            which = f"clientCAs entry {ca.name}, certificate {index}"
+            try:
+                is_ca = cert.extensions.get_extension_for_class(x509.BasicConstraints).value.ca
+            except (x509.ExtensionNotFound, ValueError):  # absent, or not decodable
+                is_ca = False
+            if not is_ca:
+                out.append(
+                    f"{which} is not a CA (no basicConstraints CA:TRUE), so the gateway "
+                    "may refuse the client certificates it issued"
+                )
+            if cert.not_valid_after_utc < now:
+                out.append(
+                    f"{which} expired on {cert.not_valid_after_utc:%Y-%m-%d}: clients "
+                    "holding certificates it issued are refused"
+                )
+            elif cert.not_valid_before_utc > now:
+                out.append(f"{which} is not valid until {cert.not_valid_before_utc:%Y-%m-%d}")
+    return out
 
 
 class GatewaySpec(_Model):
@@ -320,6 +429,9 @@ class GatewaySpec(_Model):
         names = [listener.name for listener in listeners]
         if len(names) != len(set(names)):
             raise ValueError(LISTENER_NAMES_RULE)
+        ports = [listener.port for listener in listeners]
+        if len(ports) != len(set(ports)):
+            raise ValueError(LISTENER_PORTS_RULE)
         return listeners
 
     @field_validator("client_cas")
@@ -534,8 +646,12 @@ class ServingStack(BaseModel):
     def _check_type(cls, data: Any) -> Any:
         if isinstance(data, dict):
             expected = f"{API_GROUP}/{API_VERSION}"
+            # What the file holds is shown cut and printable: it may be 200 KB
+            # or carry a terminal escape.
             if data.get("apiVersion") != expected:
-                raise ValueError(f"apiVersion must be {expected}, got {data.get('apiVersion')!r}")
+                got = printable(repr(data.get("apiVersion")), 80)
+                raise ValueError(f"apiVersion must be {expected}, got {got}")
             if data.get("kind") != KIND:
-                raise ValueError(f"kind must be {KIND}, got {data.get('kind')!r}")
+                got = printable(repr(data.get("kind")), 80)
+                raise ValueError(f"kind must be {KIND}, got {got}")
         return data

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from modelplane.api.models import ServingStack
+from modelplane.api.models import ServingStack, client_ca_warnings
 from modelplane.catalog.components import components_for
 from modelplane.catalog.configuration import (
     ConfigObject,
@@ -442,6 +442,8 @@ def _notes(stack: ServingStack) -> list[str]:
     for obj in client_ca_objects(spec):
         if obj.hold_reason and obj.hold_reason != withheld:
             notes.append(f"Held back: {obj.hold_reason}.")
+    # Accepted and applied, but worth a look before a client is refused.
+    notes += client_ca_warnings(spec)
     if spec.components is ComponentsMode.PROVIDED:
         notes.append(
             "Provided mode: no substrate is installed or removed; the requirements below are "

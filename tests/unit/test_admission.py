@@ -1,0 +1,184 @@
+"""What admission refuses and warns of, as ``render`` and the operator read a spec.
+
+Each table row is also a document of the corpus test in
+tests/integration/test_admission_parity.py, where the hub's API server gives
+its own verdict on it; here the models' verdict, its field and its words.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from modelplane.api.models import (
+    LISTENER_PORTS_RULE,
+    ServingStack,
+    ServingStackSpec,
+    client_ca_warnings,
+)
+from modelplane.catalog.configuration import CLIENT_CAS_CONFIGMAP
+from modelplane.plan import plan
+from modelplane.plan.model import ObjectAction
+
+from .conftest import manifest
+
+CAS = Path(__file__).resolve().parents[1] / "fixtures" / "client-cas"
+FLEET_A = (CAS / "fleet-a.pem").read_text()
+FLEET_B = (CAS / "fleet-b.pem").read_text()
+LEAF = (CAS / "leaf.pem").read_text()
+EXPIRED = (CAS / "expired.pem").read_text()
+KEY = (
+    "-----BEGIN PRIVATE KEY-----\n"
+    "MIGHAgEAMBMGByqGSM49AgEGCCqGSM49AwEHBG0wawIBAQQgVdOsQ498mvpJpt//\n"
+    "-----END PRIVATE KEY-----\n"
+)
+# PEM in shape, not a certificate inside.
+NOT_DER = "-----BEGIN CERTIFICATE-----\nMIIBfleet\n-----END CERTIFICATE-----\n"
+
+
+def _errors(doc: dict[str, Any]) -> list[tuple[str, str]]:
+    try:
+        ServingStack.model_validate(doc)
+    except ValidationError as err:
+        return [(".".join(str(p) for p in e["loc"]), e["msg"]) for e in err.errors()]
+    return []
+
+
+def _ca_doc(*certificates: str) -> dict[str, Any]:
+    cas = [{"name": f"fleet-{i}", "certificate": c} for i, c in enumerate(certificates)]
+    return manifest(gateway={"hostname": "west.example.com", "clientCAs": cas})
+
+
+# --- clientCAs ---------------------------------------------------------------------------
+
+# (id, certificates, index of the refused entry or None, words of the refusal)
+CLIENT_CA_CASES: list[tuple[str, list[str], int | None, str]] = [
+    ("one-ca", [FLEET_A], None, ""),
+    ("two-cas", [FLEET_A, FLEET_B], None, ""),
+    ("bundle-in-one-entry", [FLEET_A + FLEET_B], None, ""),
+    ("crlf", [FLEET_A.replace("\n", "\r\n")], None, ""),
+    ("no-final-newline", [FLEET_A.rstrip("\n")], None, ""),
+    ("leaf-is-a-warning", [LEAF], None, ""),
+    ("expired-is-a-warning", [EXPIRED], None, ""),
+    ("private-key", [KEY], 0, "fleet-0 holds a PRIVATE KEY block"),
+    ("cert-then-key", [FLEET_A, FLEET_B + KEY], 1, "fleet-1 holds a PRIVATE KEY block"),
+    ("rsa-key", [KEY.replace("PRIVATE", "RSA PRIVATE")], 0, "PRIVATE KEY"),
+    ("not-pem", [FLEET_A, "hello"], 1, "fleet-1"),
+    ("text-before-block", ["subject=CN=x\n" + FLEET_A], 0, "fleet-0"),
+    ("public-key-block", [FLEET_A.replace("CERTIFICATE", "PUBLIC KEY")], 0, "fleet-0"),
+    ("not-der", [NOT_DER], 0, "fleet-0: block 1 is not an X.509 certificate"),
+    ("second-block-not-der", [FLEET_A + NOT_DER], 0, "block 2 is not an X.509"),
+    ("space-in-base64", [FLEET_A.replace("\n", " \n", 2)], 0, "fleet-0"),
+]
+
+
+@pytest.mark.parametrize(
+    ("certificates", "refused", "words"),
+    [c[1:] for c in CLIENT_CA_CASES],
+    ids=[c[0] for c in CLIENT_CA_CASES],
+)
+def test_client_cas_admit_only_certificates(
+    certificates: list[str], refused: int | None, words: str
+) -> None:
+    errors = _errors(_ca_doc(*certificates))
+    if refused is None:
+        assert errors == []
+        return
+    assert [loc for loc, _ in errors] == [f"spec.gateway.clientCAs.{refused}.certificate"]
+    assert words in errors[0][1]
+    # A refusal never quotes the certificate (it may be a key).
+    assert "MIG" not in errors[0][1]
+
+
+def test_a_ca_that_is_not_a_ca_or_has_expired_is_a_warning_naming_the_entry() -> None:
+    stack = ServingStack.model_validate(_ca_doc(FLEET_A, LEAF, EXPIRED))
+    warnings = client_ca_warnings(stack.spec)
+    assert len(warnings) == 2
+    leaf, expired = warnings
+    assert "fleet-1" in leaf and "not a CA" in leaf
+    assert "fleet-2" in expired and "expired" in expired
+    # render shows them, and they block nothing: the CA ConfigMap is applied.
+    p = plan(stack)
+    assert leaf in p.notes and expired in p.notes
+    applied = [o for o in p.objects if CLIENT_CAS_CONFIGMAP in o.key and "ConfigMap" in o.key]
+    assert [o.action for o in applied] == [ObjectAction.APPLY]
+
+
+def test_a_good_ca_gives_no_warning() -> None:
+    stack = ServingStack.model_validate(_ca_doc(FLEET_A, FLEET_B))
+    assert client_ca_warnings(stack.spec) == []
+
+
+# --- listeners and values that can never work ---------------------------------------------
+
+
+def _spec_errors(**fields: Any) -> list[tuple[str, str]]:
+    return _errors(manifest(**fields))
+
+
+@pytest.mark.parametrize(
+    ("listeners", "ok"),
+    [
+        ([(80, "HTTP"), (8080, "HTTP")], True),
+        ([(80, "HTTP"), (8443, "TCP")], True),
+        ([(80, "HTTP"), (80, "HTTP")], False),
+        ([(9000, "TCP"), (9000, "TCP")], False),
+        ([(80, "HTTP"), (80, "TCP")], False),
+        ([(1, "TCP"), (2, "TCP"), (1, "HTTP")], False),
+    ],
+)
+def test_two_listeners_on_one_port_are_refused(listeners: list[tuple[int, str]], ok: bool) -> None:
+    given = [{"name": f"l{i}", "port": p, "protocol": t} for i, (p, t) in enumerate(listeners)]
+    errors = _spec_errors(gateway={"listeners": given})
+    if ok:
+        assert errors == []
+    else:
+        assert errors == [("spec.gateway.listeners", f"Value error, {LISTENER_PORTS_RULE}")]
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "ok"),
+    [
+        ("secrets.0.key", ".", False),
+        ("secrets.0.key", "..", False),
+        ("secrets.0.key", "..a", False),
+        ("secrets.0.key", ".a", True),
+        ("secrets.0.key", "a..", True),
+        ("secrets.0.key", "a" * 253, True),
+        ("secrets.0.key", "a" * 254, False),
+        ("secrets.1.namespace", "a" * 63, True),
+        ("secrets.1.namespace", "a" * 64, False),
+        ("versions.certManager", "9999999999999999999.0.0", True),
+        ("versions.certManager", "18446744073709551616.0.0", False),
+        ("versions.certManager", "1.99999999999999999999.0", False),
+        ("versions.certManager", "v1.0.99999999999999999999", False),
+        ("dynamo.modelExpress", "0.5.0", True),
+        ("dynamo.modelExpress", "v0.5.0", False),
+        ("dynamo.modelExpress", "v", True),
+        ("dynamo.modelExpress", "version-1", True),
+    ],
+)
+def test_values_that_can_never_work_are_refused(path: str, value: str, ok: bool) -> None:
+    spec: dict[str, Any] = {
+        "secrets": [
+            {"type": "Kubeconfig", "name": "kc", "key": "kubeconfig"},
+            {"type": "GoogleApplicationCredentials", "name": "sa", "key": "k", "namespace": "ns"},
+        ]
+    }
+    node: Any = spec
+    parts = path.split(".")
+    for part in parts[:-1]:
+        node = node[int(part)] if part.isdigit() else node.setdefault(part, {})
+    node[parts[-1]] = value
+    try:
+        ServingStackSpec.model_validate(spec)
+    except ValidationError as err:
+        assert not ok, err
+        assert [".".join(str(p) for p in e["loc"]) for e in err.errors()] == [path]
+        if path == "dynamo.modelExpress":
+            assert "0.5.0, not v0.5.0" in str(err)
+        return
+    assert ok
