@@ -7,6 +7,7 @@ its own verdict on it; here the models' verdict, its field and its words.
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 from typing import Any
 
@@ -110,6 +111,92 @@ def test_a_ca_that_is_not_a_ca_or_has_expired_is_a_warning_naming_the_entry() ->
 def test_a_good_ca_gives_no_warning() -> None:
     stack = ServingStack.model_validate(_ca_doc(FLEET_A, FLEET_B))
     assert client_ca_warnings(stack.spec) == []
+
+
+# --- metadata ----------------------------------------------------------------------------
+
+LONG_NAME = "a" * 63
+PREFIX_254 = ("a" * 63 + ".") * 3 + "b" * 62
+# (id, metadata fields over name+namespace, the field a refusal names or None)
+METADATA_CASES: list[tuple[str, dict[str, Any], str | None]] = [
+    ("namespace-null", {"namespace": None}, None),
+    ("labels-ok", {"labels": {"app": "x", "example.com/a": "", "a.b_c-D": "A.b_c-1"}}, None),
+    ("label-key-63", {"labels": {LONG_NAME: "x"}}, None),
+    ("label-value-63", {"labels": {"a": LONG_NAME}}, None),
+    ("label-prefix-253", {"labels": {PREFIX_254[1:] + "/x": "y"}}, None),
+    # IsDNS1123Subdomain bounds the whole, not each label.
+    ("label-prefix-label-64", {"labels": {"a" * 64 + ".com/x": "y"}}, None),
+    ("labels-null", {"labels": None}, None),
+    ("annotations-ok", {"annotations": {"Example.COM/Key": "any\nthing", "a": ""}}, None),
+    ("annotations-256k", {"annotations": {"a": "x" * (262144 - 1)}}, None),
+    ("finalizers-ok", {"finalizers": ["example.com/cleanup", "kubernetes"]}, None),
+    ("created-null", {"creationTimestamp": None}, None),
+    ("labels-list", {"labels": ["a"]}, "metadata.labels"),
+    ("labels-string", {"labels": "a=b"}, "metadata.labels"),
+    ("label-value-int", {"labels": {"a": 1}}, "metadata.labels.a"),
+    ("label-value-bool", {"labels": {"a": True}}, "metadata.labels.a"),
+    ("label-value-map", {"labels": {"a": {"b": "c"}}}, "metadata.labels.a"),
+    ("label-key-two-slashes", {"labels": {"a/b/c": "x"}}, "metadata.labels"),
+    ("label-key-dash", {"labels": {"-a": "x"}}, "metadata.labels"),
+    ("label-key-64", {"labels": {LONG_NAME + "a": "x"}}, "metadata.labels"),
+    ("label-key-empty", {"labels": {"": "x"}}, "metadata.labels"),
+    ("label-key-empty-prefix", {"labels": {"/a": "x"}}, "metadata.labels"),
+    ("label-key-empty-name", {"labels": {"example.com/": "x"}}, "metadata.labels"),
+    ("label-prefix-upper", {"labels": {"Example.com/a": "x"}}, "metadata.labels"),
+    (
+        "label-prefix-254",
+        {"labels": {("a" * 63 + ".") * 3 + "b" * 62 + "/x": "y"}},
+        "metadata.labels",
+    ),
+    ("label-value-64", {"labels": {"a": LONG_NAME + "a"}}, "metadata.labels"),
+    ("label-value-space", {"labels": {"a": "b c"}}, "metadata.labels"),
+    ("label-value-dash", {"labels": {"a": "b-"}}, "metadata.labels"),
+    ("label-value-esc", {"labels": {"a": "\x1b[31m"}}, "metadata.labels"),
+    ("annotation-key-space", {"annotations": {"a b": "x"}}, "metadata.annotations"),
+    ("annotation-key-64", {"annotations": {LONG_NAME + "a": "x"}}, "metadata.annotations"),
+    ("annotation-value-int", {"annotations": {"a": 1}}, "metadata.annotations.a"),
+    ("annotations-over-256k", {"annotations": {"a": "x" * 262144}}, "metadata.annotations"),
+    ("annotations-10m", {"annotations": {"a": "x" * 10_000_000}}, "metadata.annotations"),
+    ("finalizer-space", {"finalizers": ["a b"]}, "metadata.finalizers"),
+    ("finalizer-int", {"finalizers": [1]}, "metadata.finalizers.0"),
+    (
+        "finalizers-orphan-and-foreground",
+        {"finalizers": ["orphan", "foregroundDeletion"]},
+        "metadata.finalizers",
+    ),
+    ("finalizers-string", {"finalizers": "a"}, "metadata.finalizers"),
+    # Refused on the object's metadata as a whole; the message names the field.
+    ("unknown-field", {"owner": "me"}, "metadata"),
+    ("snake-case-field", {"creation_timestamp": "x"}, "metadata"),
+    ("uid-int", {"uid": 5}, "metadata"),
+    ("hub-fields", {"uid": "u", "resourceVersion": "1", "managedFields": [{}]}, None),
+    ("namespace-64", {"namespace": LONG_NAME + "a"}, "metadata.namespace"),
+    ("namespace-dot", {"namespace": "a.b"}, "metadata.namespace"),
+]
+
+
+@pytest.mark.parametrize(
+    ("fields", "field"), [c[1:] for c in METADATA_CASES], ids=[c[0] for c in METADATA_CASES]
+)
+def test_metadata_is_validated_as_the_api_server_does(
+    fields: dict[str, Any], field: str | None
+) -> None:
+    doc = manifest()
+    doc["metadata"].update(copy.deepcopy(fields))
+    errors = _errors(doc)
+    if field is None:
+        assert errors == []
+    else:
+        assert errors and all(loc == field for loc, _ in errors), errors
+        # Nothing the file wrote reaches the message whole.
+        assert all(len(msg) < 1000 and "\x1b" not in msg for _, msg in errors)
+
+
+def test_a_label_refusal_names_the_key() -> None:
+    doc = manifest()
+    doc["metadata"]["labels"] = {"ok": "x", "Bad.example/a": "y"}
+    ((_, msg),) = _errors(doc)
+    assert "'Bad.example/a'" in msg
 
 
 # --- listeners and values that can never work ---------------------------------------------
