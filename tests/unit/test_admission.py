@@ -21,6 +21,7 @@ from modelplane.api.models import (
     client_ca_warnings,
 )
 from modelplane.catalog.configuration import CLIENT_CAS_CONFIGMAP
+from modelplane.cli.inputs import InputError, load_yaml, parse
 from modelplane.plan import plan
 from modelplane.plan.model import ObjectAction
 
@@ -143,11 +144,7 @@ METADATA_CASES: list[tuple[str, dict[str, Any], str | None]] = [
     ("label-key-empty-prefix", {"labels": {"/a": "x"}}, "metadata.labels"),
     ("label-key-empty-name", {"labels": {"example.com/": "x"}}, "metadata.labels"),
     ("label-prefix-upper", {"labels": {"Example.com/a": "x"}}, "metadata.labels"),
-    (
-        "label-prefix-254",
-        {"labels": {("a" * 63 + ".") * 3 + "b" * 62 + "/x": "y"}},
-        "metadata.labels",
-    ),
+    ("label-prefix-254", {"labels": {PREFIX_254 + "/x": "y"}}, "metadata.labels"),
     ("label-value-64", {"labels": {"a": LONG_NAME + "a"}}, "metadata.labels"),
     ("label-value-space", {"labels": {"a": "b c"}}, "metadata.labels"),
     ("label-value-dash", {"labels": {"a": "b-"}}, "metadata.labels"),
@@ -159,11 +156,7 @@ METADATA_CASES: list[tuple[str, dict[str, Any], str | None]] = [
     ("annotations-10m", {"annotations": {"a": "x" * 10_000_000}}, "metadata.annotations"),
     ("finalizer-space", {"finalizers": ["a b"]}, "metadata.finalizers"),
     ("finalizer-int", {"finalizers": [1]}, "metadata.finalizers.0"),
-    (
-        "finalizers-orphan-and-foreground",
-        {"finalizers": ["orphan", "foregroundDeletion"]},
-        "metadata.finalizers",
-    ),
+    ("orphan-foreground", {"finalizers": ["orphan", "foregroundDeletion"]}, "metadata.finalizers"),
     ("finalizers-string", {"finalizers": "a"}, "metadata.finalizers"),
     # Refused on the object's metadata as a whole; the message names the field.
     ("unknown-field", {"owner": "me"}, "metadata"),
@@ -269,3 +262,71 @@ def test_values_that_can_never_work_are_refused(path: str, value: str, ok: bool)
             assert "0.5.0, not v0.5.0" in str(err)
         return
     assert ok
+
+
+# --- documents ---------------------------------------------------------------------------
+
+VALID = """\
+apiVersion: infrastructure.modelplane.ai/v1alpha1
+kind: ServingStack
+metadata:
+  name: west
+  namespace: null
+spec:
+  secrets:
+  - {type: Kubeconfig, name: kc, key: kubeconfig}
+"""
+
+
+@pytest.mark.parametrize(
+    "text",
+    [VALID, VALID + "---\n", "---\n" + VALID, VALID + "---\n---\n", "# c\n---\n" + VALID + "...\n"],
+    ids=["plain", "trailing-separator", "leading-separator", "two-empty", "comment-and-end"],
+)
+def test_documents_kubectl_takes_are_taken(tmp_path: Path, text: str) -> None:
+    path = tmp_path / "stack.yaml"
+    path.write_text(text)
+    stack = parse(ServingStack, load_yaml(path), str(path))
+    assert stack.metadata.namespace == "default"
+
+
+def _alias_bomb() -> str:
+    # Seven levels of ten aliases each: a few hundred bytes, over 2 million nodes.
+    lines = ["a0: &a0 [" + ", ".join(["x"] * 10) + "]"]
+    for i in range(1, 7):
+        lines.append(f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]")
+    lines.append("b: [" + ", ".join(["*a5"] * 10) + "]")
+    return "\n".join(lines) + "\n"
+
+
+ALIAS_BOMB = _alias_bomb()
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        (VALID + "---\n" + VALID, "one ServingStack document"),
+        (VALID + "# a bell \x07 in a comment\n", "character #x0007"),
+        ("# \x1b[2J\n" + VALID, "character #x001b"),
+        ("a: " + "[" * 5000 + "]" * 5000, "nested deeper than"),
+        (ALIAS_BOMB, "aliases"),
+    ],
+    ids=["two-documents", "bell-in-comment", "escape-in-comment", "deep", "alias-bomb"],
+)
+def test_unreadable_documents_are_a_clear_error(tmp_path: Path, text: str, words: str) -> None:
+    path = tmp_path / "stack.yaml"
+    path.write_text(text)
+    with pytest.raises(InputError) as err:
+        parse(ServingStack, load_yaml(path), str(path))
+    assert str(path) in str(err.value) and words in str(err.value)
+    assert "\x1b" not in str(err.value) and "\x07" not in str(err.value)
+
+
+@pytest.mark.parametrize("field", ["apiVersion", "kind"])
+def test_a_huge_api_version_or_kind_is_not_echoed(field: str) -> None:
+    doc = manifest()
+    doc[field] = "\x1b[31m" + "x" * 200_000
+    with pytest.raises(InputError) as err:
+        parse(ServingStack, doc, "stack.yaml")
+    assert len(str(err.value)) < 500
+    assert "\x1b" not in str(err.value)

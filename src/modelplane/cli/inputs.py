@@ -15,7 +15,15 @@ from typing import Any, TypeVar
 
 import yaml
 from pydantic import BaseModel, ValidationError
-from yaml.nodes import MappingNode, Node, ScalarNode
+from yaml.nodes import MappingNode, ScalarNode
+
+from modelplane.untrusted import (
+    BoundedLoader,
+    Limits,
+    UntrustedInputError,
+    load_yaml_all,
+    printable,
+)
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -25,6 +33,10 @@ MAX_INPUT_BYTES = 16 * 1024 * 1024
 # A spec is six levels deep and a facts file about as many. PyYAML composes
 # nodes recursively, so without a limit a few thousand "[" exhaust the stack.
 MAX_DEPTH = 64
+# Nodes once aliases are expanded: a facts file of a large cluster holds a
+# few hundred thousand; an alias bomb of a few hundred bytes, billions.
+MAX_NODES = 2_000_000
+_LIMITS = Limits(max_bytes=MAX_INPUT_BYTES, max_depth=MAX_DEPTH, max_nodes=MAX_NODES)
 # One line per error; past this many the file is not worth reading line by line.
 MAX_ERRORS = 20
 
@@ -40,38 +52,22 @@ class InputError(Exception):
     """Bad input: the message says which file and which field."""
 
 
-class _Loader(yaml.SafeLoader):
+class _Loader(BoundedLoader):
     """YAML as kubectl reads it, as far as a verdict can depend on it.
 
     Timestamps stay strings (kubectl sends ``2024-01-01`` as a string; PyYAML
     would make it a date the models refuse), a key given twice is an error
-    (kubectl refuses it; PyYAML silently keeps the last), and nesting is
-    bounded.
+    (kubectl refuses it; PyYAML silently keeps the last). Bytes, nesting and
+    aliases are bounded by ``BoundedLoader``.
     """
+
+    limits = _LIMITS
 
     # PyYAML reads this per class; a copy without the timestamp resolver.
     yaml_implicit_resolvers = {  # noqa: RUF012
         first: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:timestamp"]
         for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
     }
-
-    def __init__(self, stream: str) -> None:
-        super().__init__(stream)
-        self._depth = 0
-
-    def compose_node(self, parent: Node | None, index: Any) -> Node | None:
-        self._depth += 1
-        try:
-            if self._depth > MAX_DEPTH:
-                raise yaml.composer.ComposerError(
-                    None,
-                    None,
-                    f"nested deeper than {MAX_DEPTH} levels",
-                    self.peek_event().start_mark,  # type: ignore[no-untyped-call]
-                )
-            return super().compose_node(parent, index)
-        finally:
-            self._depth -= 1
 
     def construct_mapping(self, node: MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: set[str] = set()
@@ -85,14 +81,14 @@ class _Loader(yaml.SafeLoader):
                 raise yaml.constructor.ConstructorError(
                     "while constructing a mapping",
                     node.start_mark,
-                    f"found key {key_node.value!r}, which is not a string (quote it)",
+                    f"found key {_quoted(key_node.value)}, which is not a string (quote it)",
                     key_node.start_mark,
                 )
             if key in seen:
                 raise yaml.constructor.ConstructorError(
                     "while constructing a mapping",
                     node.start_mark,
-                    f"found key {key!r} a second time",
+                    f"found key {_quoted(key)} a second time",
                     key_node.start_mark,
                 )
             seen.add(key)
@@ -118,6 +114,12 @@ def _decode(path: Path, data: bytes) -> str:
 
 
 def load_yaml(path: Path) -> Any:
+    """The one YAML document in ``path``, or None if it holds none.
+
+    Read as kubectl reads a file: empty documents (a trailing ``---``, a
+    comment alone) are skipped; two documents with content are an error,
+    since render takes one object.
+    """
     try:
         with path.open("rb") as f:
             data = f.read(MAX_INPUT_BYTES + 1)
@@ -126,17 +128,21 @@ def load_yaml(path: Path) -> Any:
     if len(data) > MAX_INPUT_BYTES:
         raise InputError(f"{path}: larger than {MAX_INPUT_BYTES // (1024 * 1024)} MiB")
     text = _decode(path, data)
-    loader = _Loader(text)
-    loader.name = str(path)  # for the marks in an error: the file, not "<unicode string>"
     try:
-        return loader.get_single_data()
-    except yaml.YAMLError as err:
-        raise InputError(f"{path}: not valid YAML: {err}") from err
-    except RecursionError:
-        # The depth limit should come first; this is the net under it.
-        raise InputError(f"{path}: not valid YAML: nested too deeply") from None
-    finally:
-        loader.dispose()
+        docs = [d for d in load_yaml_all(text, _LIMITS, loader_class=_Loader) if d is not None]
+    except UntrustedInputError as err:
+        # Its message names the problem and where, never the file's text.
+        raise InputError(f"{path}: not valid YAML: {str(err).removeprefix('not YAML: ')}") from None
+    if len(docs) > 1:
+        raise InputError(
+            f"{path}: holds {len(docs)} YAML documents; expected one {_expected(docs[0])} document"
+        )
+    return docs[0] if docs else None
+
+
+def _expected(doc: Any) -> str:
+    kind = doc.get("kind") if isinstance(doc, dict) else None
+    return _show(kind) if isinstance(kind, str) else "object's"
 
 
 def _models_in(annotation: Any) -> list[type[BaseModel]]:
@@ -166,6 +172,10 @@ def _wire_name(model: type[BaseModel], loc: tuple[int | str, ...]) -> str | None
         if field is not None and field.alias and field.alias != last:
             return field.alias
     return None
+
+
+def _quoted(text: object) -> str:
+    return repr(printable(text, 64))
 
 
 def _show(part: object) -> str:
