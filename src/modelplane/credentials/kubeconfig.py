@@ -23,6 +23,8 @@ from urllib.parse import urlsplit
 import yaml
 from lightkube.config.kubeconfig import KubeConfig, SingleConfig
 
+from modelplane.untrusted import UntrustedInputError, load_yaml
+
 _FILE_FIELDS = {
     "cluster": ("certificate-authority",),
     "user": ("client-certificate", "client-key", "tokenFile", "token-file"),
@@ -37,8 +39,8 @@ class KubeconfigError(Exception):
 def parse_kubeconfig(data: bytes | str, *, allow_unsafe: bool = False) -> SingleConfig:
     """Parse and vet a kubeconfig, returning the config of its current context."""
     try:
-        doc = yaml.safe_load(data)
-    except yaml.YAMLError as err:
+        doc = load_yaml(data)
+    except UntrustedInputError as err:
         raise KubeconfigError("the kubeconfig is not valid YAML") from err
     if not isinstance(doc, dict):
         raise KubeconfigError("the kubeconfig is not a YAML mapping")
@@ -61,8 +63,8 @@ def without_credentials(data: bytes | str) -> str:
     ``parse_kubeconfig`` to name what is wrong with it.
     """
     try:
-        doc = yaml.safe_load(data)
-    except yaml.YAMLError:
+        doc = load_yaml(data)
+    except UntrustedInputError:
         return data.decode(errors="replace") if isinstance(data, bytes) else data
     if not isinstance(doc, dict):
         return data.decode(errors="replace") if isinstance(data, bytes) else data

@@ -8,7 +8,6 @@ falls back to the kubeconfig's own credentials.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Collection
 from dataclasses import dataclass, field
@@ -17,6 +16,7 @@ from typing import Any, Protocol
 
 from modelplane.kube.address import DEFAULT_DENIED, IPNetwork
 from modelplane.kube.errors import ErrorKind, KnownError
+from modelplane.untrusted import load_json
 
 
 class IdentityFailure(StrEnum):
@@ -123,7 +123,7 @@ def json_fields(
         return IdentityError(IdentityFailure.INVALID, f"{kind}: {message}")
 
     try:
-        doc: Any = json.loads(credential.decode("utf-8"))
+        doc: Any = load_json(credential.decode("utf-8"))
     except (UnicodeDecodeError, ValueError):
         raise invalid(f"the secret value is not a JSON object (expected {expected})") from None
     if not isinstance(doc, dict):

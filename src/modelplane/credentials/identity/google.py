@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import datetime
-import json
 import math
 import time
 from collections.abc import Mapping
@@ -45,6 +44,7 @@ from modelplane.kube.address import (
     vet,
 )
 from modelplane.kube.scrub import scrub
+from modelplane.untrusted import load_json
 
 SCOPES = (
     "https://www.googleapis.com/auth/cloud-platform",
@@ -200,7 +200,7 @@ class ServiceAccountMinter:
 
 def _parse(credential: bytes) -> Any:
     try:
-        return json.loads(credential)
+        return load_json(credential.decode("utf-8"))
     except UnicodeDecodeError:
         raise IdentityError(INVALID, f"{WHAT} is neither UTF-8 JSON nor a token") from None
     except ValueError:
