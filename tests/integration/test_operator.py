@@ -291,9 +291,10 @@ def test_cloud_identity_is_refused_not_silently_ignored(harness: Harness) -> Non
         }
     )
     harness.start()
-    # The identity's Secret does not exist: the stack says so, rather than
-    # fall back to the kubeconfig's own (working) credentials.
-    c = harness.wait_condition("Ready", "False", "SecretNotFound", deadline=90)
+    # The identity's Secret, in another namespace, does not exist: the stack
+    # is refused (as for one that does not grant it, so nothing tells which)
+    # rather than fall back to the kubeconfig's own (working) credentials.
+    c = harness.wait_condition("Ready", "False", "CrossNamespaceRefDenied", deadline=90)
     assert "crossplane-system/sa" in c["message"]
     assert "GoogleApplicationCredentials" in c["message"]
     assert harness.helm_releases() == {}

@@ -27,6 +27,7 @@ from modelplane.kube.address import DEFAULT_DENIED, AddressDenied, IPNetwork
 from modelplane.kube.answers import bounded
 from modelplane.kube.client import Target, open_target
 from modelplane.kube.errors import ErrorKind, KnownError
+from modelplane.untrusted import load_yaml
 
 
 class CredentialsError(KnownError):
@@ -86,11 +87,21 @@ class Credentials:
     identity: Identity | None = None
 
 
-async def _get_secret(hub: AsyncClient, namespace: str, name: str, entry: str) -> Secret:
+async def _get_secret(
+    hub: AsyncClient,
+    namespace: str,
+    name: str,
+    entry: str,
+    *,
+    missing: CredentialsError | None = None,
+) -> Secret:
+    """The Secret; ``missing`` is what a 404 raises instead of SecretNotFound."""
     try:
         return await hub.get(Secret, name, namespace=namespace)
     except ApiError as err:
         if err.status.code == 404:
+            if missing is not None:
+                raise missing from None
             raise CredentialsError(
                 "SecretNotFound",
                 f"Secret {namespace}/{name} named by the {entry} entry does not exist",
@@ -107,11 +118,9 @@ def _value(secret: Secret, namespace: str, key: str, reason: str, *, text: bool)
     name = secret.metadata.name if secret.metadata else "?"
     data = secret.data or {}
     if key not in data:
-        raise CredentialsError(
-            "SecretKeyMissing",
-            f"Secret {namespace}/{name} has no key {key!r} (keys: "
-            f"{', '.join(sorted(data)) or 'none'})",
-        )
+        # The key asked for only: the names of the others are the Secret's
+        # owner's to tell, and go to a status many can read.
+        raise CredentialsError("SecretKeyMissing", f"Secret {namespace}/{name} has no key {key!r}")
     try:
         value = base64.b64decode(data[key])
         if text:
@@ -162,16 +171,22 @@ async def read_credentials(
             "operator runs with --no-cross-namespace-refs: put the identity Secret in "
             f"{namespace}",
         )
-    secret = await _get_secret(hub, where, entry.name, str(entry.type))
+    # Elsewhere, a Secret that does not exist and one that does not grant
+    # this namespace are one refusal: whoever writes this stack learns
+    # nothing of what another namespace holds.
+    denied = CredentialsError(
+        CROSS_NAMESPACE_DENIED,
+        f"the {entry.type} entry names {source}, which does not exist or does not grant "
+        f"namespace {namespace}: its owner may create it and annotate it "
+        f"{ALLOWED_NAMESPACES_ANNOTATION}={namespace} (a comma-separated list, or *)",
+    )
+    secret = await _get_secret(
+        hub, where, entry.name, str(entry.type), missing=denied if where != namespace else None
+    )
     annotations = dict((secret.metadata.annotations if secret.metadata else None) or {})
     # The grant is checked before anything else of the Secret is read or said.
     if where != namespace and not granted(annotations, namespace):
-        raise CredentialsError(
-            CROSS_NAMESPACE_DENIED,
-            f"the {entry.type} entry names {source}, which does not grant namespace "
-            f"{namespace}: annotate that Secret {ALLOWED_NAMESPACES_ANNOTATION}={namespace} "
-            "(a comma-separated list, or *) if its owner agrees",
-        )
+        raise denied
     credential = _value(secret, where, entry.key, "IdentityInvalid", text=False)
     return Credentials(kubeconfig, Identity(entry.type, credential, source))
 
@@ -272,4 +287,4 @@ def token_source(
 
 
 def _normalise(kubeconfig: str) -> str:
-    return yaml.safe_dump(yaml.safe_load(kubeconfig))
+    return yaml.safe_dump(load_yaml(kubeconfig))
