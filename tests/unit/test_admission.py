@@ -199,17 +199,18 @@ def _spec_errors(**fields: Any) -> list[tuple[str, str]]:
     return _errors(manifest(**fields))
 
 
-@pytest.mark.parametrize(
-    ("listeners", "ok"),
-    [
-        ([(80, "HTTP"), (8080, "HTTP")], True),
-        ([(80, "HTTP"), (8443, "TCP")], True),
-        ([(80, "HTTP"), (80, "HTTP")], False),
-        ([(9000, "TCP"), (9000, "TCP")], False),
-        ([(80, "HTTP"), (80, "TCP")], False),
-        ([(1, "TCP"), (2, "TCP"), (1, "HTTP")], False),
-    ],
-)
+# (listeners as (port, protocol), accepted)
+LISTENER_CASES: list[tuple[list[tuple[int, str]], bool]] = [
+    ([(80, "HTTP"), (8080, "HTTP")], True),
+    ([(80, "HTTP"), (8443, "TCP")], True),
+    ([(80, "HTTP"), (80, "HTTP")], False),
+    ([(9000, "TCP"), (9000, "TCP")], False),
+    ([(80, "HTTP"), (80, "TCP")], False),
+    ([(1, "TCP"), (2, "TCP"), (1, "HTTP")], False),
+]
+
+
+@pytest.mark.parametrize(("listeners", "ok"), LISTENER_CASES)
 def test_two_listeners_on_one_port_are_refused(listeners: list[tuple[int, str]], ok: bool) -> None:
     given = [{"name": f"l{i}", "port": p, "protocol": t} for i, (p, t) in enumerate(listeners)]
     errors = _spec_errors(gateway={"listeners": given})
@@ -219,28 +220,29 @@ def test_two_listeners_on_one_port_are_refused(listeners: list[tuple[int, str]],
         assert errors == [("spec.gateway.listeners", f"Value error, {LISTENER_PORTS_RULE}")]
 
 
-@pytest.mark.parametrize(
-    ("path", "value", "ok"),
-    [
-        ("secrets.0.key", ".", False),
-        ("secrets.0.key", "..", False),
-        ("secrets.0.key", "..a", False),
-        ("secrets.0.key", ".a", True),
-        ("secrets.0.key", "a..", True),
-        ("secrets.0.key", "a" * 253, True),
-        ("secrets.0.key", "a" * 254, False),
-        ("secrets.1.namespace", "a" * 63, True),
-        ("secrets.1.namespace", "a" * 64, False),
-        ("versions.certManager", "9999999999999999999.0.0", True),
-        ("versions.certManager", "18446744073709551616.0.0", False),
-        ("versions.certManager", "1.99999999999999999999.0", False),
-        ("versions.certManager", "v1.0.99999999999999999999", False),
-        ("dynamo.modelExpress", "0.5.0", True),
-        ("dynamo.modelExpress", "v0.5.0", False),
-        ("dynamo.modelExpress", "v", True),
-        ("dynamo.modelExpress", "version-1", True),
-    ],
-)
+# (wire path under spec, value, accepted)
+VALUE_CASES: list[tuple[str, str, bool]] = [
+    ("secrets.0.key", ".", False),
+    ("secrets.0.key", "..", False),
+    ("secrets.0.key", "..a", False),
+    ("secrets.0.key", ".a", True),
+    ("secrets.0.key", "a..", True),
+    ("secrets.0.key", "a" * 253, True),
+    ("secrets.0.key", "a" * 254, False),
+    ("secrets.1.namespace", "a" * 63, True),
+    ("secrets.1.namespace", "a" * 64, False),
+    ("versions.certManager", "9999999999999999999.0.0", True),
+    ("versions.certManager", "18446744073709551616.0.0", False),
+    ("versions.certManager", "1.99999999999999999999.0", False),
+    ("versions.certManager", "v1.0.99999999999999999999", False),
+    ("dynamo.modelExpress", "0.5.0", True),
+    ("dynamo.modelExpress", "v0.5.0", False),
+    ("dynamo.modelExpress", "v", True),
+    ("dynamo.modelExpress", "version-1", True),
+]
+
+
+@pytest.mark.parametrize(("path", "value", "ok"), VALUE_CASES)
 def test_values_that_can_never_work_are_refused(path: str, value: str, ok: bool) -> None:
     spec: dict[str, Any] = {
         "secrets": [
