@@ -99,6 +99,8 @@ class StackReconciler:
     # The out-of-range pins last reported by event, so a resync that finds
     # the same ones stays quiet; safe to lose (a restart reports them once).
     version_warnings: frozenset[str] = frozenset()
+    # The clientCAs warnings last reported by event, likewise.
+    client_ca_warnings: frozenset[str] = frozenset()
     # The spec error last reported by event, likewise.
     invalid_spec: str | None = None
     # When the target was last read directly, for the full relist; and
@@ -220,6 +222,7 @@ class StackReconciler:
         if current is not None:
             self.forget_finished(current)
             self._report_versions(current)
+            self._report_client_cas(current)
         return Outcome(
             plan=current,
             failures=dict(self.failures),
@@ -273,6 +276,13 @@ class StackReconciler:
         for message in sorted(messages - self.version_warnings):
             self.emit("Warning", "VersionOutOfRange", message)
         self.version_warnings = messages
+
+    def _report_client_cas(self, p: Plan) -> None:
+        """One Warning event per doubtful clientCAs entry, when it appears."""
+        messages = frozenset(p.client_ca_warnings)
+        for message in sorted(messages - self.client_ca_warnings):
+            self.emit("Warning", "ClientCAWarning", message)
+        self.client_ca_warnings = messages
 
     async def _act(self, p: Plan, target: Target) -> bool:
         """Carry out what the plan says now; True if anything changed."""

@@ -202,6 +202,8 @@ class Plan(_Frozen):
     # and the reconciler's failures all read it.
     work: list[Work]
     version_warnings: list[VersionWarning] = Field(default_factory=list)
+    # clientCAs entries admitted but doubtful (not a CA, expired); also in notes.
+    client_ca_warnings: list[str] = Field(default_factory=list)
 
     @property
     def unmet(self) -> list[RequirementResult]:

@@ -147,6 +147,7 @@ def plan(
         ),
         work=work,
         version_warnings=version_warnings,
+        client_ca_warnings=client_ca_warnings(spec),
     )
 
 
