@@ -40,10 +40,12 @@ from pydantic import BaseModel, ConfigDict
 
 from modelplane.actions.apply import apply_object
 from modelplane.api.models import ServingStack
+from modelplane.api.status_limits import CLAIM_HOLDER
 from modelplane.catalog.configuration import CLAIM_NAME, CLAIM_NAMESPACE, configuration_for
 from modelplane.kube.client import TargetError
 from modelplane.kube.errors import ErrorKind, KnownError
 from modelplane.kube.resources import unless_missing
+from modelplane.untrusted import printable
 from modelplane.wire import MANAGED_BY, MANAGED_BY_LABEL, stamp
 
 log = logging.getLogger("modelplane.operator.claim")
@@ -109,15 +111,20 @@ def _parse(holder: str) -> StackIdentity | None:
 
 
 def describe_holder(holder: str) -> str:
-    """The owner as a person reads it; a holder we did not write is shown as is."""
-    owner = _parse(holder)
-    return str(owner) if owner is not None else f"holder {holder!r}"
+    """The owner as a person reads it; a holder we did not write is shown as is.
+
+    Whoever can write the target's Lease writes the holder, so what is shown
+    of it is printable and cut, whatever it holds.
+    """
+    owner = _parse(holder) if len(holder) <= CLAIM_HOLDER else None
+    shown = str(owner) if owner is not None else f"holder {holder!r}"
+    return printable(shown, CLAIM_HOLDER)
 
 
 def blocked_message(holder: str, ours: StackIdentity) -> str:
     """The Ready message of a stack blocked by another owner: stable, so a
     resync that finds the same owner writes no status."""
-    owner = _parse(holder)
+    owner = _parse(holder) if len(holder) <= CLAIM_HOLDER else None
     namesake = ""
     if owner is not None and (owner.namespace, owner.name) == (ours.namespace, ours.name):
         # Looks like "claimed by myself" at a glance; say what it is.

@@ -15,6 +15,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from modelplane.api import models as m
+from modelplane.api import status_limits
 
 Schema = dict[str, Any]
 
@@ -129,7 +130,23 @@ def spec_schema() -> Schema:
 
 
 def status_schema() -> Schema:
-    return schema_of(m.ServingStackStatus)
+    """The status schema, every string and list bounded by ``api.status_limits``."""
+    schema = schema_of(m.ServingStackStatus)
+    _bound(schema, "")
+    return schema
+
+
+def _bound(node: Schema, path: str) -> None:
+    """Put the table's limit on every string and list under ``node`` (at ``path``)."""
+    kind = node.get("type")
+    if kind == "string":
+        node["maxLength"] = status_limits.string_limit(path)
+        node.update(status_limits.CONSTRAINTS.get(path, {}))
+    elif kind == "array":
+        node["maxItems"] = status_limits.list_limit(path)
+        _bound(node["items"], f"{path}[]")
+    for name, prop in node.get("properties", {}).items():
+        _bound(prop, f"{path}.{name}" if path else name)
 
 
 def servingstack_crd() -> dict[str, Any]:

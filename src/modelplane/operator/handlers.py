@@ -17,6 +17,7 @@ import functools
 import logging
 import tempfile
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,7 @@ from lightkube.types import PatchType
 
 from modelplane.actions.helm import Helm, TargetHelm
 from modelplane.api.models import API_GROUP, API_VERSION, KIND, PLURAL
+from modelplane.api.status_limits import EVENT_MESSAGE, LOG_MESSAGE
 from modelplane.credentials.connect import (
     ADDRESS_DENIED,
     HUB_FORBIDDEN,
@@ -45,15 +47,20 @@ from modelplane.operator.leader import Elector, exit_now
 from modelplane.operator.options import OperatorOptions
 from modelplane.operator.reconciler import StackReconciler
 from modelplane.operator.status import (
+    READY,
+    STATUS_REFUSED,
     TEARDOWN,
     Outcome,
+    bounded,
     condition,
     desired_status,
     merge_conditions,
+    refused_message,
     status_changed,
 )
 from modelplane.plan import decisions
 from modelplane.plan.decisions import BlockedReason
+from modelplane.untrusted import printable
 
 log = logging.getLogger("modelplane.operator")
 
@@ -124,7 +131,7 @@ class FailureLog:
 
     def report(self, outcome: Outcome, retry_in: float, error: BaseException | None) -> None:
         failure = (
-            (str(outcome.blocked_reason), outcome.blocked_message or "")
+            (str(outcome.blocked_reason), printable(outcome.blocked_message or "", LOG_MESSAGE))
             if outcome.blocked_reason is not None
             else None
         )
@@ -220,42 +227,160 @@ def _now() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def event(body: kopf.Body, type_: str, reason: str, message: str) -> None:
+    """An event on the ServingStack; its message made printable and cut to what events hold."""
+    kopf.event(body, type=type_, reason=reason, message=printable(message, EVENT_MESSAGE))
+
+
 def _emitter(body: kopf.Body) -> Any:
     def emit(type_: str, reason: str, message: str) -> None:
-        kopf.event(body, type=type_, reason=reason, message=message[:1000])
+        event(body, type_, reason, message)
 
     return emit
 
 
-async def write_status(rt: Runtime, body: kopf.Body, desired: dict[str, Any]) -> bool:
-    """Patch status only when it differs from what the hub has: no-op writes cost."""
+class StatusWrite(StrEnum):
+    """What became of one status write."""
+
+    WRITTEN = "Written"
+    UNCHANGED = "Unchanged"  # the hub has it already: nothing sent
+    FORBIDDEN = "Forbidden"  # the operator may not patch status (told in the log)
+    REFUSED = "Refused"  # the hub refused it, or did not answer: reported, tried again later
+
+
+# At most this many refused fields are named, each cut to FIELD_SHOWN.
+FIELDS_SHOWN = 8
+FIELD_SHOWN = 256
+
+
+async def write_status(rt: Runtime, body: kopf.Body, desired: dict[str, Any]) -> StatusWrite:
+    """Patch status only when it differs from what the hub has: no-op writes cost.
+
+    Never raises for what the hub answers: a refused write is reported (a
+    Warning event and a log line naming the fields the hub refused) and
+    replaced by a minimal status that says so, and the stack's loop goes on.
+    """
     current = dict(body.get("status") or {})
-    desired = {
-        **desired,
-        "conditions": merge_conditions(
-            desired["conditions"], current.get("conditions") or [], _now()
-        ),
-    }
+    desired = bounded(
+        {
+            **desired,
+            "conditions": merge_conditions(
+                desired["conditions"], current.get("conditions") or [], _now()
+            ),
+        }
+    )
     if not status_changed(current, desired):
-        return False
+        return StatusWrite.UNCHANGED
     try:
-        await rt.hub.patch(
-            ServingStackResource.Status,
-            body.meta.name or "",
-            {"status": desired},
-            namespace=body.meta.namespace,
-            patch_type=PatchType.MERGE,
-        )
+        await _patch_status(rt, body, desired)
     except ApiError as err:
-        if err.status.code != 403:
-            raise
-        # Status is where the operator reports, so this gap can only be told
-        # in the log; the stack's loop goes on and tries again next time.
-        where = f"ServingStack {body.meta.namespace}/{body.meta.name}"
-        log.warning("%s", hub_forbidden(err, "patch", f"{PLURAL}/status", where, API_GROUP))
-        return False
+        if err.status.code == 403:
+            # Status is where the operator reports, so this gap can only be told
+            # in the log; the stack's loop goes on and tries again next time.
+            where = f"ServingStack {_label(body)}"
+            log.warning("%s", hub_forbidden(err, "patch", f"{PLURAL}/status", where, API_GROUP))
+            return StatusWrite.FORBIDDEN
+        if err.status.code == 404:
+            log.debug("ServingStack %s: gone before its status was written", _label(body))
+            return StatusWrite.REFUSED
+        await _status_refused(rt, body, current, desired, err)
+        return StatusWrite.REFUSED
+    except httpx2.HTTPError as err:
+        log.warning(
+            "ServingStack %s: its status could not be written: %s: %s",
+            _label(body),
+            type(err).__name__,
+            printable(describe_error(err), LOG_MESSAGE),
+        )
+        return StatusWrite.REFUSED
     metrics.STATUS_WRITES.inc()
-    return True
+    return StatusWrite.WRITTEN
+
+
+async def _patch_status(rt: Runtime, body: kopf.Body, status: dict[str, Any]) -> None:
+    await rt.hub.patch(
+        ServingStackResource.Status,
+        body.meta.name or "",
+        {"status": status},
+        namespace=body.meta.namespace,
+        patch_type=PatchType.MERGE,
+    )
+
+
+def refused_fields(err: ApiError) -> list[str]:
+    """The fields the hub named in refusing a write, each with why, as a person reads them.
+
+    From the Status's details (causes), never its message: a message may
+    quote the refused value, which came from a target.
+    """
+    details = err.status.details
+    causes = (details.causes if details is not None else None) or []
+    shown = [
+        printable(
+            f"{cause.field or 'the object'}: {cause.reason or 'refused'}",
+            FIELD_SHOWN,
+        )
+        for cause in causes[:FIELDS_SHOWN]
+    ]
+    if len(causes) > FIELDS_SHOWN:
+        shown.append(f"{len(causes) - FIELDS_SHOWN} more")
+    if not shown:
+        shown.append(printable(f"{err.status.code} {err.status.reason or 'refused'}", FIELD_SHOWN))
+    return shown
+
+
+async def _status_refused(
+    rt: Runtime,
+    body: kopf.Body,
+    current: dict[str, Any],
+    refused: dict[str, Any],
+    err: ApiError,
+) -> None:
+    """Report a status the hub refused, and write the minimal one that says so.
+
+    The event and the WARNING come once per refusal that changes, as the
+    hub's status remembers it (Ready is StatusRefused with this message),
+    not once per backed-off retry.
+    """
+    fields = refused_fields(err)
+    message = refused_message(fields)
+    ready = next((c for c in current.get("conditions") or [] if c.get("type") == READY), None)
+    before = (ready.get("reason"), ready.get("message")) if ready is not None else None
+    new = decisions.is_new(before, (STATUS_REFUSED, message))
+    log.log(
+        logging.WARNING if new else logging.DEBUG,
+        "ServingStack %s: the hub refused its status (%s %s): %s",
+        _label(body),
+        err.status.code,
+        printable(err.status.reason or "", FIELD_SHOWN),
+        "; ".join(fields),
+    )
+    if new:
+        event(body, "Warning", STATUS_REFUSED, message)
+    generation = refused.get("observedGeneration", body.meta.get("generation"))
+    minimal = bounded(
+        {
+            "observedGeneration": generation,
+            "conditions": merge_conditions(
+                [condition(READY, False, STATUS_REFUSED, message, generation)],
+                current.get("conditions") or [],
+                _now(),
+            ),
+        }
+    )
+    if not status_changed(current, minimal):
+        return
+    try:
+        await _patch_status(rt, body, minimal)
+    except (ApiError, httpx2.HTTPError) as again:
+        # Nothing more can be said on the hub: the log is all there is.
+        log.warning(
+            "ServingStack %s: the hub refused the minimal status too: %s",
+            _label(body),
+            printable(describe_error(again), LOG_MESSAGE),
+        )
+        return
+    metrics.STATUS_WRITES.inc()
 
 
 def register(registry: kopf.OperatorRegistry, rt: Runtime) -> None:
@@ -320,10 +445,13 @@ def register(registry: kopf.OperatorRegistry, rt: Runtime) -> None:
                             blocked_message=f"{type(err).__name__}: {describe_error(err)}",
                         )
                 metrics.RECONCILES.labels(result=outcome.blocked_reason or "ok").inc()
-                await write_status(rt, body, desired_status(outcome, generation))
-                streak = streak + 1 if outcome.blocked_reason or outcome.failures else 0
+                written = await write_status(rt, body, desired_status(outcome, generation))
+                # A refused status is retried as a blocked reconcile is: backed off.
+                refused = written is StatusWrite.REFUSED
+                went_wrong = outcome.blocked_reason is not None or refused
+                streak = streak + 1 if went_wrong or outcome.failures else 0
                 delay = decisions.sleep_after(
-                    blocked=outcome.blocked_reason is not None,
+                    blocked=went_wrong,
                     failed=bool(outcome.failures),
                     retry_after=outcome.retry_after,
                     resync_seconds=rt.options.resync_seconds,
@@ -340,11 +468,11 @@ def register(registry: kopf.OperatorRegistry, rt: Runtime) -> None:
     async def teardown(body: kopf.Body, runtime: datetime.timedelta, retry: int, **_: Any) -> None:
         _RETRYING.set(None)
         if (body.meta.annotations or {}).get(SKIP_TEARDOWN_ANNOTATION) == "true":
-            kopf.event(
+            event(
                 body,
-                type="Warning",
-                reason="TeardownSkipped",
-                message=f"{SKIP_TEARDOWN_ANNOTATION}=true: the target is left as it is",
+                "Warning",
+                "TeardownSkipped",
+                f"{SKIP_TEARDOWN_ANNOTATION}=true: the target is left as it is",
             )
             return
         reconciler = StackReconciler(rt.hub, rt.helm, rt.options, _emitter(body), tokens=rt.tokens)
@@ -363,7 +491,7 @@ def register(registry: kopf.OperatorRegistry, rt: Runtime) -> None:
             if await _teardown_condition(rt, body, "Waiting", waiting):
                 log.info("ServingStack %s: teardown %s", _label(body), waiting)
             raise _retry(waiting, TEARDOWN_POLL_SECONDS)
-        kopf.event(body, type="Normal", reason="TornDown", message="teardown finished")
+        event(body, "Normal", "TornDown", "teardown finished")
 
 
 def _label(body: kopf.Body) -> str:
@@ -444,13 +572,11 @@ async def _teardown_blocked(
             "while it lasts)",
             _label(body),
             reason,
-            message,
+            printable(message, LOG_MESSAGE),
             delay,
             exc_info=error,
         )
-        kopf.event(
-            body, type="Warning", reason="TeardownBlocked", message=f"{reason}: {message}"[:1000]
-        )
+        event(body, "Warning", "TeardownBlocked", f"{reason}: {message}")
     else:
         log.debug(
             "ServingStack %s: teardown still blocked: %s; retry in %.0fs",
@@ -480,10 +606,8 @@ async def _teardown_condition(rt: Runtime, body: kopf.Body, reason: str, message
             "lastTransitionTime": _now(),
         }
     )
-    try:
-        await write_status(rt, body, {"conditions": conditions})
-    except ApiError as err:  # the object may be gone already
-        log.debug("teardown status: %s", err.status.message)
+    # A refusal (the object may be gone already) is told by write_status.
+    await write_status(rt, body, {"conditions": conditions})
     return changed
 
 

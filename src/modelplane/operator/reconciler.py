@@ -33,6 +33,7 @@ from modelplane.actions.apply import (
 )
 from modelplane.actions.helm import Helm, HelmError
 from modelplane.api.models import ServingStack
+from modelplane.api.status_limits import LOG_MESSAGE
 from modelplane.catalog.components import BY_NAME, components_for
 from modelplane.catalog.facts import ClusterFacts
 from modelplane.credentials.identity.base import IdentityError
@@ -51,6 +52,7 @@ from modelplane.plan import Plan, decisions, plan
 from modelplane.plan.decisions import BlockedReason
 from modelplane.plan.model import ObjectAction, PlannedManifests, PlannedRelease, ReleaseAction
 from modelplane.plan.teardown import DeleteObjects, TeardownStep, UninstallRelease, teardown_steps
+from modelplane.untrusted import printable
 from modelplane.wire import stamp
 
 log = logging.getLogger("modelplane.operator")
@@ -214,7 +216,9 @@ class StackReconciler:
                 # is; one made before an address or an identity gave out is not.
                 plan=current if fault.status is not None else None,
                 blocked_reason=decisions.blocked_reason(fault),
-                blocked_message=explain(fault, err, stack),
+                # What the target answered, made safe for the status, the
+                # event and the log line it goes on to.
+                blocked_message=printable(explain(fault, err, stack), LOG_MESSAGE),
             )
         finally:
             if not self.session.kept:
@@ -366,7 +370,12 @@ class StackReconciler:
         fault = classify(err)
         reason = decisions.action_reason(fault)
         waits = reason is BlockedReason.WEBHOOK_NOT_READY
-        message = str(err) if waits else f"{what or component} failed: {describe_error(err)}"
+        # Helm's output and a target's answers are the target's words: made
+        # printable and cut before they reach the status, an event or the log.
+        message = printable(
+            str(err) if waits else f"{what or component} failed: {describe_error(err)}",
+            LOG_MESSAGE,
+        )
         changed = decisions.is_new(self.failures.get(component), message)
         self.failures[component] = message
         if waits:

@@ -5,14 +5,22 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from modelplane.api import status_limits
+from modelplane.api.status_limits import CA_CERTIFICATE
 from modelplane.plan import decisions
 from modelplane.plan.decisions import BlockedReason, ComponentState
-from modelplane.plan.model import Plan, RequirementStatus, Severity
+from modelplane.plan.model import GatewayReport, Plan, RequirementStatus, Severity
+from modelplane.untrusted import printable
 
 READY = "Ready"
 REQUIREMENTS_MET = "RequirementsMet"
 VERSIONS_SUPPORTED = "VersionsSupported"
 TEARDOWN = "Teardown"
+# Whether status.gateway.caCertificate holds the gateway's CA; there only when
+# a CA was found (published or not).
+CA_PUBLISHED = "CACertificatePublished"
+# Ready's reason when the hub refused the status the operator wrote.
+STATUS_REFUSED = "StatusRefused"
 ACTION_FAILED = BlockedReason.ACTION_FAILED
 # Ready's reason while the target cannot call an admission webhook yet.
 WEBHOOK_NOT_READY = BlockedReason.WEBHOOK_NOT_READY
@@ -112,17 +120,70 @@ def desired_status(outcome: Outcome, generation: int | None) -> dict[str, Any]:
             }
             for c in plan.components
         ]
-        gateway = {
-            k: v
-            for k, v in (
-                ("address", plan.gateway.address),
-                ("caCertificate", plan.gateway.ca_certificate),
-            )
-            if v
-        }
+        ca, ca_condition = _ca(plan.gateway, generation)
+        if ca_condition is not None:
+            conditions.append(ca_condition)
+        gateway = {k: v for k, v in (("address", plan.gateway.address), ("caCertificate", ca)) if v}
         status["gateway"] = gateway or None
     status["conditions"] = conditions
     return status
+
+
+def _ca(gateway: GatewayReport, generation: int | None) -> tuple[str | None, dict[str, Any] | None]:
+    """The CA certificate to publish, and the condition that says whether it is.
+
+    A CA is published whole or not at all: a cut PEM would look like a
+    certificate to whoever reads it and fail only in their TLS handshake.
+    """
+    problem = gateway.ca_problem
+    ca = gateway.ca_certificate
+    limit = status_limits.string_limit(CA_CERTIFICATE)
+    if problem is None and ca is not None and len(ca) > limit:
+        problem = (
+            f"the Bundle's certificates are {len(ca)} characters, more than the {limit} "
+            "status.gateway.caCertificate holds"
+        )
+    if problem is not None:
+        message = f"the CA certificate is not published: {problem}"
+        return None, condition(CA_PUBLISHED, False, "NotPublished", message, generation)
+    if ca:
+        message = "status.gateway.caCertificate holds the CA that signs the gateway's certificate"
+        return ca, condition(CA_PUBLISHED, True, "Published", message, generation)
+    return None, None
+
+
+def bounded(status: dict[str, Any]) -> dict[str, Any]:
+    """``status`` as the hub takes it: every string printable and cut to its field's limit.
+
+    The limits are the CRD's own (``api.status_limits``), so no value a target
+    holds can make the hub refuse the write. Lists past their limit lose
+    their tail; the CA certificate is kept whole or left out.
+    """
+    out: dict[str, Any] = _bound(status, "")
+    return out
+
+
+def _bound(value: Any, path: str) -> Any:
+    if isinstance(value, dict):
+        return {k: _bound(v, f"{path}.{k}" if path else k) for k, v in value.items()}
+    if isinstance(value, list):
+        kept = value[: status_limits.list_limit(path)]
+        return [_bound(v, f"{path}[]") for v in kept]
+    if isinstance(value, str):
+        limit = status_limits.string_limit(path)
+        if path == CA_CERTIFICATE:
+            return value if len(value) <= limit else None
+        return printable(value, limit)
+    return value
+
+
+def refused_message(fields: list[str]) -> str:
+    """Ready's message when the hub refused a status write."""
+    named = ", ".join(fields) if fields else "no field named"
+    return (
+        f"the hub refused this ServingStack's status ({named}); what is shown here is "
+        "not the current state: the operator goes on and writes it again"
+    )
 
 
 def versions_condition(plan: Plan, generation: int | None) -> dict[str, Any]:

@@ -184,6 +184,9 @@ def work_left(
 class GatewayReport(_Frozen):
     address: str | None = None
     ca_certificate: str | None = None
+    # Why the Bundle's CA is not published (e.g. its ConfigMap holds more than
+    # certificates); never any of the ConfigMap's content. Set by the planner.
+    ca_problem: str | None = None
 
 
 class Plan(_Frozen):
