@@ -20,6 +20,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from modelplane.api.models import SecretType
+from modelplane.api.status_limits import TERMINAL
 from modelplane.checks.checker import run_checks, summarize
 from modelplane.cli.options import AwsRegion, AwsStsEndpoint, NebiusTokenEndpoint
 from modelplane.credentials.identity import providers
@@ -30,6 +31,7 @@ from modelplane.kube.answers import describe_error
 from modelplane.kube.client import ApiStatusError, TargetError, open_target
 from modelplane.pins import Stack
 from modelplane.plan.model import RequirementResult, RequirementStatus, Severity
+from modelplane.untrusted import printable
 
 EXIT_UNMET = 1
 EXIT_USAGE = 2
@@ -51,8 +53,18 @@ class CheckError(Exception):
     """A usage or connection problem; the message is for a person."""
 
 
+def _shown(value: object) -> str:
+    """A value for the terminal, as markup that shows it as it is.
+
+    What the cluster answered (messages, names, a server's words) may carry
+    escapes a terminal would act on: they are shown escaped, never sent.
+    """
+    return escape(printable(value, TERMINAL))
+
+
 def _fail(message: str) -> None:
-    print(f"error: {message}", file=sys.stderr)
+    # The message may quote what the cluster answered.
+    print(f"error: {printable(message, TERMINAL)}", file=sys.stderr)
     raise typer.Exit(EXIT_USAGE)
 
 
@@ -201,18 +213,18 @@ def print_table(
     console: Console,
     identity: str | None = None,
 ) -> None:
-    who = f" as the {escape(identity)} identity" if identity else ""
-    console.print(f"[bold]modelplane check[/bold]: {stack} stack on {escape(server)}{who}")
+    who = f" as the {_shown(identity)} identity" if identity else ""
+    console.print(f"[bold]modelplane check[/bold]: {stack} stack on {_shown(server)}{who}")
     component = None
     for r in results:
         if r.component != component:
             component = r.component
-            console.print(f"\n[bold]{escape(component)}[/bold]")
+            console.print(f"\n[bold]{_shown(component)}[/bold]")
         mark, colour = MARKS[r.status]
-        console.print(f"  [{colour}]{mark}[/{colour}] {escape(r.requirement)}")
+        console.print(f"  [{colour}]{mark}[/{colour}] {_shown(r.requirement)}")
         if r.status is not RequirementStatus.MET:
             dim = r.severity is Severity.ADVISORY
-            console.print(f"      {escape(r.message)}", style="dim" if dim else None)
+            console.print(f"      {_shown(r.message)}", style="dim" if dim else None)
     s = summarize(results)
     verdict = (
         "[green]every checked requirement is met[/green]"

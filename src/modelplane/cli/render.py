@@ -11,7 +11,9 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from modelplane.api.status_limits import TERMINAL
 from modelplane.plan.model import ObjectAction, Plan
+from modelplane.untrusted import printable
 
 
 def plan_document(p: Plan) -> dict[str, Any]:
@@ -31,7 +33,12 @@ def plan_document(p: Plan) -> dict[str, Any]:
         ],
         "requirements": [r.model_dump(mode="json") for r in p.requirements],
         "notes": p.notes,
-        "gateway": {"address": p.gateway.address, "caCertificate": p.gateway.ca_certificate},
+        "gateway": {
+            "address": p.gateway.address,
+            "caCertificate": p.gateway.ca_certificate,
+            # Only when there is one, as the status says it only then.
+            **({"caProblem": p.gateway.ca_problem} if p.gateway.ca_problem else {}),
+        },
     }
 
 
@@ -69,11 +76,19 @@ def text_console(file: IO[str] | None = None) -> Console:
     )
 
 
+def _shown(value: object) -> str:
+    """A value for the terminal: observed facts are a target's words, and may carry
+    escapes that move the cursor, retitle the window or hide text."""
+    return printable(value, TERMINAL)
+
+
 def print_text(p: Plan, console: Console) -> None:
     # Names and messages come from user input: never read them as markup.
+    # Every value passes _shown: JSON and YAML escape control characters
+    # themselves, a terminal would act on them.
     console.print(
         Text.assemble(
-            (f"ServingStack {p.namespace}/{p.name}", "bold"),
+            (f"ServingStack {_shown(p.namespace)}/{_shown(p.name)}", "bold"),
             f": {p.stack} stack, components {p.mode}",
         )
     )
@@ -94,20 +109,21 @@ def print_text(p: Plan, console: Console) -> None:
             source, step = "provided by the cluster", f"check ({c.state.lower()})"
         else:
             source, step = "objects", c.state.lower()
-        table.add_row(c.name, c.mode, source, c.version, c.namespace or "-", step)
+        cells = (c.name, c.mode, source, c.version, c.namespace or "-", step)
+        table.add_row(*(Text(_shown(cell)) for cell in cells))
     console.print(table)
 
     held = [o for o in p.objects if o.action is ObjectAction.HOLD]
     if held:
         console.print(Text("Held back", "bold"))
         for o in held:
-            console.print(f"  {o.key}: {o.hold_reason}", markup=False)
+            console.print(Text(f"  {_shown(o.key)}: {_shown(o.hold_reason)}"))
     # Notes are about the spec as a whole (an out-of-range pin, a withheld
     # listener, Provided mode), not about one held object.
     if p.notes:
         console.print(Text("Notes", "bold"))
         for note in p.notes:
-            console.print(f"  {note}", markup=False)
+            console.print(Text(f"  {_shown(note)}"))
 
     unmet = p.unmet
     console.print(
@@ -118,12 +134,19 @@ def print_text(p: Plan, console: Console) -> None:
         )
     )
     for result in unmet:
-        console.print(Text.assemble("  ", ("x", "red"), f" {result.component}: {result.message}"))
+        console.print(
+            Text.assemble(
+                "  ", ("x", "red"), f" {_shown(result.component)}: {_shown(result.message)}"
+            )
+        )
 
-    address = p.gateway.address or "none observed yet"
-    ca = "observed" if p.gateway.ca_certificate else "not observed yet"
+    address = _shown(p.gateway.address) if p.gateway.address else "none observed yet"
+    if p.gateway.ca_problem:
+        ca = f"not published: {_shown(p.gateway.ca_problem)}"
+    else:
+        ca = "observed" if p.gateway.ca_certificate else "not observed yet"
     console.print(Text.assemble(("Gateway", "bold"), f": address {address}; CA certificate {ca}"))
 
     console.print(Text("Objects", "bold"))
     for o in p.objects:
-        console.print(f"  {o.action:5} {o.key}", markup=False)
+        console.print(Text(f"  {o.action:5} {_shown(o.key)}"))
