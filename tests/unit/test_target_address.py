@@ -44,6 +44,7 @@ from modelplane.kube.client import (
     ApiStatusError,
     OpenCount,
     TargetClient,
+    check_server,
     get_json,
     open_target,
     raw_http,
@@ -82,6 +83,11 @@ def net(text: str) -> Any:
         ("::ffff:169.254.169.254", "169.254.0.0/16"),  # IPv4-mapped
         ("64:ff9b::a9fe:a9fe", "169.254.0.0/16"),  # NAT64 of 169.254.169.254
         ("::ffff:100.100.100.200", "100.100.100.200/32"),
+        # Unspecified: a connection to it reaches the operator's own host.
+        ("0.0.0.0", "0.0.0.0/8"),
+        ("0.1.2.3", "0.0.0.0/8"),
+        ("::", "::/128"),
+        ("::ffff:0.0.0.0", "0.0.0.0/8"),
     ],
 )
 def test_default_list_refuses_link_local_and_metadata_addresses(address: str, network: str) -> None:
@@ -107,6 +113,28 @@ def test_default_list_refuses_link_local_and_metadata_addresses(address: str, ne
 )
 def test_default_list_allows_loopback_and_ordinary_addresses(address: str) -> None:
     assert denied_by(ip(address), DEFAULT_DENIED) is None
+
+
+@pytest.mark.parametrize(
+    ("server", "address"),
+    [
+        ("https://0.0.0.0:6443", "0.0.0.0"),
+        ("https://[::]:6443", "::"),
+        # inet_aton's shorthands, which the resolver turns into 0.0.0.0.
+        ("https://0:6443", "0.0.0.0"),
+        ("https://0x0:6443", "0.0.0.0"),
+        ("https://[::ffff:0.0.0.0]:6443", "::ffff:0.0.0.0"),
+    ],
+)
+async def test_unspecified_addresses_and_their_spellings_are_refused(
+    server: str, address: str
+) -> None:
+    with pytest.raises(AddressDenied) as err:
+        await check_server(server, DEFAULT_DENIED)
+    assert err.value.address == ip(address)
+    # Loopback stays allowed: a tunnel to a target, and the tests, live there.
+    await check_server("https://127.0.0.1:6443", DEFAULT_DENIED)
+    await check_server("https://[::1]:6443", DEFAULT_DENIED)
 
 
 def test_a_name_is_refused_when_any_address_it_resolves_to_is_denied() -> None:

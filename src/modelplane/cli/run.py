@@ -90,8 +90,9 @@ def run(
         typer.Option(
             "--deny-target-cidr",
             help="Never send a target's requests (or run helm) to an address in this range "
-            "(repeatable). Replaces the default: link-local (169.254.0.0/16, fe80::/10) and "
-            "the cloud metadata addresses; 'default' stands for that list, 'none' for no "
+            "(repeatable). Replaces the default: link-local (169.254.0.0/16, fe80::/10), "
+            "the cloud metadata addresses and the unspecified ones (0.0.0.0/8, ::); "
+            "'default' stands for that list, 'none' for no "
             "range. Add the hub's own networks to keep kubeconfigs from reaching them.",
         ),
     ] = None,

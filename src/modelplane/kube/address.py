@@ -36,6 +36,14 @@ The default list, and who uses what:
   treated like 169.254.169.254.
   https://learn.microsoft.com/azure/virtual-network/what-is-ip-address-168-63-129-16
 
+- ``0.0.0.0/8`` ("this network", RFC 1122 3.2.1.3) and ``::/128`` (the
+  unspecified IPv6 address, RFC 4291 2.5.2): never a destination, yet Linux
+  connects a socket aimed at 0.0.0.0 or ``::`` to the host itself, so
+  ``https://0.0.0.0``, ``https://[::]`` and ``https://0`` (which the
+  resolver reads as 0.0.0.0) would reach the operator's own pod: its
+  metrics port and anything else listening there. All of 0/8 is taken,
+  not just 0.0.0.0: no host has such an address to connect to.
+
 Loopback stays allowed: a target on 127.0.0.1 is how a hub reaches a cluster
 through a local tunnel, and how the tests run.
 """
@@ -65,6 +73,8 @@ DEFAULT_DENIED: tuple[IPNetwork, ...] = tuple(
         "fd20:ce::254/128",
         "100.100.100.200/32",
         "168.63.129.16/32",
+        "0.0.0.0/8",
+        "::/128",
     )
 )
 # Keywords a --deny-target-cidr value may be instead of a CIDR.
