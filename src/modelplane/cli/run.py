@@ -15,17 +15,20 @@ from pydantic import ValidationError
 from modelplane.cli.options import AwsRegion, AwsStsEndpoint, NebiusTokenEndpoint
 from modelplane.kube.address import deny_list
 from modelplane.operator.leader import LeaderElection, default_namespace, lease_name
-from modelplane.operator.options import OperatorOptions
+from modelplane.operator.options import OperatorOptions, unknown_components
 from modelplane.operator.shard import normalize_selector
 
 
-def _pairs(values: list[str], flag: str) -> dict[str, str]:
+def _pairs(values: list[str], flag: str, kind: str) -> dict[str, str]:
     out = {}
     for value in values:
         name, sep, url = value.partition("=")
         if not sep or not name or not url:
             raise typer.BadParameter(f"expected COMPONENT=URL, got {value!r}", param_hint=flag)
         out[name] = url
+    problem = unknown_components(out, kind)
+    if problem:
+        raise typer.BadParameter(problem, param_hint=flag)
     return out
 
 
@@ -251,9 +254,9 @@ def run(
         selector=shard_selector,
         leader_election=election,
         chart_repository=chart_repository,
-        chart_repository_for=_pairs(chart_repository_for or [], "--chart-repository-for"),
+        chart_repository_for=_pairs(chart_repository_for or [], "--chart-repository-for", "chart"),
         gaie_manifests_url=gaie_manifests_url,
-        manifests_url_for=_pairs(manifests_url_for or [], "--manifests-url-for"),
+        manifests_url_for=_pairs(manifests_url_for or [], "--manifests-url-for", "manifests"),
         allow_unsafe_kubeconfig=allow_unsafe_kubeconfig,
         deny_target_cidrs=deny,
         resync_seconds=resync,

@@ -2,14 +2,39 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from modelplane.catalog.components import COMPONENTS
 from modelplane.credentials.identity.base import Endpoints
 from modelplane.kube.address import DEFAULT_DENIED, IPNetwork
 from modelplane.operator.leader import LeaderElection
 from modelplane.plan.planner import Sources
+
+
+def components_of_kind(kind: str) -> list[str]:
+    """The names of the catalog's components made of a chart, or of fetched manifests."""
+    return [c.name for c in COMPONENTS if c.kind == kind]
+
+
+def unknown_components(names: Iterable[str], kind: str) -> str | None:
+    """What is wrong with a per-component override's names, or None when all are known.
+
+    A name the catalog does not know (or one of another kind) would be
+    ignored, and that component's chart or manifests fetched from the public
+    upstream the override was meant to replace.
+    """
+    known = components_of_kind(kind)
+    unknown = [n for n in names if n not in known]
+    if not unknown:
+        return None
+    what = "a chart" if kind == "chart" else "fetched manifests"
+    return (
+        f"no component made of {what} is named "
+        f"{', '.join(repr(n[:80]) for n in unknown)}; known: {', '.join(known)}"
+    )
 
 
 class OperatorOptions(BaseModel):
@@ -59,6 +84,22 @@ class OperatorOptions(BaseModel):
     # Let AWS identity Secrets name the operator pod's own projected token
     # (IRSA): off by default, since that token is the operator's IAM role.
     allow_operator_identity: bool = False
+
+    @field_validator("chart_repository_for")
+    @classmethod
+    def _known_charts(cls, value: dict[str, str]) -> dict[str, str]:
+        problem = unknown_components(value, "chart")
+        if problem:
+            raise ValueError(problem)
+        return value
+
+    @field_validator("manifests_url_for")
+    @classmethod
+    def _known_manifests(cls, value: dict[str, str]) -> dict[str, str]:
+        problem = unknown_components(value, "manifests")
+        if problem:
+            raise ValueError(problem)
+        return value
 
     def endpoints(self) -> Endpoints:
         return Endpoints(
