@@ -27,11 +27,18 @@ from pathlib import Path
 import yaml
 
 from modelplane.credentials.kubeconfig import parse_kubeconfig
-from modelplane.kube.address import DEFAULT_DENIED, IPNetwork
+from modelplane.kube.address import DEFAULT_DENIED, AddressDenied, IPNetwork
 from modelplane.kube.client import check_server
 from modelplane.kube.errors import ErrorKind, KnownError
+from modelplane.kube.proxy import ConnectProxy
 from modelplane.plan.model import PlannedRelease, ReleaseAction
+from modelplane.untrusted import load_yaml
 from modelplane.wire import RELEASE_DIGEST_LABEL
+
+# What helm takes from the operator's environment: where programs are, where
+# temporary files go, and which CAs to trust (a mirror's private CA is often
+# given so). None of them says where to connect or with which credentials.
+_PASSED_ENV = ("PATH", "TMPDIR", "SSL_CERT_FILE", "SSL_CERT_DIR")
 
 
 class HelmError(KnownError):
@@ -109,17 +116,34 @@ class Helm:
             raise HelmError("no helm binary: set MODELPLANE_HELM to its path, or put helm on PATH")
         return cls(binary, home, timeout_seconds)
 
-    def _env(self) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("KUBE")}
+    def _env(self, proxy: ConnectProxy | None = None) -> dict[str, str]:
+        """helm's whole environment: its homes, the proxy, and nothing else of the pod's.
+
+        The pod's environment is the operator's, not the target's: a
+        HELM_KUBEAPISERVER, HELM_KUBETOKEN or KUBECONFIG there would override
+        the kubeconfig helm is given (helm's own settings read them), and an
+        HTTPS_PROXY or NO_PROXY would route around the operator's proxy.
+        """
+        env = {k: os.environ[k] for k in _PASSED_ENV if k in os.environ}
+        # client-go keeps its discovery cache under $HOME/.kube: ours, too.
+        env["HOME"] = str(self.home)
         for var, sub in (
             ("HELM_CACHE_HOME", "cache"),
             ("HELM_CONFIG_HOME", "config"),
             ("HELM_DATA_HOME", "data"),
         ):
             env[var] = str(self.home / sub)
+        if proxy is not None:
+            env.update(proxy.environment())
         return env
 
-    async def run(self, *args: str, kubeconfig: str, stdin: bytes | None = None) -> str:
+    async def run(
+        self,
+        *args: str,
+        kubeconfig: str,
+        stdin: bytes | None = None,
+        proxy: ConnectProxy | None = None,
+    ) -> str:
         async with _private_file(kubeconfig) as path:
             spawn = asyncio.ensure_future(
                 asyncio.create_subprocess_exec(
@@ -132,7 +156,7 @@ class Helm:
                     else asyncio.subprocess.DEVNULL,
                     stdout=asyncio.subprocess.PIPE,
                     stderr=asyncio.subprocess.PIPE,
-                    env=self._env(),
+                    env=self._env(proxy),
                     # Its own session, so its own process group: whatever
                     # helm starts (plugins, post-renderers) is in it, and no
                     # signal meant for the operator's group reaches it unasked.
@@ -244,12 +268,14 @@ async def kubeconfig_allowed(kubeconfig: str, deny: Iterable[IPNetwork]) -> None
 
 @dataclass(frozen=True)
 class TargetHelm(Helm):
-    """helm that runs only against a target the operator would connect to itself.
+    """helm that connects only where the operator would connect itself.
 
-    helm opens its own connections, outside the guarded transport, so the
-    server of the kubeconfig it gets is checked just before every call.
-    Between that check and helm's own lookup a name could change its answer;
-    the Python clients, which pin the address they checked, cannot be fooled so.
+    Every run goes through a ``ConnectProxy`` of its own (see kube/proxy.py):
+    the kubeconfig helm gets names it as each cluster's ``proxy-url`` and the
+    environment as the proxy for chart downloads, and it connects to an
+    address only after checking every address the host resolves to. The
+    kubeconfig's server is also checked before helm starts, so a denied
+    server is said as such without running helm at all.
     """
 
     deny: tuple[IPNetwork, ...] = DEFAULT_DENIED
@@ -260,9 +286,54 @@ class TargetHelm(Helm):
             helm.binary, helm.home, helm.timeout_seconds, deny=tuple(deny), groups=helm.groups
         )
 
-    async def run(self, *args: str, kubeconfig: str, stdin: bytes | None = None) -> str:
+    async def run(
+        self,
+        *args: str,
+        kubeconfig: str,
+        stdin: bytes | None = None,
+        proxy: ConnectProxy | None = None,
+    ) -> str:
         await kubeconfig_allowed(kubeconfig, self.deny)
-        return await super().run(*args, kubeconfig=kubeconfig, stdin=stdin)
+        async with ConnectProxy(self.deny) as own:
+            try:
+                return await super().run(
+                    *args, kubeconfig=through_proxy(kubeconfig, own.url), stdin=stdin, proxy=own
+                )
+            except HelmError as err:
+                if own.refused:
+                    # The cause, rather than helm's account of what followed it.
+                    raise HelmConnectionDenied(own.refused[0], str(err)) from err
+                raise
+
+
+class HelmConnectionDenied(AddressDenied):
+    """helm asked for a connection the deny list refuses: a redirect, or a chart source.
+
+    An ``AddressDenied``, so that Ready says ``TargetAddressDenied`` as it does
+    for a denied server.
+    """
+
+    def __init__(self, denied: AddressDenied, helm_said: str) -> None:
+        super().__init__(denied.host, denied.address, denied.network)
+        self.args = (
+            f"helm was refused a connection (a redirect, or a chart source): {denied.args[0]}; "
+            f"helm said: {helm_said}",
+        )
+
+
+def through_proxy(kubeconfig: str, proxy_url: str) -> str:
+    """The kubeconfig with every cluster's ``proxy-url`` set to ``proxy_url``.
+
+    Any ``proxy-url`` of its own (possible only with --allow-unsafe-kubeconfig)
+    is replaced: the deny list is not the kubeconfig's to route around.
+    """
+    doc = load_yaml(kubeconfig)
+    if not isinstance(doc, dict):
+        raise HelmError("the kubeconfig for helm is not a YAML mapping")
+    for entry in doc.get("clusters") or []:
+        if isinstance(entry, dict) and isinstance(entry.get("cluster"), dict):
+            entry["cluster"]["proxy-url"] = proxy_url
+    return str(yaml.safe_dump(doc))
 
 
 @asynccontextmanager

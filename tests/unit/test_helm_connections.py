@@ -1,0 +1,273 @@
+"""helm's connections: a clean environment, and a loopback proxy that applies the deny list.
+
+The proxy is exercised with real sockets on loopback (127.0.0.2 stands in
+for a denied address: every 127/8 address is the host's own); helm is a
+script that records what it was given. tests/integration/test_helm_connections.py
+runs the real helm through it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from modelplane.actions.helm import Helm, HelmConnectionDenied, HelmError, TargetHelm
+from modelplane.kube.address import DEFAULT_DENIED, AddressDenied, IPAddress
+from modelplane.kube.errors import ErrorKind, classify
+from modelplane.kube.proxy import ConnectProxy
+
+DENIED = (*DEFAULT_DENIED, ipaddress.ip_network("127.0.0.2/32"))
+POD_ENV = {
+    "PATH": "/usr/local/bin:/usr/bin:/bin",
+    "HELM_KUBEAPISERVER": "https://169.254.169.254",
+    "HELM_KUBETOKEN": "pod-token-never-given-to-helm",
+    "HELM_KUBECONTEXT": "other",
+    "KUBECONFIG": "/var/run/secrets/hub.kubeconfig",
+    "HTTPS_PROXY": "http://proxy.pod.example:3128",
+    "https_proxy": "http://proxy.pod.example:3128",
+    "NO_PROXY": "*",
+    "AWS_SECRET_ACCESS_KEY": "never-given-to-helm",
+    "MODELPLANE_HELM": "/usr/local/bin/helm",
+}
+
+
+def kubeconfig(server: str) -> str:
+    return yaml.safe_dump(
+        {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "current-context": "x",
+            "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
+            "clusters": [{"name": "c", "cluster": {"server": server}}],
+            "users": [{"name": "u", "user": {"token": "t"}}],
+        }
+    )
+
+
+def recording_helm(tmp: Path) -> Path:
+    """A helm that writes its environment and its kubeconfig (the argument after --kubeconfig)."""
+    script = tmp / "helm"
+    script.write_text(
+        "#!/bin/sh\n"
+        f"env > {tmp}/env\n"
+        'while [ "$1" != --kubeconfig ]; do shift; done\n'
+        f'cp "$2" {tmp}/kubeconfig\n'
+    )
+    script.chmod(0o755)
+    return script
+
+
+def read_env(path: Path) -> dict[str, str]:
+    return dict(line.split("=", 1) for line in path.read_text().splitlines() if "=" in line)
+
+
+async def test_helm_gets_its_homes_and_the_proxy_and_nothing_else_of_the_pod(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for var in list(__import__("os").environ):
+        monkeypatch.delenv(var)
+    for var, value in POD_ENV.items():
+        monkeypatch.setenv(var, value)
+    helm = TargetHelm.guarding(Helm(str(recording_helm(tmp_path)), tmp_path / "home"), DENIED)
+    await helm.run("version", kubeconfig=kubeconfig("https://127.0.0.1:1"))
+    env = read_env(tmp_path / "env")
+    # The shell adds PWD (and may add SHLVL, _); everything else is what helm was given.
+    given = {k: v for k, v in env.items() if k not in ("PWD", "SHLVL", "_")}
+    home = tmp_path / "home"
+    proxy = given["HTTPS_PROXY"]
+    assert given == {
+        "PATH": POD_ENV["PATH"],
+        "HOME": str(home),
+        "HELM_CACHE_HOME": str(home / "cache"),
+        "HELM_CONFIG_HOME": str(home / "config"),
+        "HELM_DATA_HOME": str(home / "data"),
+        "HTTPS_PROXY": proxy,
+        "HTTP_PROXY": proxy,
+        "NO_PROXY": "",
+    }
+    assert proxy.startswith("http://127.0.0.1:")
+    # client-go takes the proxy from the kubeconfig, for every cluster.
+    doc = yaml.safe_load((tmp_path / "kubeconfig").read_text())
+    assert [c["cluster"]["proxy-url"] for c in doc["clusters"]] == [proxy]
+    assert doc["clusters"][0]["cluster"]["server"] == "https://127.0.0.1:1"
+
+
+async def test_a_kubeconfigs_own_proxy_url_is_replaced_by_the_operators(tmp_path: Path) -> None:
+    helm = TargetHelm.guarding(Helm(str(recording_helm(tmp_path)), tmp_path / "home"), DENIED)
+    doc = yaml.safe_load(kubeconfig("https://127.0.0.1:1"))
+    doc["clusters"][0]["cluster"]["proxy-url"] = "http://169.254.169.254:80"
+    await helm.run("version", kubeconfig=yaml.safe_dump(doc))
+    written = yaml.safe_load((tmp_path / "kubeconfig").read_text())
+    assert written["clusters"][0]["cluster"]["proxy-url"].startswith("http://127.0.0.1:")
+
+
+# ---- the proxy ---------------------------------------------------------------------
+
+
+class Listener:
+    """A TCP server that counts connections and answers each with a fixed HTTP reply."""
+
+    def __init__(self) -> None:
+        self.accepted = 0
+        self.received: list[bytes] = []
+
+    async def start(self, host: str) -> int:
+        self.server = await asyncio.start_server(self._handle, host, 0)
+        return int(self.server.sockets[0].getsockname()[1])
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.accepted += 1
+        head = await reader.readuntil(b"\r\n\r\n")
+        self.received.append(head)
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
+        await writer.drain()
+        writer.close()
+
+    async def close(self) -> None:
+        self.server.close()
+        await self.server.wait_closed()
+
+
+@contextlib.asynccontextmanager
+async def listening(host: str) -> AsyncIterator[tuple[Listener, int]]:
+    # In the test's own event loop (an async fixture would run in another).
+    listener = Listener()
+    port = await listener.start(host)
+    try:
+        yield listener, port
+    finally:
+        await listener.close()
+
+
+async def ask(proxy: ConnectProxy, head: str) -> bytes:
+    reader, writer = await asyncio.open_connection("127.0.0.1", proxy.port)
+    writer.write(head.encode())
+    await writer.drain()
+    answer = await reader.read(65536)
+    writer.close()
+    return answer
+
+
+def resolver_of(table: dict[str, list[str]], calls: list[str]) -> Any:
+    async def resolve(host: str, port: int) -> list[IPAddress]:
+        calls.append(host)
+        return [ipaddress.ip_address(a) for a in table[host]]
+
+    return resolve
+
+
+async def test_a_connect_to_a_denied_address_is_refused_and_never_dialled() -> None:
+    async with listening("127.0.0.2") as (listener, port), ConnectProxy(DENIED) as proxy:
+        answer = await ask(proxy, f"CONNECT 127.0.0.2:{port} HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert answer.startswith(b"HTTP/1.1 403 ")
+    assert listener.accepted == 0
+    (refusal,) = proxy.refused
+    assert refusal.address == ipaddress.ip_address("127.0.0.2")
+    assert proxy.admitted == 0
+
+
+@pytest.mark.parametrize(
+    "resolved",
+    [["169.254.169.254"], ["127.0.0.1", "169.254.169.254"], ["0.0.0.0"], ["::ffff:127.0.0.2"]],
+)
+async def test_a_name_with_any_denied_address_is_refused(resolved: list[str]) -> None:
+    calls: list[str] = []
+    async with ConnectProxy(DENIED, resolver=resolver_of({"api.x": resolved}, calls)) as proxy:
+        answer = await ask(proxy, "CONNECT api.x:443 HTTP/1.1\r\n\r\n")
+    assert answer.startswith(b"HTTP/1.1 403 ")
+    assert len(proxy.refused) == 1
+
+
+async def test_a_name_is_resolved_once_and_its_checked_address_dialled() -> None:
+    calls: list[str] = []
+    resolve = resolver_of({"api.west.example": ["127.0.0.1"]}, calls)
+    async with (
+        listening("127.0.0.1") as (listener, port),
+        ConnectProxy(DENIED, resolver=resolve) as proxy,
+    ):
+        reader, writer = await asyncio.open_connection("127.0.0.1", proxy.port)
+        writer.write(f"CONNECT api.west.example:{port} HTTP/1.1\r\n\r\n".encode())
+        established = await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"GET / HTTP/1.1\r\nHost: api.west.example\r\n\r\n")
+        answer = await reader.read(65536)
+        writer.close()
+    assert established.startswith(b"HTTP/1.1 200 ")
+    assert answer.endswith(b"ok")
+    assert calls == ["api.west.example"]
+    assert listener.accepted == 1
+    assert proxy.admitted == 1
+
+
+async def test_a_plain_http_request_is_forwarded_for_one_request_only() -> None:
+    async with listening("127.0.0.1") as (listener, port), ConnectProxy(DENIED) as proxy:
+        answer = await ask(
+            proxy,
+            f"GET http://127.0.0.1:{port}/index.yaml?x=1 HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+            "Proxy-Authorization: Basic c2VjcmV0\r\nConnection: keep-alive\r\n\r\n",
+        )
+    assert answer.endswith(b"ok")
+    (head,) = listener.received
+    lines = head.decode().split("\r\n")
+    assert lines[0] == "GET /index.yaml?x=1 HTTP/1.1"
+    assert "Connection: close" in lines
+    assert not [line for line in lines if line.lower().startswith("proxy-authorization")]
+
+
+@pytest.mark.parametrize(
+    "head",
+    [
+        "GET https://127.0.0.1/ HTTP/1.1\r\n\r\n",  # https goes by CONNECT
+        "CONNECT 127.0.0.1 HTTP/1.1\r\n\r\n",  # no port
+        "GET / HTTP/1.1\r\n\r\n",  # origin-form: not a proxy request
+        "CONNECT 127.0.0.1:x HTTP/1.1\r\n\r\n",
+    ],
+)
+async def test_requests_a_proxy_does_not_take_are_bad_requests(head: str) -> None:
+    async with ConnectProxy(DENIED) as proxy:
+        assert (await ask(proxy, head)).startswith(b"HTTP/1.1 400 ")
+    assert proxy.admitted == 0
+
+
+async def test_the_proxy_is_gone_when_the_block_ends() -> None:
+    async with ConnectProxy(DENIED) as proxy:
+        port = proxy.port
+    with pytest.raises(OSError):
+        await asyncio.open_connection("127.0.0.1", port)
+
+
+# ---- what a refusal becomes -------------------------------------------------------
+
+
+async def test_a_refused_connection_is_the_runs_error_and_reads_as_a_denied_address(
+    tmp_path: Path,
+) -> None:
+    port = 9  # never dialled: the proxy refuses before it connects
+    # A helm that is redirected to the denied address: it asks its proxy, then fails.
+    script = tmp_path / "helm"
+    script.write_text(
+        "#!/bin/sh\n"
+        f"printf 'CONNECT 127.0.0.2:{port} HTTP/1.1\\r\\n\\r\\n' | "
+        f"{json.dumps(str(Path(__import__('sys').executable)))} -c "
+        "\"import os,socket,sys,urllib.parse; u=urllib.parse.urlsplit(os.environ['HTTPS_PROXY']); "
+        "s=socket.create_connection((u.hostname,u.port)); s.sendall(sys.stdin.buffer.read()); "
+        's.recv(100)"\n'
+        "echo 'Error: Kubernetes cluster unreachable: Forbidden' >&2\n"
+        "exit 1\n"
+    )
+    script.chmod(0o755)
+    helm = TargetHelm.guarding(Helm(str(script), tmp_path / "home"), DENIED)
+    with pytest.raises(HelmConnectionDenied) as caught:
+        await helm.run("list", kubeconfig=kubeconfig("https://127.0.0.1:1"))
+    assert isinstance(caught.value, AddressDenied)
+    assert not isinstance(caught.value, HelmError)
+    assert classify(caught.value).kind is ErrorKind.ADDRESS_DENIED
+    assert "127.0.0.2" in str(caught.value)
+    assert "Kubernetes cluster unreachable" in str(caught.value)
