@@ -6,6 +6,7 @@ import ipaddress
 import json
 import math
 import time
+from typing import Any
 from urllib.parse import parse_qs
 
 import pytest
@@ -169,3 +170,34 @@ async def test_the_deny_list_is_the_one_endpoints_carries() -> None:
         with pytest.raises(IdentityError, match="token_uri is refused"):
             await minter.mint()
     assert service.assertions == []
+
+
+async def test_the_token_uri_is_resolved_once_and_the_checked_address_used(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A name that answers a loopback service, then a denied address, is asked once.
+
+    DNS rebinding: had the token request resolved the name again after the
+    check, it would have gone to 127.0.0.2 (denied here, and closed).
+    """
+    import socket
+
+    real = socket.getaddrinfo
+    asked: list[str] = []
+
+    def rebinding(host: Any, port: Any, *args: Any, **kwargs: Any) -> Any:
+        if host != "tokens.rebind.test":
+            return real(host, port, *args, **kwargs)
+        asked.append(host)
+        address = "127.0.0.1" if len(asked) == 1 else "127.0.0.2"
+        return real(address, port, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", rebinding)
+    deny = (ipaddress.ip_network("127.0.0.2/32"),)
+    with google_token_service() as service:
+        account = service.account()
+        port = service.url.rsplit(":", 1)[1]
+        data = service.key_json(account, token_uri=f"http://tokens.rebind.test:{port}/token")
+        minted = await google.minter(data.encode(), TARGET, Endpoints(deny=deny)).mint()
+        assert service.valid(minted.value) == account.email
+    assert asked == ["tokens.rebind.test"]

@@ -42,7 +42,15 @@ MAX_ERROR_BODY = 64 * 1024
 _KEPT_HEADERS = ("retry-after", "audit-id")
 
 
-class GuardedTransport(httpx2.AsyncBaseTransport):
+class AddressGuard(httpx2.AsyncBaseTransport):
+    """The "where" rule alone: every request goes to an address just checked, or nowhere.
+
+    For connections whose answers are not a Kubernetes API's (a token
+    service, fetched manifests), whose error bodies and redirects their
+    callers read themselves. Redirects are never followed here: a client on
+    it follows one only by sending a new request, which is checked afresh.
+    """
+
     def __init__(
         self,
         deny: Iterable[IPNetwork],
@@ -59,10 +67,7 @@ class GuardedTransport(httpx2.AsyncBaseTransport):
         url = request.url
         port = url.port or (443 if url.scheme == "https" else 80)
         addresses = await vet(url.host, port, self._deny, self._resolve)
-        response = await self._send(request, addresses)
-        if response.is_success:
-            return response
-        return await _as_status(response)
+        return await self._send(request, addresses)
 
     async def _send(self, request: httpx2.Request, addresses: list[IPAddress]) -> httpx2.Response:
         if literal(request.url.host) is not None:
@@ -81,6 +86,16 @@ class GuardedTransport(httpx2.AsyncBaseTransport):
         if not self._closed:
             self._closed = True
             await self._inner.aclose()
+
+
+class GuardedTransport(AddressGuard):
+    """Both rules, for a target's API server: where requests go, and what comes back."""
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        response = await super().handle_async_request(request)
+        if response.is_success:
+            return response
+        return await _as_status(response)
 
 
 def _pinned(request: httpx2.Request, address: str) -> httpx2.Request:

@@ -8,9 +8,12 @@ decides where tokens come from, as google-auth does
 (``google.oauth2.service_account``, the JWT bearer grant of RFC 7523).
 
 google-auth is synchronous; its refresh runs in a worker thread, through an
-httpx2 adapter of google-auth's ``transport.Request`` interface (google-auth's
-own adapters need ``requests``, ``urllib3`` or ``aiohttp``, none of which the
-operator otherwise needs).
+adapter of google-auth's ``transport.Request`` interface that hands each
+request to an httpx2 client on the event loop (google-auth's own adapters
+need ``requests``, ``urllib3`` or ``aiohttp``, none of which the operator
+otherwise needs). That client's transport is the address guard the target's
+clients use, so the token_uri is checked at the moment it is connected to,
+with the one resolution the connection uses.
 """
 
 from __future__ import annotations
@@ -40,10 +43,11 @@ from modelplane.kube.address import (
     DEFAULT_DENIED,
     AddressDenied,
     IPNetwork,
-    host_and_port,
-    vet,
+    Resolver,
+    resolve,
 )
 from modelplane.kube.scrub import scrub
+from modelplane.kube.transport import AddressGuard
 from modelplane.untrusted import load_json
 
 SCOPES = (
@@ -77,10 +81,17 @@ class _Response(google_transport.Response):
 
 
 class _Request(google_transport.Request):
-    """google-auth's request interface over a synchronous httpx2 client."""
+    """google-auth's request interface, sent by an async client on the event loop.
 
-    def __init__(self, client: httpx2.Client) -> None:
+    google-auth refreshes in a worker thread; each request it makes is run on
+    the operator's loop through ``client``, whose transport is an
+    ``AddressGuard``: the token_uri's host is resolved, checked and connected
+    to in one step, so the address used is the one checked.
+    """
+
+    def __init__(self, client: httpx2.AsyncClient, loop: asyncio.AbstractEventLoop) -> None:
         self._client = client
+        self._loop = loop
 
     def __call__(
         self,
@@ -91,20 +102,28 @@ class _Request(google_transport.Request):
         timeout: float | None = None,
         **kwargs: Any,
     ) -> _Response:
+        seconds = timeout or TOKEN_TIMEOUT_SECONDS
+        request = self._client.request(
+            method, url, content=body, headers=dict(headers or {}), timeout=seconds
+        )
         try:
-            response = self._client.request(
-                method,
-                url,
-                content=body,
-                headers=dict(headers or {}),
-                timeout=timeout or TOKEN_TIMEOUT_SECONDS,
-            )
-        except httpx2.HTTPError as err:
+            response = asyncio.run_coroutine_threadsafe(request, self._loop).result(seconds + 5)
+        except AddressDenied as err:
+            raise _Denied(err) from None
+        except (httpx2.HTTPError, TimeoutError) as err:
             # Only the kind: httpx2's text may quote the request.
             raise google_exceptions.TransportError(  # type: ignore[no-untyped-call]
                 type(err).__name__
             ) from err
         return _Response(response)
+
+
+class _Denied(Exception):
+    """The token_uri's host resolved to a denied address when the request was made."""
+
+    def __init__(self, denied: AddressDenied) -> None:
+        super().__init__(str(denied))
+        self.denied = denied
 
 
 class StaticToken:
@@ -130,7 +149,9 @@ class ServiceAccountMinter:
         email: str,
         private_key: str,
         deny: tuple[IPNetwork, ...] = DEFAULT_DENIED,
+        resolver: Resolver = resolve,
     ) -> None:
+        self._resolver = resolver
         self._credentials = credentials
         self._token_uri = token_uri
         self._email = email
@@ -141,10 +162,9 @@ class ServiceAccountMinter:
     def __repr__(self) -> str:
         return f"ServiceAccountMinter({self._email!r})"
 
-    def _refresh(self) -> Token:
+    def _refresh(self, request: _Request) -> Token:
         started = time.time()
-        with httpx2.Client(trust_env=False, follow_redirects=False) as client:
-            self._credentials.refresh(_Request(client))  # type: ignore[no-untyped-call]
+        self._credentials.refresh(request)  # type: ignore[no-untyped-call]
         value = self._credentials.token
         if not isinstance(value, str) or not value:
             raise IdentityError(
@@ -161,24 +181,26 @@ class ServiceAccountMinter:
         return Token(value, expiry.replace(tzinfo=datetime.UTC).timestamp() - elapsed)
 
     async def mint(self) -> Token:
-        host, port = host_and_port(self._token_uri)
-        try:
-            # Checked here, as helm's server is: the request itself runs in
-            # google-auth's thread, outside the guarded transport.
-            await vet(host, port, self._deny)
-        except AddressDenied as err:
-            raise IdentityError(INVALID, f"{WHAT}'s token_uri is refused: {err}") from None
-        except httpx2.TransportError:
-            pass  # a name that does not resolve fails below, as unreachable
-        try:
-            return await asyncio.to_thread(self._refresh)
-        except google_exceptions.TransportError as err:
-            raise IdentityError(
-                IdentityFailure.UNREACHABLE,
-                f"cannot reach the token service at {self._token_uri} ({err.args[0]})",
-            ) from None
-        except google_exceptions.RefreshError as err:
-            raise self._refused(err) from None
+        # No redirect is followed and no proxy read from the environment: the
+        # one request goes where the key says, to an address the guard checked.
+        guard = AddressGuard(self._deny, httpx2.AsyncHTTPTransport(), resolver=self._resolver)
+        async with httpx2.AsyncClient(
+            transport=guard, trust_env=False, follow_redirects=False
+        ) as client:
+            request = _Request(client, asyncio.get_running_loop())
+            try:
+                return await asyncio.to_thread(self._refresh, request)
+            except _Denied as err:
+                raise IdentityError(
+                    INVALID, f"{WHAT}'s token_uri is refused: {err.denied}"
+                ) from None
+            except google_exceptions.TransportError as err:
+                raise IdentityError(
+                    IdentityFailure.UNREACHABLE,
+                    f"cannot reach the token service at {self._token_uri} ({err.args[0]})",
+                ) from None
+            except google_exceptions.RefreshError as err:
+                raise self._refused(err) from None
 
     def _refused(self, err: google_exceptions.RefreshError) -> IdentityError:
         data = err.args[1] if len(err.args) > 1 else None
