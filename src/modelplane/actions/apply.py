@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -17,9 +17,11 @@ from lightkube.resources.admissionregistration_v1 import (
     ValidatingWebhookConfiguration,
 )
 
+from modelplane.kube.address import DEFAULT_DENIED, IPNetwork
 from modelplane.kube.answers import describe_error, webhook_call_failed
 from modelplane.kube.client import waiting_out_429
 from modelplane.kube.errors import ErrorKind, KnownError
+from modelplane.kube.fetch import FetchError, fetch
 from modelplane.kube.resources import resource_of, unless_missing
 from modelplane.wire import FIELD_MANAGER
 
@@ -134,21 +136,15 @@ def shown_url(url: str) -> str:
     return urlunsplit(parsed._replace(netloc=parsed.netloc.rpartition("@")[2]))
 
 
-async def fetch_manifests(url: str, timeout: float = 60.0) -> list[dict[str, Any]]:
+async def fetch_manifests(
+    url: str, timeout: float = 60.0, *, deny: Iterable[IPNetwork] = DEFAULT_DENIED
+) -> list[dict[str, Any]]:
     """The objects of a release manifest, as the upstream (or a mirror) serves it."""
     shown = shown_url(url)
-    async with (
-        httpx2.AsyncClient(timeout=timeout, follow_redirects=True) as http,
-        http.stream("GET", url) as response,
-    ):
-        response.raise_for_status()
-        data = bytearray()
-        async for chunk in response.aiter_bytes():
-            data += chunk
-            if len(data) > MAX_MANIFEST_BYTES:
-                raise ManifestError(
-                    f"{shown} serves more than {MAX_MANIFEST_BYTES // (1024 * 1024)} MiB"
-                )
+    try:
+        data = await fetch(url, deny=deny, limit=MAX_MANIFEST_BYTES, timeout=timeout)
+    except FetchError as err:
+        raise ManifestError(f"{shown} {err}") from None
     try:
         text = bytes(data).decode("utf-8-sig")
     except UnicodeDecodeError as err:

@@ -318,7 +318,10 @@ class StackReconciler:
             others = source.other_crds if source is not None else ()
             # Vetted before it is cached: a refused set is fetched afresh next time.
             self.manifests[m.url] = vet_manifests(
-                await fetch_manifests(m.url), m.crds, others, m.url
+                await fetch_manifests(m.url, deny=self.options.deny_target_cidrs),
+                m.crds,
+                others,
+                m.url,
             )
         for body in self.manifests[m.url]:
             await apply_object(target.client, stamp(body, m.digest))
