@@ -16,8 +16,11 @@ import datetime
 import http.server
 import ipaddress
 import json
+import os
 import socket
 import ssl
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -29,9 +32,11 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
+from tests.integration.hubs import Harness
 from tests.testenv import TestEnv
+from tests.waiting import wait_for
 
-from modelplane.actions.helm import Helm, HelmConnectionDenied, HelmError, TargetHelm
+from modelplane.actions.helm import NO_HELM, Helm, HelmConnectionDenied, HelmError, TargetHelm
 from modelplane.kube.address import DEFAULT_DENIED
 from modelplane.kube.answers import describe_error
 from modelplane.kube.errors import ErrorKind, classify
@@ -237,3 +242,47 @@ def test_helm_reaches_a_real_api_server_through_the_proxy(
         target_helm.run("list", "--all-namespaces", "-o", "json", kubeconfig=kubeconfig)
     )
     assert isinstance(json.loads(out), list)
+
+
+def test_an_operator_without_helm_runs_and_says_so_where_helm_is_needed(
+    harness: Harness, tmp_path: Path
+) -> None:
+    """PATH stripped of helm, MODELPLANE_HELM unset: no traceback, no exit, a clear Ready."""
+    harness.put_secret({"kubeconfig": harness.kubeconfig_text()})
+    harness.create({})  # Managed: releases need helm
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    env = {k: v for k, v in os.environ.items() if k != "MODELPLANE_HELM"}
+    env["PATH"] = str(empty)
+    sub = harness.substrate
+    harness.proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "modelplane.cli.main",
+            "run",
+            "--kubeconfig",
+            str(harness.hub_env.kubeconfig_path),
+            "--namespace",
+            harness.ns,
+            "--chart-repository",
+            sub.chart_repository,
+            "--gaie-manifests-url",
+            f"{sub.manifests_base}/gaie-crds",
+            "--manifests-url-for",
+            f"modelexpress-crds={sub.manifests_base}/modelexpress-crds",
+        ],
+        stdout=harness.log.open("wb"),
+        stderr=subprocess.STDOUT,
+        env=env,
+    )
+
+    def said() -> dict[str, str] | None:
+        ready = harness.condition("Ready")
+        return ready if ready.get("status") == "False" and NO_HELM in ready["message"] else None
+
+    ready = wait_for("Ready=False naming the missing helm", said, deadline=120)
+    # A component that could not be acted on, as any failed release is.
+    assert ready["reason"] == "ActionFailed"
+    assert harness.proc.poll() is None, harness.log.read_text()[-2000:]
+    assert "Traceback" not in harness.log.read_text()

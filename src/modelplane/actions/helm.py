@@ -41,10 +41,31 @@ from modelplane.wire import RELEASE_DIGEST_LABEL
 _PASSED_ENV = ("PATH", "TMPDIR", "SSL_CERT_FILE", "SSL_CERT_DIR")
 
 
+NO_HELM = "no helm binary: set MODELPLANE_HELM to its path, or put helm on PATH"
+
+
 class HelmError(KnownError):
     """helm failed; the message is helm's own stderr, trimmed."""
 
     kind = ErrorKind.HELM_FAILED
+
+
+def locate() -> str | None:
+    """The helm named by ``$MODELPLANE_HELM``, else the first ``helm`` on ``$PATH``, else None.
+
+    ``HelmError`` when MODELPLANE_HELM names no executable: that is a
+    mistake in how the operator was started, not a missing helm.
+    """
+    override = os.environ.get("MODELPLANE_HELM")
+    if override:
+        binary = shutil.which(override)
+        if binary is None:
+            raise HelmError(
+                f"MODELPLANE_HELM={override} is not an executable helm binary; "
+                "point it at helm, or unset it to use the helm on PATH"
+            )
+        return binary
+    return shutil.which("helm")
 
 
 class ProcessGroups:
@@ -101,20 +122,13 @@ class Helm:
 
     @classmethod
     def find(cls, home: Path, timeout_seconds: int = 600) -> Helm:
-        """The helm named by ``$MODELPLANE_HELM``, else the first ``helm`` on ``$PATH``."""
-        override = os.environ.get("MODELPLANE_HELM")
-        if override:
-            binary = shutil.which(override)
-            if binary is None:
-                raise HelmError(
-                    f"MODELPLANE_HELM={override} is not an executable helm binary; "
-                    "point it at helm, or unset it to use the helm on PATH"
-                )
-            return cls(binary, home, timeout_seconds)
-        binary = shutil.which("helm")
-        if binary is None:
-            raise HelmError("no helm binary: set MODELPLANE_HELM to its path, or put helm on PATH")
-        return cls(binary, home, timeout_seconds)
+        """The helm ``locate`` finds; without one, a Helm whose every run says so.
+
+        A Provided-only operator never runs helm, so no helm is not a reason
+        to stop: the first release that needs it fails with ``NO_HELM``,
+        which Ready says.
+        """
+        return cls(locate() or "", home, timeout_seconds)
 
     def _env(self, proxy: ConnectProxy | None = None) -> dict[str, str]:
         """helm's whole environment: its homes, the proxy, and nothing else of the pod's.
@@ -144,6 +158,8 @@ class Helm:
         stdin: bytes | None = None,
         proxy: ConnectProxy | None = None,
     ) -> str:
+        if not self.binary:
+            raise HelmError(NO_HELM)
         async with _private_file(kubeconfig) as path:
             spawn = asyncio.ensure_future(
                 asyncio.create_subprocess_exec(

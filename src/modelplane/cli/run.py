@@ -6,12 +6,15 @@ import asyncio
 import contextlib
 import ipaddress
 import logging
+import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from pydantic import ValidationError
 
+from modelplane.actions.helm import NO_HELM, HelmError
+from modelplane.actions.helm import locate as locate_helm
 from modelplane.cli.options import AwsRegion, AwsStsEndpoint, NebiusTokenEndpoint
 from modelplane.kube.address import deny_list
 from modelplane.operator.leader import LeaderElection, default_namespace, lease_name
@@ -271,6 +274,16 @@ def run(
         nebius_token_endpoint=nebius_token_endpoint,
         allow_operator_identity=allow_operator_identity,
     )
+    try:
+        helm = locate_helm()
+    except HelmError as err:
+        print(f"error: {err}", file=sys.stderr)
+        raise typer.Exit(2) from None
+    if helm is None:
+        # A Provided-only operator needs no helm; a Managed release says it.
+        logging.getLogger("modelplane.operator").warning(
+            "%s: Managed components fail until one is given; Provided ones need none", NO_HELM
+        )
     from modelplane.operator.handlers import run as run_operator
 
     with contextlib.suppress(KeyboardInterrupt):
