@@ -286,3 +286,33 @@ def test_an_operator_without_helm_runs_and_says_so_where_helm_is_needed(
     assert ready["reason"] == "ActionFailed"
     assert harness.proc.poll() is None, harness.log.read_text()[-2000:]
     assert "Traceback" not in harness.log.read_text()
+
+
+def test_a_kubeconfig_that_skips_tls_verification_is_said_in_a_warning_event(
+    harness: Harness,
+) -> None:
+    doc = dict(harness.target_env.kubeconfig)
+    doc["clusters"] = [
+        {
+            "name": entry["name"],
+            "cluster": {"server": entry["cluster"]["server"], "insecure-skip-tls-verify": True},
+        }
+        for entry in doc["clusters"]
+    ]
+    harness.put_secret({"kubeconfig": yaml.safe_dump(doc)})
+    harness.create({"components": "Provided"})
+    harness.start()
+
+    def warned() -> list[dict[str, str]] | None:
+        events = harness.hub_env.http_client().get(f"/api/v1/namespaces/{harness.ns}/events")
+        found = [
+            e
+            for e in events.json()["items"]
+            if e["reason"] == "InsecureTarget" and e["type"] == "Warning"
+        ]
+        return found or None
+
+    (event,) = wait_for("an InsecureTarget Warning event", warned, deadline=90)
+    assert "insecure-skip-tls-verify" in event["message"]
+    # Allowed, though: the operator reached the target and reconciled it.
+    harness.wait_condition("RequirementsMet", "False", "RequirementsUnmet", deadline=90)

@@ -217,6 +217,15 @@ async def connect(
         config = parse_kubeconfig(kubeconfig, allow_unsafe=allow_unsafe)
     except KubeconfigError as err:
         raise CredentialsError("KubeconfigRefused", str(err)) from err
+    if identity is not None and config.cluster.insecure:
+        # The identity's tokens would go to whoever answers: refused, not warned.
+        raise CredentialsError(
+            "KubeconfigRefused",
+            f"cluster {config.context.cluster!r} sets insecure-skip-tls-verify, so the "
+            f"server's certificate would not be checked and the {identity.type} identity's "
+            "tokens would go to whoever answers at its address; remove it and give "
+            "certificate-authority-data",
+        )
     source = None
     if identity is not None:
         source = token_source(

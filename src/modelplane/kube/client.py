@@ -39,6 +39,15 @@ T = TypeVar("T")
 
 PAGE_SIZE = 500
 
+# What a Target says when its kubeconfig turns certificate checks off: the
+# connection is allowed (its own credential is the kubeconfig author's to
+# risk), but not silently.
+INSECURE_TLS_WARNING = (
+    "the kubeconfig sets insecure-skip-tls-verify: the target's TLS certificate is not "
+    "checked, so anyone who can answer at its address is taken for it; give "
+    "certificate-authority-data instead"
+)
+
 
 class TargetError(Exception):
     """The target could not be reached or answered in a way we cannot use."""
@@ -144,6 +153,9 @@ class Target:
     kubeconfig: str = field(repr=False)
     identity: Tokens | None = field(default=None, repr=False)
     count: OpenCount = field(default=TARGETS, repr=False)
+    # Safe to show, for a condition: what about this connection is unsafe
+    # but allowed (``INSECURE_TLS_WARNING``).
+    warnings: tuple[str, ...] = ()
     _closed: bool = field(default=False, repr=False)
 
     async def helm_kubeconfig(self) -> str:
@@ -233,7 +245,10 @@ async def open_target(
     )
     client = TargetClient(config, params)
     count.opened()
-    return Target(client=client, kubeconfig=kubeconfig, identity=identity, count=count)
+    warnings = (INSECURE_TLS_WARNING,) if config.cluster.insecure else ()
+    return Target(
+        client=client, kubeconfig=kubeconfig, identity=identity, count=count, warnings=warnings
+    )
 
 
 # ---- reads as plain JSON ----------------------------------------------------------

@@ -66,6 +66,8 @@ MAX_ROUNDS = 6
 INVALID_SPEC = BlockedReason.INVALID_SPEC
 # A hand edit of fields the operator owns, taken back (see plan.drift).
 DRIFT_CORRECTED = "DriftCorrected"
+# A Warning event: the target connection is allowed but unsafe (Target.warnings).
+INSECURE_TARGET = "InsecureTarget"
 # The errors one component's action may end in; anything else stops the reconcile.
 ACTION_ERRORS = (
     WebhookNotReady,
@@ -103,6 +105,8 @@ class StackReconciler:
     version_warnings: frozenset[str] = frozenset()
     # The clientCAs warnings last reported by event, likewise.
     client_ca_warnings: frozenset[str] = frozenset()
+    # Target.warnings said so far: each gets one Warning event when it appears.
+    connection_warnings: frozenset[str] = frozenset()
     # The spec error last reported by event, likewise.
     invalid_spec: str | None = None
     # When the target was last read directly, for the full relist; and
@@ -170,6 +174,7 @@ class StackReconciler:
                 last_went_wrong=self.went_wrong,
                 direct_read_due=self._direct_read_due(),
             )
+            self._report_connection(target)
             # Nothing is written to a target another ServingStack holds.
             blocked = await claim.before_reconcile(
                 target.client, stack, self.emit, body.get("status")
@@ -273,6 +278,13 @@ class StackReconciler:
         """
         for finished in set(self.failures) - p.components_with_work:
             self._succeeded(finished)
+
+    def _report_connection(self, target: Target) -> None:
+        """One Warning event per unsafe trait of the connection, when it appears."""
+        warnings = frozenset(target.warnings)
+        for message in sorted(warnings - self.connection_warnings):
+            self.emit("Warning", INSECURE_TARGET, message)
+        self.connection_warnings = warnings
 
     def _report_versions(self, p: Plan) -> None:
         """One Warning event per out-of-range pin, when it appears, not on every resync."""
