@@ -4,9 +4,10 @@ A fake API server on loopback answers every request with a redirect to a
 denied address (127.0.0.2, added to the deny list: every 127/8 address is
 this host's, so a listener there proves whether helm ever reached it). helm
 runs as the operator runs it, through ``TargetHelm``, over HTTPS (CONNECT
-through the proxy) and plain HTTP (absolute-form requests). A second test
-puts HELM_KUBETOKEN and HELM_KUBEAPISERVER in the operator's environment and
-shows neither reaches helm.
+through the proxy) and plain HTTP (absolute-form requests). Another puts
+HELM_KUBETOKEN and HELM_KUBEAPISERVER in the operator's environment and
+shows neither reaches helm. The last two run the operator: with no helm on
+PATH, and against a kubeconfig that skips TLS verification.
 """
 
 from __future__ import annotations

@@ -9,6 +9,10 @@ that started it owns: a run that is cancelled, times out or is abandoned
 when the operator stops takes that whole group down with it and reaps helm,
 and ``kill_running`` ends every group at once for a leader that must stop
 acting this instant (see operator/leader.py).
+
+helm's environment is built from nothing (``Helm._env``), and a
+``TargetHelm`` connects only through a loopback proxy of its own run that
+applies the deny list to every connection helm opens (kube/proxy.py).
 """
 
 from __future__ import annotations

@@ -6,7 +6,9 @@ token paths). Any of those would let whoever writes a Secret on the hub run
 code or read files as the operator, so they are refused unless the operator
 was started with ``--allow-unsafe-kubeconfig`` (the same stance Flux takes
 with ``--insecure-kubeconfig-exec``). A ``proxy-url`` is refused with them:
-helm would send every request through it, to an address no check saw.
+it would send requests through a proxy of the kubeconfig's choosing, to an
+address no check saw (helm's is replaced by the operator's own proxy in any
+case, see kube/proxy.py).
 Error messages name the offending field, never its value.
 
 With a cloud identity entry in ``spec.secrets`` the kubeconfig gives only the
