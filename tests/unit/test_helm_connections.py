@@ -12,6 +12,8 @@ import asyncio
 import contextlib
 import ipaddress
 import json
+import os
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -72,7 +74,7 @@ def read_env(path: Path) -> dict[str, str]:
 async def test_helm_gets_its_homes_and_the_proxy_and_nothing_else_of_the_pod(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    for var in list(__import__("os").environ):
+    for var in list(os.environ):
         monkeypatch.delenv(var)
     for var, value in POD_ENV.items():
         monkeypatch.setenv(var, value)
@@ -255,7 +257,7 @@ async def test_a_refused_connection_is_the_runs_error_and_reads_as_a_denied_addr
     script.write_text(
         "#!/bin/sh\n"
         f"printf 'CONNECT 127.0.0.2:{port} HTTP/1.1\\r\\n\\r\\n' | "
-        f"{json.dumps(str(Path(__import__('sys').executable)))} -c "
+        f"{json.dumps(sys.executable)} -c "
         "\"import os,socket,sys,urllib.parse; u=urllib.parse.urlsplit(os.environ['HTTPS_PROXY']); "
         "s=socket.create_connection((u.hostname,u.port)); s.sendall(sys.stdin.buffer.read()); "
         's.recv(100)"\n'
