@@ -22,8 +22,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import yaml
-
 from modelplane.catalog.facts import (
     ClusterFacts,
     ConfigMapsNamed,
@@ -40,12 +38,20 @@ from modelplane.catalog.types import (
     Values,
     Workloads,
 )
+from modelplane.untrusted import UntrustedInputError, load_yaml, printable
 
 if TYPE_CHECKING:
     from modelplane.api.models import ServingStackSpec
 
 MET, WARNING, UNKNOWN = RequirementStatus.MET, RequirementStatus.WARNING, RequirementStatus.UNKNOWN
 MAX_LISTED = 5
+# How much of one value from the target a message shows (see ``show``).
+MAX_SHOWN = 300
+# A name the API server accepts is at most 253 characters.
+MAX_NAME = 253
+# A whole finding's message: several values and a fix, short enough that a
+# status listing a few findings stays far below what the hub accepts.
+MAX_MESSAGE = 1024
 
 
 # ---- the kinds -------------------------------------------------------------------------
@@ -118,14 +124,17 @@ class ConfigFileWired:
         expected = self.expected(spec)
         failures: list[str] = []
         for cm in found:
-            where = f"ConfigMap {cm.namespace}/{cm.name} key {self.key}"
+            where = f"ConfigMap {named(cm.namespace, cm.name)} key {self.key}"
             if self.key not in cm.data:
                 failures.append(f"{where} is missing")
                 continue
             try:
-                doc = yaml.safe_load(cm.data[self.key])
-            except yaml.YAMLError:
-                failures.append(f"{where} is not YAML")
+                # A tenant may write a ConfigMap of this name in any
+                # namespace: aliases, depth and size are bounded before
+                # anything walks the document (``modelplane.untrusted``).
+                doc = load_yaml(cm.data[self.key])
+            except UntrustedInputError as err:
+                failures.append(f"{where} cannot be read: {err}")
                 continue
             diffs = differences(
                 expected, doc, exact=frozenset(self.exact), unset_means=dict(self.unset_means)
@@ -340,9 +349,14 @@ def matching(spec: Workloads, workloads: list[ObservedWorkload]) -> list[Observe
     ]
 
 
+def named(namespace: str, name: str) -> str:
+    """How a message names an object the target holds: ``ns/name``, made printable."""
+    return f"{printable(namespace, MAX_NAME)}/{printable(name, MAX_NAME)}"
+
+
 def ref(w: ObservedWorkload) -> str:
     """How a message names a workload: ``Deployment ns/name``."""
-    return f"{w.kind} {w.namespace}/{w.name}"
+    return f"{w.kind} {named(w.namespace, w.name)}"
 
 
 def kinds_of(spec: Workloads) -> str:
@@ -476,13 +490,57 @@ def _exactly(want: Any, got: Any, path: str, unset_means: dict[str, Any]) -> lis
 
 
 def _same(a: Any, b: Any) -> bool:
-    # By canonical JSON, so true is not 1 and 1063 is not "1063".
-    return show(a) == show(b)
+    # By canonical JSON, so true is not 1 and 1063 is not "1063". Whole, not
+    # cut: both sides passed the parse bounds, and a cut would make two long
+    # values that differ at the end equal.
+    return _canonical(a) == _canonical(b)
 
 
-def show(value: Any) -> str:
-    """A value as a message shows it: canonical JSON."""
+def _canonical(value: Any) -> str:
     return json.dumps(value, sort_keys=True, default=str)
+
+
+class _Text(str):
+    """A piece of ``show``'s output, as opposed to a value still to be shown."""
+
+
+def show(value: Any, limit: int = MAX_SHOWN) -> str:
+    """A value as a message shows it: canonical JSON, cut to ``limit`` characters.
+
+    Written piece by piece and stopped at the limit, without recursion: a
+    value from a target may be an alias graph that is small in memory and
+    gigabytes as text, or nested thousands deep, and only the first
+    ``limit`` characters of it are ever shown.
+    """
+    out: list[str] = []
+    size = 0
+    pending: list[Any] = [value]
+    while pending and size <= limit:
+        item = pending.pop()
+        if isinstance(item, _Text):
+            piece: str = item
+        elif isinstance(item, dict):
+            entries = sorted(item.items(), key=lambda kv: str(kv[0]))
+            piece = "{"
+            tail: list[Any] = [_Text("}")]
+            for i, (key, val) in reversed(list(enumerate(entries))):
+                tail += [val, _Text(json.dumps(str(key)) + ": ")]
+                if i:
+                    tail.append(_Text(", "))
+            pending += tail
+        elif isinstance(item, (list, tuple)):
+            piece = "["
+            tail = [_Text("]")]
+            for i in range(len(item) - 1, -1, -1):
+                tail.append(item[i])
+                if i:
+                    tail.append(_Text(", "))
+            pending += tail
+        else:
+            piece = json.dumps(item, default=str)
+        out.append(piece)
+        size += len(piece)
+    return printable("".join(out), limit)
 
 
 def is_nfd_vendor_label(gpus: GpuNodes, key: str, value: str) -> bool:

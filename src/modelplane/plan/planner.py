@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from modelplane.api.models import ServingStack, client_ca_warnings
+from modelplane.catalog.advisories import MAX_MESSAGE
 from modelplane.catalog.components import components_for
 from modelplane.catalog.configuration import (
     ConfigObject,
@@ -38,6 +39,7 @@ from modelplane.plan.model import (
     work_left,
 )
 from modelplane.plan.observed import Observed, ObservedRelease
+from modelplane.untrusted import printable
 from modelplane.wire import DIGEST_ANNOTATION, digest, object_key, stamp
 
 CONFIGURATION = "configuration"
@@ -197,7 +199,9 @@ def _advisories(
                     component=component.name,
                     requirement=advisory.title,
                     status=status,
-                    message=message,
+                    # Built from what the target holds: made printable and
+                    # cut here, once for every kind of advisory.
+                    message=printable(message, MAX_MESSAGE),
                     severity=Severity.ADVISORY,
                 )
             )

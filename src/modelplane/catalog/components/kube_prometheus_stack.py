@@ -12,6 +12,7 @@ from modelplane.catalog.advisories import (
     WARNING,
     WorkloadsAvailable,
     cannot,
+    named,
     show,
 )
 from modelplane.catalog.components._common import BOTH
@@ -73,8 +74,8 @@ class SelectsEverything:
             ]
             if not bad:
                 fields = " and ".join(self.fields)
-                return MET, f"{self.kind} {obj.namespace}/{obj.name} sets {fields} to {{}}"
-            failures.append(f"{self.kind} {obj.namespace}/{obj.name}: {', '.join(bad)}")
+                return MET, f"{self.kind} {named(obj.namespace, obj.name)} sets {fields} to {{}}"
+            failures.append(f"{self.kind} {named(obj.namespace, obj.name)}: {', '.join(bad)}")
         return WARNING, f"{'; '.join(failures[:MAX_LISTED])}: {self.fix}"
 
 

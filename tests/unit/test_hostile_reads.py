@@ -1,0 +1,101 @@
+"""What the operator reads from a target is hostile: every parse bounded, every value cut.
+
+One test per parse site of target text: the advisories' ConfigMap YAML and
+the custom objects they show, drift's ``k:{...}`` managedFields keys, the
+watch stream's lines, an error body, and fetched manifests. A refused parse
+is a finding or an error naming the object, never a crash and never the text.
+"""
+
+from __future__ import annotations
+
+import yaml
+
+from modelplane.catalog.components.kube_prometheus_stack import PROMETHEUS
+from modelplane.checks.checker import check_results
+from modelplane.pins import Stack
+from modelplane.plan.model import RequirementResult, RequirementStatus
+from modelplane.plan.observed import ClusterFacts, Observed, ObservedConfigMap, ObservedObject
+
+EXTENSION_MANAGER = "Envoy Gateway's extensionManager is wired to the AI Gateway"
+PROMETHEUS_SELECTS = "Prometheus selects PodMonitors in every namespace"
+# Far more than any message the status shows, far less than a bomb expands to.
+MESSAGE_CEILING = 2000
+
+
+def alias_bomb(levels: int, key: str = "extensionManager") -> str:
+    """Nine references per level: 9**levels nodes from a few hundred bytes, under ``key``."""
+    lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x]"]
+    for i in range(1, levels + 1):
+        lines.append(f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]")
+    lines.append(f"{key}: *a{levels}")
+    return "\n".join(lines) + "\n"
+
+
+def _result(observed: Observed, title: str) -> RequirementResult:
+    (found,) = [r for r in check_results(Stack.STANDARD, observed) if r.requirement == title]
+    return found
+
+
+def _config_map(value: str, namespace: str = "tenant-a") -> Observed:
+    cm = ObservedConfigMap(
+        namespace=namespace, name="envoy-gateway-config", data={"envoy-gateway.yaml": value}
+    )
+    return Observed(cluster=ClusterFacts(config_maps=[cm]))
+
+
+def test_an_alias_bomb_in_the_extension_manager_configmap_is_a_warning() -> None:
+    # 532 bytes that expand to 9**9 nodes: a 484 MB message with plain safe_load.
+    bomb = alias_bomb(9)
+    assert len(bomb) < 650
+    found = _result(_config_map(bomb), EXTENSION_MANAGER)
+    assert found.status is RequirementStatus.WARNING
+    assert "ConfigMap tenant-a/envoy-gateway-config key envoy-gateway.yaml" in found.message
+    assert "aliases" in found.message
+    assert "*a8" not in found.message  # never the text
+    assert len(found.message) <= MESSAGE_CEILING
+
+
+def test_deep_yaml_in_a_configmap_is_a_warning_not_a_recursion_error() -> None:
+    found = _result(_config_map("[" * 5000 + "]" * 5000), EXTENSION_MANAGER)
+    assert found.status is RequirementStatus.WARNING
+    assert "nested deeper" in found.message
+
+
+def test_a_configmap_value_that_is_large_and_wrong_gives_a_short_message() -> None:
+    # Within every parse bound, but shown in full it would be megabytes.
+    doc = {"extensionManager": {"hooks": {"xdsTranslator": {"post": ["x" * 100] * 5000}}}}
+    found = _result(_config_map(yaml.safe_dump(doc)), EXTENSION_MANAGER)
+    assert found.status is RequirementStatus.WARNING
+    assert len(found.message) <= MESSAGE_CEILING
+
+
+def test_control_characters_from_the_target_never_reach_a_message() -> None:
+    found = _result(_config_map("gateway: {}\n", namespace="ns\x1b[2J"), EXTENSION_MANAGER)
+    assert "\x1b" not in found.message
+    assert "\\u001b" in found.message
+
+
+def _prometheus(spec: object) -> Observed:
+    obj = ObservedObject(namespace="monitoring", name="k8s", spec={"podMonitorSelector": spec})
+    return Observed(cluster=ClusterFacts(custom={PROMETHEUS.key: [obj]}))
+
+
+def test_a_custom_object_is_shown_cut_however_large_it_expands() -> None:
+    # What an alias graph parses to: 9**9 leaves behind a few hundred shared
+    # lists. Shown whole (json.dumps) it runs to gigabytes.
+    node: object = ["x"] * 9
+    for _ in range(9):
+        node = [node] * 9
+    found = _result(_prometheus(node), PROMETHEUS_SELECTS)
+    assert found.status is RequirementStatus.WARNING
+    assert "Prometheus monitoring/k8s: spec.podMonitorSelector is [[[" in found.message
+    assert len(found.message) <= MESSAGE_CEILING
+
+
+def test_a_deep_custom_object_is_shown_without_recursion() -> None:
+    node: object = {}
+    for _ in range(5000):
+        node = {"a": node}
+    found = _result(_prometheus(node), PROMETHEUS_SELECTS)
+    assert found.status is RequirementStatus.WARNING
+    assert len(found.message) <= MESSAGE_CEILING
