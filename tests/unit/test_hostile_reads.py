@@ -8,13 +8,17 @@ is a finding or an error naming the object, never a crash and never the text.
 
 from __future__ import annotations
 
+from typing import Any
+
 import yaml
 
 from modelplane.catalog.components.kube_prometheus_stack import PROMETHEUS
 from modelplane.checks.checker import check_results
 from modelplane.pins import Stack
+from modelplane.plan.drift import drifted_fields, owned_fields
 from modelplane.plan.model import RequirementResult, RequirementStatus
 from modelplane.plan.observed import ClusterFacts, Observed, ObservedConfigMap, ObservedObject
+from modelplane.wire import FIELD_MANAGER
 
 EXTENSION_MANAGER = "Envoy Gateway's extensionManager is wired to the AI Gateway"
 PROMETHEUS_SELECTS = "Prometheus selects PodMonitors in every namespace"
@@ -99,3 +103,50 @@ def test_a_deep_custom_object_is_shown_without_recursion() -> None:
     found = _result(_prometheus(node), PROMETHEUS_SELECTS)
     assert found.status is RequirementStatus.WARNING
     assert len(found.message) <= MESSAGE_CEILING
+
+
+# ---- drift: managedFields ------------------------------------------------------------
+
+
+def _deep(levels: int) -> dict[str, Any]:
+    node: dict[str, Any] = {}
+    for _ in range(levels):
+        node = {"f:a": node}
+    return node
+
+
+def _apply_entry(fields: dict[str, Any]) -> dict[str, Any]:
+    return {"manager": FIELD_MANAGER, "operation": "Apply", "fieldsV1": fields}
+
+
+# What a listener whose list key is not understood counts as: not owned.
+LOST_LISTENER = ["spec.listeners[name=http].name", "spec.listeners[name=http].port"]
+
+
+def test_a_deep_list_key_in_managed_fields_is_no_recursion_error() -> None:
+    desired = {"spec": {"listeners": [{"name": "http", "port": 80}]}}
+    deep_key = "k:" + "[" * 100_000 + "]" * 100_000
+    owned = {"f:spec": {"f:listeners": {deep_key: {}}}}
+    # The garbled key names no item of ours: the listener is not owned.
+    assert drifted_fields(desired, owned) == LOST_LISTENER
+
+
+def test_a_list_key_that_is_too_long_is_ignored() -> None:
+    desired = {"spec": {"listeners": [{"name": "http", "port": 80}]}}
+    huge = 'k:{"name":"http","x":"' + "y" * 100_000 + '"}'
+    owned = {"f:spec": {"f:listeners": {huge: {}}}}
+    assert drifted_fields(desired, owned) == LOST_LISTENER
+
+
+def test_deep_managed_fields_are_not_observed_rather_than_a_recursion_error() -> None:
+    # Two Apply entries of ours (a target may write anything there): their
+    # union would recurse as deep as they are nested.
+    deep = _deep(100_000)
+    metadata = {"managedFields": [_apply_entry(deep), _apply_entry(deep)]}
+    assert owned_fields(metadata, FIELD_MANAGER) is None
+
+
+def test_managed_fields_within_the_bound_are_read_as_before() -> None:
+    metadata = {"managedFields": [_apply_entry(_deep(10)), _apply_entry({"f:b": {}})]}
+    owned = owned_fields(metadata, FIELD_MANAGER)
+    assert owned is not None and set(owned) == {"f:a", "f:b"}

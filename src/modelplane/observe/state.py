@@ -127,8 +127,13 @@ def to_observed(listed: Listed) -> Observed:
                 applied[object_key(body)] = annotations[DIGEST_ANNOTATION]
                 # CRDs come from fetched manifests the plan holds no body
                 # of, and their fieldsV1 run to hundreds of KiB: digest only.
-                if kind != "CustomResourceDefinition":
-                    owned[object_key(body)] = owned_fields(body["metadata"], FIELD_MANAGER)
+                fields = (
+                    owned_fields(body["metadata"], FIELD_MANAGER)
+                    if kind != "CustomResourceDefinition"
+                    else None
+                )
+                if fields is not None:
+                    owned[object_key(body)] = fields
             if kind == "Gateway" and body["metadata"]["name"] == GATEWAY_NAME:
                 addresses = (body.get("status") or {}).get("addresses") or []
                 gateway_addresses = [a["value"] for a in addresses if a.get("value")]

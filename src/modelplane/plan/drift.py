@@ -29,16 +29,25 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from modelplane.untrusted import Limits, UntrustedInputError, check_depth, load_json
+
 # Identity, not content: fieldsV1 never lists them.
 _IDENTITY = {"apiVersion", "kind"}
 _METADATA_IDENTITY = {"name", "namespace"}
+# managedFields are the target's text. A list key names an item by a few
+# short fields (a name, a port and protocol, a mount path): small and flat.
+_KEY_LIMITS = Limits(max_bytes=16 * 1024, max_depth=4)
+# The nesting of fieldsV1 follows the object's own, which stays far below.
+MAX_FIELDS_DEPTH = 64
 
 
-def owned_fields(metadata: dict[str, Any], manager: str) -> dict[str, Any]:
+def owned_fields(metadata: dict[str, Any], manager: str) -> dict[str, Any] | None:
     """``manager``'s applied fields (fieldsV1) on a live object; ``{}`` if it owns none.
 
     Only its Apply entries count, on the main resource: a status written
-    under the same name is not configuration.
+    under the same name is not configuration. None when an entry is nested
+    deeper than ``MAX_FIELDS_DEPTH``: what the manager owns is then not
+    observed, and the digest alone decides (see ``Observed.owned``).
     """
     owned: dict[str, Any] = {}
     for entry in metadata.get("managedFields") or []:
@@ -48,7 +57,14 @@ def owned_fields(metadata: dict[str, Any], manager: str) -> dict[str, Any]:
             and not entry.get("subresource")
             and entry.get("fieldsType", "FieldsV1") == "FieldsV1"
         ):
-            owned = _union(owned, entry.get("fieldsV1") or {})
+            fields = entry.get("fieldsV1") or {}
+            try:
+                # Bounded here, so the union and the walks below recurse
+                # at most this deep.
+                check_depth(fields, MAX_FIELDS_DEPTH)
+            except UntrustedInputError:
+                return None
+            owned = _union(owned, fields)
     return owned
 
 
@@ -133,8 +149,8 @@ def _key_fields(node_key: str) -> Any:
     if not node_key.startswith("k:"):
         return None
     try:
-        return json.loads(node_key[2:])
-    except ValueError:
+        return load_json(node_key[2:], _KEY_LIMITS)
+    except UntrustedInputError:
         return None
 
 
