@@ -5,19 +5,28 @@ per kind the product applies (filtered to its own objects by label), one
 LIST of Helm's release Secrets that carry the product's label, the
 DeviceClasses, and the CA ConfigMap when a hostname is set. Never one GET
 per object.
+
+A label is no proof: a target's tenants may label their own objects as the
+product's. ``to_observed`` (one conversion for these reads and the watches)
+takes a release only from its release namespace under Helm's own name for it,
+the address only from the product's Gateway, and the CA only as certificates.
 """
 
 from __future__ import annotations
 
+import binascii
+import re
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
+from cryptography import x509
+from cryptography.hazmat.primitives.serialization import Encoding
 from lightkube import AsyncClient
 from lightkube.resources.core_v1 import ConfigMap
 
 from modelplane.api.models import ServingStackSpec
-from modelplane.catalog.components import components_for
+from modelplane.catalog.components import COMPONENTS, components_for
 from modelplane.catalog.configuration import (
     CA_KEY,
     CLUSTER_CA,
@@ -46,6 +55,24 @@ SECRETS = ApiRef("", "v1", "secrets")
 # The product's own objects, and Helm's release Secrets that carry its digest.
 OURS = f"{MANAGED_BY_LABEL}={MANAGED_BY}"
 RELEASE_SECRETS = f"owner=helm,{RELEASE_DIGEST_LABEL}"
+# Where each release the catalog installs lives: Helm reads a release only
+# from its release namespace, and so does the operator. The Secrets are
+# listed in every namespace (one LIST, one watch) and filtered here, so a
+# tenant's look-alike elsewhere is never the release.
+RELEASE_NAMESPACES = {c.release_name: c.namespace for c in COMPONENTS if c.chart is not None}
+# The name Helm's Secret storage gives a revision (pkg/storage/driver,
+# makeKey: "sh.helm.release.v1." + name + ".v" + version).
+_RELEASE_SECRET = re.compile(r"sh\.helm\.release\.v1\.(.+)\.v([1-9][0-9]{0,8})")
+# An address as the Gateway API's status carries one (an IP or a hostname,
+# at most 253 characters); anything else is not published.
+_ADDRESS = re.compile(r"[A-Za-z0-9][A-Za-z0-9.:\-\[\]%]{0,252}")
+# The CA the status publishes: at most this many certificates, and no more
+# than the status field holds (ServingStack status.gateway.caCertificate).
+MAX_CA_CERTIFICATES = 16
+MAX_CA_BYTES = 16384
+_PEM_BLOCK = re.compile(
+    r"-----BEGIN ([A-Z0-9 ]{1,40})-----\r?\n(.*?)-----END \1-----[ \t]*(?:\r?\n|$)", re.DOTALL
+)
 
 
 def _kinds(spec: ServingStackSpec) -> set[tuple[str, str, bool]]:
@@ -134,10 +161,11 @@ def to_observed(listed: Listed) -> Observed:
                 )
                 if fields is not None:
                     owned[object_key(body)] = fields
-            if kind == "Gateway" and body["metadata"]["name"] == GATEWAY_NAME:
-                addresses = (body.get("status") or {}).get("addresses") or []
-                gateway_addresses = [a["value"] for a in addresses if a.get("value")]
+            if _is_product_gateway(body):
+                gateway_addresses = _addresses(body)
     ca = listed.ca_configmap
+    ca_text = (ca.get("data") or {}).get(CA_KEY) if ca else None
+    ca_certificate, ca_problem = bundle_ca(ca_text) if ca_text else (None, None)
     return observed.model_copy(
         update={
             "applied": applied,
@@ -147,9 +175,64 @@ def to_observed(listed: Listed) -> Observed:
             },
             "gateway_addresses": gateway_addresses,
             "releases": _releases(listed.release_secrets),
-            "bundle_ca_certificate": (ca.get("data") or {}).get(CA_KEY) if ca else None,
+            "bundle_ca_certificate": ca_certificate,
+            "bundle_ca_problem": ca_problem,
         }
     )
+
+
+def _is_product_gateway(body: dict[str, Any]) -> bool:
+    # Listed by the product's label in every namespace; only the one the
+    # plan writes is ours (a tenant may label a Gateway of its own).
+    metadata = body["metadata"]
+    return bool(metadata.get("namespace") == NS and metadata.get("name") == GATEWAY_NAME)
+
+
+def _addresses(gateway: dict[str, Any]) -> list[str]:
+    found = (gateway.get("status") or {}).get("addresses") or []
+    values = [a.get("value") for a in found if isinstance(a, dict)]
+    return [v for v in values if isinstance(v, str) and _ADDRESS.fullmatch(v)]
+
+
+def bundle_ca(text: str) -> tuple[str | None, str | None]:
+    """The CA certificates in the Bundle ConfigMap's ``text``, or why none are published.
+
+    Only PEM ``CERTIFICATE`` blocks that parse as X.509 certificates, and
+    nothing else: a private key, or any other text, means the ConfigMap is
+    not what trust-manager writes for the Bundle, and none of it reaches the
+    hub. The certificates are re-encoded from what was parsed.
+    """
+    where = f"ConfigMap {NS}/{CLUSTER_CA} key {CA_KEY}"
+    if len(text) > 4 * MAX_CA_BYTES:
+        return None, f"{where} holds {len(text)} bytes, over the limit of {4 * MAX_CA_BYTES}"
+    blocks: list[tuple[str, str]] = []
+    rest: list[str] = []
+    end = 0
+    for match in _PEM_BLOCK.finditer(text):
+        rest.append(text[end : match.start()])
+        blocks.append((match.group(1), match.group(0)))
+        end = match.end()
+    rest.append(text[end:])
+    kinds = {kind for kind, _ in blocks if kind != "CERTIFICATE"}
+    if any("PRIVATE KEY" in kind for kind in kinds):
+        return None, f"{where} holds a PRIVATE KEY block: the CA is not published"
+    if kinds:
+        return None, f"{where} holds a block other than CERTIFICATE: the CA is not published"
+    if any(part.strip() for part in rest):
+        return None, f"{where} holds text outside PEM blocks: the CA is not published"
+    if len(blocks) > MAX_CA_CERTIFICATES:
+        return None, f"{where} holds more than {MAX_CA_CERTIFICATES} certificates"
+    pem: list[str] = []
+    for index, (_, block) in enumerate(blocks):
+        try:
+            cert = x509.load_pem_x509_certificate(block.encode("ascii"))
+        except (ValueError, UnicodeEncodeError, binascii.Error):
+            return None, f"{where}: block {index + 1} is not a certificate"
+        pem.append(cert.public_bytes(Encoding.PEM).decode("ascii"))
+    published = "".join(pem)
+    if len(published) > MAX_CA_BYTES:
+        return None, f"{where} holds {len(published)} bytes of certificates, over {MAX_CA_BYTES}"
+    return published or None, None
 
 
 async def observe(client: AsyncClient, spec: ServingStackSpec) -> Observed:
@@ -183,22 +266,43 @@ async def read_listed(client: AsyncClient, want: Wanted, found: Served | None = 
 
 
 def _releases(secrets: list[dict[str, Any]]) -> dict[str, ObservedRelease]:
-    """The newest revision of each release the product installed, from Helm's storage."""
+    """The newest revision of each release the product installed, from Helm's storage.
+
+    A Secret counts only in its release's namespace, under Helm's name for
+    one revision of it, with labels that agree (name and version): what
+    Helm itself would read. Anything else is someone else's Secret.
+    """
     newest: dict[str, ObservedRelease] = {}
     for secret in secrets:
-        metadata = secret.get("metadata") or {}
-        labels = metadata.get("labels") or {}
-        name = labels.get("name", "")
-        release = ObservedRelease(
-            name=name,
-            namespace=metadata.get("namespace") or "",
-            revision=int(labels.get("version", "0")),
-            status=labels.get("status", "unknown"),
-            digest=labels.get(RELEASE_DIGEST_LABEL),
-        )
-        if name not in newest or newest[name].revision < release.revision:
-            newest[name] = release
+        release = _release_of(secret)
+        if release is None:
+            continue
+        if release.name not in newest or newest[release.name].revision < release.revision:
+            newest[release.name] = release
     return newest
+
+
+def _release_of(secret: dict[str, Any]) -> ObservedRelease | None:
+    metadata = secret.get("metadata") or {}
+    labels = metadata.get("labels") or {}
+    match = _RELEASE_SECRET.fullmatch(str(metadata.get("name") or ""))
+    if match is None:
+        return None
+    name, revision = match.group(1), match.group(2)
+    if RELEASE_NAMESPACES.get(name) != metadata.get("namespace"):
+        return None
+    if labels.get("name") != name or labels.get("version") != revision:
+        return None
+    digest = labels.get(RELEASE_DIGEST_LABEL)
+    return ObservedRelease(
+        name=name,
+        namespace=str(metadata["namespace"]),
+        revision=int(revision),
+        # Labels are at most 63 characters; a status Helm does not write
+        # reads as out of sync, never as deployed.
+        status=str(labels.get("status") or "unknown")[:63],
+        digest=str(digest)[:63] if digest is not None else None,
+    )
 
 
 def _as_dict(item: Any) -> dict[str, Any]:

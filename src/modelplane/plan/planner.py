@@ -146,6 +146,7 @@ def plan(
         gateway=GatewayReport(
             address=observed.gateway_addresses[0] if observed.gateway_addresses else None,
             ca_certificate=observed.bundle_ca_certificate if spec.gateway.hostname else None,
+            ca_problem=observed.bundle_ca_problem if spec.gateway.hostname else None,
         ),
         work=work,
         version_warnings=version_warnings,
