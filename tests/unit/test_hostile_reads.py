@@ -8,17 +8,22 @@ is a finding or an error naming the object, never a crash and never the text.
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import AsyncIterator
 from typing import Any
 
+import httpx2
+import pytest
 import yaml
 
 from modelplane.catalog.components.kube_prometheus_stack import PROMETHEUS
 from modelplane.checks.checker import check_results
+from modelplane.kube.reflector import MAX_WATCH_LINE, Link, Reflector, WatchKey
 from modelplane.pins import Stack
 from modelplane.plan.drift import drifted_fields, owned_fields
 from modelplane.plan.model import RequirementResult, RequirementStatus
 from modelplane.plan.observed import ClusterFacts, Observed, ObservedConfigMap, ObservedObject
-from modelplane.wire import FIELD_MANAGER
+from modelplane.wire import FIELD_MANAGER, ApiRef
 
 EXTENSION_MANAGER = "Envoy Gateway's extensionManager is wired to the AI Gateway"
 PROMETHEUS_SELECTS = "Prometheus selects PodMonitors in every namespace"
@@ -150,3 +155,72 @@ def test_managed_fields_within_the_bound_are_read_as_before() -> None:
     metadata = {"managedFields": [_apply_entry(_deep(10)), _apply_entry({"f:b": {}})]}
     owned = owned_fields(metadata, FIELD_MANAGER)
     assert owned is not None and set(owned) == {"f:a", "f:b"}
+
+
+# ---- the watch stream ------------------------------------------------------------
+
+
+CONFIGMAPS_IN_NS = WatchKey(ApiRef("", "v1", "configmaps"), namespace="ns")
+
+
+class Script:
+    """Answers requests in order; past the script, holds the request open until cancelled."""
+
+    def __init__(self, answers: list[httpx2.Response]) -> None:
+        self.answers = answers
+        self.requests: list[dict[str, str]] = []
+        self.done = asyncio.Event()
+
+    async def __call__(self, request: httpx2.Request) -> httpx2.Response:
+        self.requests.append(dict(request.url.params))
+        if len(self.requests) <= len(self.answers):
+            return self.answers[len(self.requests) - 1]
+        self.done.set()
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")
+
+
+def _list(rv: str, *names: str) -> httpx2.Response:
+    items = [{"metadata": {"name": n, "namespace": "ns", "resourceVersion": rv}} for n in names]
+    return httpx2.Response(200, json={"metadata": {"resourceVersion": rv}, "items": items})
+
+
+async def _reflect(script: Script) -> Reflector:
+    http = httpx2.AsyncClient(
+        base_url="https://target.invalid", transport=httpx2.MockTransport(script)
+    )
+    reflector = Reflector(http, CONFIGMAPS_IN_NS, Link(http, "test"), lambda _k, _kind: None)
+    task = asyncio.create_task(reflector.run())
+    try:
+        await asyncio.wait_for(script.done.wait(), 10.0)
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await http.aclose()
+    return reflector
+
+
+async def test_a_watch_line_without_end_is_read_only_to_the_bound() -> None:
+    sent = 0
+    chunk = b"a" * (1 << 20)
+
+    async def endless() -> AsyncIterator[bytes]:
+        nonlocal sent
+        for _ in range(64):  # 64 MiB, never a newline
+            sent += len(chunk)
+            yield chunk
+
+    script = Script([_list("10", "a"), httpx2.Response(200, content=endless()), _list("20", "b")])
+    reflector = await _reflect(script)
+    # Given up at the bound, and listed again: the event it hid is not lost.
+    assert sent <= MAX_WATCH_LINE + 2 * len(chunk)
+    assert reflector.lists == 2 and list(reflector.items) == ["ns/b"]
+
+
+@pytest.mark.parametrize(
+    "line", [b"not json", b"[" * 100_000 + b"]" * 100_000], ids=["garbled", "deep"]
+)
+async def test_a_watch_line_that_is_not_an_event_relists(line: bytes) -> None:
+    script = Script([_list("10", "a"), httpx2.Response(200, content=line + b"\n"), _list("20")])
+    reflector = await _reflect(script)
+    assert reflector.lists == 2 and reflector.items == {}

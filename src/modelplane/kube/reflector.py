@@ -30,11 +30,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import random
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,6 +48,7 @@ from modelplane.kube.client import (
     collection_path,
     list_pages,
 )
+from modelplane.untrusted import Limits, UntrustedInputError, load_json
 from modelplane.wire import ApiRef
 
 log = logging.getLogger("modelplane.operator.watch")
@@ -56,6 +56,14 @@ log = logging.getLogger("modelplane.operator.watch")
 # client-go re-arms its watches every 5 to 10 minutes; so do we.
 WATCH_TIMEOUT_SECONDS = 300.0
 PROBE_SECONDS = 0.25
+# The longest watch line read: one event, one object. The API server takes
+# requests of at most 3 MiB and etcd stores values of at most 1.5 MiB by
+# default, so a real object's event stays well below; past this, the line
+# is not read further and the collection is listed again.
+MAX_WATCH_LINE = 4 * 1024 * 1024
+# A CRD's schema nests deeper than a configuration does; still far below
+# what the JSON parser recurses to.
+_EVENT_LIMITS = Limits(max_bytes=MAX_WATCH_LINE, max_depth=256)
 # Between tries of a watch the server refused, or that keeps expiring.
 WATCH_BACKOFF = Backoff(first=0.5, cap=30.0)
 
@@ -84,6 +92,14 @@ class WatchKey:
 
 class Gone(Exception):
     """410: the resourceVersion watched from is no longer available."""
+
+
+class Unreadable(Gone):
+    """A watch line too long, or not a JSON event: list again, as after a 410.
+
+    A LIST reads the collection as it is, so the event the line held is not
+    lost; the watch from the new resourceVersion starts after it.
+    """
 
 
 class Refused(Exception):
@@ -193,6 +209,14 @@ class Reflector:
                 self._changed(self.key, "LIST")
                 while True:
                     rv = await self._watch(rv)
+            except Unreadable as err:
+                self.synced = False
+                self.expired += 1
+                log.warning(
+                    "target of %s: watch of %s sent %s; listing again", self._label, self.key, err
+                )
+                if self._clock() - self._listed_at < 1.0:
+                    await self._sleep(backoff.fail())
             except Gone:
                 # Compacted away while we were not looking: LIST again now.
                 # A 410 right after a fresh LIST cannot repeat without a
@@ -275,13 +299,19 @@ class Reflector:
                 raise Gone()
             if response.status_code >= 300:
                 raise Refused(response.status_code)
-            async for line in response.aiter_lines():
+            async for line in _lines(response.aiter_bytes(), MAX_WATCH_LINE):
                 if not line.strip():
                     continue
-                event = json.loads(line)
+                try:
+                    event = load_json(line, _EVENT_LIMITS)
+                except UntrustedInputError as err:
+                    raise Unreadable(f"a line that is not an event ({err})") from None
+                if not isinstance(event, dict) or not isinstance(event.get("object") or {}, dict):
+                    raise Unreadable("a line that is not an event (not an object)")
                 kind, obj = event.get("type"), event.get("object") or {}
                 if kind == "ERROR":
-                    code = int(obj.get("code") or 500)
+                    code = obj.get("code")
+                    code = code if isinstance(code, int) and 100 <= code < 600 else 500
                     raise Gone() if code == 410 else Refused(code)
                 rv = str((obj.get("metadata") or {}).get("resourceVersion") or rv)
                 events += 1
@@ -298,6 +328,28 @@ class Reflector:
             # do not turn that into a loop of requests.
             await self._sleep(1.0)
         return rv
+
+
+async def _lines(chunks: AsyncIterator[bytes], limit: int) -> AsyncIterator[bytes]:
+    """The lines of a stream, none longer than ``limit``: ``Unreadable`` past it.
+
+    httpx's ``aiter_lines`` keeps a line whole however long it grows, and a
+    target may send one without end.
+    """
+    buffer = bytearray()
+    async for chunk in chunks:
+        searched = len(buffer)
+        buffer += chunk
+        while (end := buffer.find(b"\n", searched)) >= 0:
+            if end > limit:
+                break
+            yield bytes(buffer[:end])
+            del buffer[: end + 1]
+            searched = 0
+        if len(buffer) > limit:
+            raise Unreadable(f"a line longer than {limit} bytes")
+    if buffer:
+        yield bytes(buffer)
 
 
 def object_name_key(obj: dict[str, Any]) -> str:
