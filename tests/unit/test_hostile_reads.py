@@ -18,6 +18,7 @@ import yaml
 
 from modelplane.catalog.components.kube_prometheus_stack import PROMETHEUS
 from modelplane.checks.checker import check_results
+from modelplane.kube.answers import status_message, status_of
 from modelplane.kube.reflector import MAX_WATCH_LINE, Link, Reflector, WatchKey
 from modelplane.pins import Stack
 from modelplane.plan.drift import drifted_fields, owned_fields
@@ -224,3 +225,24 @@ async def test_a_watch_line_that_is_not_an_event_relists(line: bytes) -> None:
     script = Script([_list("10", "a"), httpx2.Response(200, content=line + b"\n"), _list("20")])
     reflector = await _reflect(script)
     assert reflector.lists == 2 and reflector.items == {}
+
+
+# ---- error bodies ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"[" * 100_000 + b"]" * 100_000,
+        b'{"kind": "Status", "message": "' + b"x" * (2 << 20) + b'"}',
+    ],
+    ids=["deep", "large"],
+)
+def test_an_error_body_that_is_deep_or_large_is_not_a_status(body: bytes) -> None:
+    assert status_of(body, "application/json") is None
+    assert status_message(body, "application/json") is None
+
+
+def test_a_status_message_is_printable() -> None:
+    body = b'{"kind": "Status", "message": "refused \\u001b[2J here"}'
+    assert status_message(body, "application/json") == "refused \\u001b[2J here"

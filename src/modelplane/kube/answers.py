@@ -14,7 +14,6 @@ client-go quotes such a body.
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -22,13 +21,17 @@ from typing import Any
 import httpx2
 from lightkube.core.exceptions import ApiError
 
+from modelplane.untrusted import UntrustedInputError, load_json, printable
+
 MAX_MESSAGE = 500
 # A media type as RFC 9110 spells it; anything else in the header is not shown.
 _MEDIA_TYPE = re.compile(r"^[a-z0-9][a-z0-9!#$&^_.+-]{0,40}/[a-z0-9][a-z0-9!#$&^_.+-]{0,60}$")
 
 
 def bounded(text: str, limit: int = MAX_MESSAGE) -> str:
-    text = text.strip()
+    """``text`` cut to ``limit`` characters, control characters escaped (``printable``)."""
+    # Escaping first, at most limit + 1 characters of it: an escape is six.
+    text = printable(text.strip()[: limit + 1], 6 * (limit + 1))
     return text if len(text) <= limit else text[:limit] + "..."
 
 
@@ -50,8 +53,9 @@ def status_of(body: bytes, content_type: str | None) -> dict[str, Any] | None:
     if media_type(content_type) != "application/json":
         return None
     try:
-        doc = json.loads(body)
-    except ValueError:
+        # The server's own words: bounded like any text a target chose.
+        doc = load_json(body)
+    except UntrustedInputError:
         return None
     if not isinstance(doc, dict) or doc.get("kind") != "Status":
         return None
