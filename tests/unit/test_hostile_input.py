@@ -562,7 +562,7 @@ def served(tmp_path: Path) -> Iterator[tuple[str, Path]]:
 @pytest.mark.parametrize(
     ("content", "message"),
     [
-        (b"[" * 5000 + b"]" * 5000, "nested too deeply"),
+        (b"[" * 5000 + b"]" * 5000, "nested deeper than"),
         (b"\xff\xfe" + "kind: x".encode("utf-16-le"), "not UTF-8"),
         (b"---\n---\nkind: A\n---\njust a string\n", "document 3 is a str"),
     ],

@@ -16,6 +16,7 @@ import httpx2
 import pytest
 import yaml
 
+from modelplane.actions.apply import ManifestError, parse_manifests
 from modelplane.catalog.components.kube_prometheus_stack import PROMETHEUS
 from modelplane.checks.checker import check_results
 from modelplane.kube.answers import status_message, status_of
@@ -246,3 +247,24 @@ def test_an_error_body_that_is_deep_or_large_is_not_a_status(body: bytes) -> Non
 def test_a_status_message_is_printable() -> None:
     body = b'{"kind": "Status", "message": "refused \\u001b[2J here"}'
     assert status_message(body, "application/json") == "refused \\u001b[2J here"
+
+
+# ---- fetched manifests -------------------------------------------------------------
+
+CRD_DOC = (
+    "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\n"
+    "metadata: {name: a.example.com}\n"
+)
+
+
+def test_an_alias_bomb_in_a_fetched_manifest_is_refused() -> None:
+    with pytest.raises(ManifestError, match="aliases are expanded") as err:
+        parse_manifests(CRD_DOC.encode() + b"---\n" + alias_bomb(9, "spec").encode(), "m.yaml")
+    assert "*a8" not in str(err.value)
+
+
+def test_a_trailing_separator_is_no_document_as_for_kubectl() -> None:
+    for text in (CRD_DOC + "---\n", CRD_DOC + "---", "---\n" + CRD_DOC + "---\n---\n"):
+        assert [d["metadata"]["name"] for d in parse_manifests(text.encode(), "m.yaml")] == [
+            "a.example.com"
+        ]

@@ -9,7 +9,6 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx2
-import yaml
 from lightkube import AsyncClient
 from lightkube.core.exceptions import ApiError
 from lightkube.resources.admissionregistration_v1 import (
@@ -23,6 +22,7 @@ from modelplane.kube.client import waiting_out_429
 from modelplane.kube.errors import ErrorKind, KnownError
 from modelplane.kube.fetch import FetchError, fetch
 from modelplane.kube.resources import resource_of, unless_missing
+from modelplane.untrusted import Limits, UntrustedInputError, load_yaml_all
 from modelplane.wire import FIELD_MANAGER
 
 log = logging.getLogger("modelplane.actions")
@@ -118,6 +118,20 @@ async def delete_object(client: AsyncClient, body: dict[str, Any]) -> bool:
 # under 500 KiB); more than this is not a manifest we asked for.
 MAX_MANIFEST_BYTES = 8 * 1024 * 1024
 CRD_API_VERSION = "apiextensions.k8s.io/v1"
+# A CRD's schema nests deeper than a configuration does (properties, items,
+# additionalProperties at every level); a real manifest is a few nodes for
+# every ten bytes, so a million nodes is far more than one holds and far
+# less than an alias bomb expands to.
+MANIFEST_MAX_DEPTH = 256
+MANIFEST_MAX_NODES = 1_000_000
+
+
+def _manifest_limits() -> Limits:
+    return Limits(
+        max_bytes=MAX_MANIFEST_BYTES, max_depth=MANIFEST_MAX_DEPTH, max_nodes=MANIFEST_MAX_NODES
+    )
+
+
 CRD_KIND = "CustomResourceDefinition"
 
 
@@ -145,15 +159,23 @@ async def fetch_manifests(
         data = await fetch(url, deny=deny, limit=MAX_MANIFEST_BYTES, timeout=timeout)
     except FetchError as err:
         raise ManifestError(f"{shown} {err}") from None
+    return parse_manifests(bytes(data), shown)
+
+
+def parse_manifests(data: bytes, shown: str) -> list[dict[str, Any]]:
+    """The objects of a manifest file, parsed within ``MANIFEST_LIMITS``; ``shown`` names it.
+
+    An empty document (between two ``---``, or after a trailing one) is
+    nothing, as for kubectl.
+    """
     try:
-        text = bytes(data).decode("utf-8-sig")
+        text = data.decode("utf-8-sig")
     except UnicodeDecodeError as err:
         raise ManifestError(f"{shown} is not UTF-8 text (byte {err.start})") from None
     try:
-        docs = list(yaml.safe_load_all(text))
-    except RecursionError:
-        # PyYAML composes nodes recursively; the guard does not catch this.
-        raise ManifestError(f"{shown} is not valid YAML: nested too deeply") from None
+        docs = list(load_yaml_all(text, _manifest_limits()))
+    except UntrustedInputError as err:
+        raise ManifestError(f"{shown} is not valid YAML: {err}") from None
     objects = []
     for index, doc in enumerate(docs):
         if doc is None:
