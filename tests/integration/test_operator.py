@@ -529,17 +529,20 @@ def test_gateway_address_and_ca_reach_status_through_target_watches(harness: Har
     )
 
     # trust-manager's part, played by hand: the CA ConfigMap from the Bundle.
+    # A real certificate (the target's own CA will do): only certificates
+    # that parse are published.
+    ca_pem = harness.target_env.ca_pem.decode()
     harness.target.create(
         ConfigMap.from_dict(
             {
                 "metadata": {"name": "modelplane-cluster-ca", "namespace": NS},
-                "data": {"ca.crt": CA_PEM},
+                "data": {"ca.crt": ca_pem},
             }
         )
     )
     wait_for(
         "the CA in status",
-        lambda: (harness.status().get("gateway") or {}).get("caCertificate") == CA_PEM,
+        lambda: (harness.status().get("gateway") or {}).get("caCertificate") == ca_pem,
         deadline=60,
     )
 

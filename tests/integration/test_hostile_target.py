@@ -1,0 +1,241 @@
+"""A target's tenants do not steer the operator: look-alikes, alias bombs, a bad CA.
+
+Against a real hub and target API server and real helm. A tenant can write
+Secrets, Gateways and ConfigMaps in its own namespace with any labels; none
+of them may change the plan, the target or what the hub publishes. Memory
+is asserted from the operator process's own peak (VmHWM), not a clock; the
+before-and-after figures are bench/bench_alias_bomb.py's.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat
+from lightkube.generic_resource import create_global_resource, create_namespaced_resource
+from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
+from lightkube.resources.core_v1 import ConfigMap, Namespace, Secret
+from lightkube.types import PatchType
+from tests.integration.hubs import Harness, HarnessOptions
+from tests.integration.substrate import CHART_CRDS, MANIFEST_CRDS, crd
+from tests.waiting import wait_for
+
+from modelplane.catalog import components as catalog
+from modelplane.catalog.configuration import CLUSTER_CA, GATEWAY_NAME, NS
+from modelplane.wire import MANAGED_BY, MANAGED_BY_LABEL, RELEASE_DIGEST_LABEL
+
+DEVICE_CLASS = create_global_resource("resource.k8s.io", "v1", "DeviceClass", "deviceclasses")
+GATEWAY = create_namespaced_resource("gateway.networking.k8s.io", "v1", "Gateway", "gateways")
+HARNESS = HarnessOptions(prefix="x", kubeconfig_secret=True)
+TENANT = "tenant-a"
+OUR_ADDRESS = "203.0.113.10"
+TENANT_ADDRESS = "198.51.100.66"
+# The operator's peak resident memory with the bomb on the target. It runs
+# near 150 MiB; the bomb, expanded, takes 1.4 GB (bench/bench_alias_bomb.py).
+MEMORY_CEILING_KIB = 400 * 1024
+
+
+def alias_bomb(levels: int = 9) -> str:
+    """532 bytes that expand to 9**levels nodes, where the extensionManager belongs."""
+    lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x]"]
+    for i in range(1, levels + 1):
+        lines.append(f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]")
+    lines.append(f"extensionManager: *a{levels}")
+    return "\n".join(lines) + "\n"
+
+
+def _tenant(h: Harness) -> None:
+    h.target.create(Namespace.from_dict({"metadata": {"name": TENANT}}))
+
+
+def _release_revisions(h: Harness) -> dict[str, list[str]]:
+    """Helm's storage Secrets in each release's own namespace, by release."""
+    out: dict[str, list[str]] = {}
+    for component in catalog.components_of_stack(catalog.Stack.STANDARD):
+        if component.chart is None:
+            continue
+        secrets = h.target.list(
+            Secret,
+            namespace=component.namespace,
+            labels={"owner": "helm", "name": component.release_name},
+        )
+        out[component.release_name] = sorted(
+            f"{s.metadata.name}:{(s.metadata.labels or {}).get('status')}"
+            for s in secrets
+            if s.metadata is not None and s.metadata.name is not None
+        )
+    return out
+
+
+def _fake_release_secret() -> dict[str, Any]:
+    # Helm's own name and labels for a newer, stuck revision of the real
+    # release: what made the plan roll back or reinstall cert-manager.
+    return {
+        "metadata": {
+            "name": "sh.helm.release.v1.mp-cert-manager.v2",
+            "namespace": TENANT,
+            "labels": {
+                "owner": "helm",
+                "name": "mp-cert-manager",
+                "status": "pending-install",
+                "version": "2",
+                RELEASE_DIGEST_LABEL: "0000000000000000",
+            },
+        },
+        "type": "helm.sh/release.v1",
+        "stringData": {"release": "not a release"},
+    }
+
+
+def _gateway_with_address(h: Harness, namespace: str, address: str) -> None:
+    h.target.patch(
+        GATEWAY.Status,
+        GATEWAY_NAME,
+        {"status": {"addresses": [{"type": "IPAddress", "value": address}]}},
+        namespace=namespace,
+        patch_type=PatchType.MERGE,
+    )
+
+
+def _resyncs(h: Harness, n: int) -> None:
+    count = h.reconciles()
+    wait_for(f"{n} resyncs", lambda: h.reconciles() >= count + n, deadline=90)
+
+
+def test_tenant_look_alikes_change_neither_the_releases_nor_the_hub(harness: Harness) -> None:
+    harness.create({"gateway": {"hostname": "west.example.com"}})
+    harness.start("--resync", "2")
+    harness.wait_condition("Ready", "True", deadline=180)
+    _gateway_with_address(harness, NS, OUR_ADDRESS)
+    wait_for(
+        "our address on the hub",
+        lambda: (harness.status().get("gateway") or {}).get("address") == OUR_ADDRESS,
+        deadline=60,
+    )
+    before = _release_revisions(harness)
+    assert all(before.values()), before
+
+    _tenant(harness)
+    harness.target.create(Secret.from_dict(_fake_release_secret()))
+    # A Gateway of the tenant's own, named and labelled as the product's.
+    harness.target.create(
+        GATEWAY.from_dict(
+            {
+                "apiVersion": "gateway.networking.k8s.io/v1",
+                "kind": "Gateway",
+                "metadata": {
+                    "name": GATEWAY_NAME,
+                    "namespace": TENANT,
+                    "labels": {MANAGED_BY_LABEL: MANAGED_BY},
+                },
+                "spec": {"gatewayClassName": "envoy", "listeners": []},
+            }
+        )
+    )
+    _gateway_with_address(harness, TENANT, TENANT_ADDRESS)
+    # Every resync sees both look-alikes (the watches' copy and the direct
+    # reads alike); five of them leave everything as it was.
+    _resyncs(harness, 5)
+    assert _release_revisions(harness) == before
+    assert harness.condition("Ready")["status"] == "True", harness.status()
+    assert (harness.status().get("gateway") or {}).get("address") == OUR_ADDRESS
+    # Nor did the operator touch the tenant's objects.
+    tenant_gateway = harness.target.get(GATEWAY, GATEWAY_NAME, namespace=TENANT).to_dict()
+    assert tenant_gateway["status"]["addresses"][0]["value"] == TENANT_ADDRESS
+    assert harness.target.get(Secret, _fake_release_secret()["metadata"]["name"], namespace=TENANT)
+
+
+def test_a_bundle_configmap_holding_a_private_key_is_not_published(harness: Harness) -> None:
+    harness.create({"gateway": {"hostname": "west.example.com"}})
+    harness.start("--resync", "2")
+    harness.wait_condition("Ready", "True", deadline=180)
+    certificate = harness.target_env.ca_pem.decode()
+    key = (
+        ec.generate_private_key(ec.SECP256R1())
+        .private_bytes(Encoding.PEM, PrivateFormat.PKCS8, NoEncryption())
+        .decode()
+    )
+    harness.target.apply(
+        ConfigMap.from_dict(
+            {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": CLUSTER_CA, "namespace": NS},
+                "data": {"ca.crt": certificate + key},
+            }
+        ),
+        field_manager="trust-manager",
+    )
+    _resyncs(harness, 3)
+    gateway = harness.status().get("gateway") or {}
+    assert "caCertificate" not in gateway, gateway
+    assert "PRIVATE KEY" not in str(harness.status())
+
+    # The certificate alone is published.
+    harness.target.apply(
+        ConfigMap.from_dict(
+            {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": CLUSTER_CA, "namespace": NS},
+                "data": {"ca.crt": certificate},
+            }
+        ),
+        field_manager="trust-manager",
+    )
+    wait_for(
+        "the CA on the hub",
+        lambda: (harness.status().get("gateway") or {}).get("caCertificate") == certificate,
+        deadline=60,
+    )
+
+
+def _provided_substrate(h: Harness) -> None:
+    charts = {
+        c.chart.chart
+        for c in catalog.components_of_stack(catalog.Stack.STANDARD)
+        if c.chart is not None
+    }
+    specs = [s for chart, specs in CHART_CRDS.items() if chart in charts for s in specs]
+    for spec in specs + MANIFEST_CRDS["gaie-crds"]:
+        h.target.apply(CustomResourceDefinition.from_dict(crd(*spec)), field_manager="owner")
+    device_class = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceClass",
+        "metadata": {"name": catalog.GPU_DEVICE_CLASS},
+        "spec": {},
+    }
+    h.target.apply(DEVICE_CLASS.from_dict(device_class), field_manager="owner")
+
+
+def _peak_rss_kib(h: Harness) -> int:
+    assert h.proc is not None
+    status = Path(f"/proc/{h.proc.pid}/status").read_text()
+    (line,) = [x for x in status.splitlines() if x.startswith("VmHWM:")]
+    return int(line.split()[1])
+
+
+def test_an_alias_bomb_configmap_in_a_tenant_namespace_is_a_warning(harness: Harness) -> None:
+    _provided_substrate(harness)
+    _tenant(harness)
+    harness.target.create(
+        ConfigMap.from_dict(
+            {
+                "metadata": {"name": "envoy-gateway-config", "namespace": TENANT},
+                "data": {"envoy-gateway.yaml": alias_bomb()},
+            }
+        )
+    )
+    harness.create({"components": "Provided"})
+    harness.start("--resync", "2")
+    met = harness.wait_condition("RequirementsMet", "True", deadline=120)
+    # The advisory read the bomb and refused it: a warning naming the
+    # ConfigMap and the bound, never its text.
+    assert f"ConfigMap {TENANT}/envoy-gateway-config key envoy-gateway.yaml" in met["message"]
+    assert "aliases are expanded" in met["message"], met
+    assert "*a8" not in met["message"]
+    _resyncs(harness, 3)
+    assert harness.proc is not None and harness.proc.poll() is None, "the operator died"
+    assert _peak_rss_kib(harness) < MEMORY_CEILING_KIB
