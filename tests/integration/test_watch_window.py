@@ -115,19 +115,17 @@ def test_changes_from_the_moment_of_ready_reach_the_hub_without_a_resync(
     target_client = client_for(target)
     try:
         _moment_ready(hub, ns, deadline=120)
-        # Right at Ready: the address and trust-manager's CA ConfigMap appear
-        # (a real certificate, the target's own CA: only those are published).
-        ca_pem = target.ca_pem.decode()
+        # Right at Ready: the address and trust-manager's CA ConfigMap appear.
         _set_address(target_client, "203.0.113.1")
         target_client.create(
             ConfigMap.from_dict(
-                {"metadata": {"name": CLUSTER_CA, "namespace": NS}, "data": {"ca.crt": ca_pem}}
+                {"metadata": {"name": CLUSTER_CA, "namespace": NS}, "data": {"ca.crt": CA_PEM}}
             )
         )
 
         def arrived(value: str) -> bool:
             gateway = _gateway(hub, ns)
-            return gateway.get("address") == value and gateway.get("caCertificate") == ca_pem
+            return gateway.get("address") == value and gateway.get("caCertificate") == CA_PEM
 
         try:
             wait_for(
