@@ -235,7 +235,11 @@ def test_text_output_does_not_read_input_as_markup(tmp_path: Path) -> None:
     # No spec field that reaches the text output may hold "[" any more; an
     # observed fact still can.
     stack = _write(tmp_path, manifest())
-    observed = _write(tmp_path, {"gateway_addresses": ["[bold]x"]}, "observed.yaml")
+    # (A served version, named in the unmet requirement's message: an
+    # address like this one is no longer published at all.)
+    observed = _write(
+        tmp_path, {"apis": {"cert-manager.io": {"certificates": ["[bold]x"]}}}, "observed.yaml"
+    )
     result = _run("render", "-f", str(stack), "--observed", str(observed))
     assert result.exit_code == 0, result.output
     assert "[bold]x" in result.stdout

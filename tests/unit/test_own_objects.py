@@ -11,6 +11,8 @@ certificates and nothing else.
 from __future__ import annotations
 
 import datetime
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,11 +20,14 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
+from typer.testing import CliRunner
 
 from modelplane.api.models import ServingStack
 from modelplane.catalog.configuration import CA_KEY, CLUSTER_CA, GATEWAY_NAME, NS
+from modelplane.cli.main import app
 from modelplane.observe.state import Listed, to_observed
 from modelplane.plan import plan
+from modelplane.plan.gateway import published_address, published_ca
 from modelplane.wire import DIGEST_ANNOTATION, MANAGED_BY, MANAGED_BY_LABEL, RELEASE_DIGEST_LABEL
 
 from .conftest import manifest
@@ -126,7 +131,12 @@ def test_the_gateway_address_is_only_the_products_gateways() -> None:
     "value", ["x" * 254, "10.0.0.1\x1b[2J", "a b", "", 17], ids=["long", "esc", "space", "", "int"]
 )
 def test_an_address_that_is_no_address_is_not_published(value: Any) -> None:
-    assert addresses(gateway(NS, value)) == []
+    # Observed as the target holds it (strings only); the plan publishes none.
+    assert published_address(addresses(gateway(NS, value))) is None
+
+
+def test_the_first_address_shaped_like_one_is_published() -> None:
+    assert published_address(["a b", "203.0.113.9", "198.51.100.1"]) == "203.0.113.9"
 
 
 def _certificate(ca: bool = True) -> str:
@@ -161,8 +171,9 @@ CERT = _certificate()
 
 def bundle(data: dict[str, str] | None) -> tuple[str | None, str | None]:
     cm = None if data is None else {"metadata": {"name": CLUSTER_CA, "namespace": NS}, "data": data}
-    observed = to_observed(Listed(apis={}, ca_configmap=cm))
-    return observed.bundle_ca_certificate, observed.bundle_ca_problem
+    # The ConfigMap as observed, then the plan's verdict on it.
+    raw = to_observed(Listed(apis={}, ca_configmap=cm)).bundle_ca_certificate
+    return published_ca(raw) if raw else (None, None)
 
 
 def test_certificates_are_published() -> None:
@@ -205,3 +216,29 @@ def test_the_plan_carries_why_the_ca_is_not_published() -> None:
     gateway = plan(stack, observed).gateway
     assert (gateway.ca_certificate, gateway.ca_problem) == ca
     assert gateway.ca_problem is not None and "PRIVATE KEY" in gateway.ca_problem
+
+
+def test_render_observed_judges_the_ca_and_address_as_the_operator_does(tmp_path: Path) -> None:
+    # render --observed reads Observed from a file, past to_observed: the
+    # plan's own judgement is what keeps it from showing what the hub never
+    # would.
+    stack = tmp_path / "stack.json"
+    stack.write_text(json.dumps(manifest(gateway={"hostname": "west.example.com"})))
+    observed = tmp_path / "observed.json"
+    observed.write_text(
+        json.dumps(
+            {
+                "gateway_addresses": ["not an address", "203.0.113.9"],
+                "bundle_ca_certificate": CERT + _private_key(),
+            }
+        )
+    )
+    result = CliRunner().invoke(
+        app, ["render", "-f", str(stack), "--observed", str(observed), "-o", "json"]
+    )
+    assert result.exit_code == 0, result.output
+    gateway = json.loads(result.stdout)["gateway"]
+    assert gateway["address"] == "203.0.113.9"
+    assert gateway["caCertificate"] is None
+    assert "PRIVATE KEY" in gateway["caProblem"]
+    assert "PRIVATE KEY-----" not in result.stdout

@@ -14,14 +14,11 @@ the address only from the product's Gateway, and the CA only as certificates.
 
 from __future__ import annotations
 
-import binascii
 import re
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from cryptography import x509
-from cryptography.hazmat.primitives.serialization import Encoding
 from lightkube import AsyncClient
 from lightkube.resources.core_v1 import ConfigMap
 
@@ -62,17 +59,9 @@ RELEASE_SECRETS = f"owner=helm,{RELEASE_DIGEST_LABEL}"
 RELEASE_NAMESPACES = {c.release_name: c.namespace for c in COMPONENTS if c.chart is not None}
 # The name Helm's Secret storage gives a revision (pkg/storage/driver,
 # makeKey: "sh.helm.release.v1." + name + ".v" + version).
+# The Gateway API caps status.addresses at 16 items.
+MAX_ADDRESSES = 16
 _RELEASE_SECRET = re.compile(r"sh\.helm\.release\.v1\.(.+)\.v([1-9][0-9]{0,8})")
-# An address as the Gateway API's status carries one (an IP or a hostname,
-# at most 253 characters); anything else is not published.
-_ADDRESS = re.compile(r"[A-Za-z0-9][A-Za-z0-9.:\-\[\]%]{0,252}")
-# The CA the status publishes: at most this many certificates, and no more
-# than the status field holds (ServingStack status.gateway.caCertificate).
-MAX_CA_CERTIFICATES = 16
-MAX_CA_BYTES = 16384
-_PEM_BLOCK = re.compile(
-    r"-----BEGIN ([A-Z0-9 ]{1,40})-----\r?\n(.*?)-----END \1-----[ \t]*(?:\r?\n|$)", re.DOTALL
-)
 
 
 def _kinds(spec: ServingStackSpec) -> set[tuple[str, str, bool]]:
@@ -165,7 +154,6 @@ def to_observed(listed: Listed) -> Observed:
                 gateway_addresses = _addresses(body)
     ca = listed.ca_configmap
     ca_text = (ca.get("data") or {}).get(CA_KEY) if ca else None
-    ca_certificate, ca_problem = bundle_ca(ca_text) if ca_text else (None, None)
     return observed.model_copy(
         update={
             "applied": applied,
@@ -175,8 +163,8 @@ def to_observed(listed: Listed) -> Observed:
             },
             "gateway_addresses": gateway_addresses,
             "releases": _releases(listed.release_secrets),
-            "bundle_ca_certificate": ca_certificate,
-            "bundle_ca_problem": ca_problem,
+            # Judged by the plan (plan.gateway), so render --observed agrees.
+            "bundle_ca_certificate": ca_text if isinstance(ca_text, str) else None,
         }
     )
 
@@ -191,48 +179,9 @@ def _is_product_gateway(body: dict[str, Any]) -> bool:
 def _addresses(gateway: dict[str, Any]) -> list[str]:
     found = (gateway.get("status") or {}).get("addresses") or []
     values = [a.get("value") for a in found if isinstance(a, dict)]
-    return [v for v in values if isinstance(v, str) and _ADDRESS.fullmatch(v)]
-
-
-def bundle_ca(text: str) -> tuple[str | None, str | None]:
-    """The CA certificates in the Bundle ConfigMap's ``text``, or why none are published.
-
-    Only PEM ``CERTIFICATE`` blocks that parse as X.509 certificates, and
-    nothing else: a private key, or any other text, means the ConfigMap is
-    not what trust-manager writes for the Bundle, and none of it reaches the
-    hub. The certificates are re-encoded from what was parsed.
-    """
-    where = f"ConfigMap {NS}/{CLUSTER_CA} key {CA_KEY}"
-    if len(text) > 4 * MAX_CA_BYTES:
-        return None, f"{where} holds {len(text)} bytes, over the limit of {4 * MAX_CA_BYTES}"
-    blocks: list[tuple[str, str]] = []
-    rest: list[str] = []
-    end = 0
-    for match in _PEM_BLOCK.finditer(text):
-        rest.append(text[end : match.start()])
-        blocks.append((match.group(1), match.group(0)))
-        end = match.end()
-    rest.append(text[end:])
-    kinds = {kind for kind, _ in blocks if kind != "CERTIFICATE"}
-    if any("PRIVATE KEY" in kind for kind in kinds):
-        return None, f"{where} holds a PRIVATE KEY block: the CA is not published"
-    if kinds:
-        return None, f"{where} holds a block other than CERTIFICATE: the CA is not published"
-    if any(part.strip() for part in rest):
-        return None, f"{where} holds text outside PEM blocks: the CA is not published"
-    if len(blocks) > MAX_CA_CERTIFICATES:
-        return None, f"{where} holds more than {MAX_CA_CERTIFICATES} certificates"
-    pem: list[str] = []
-    for index, (_, block) in enumerate(blocks):
-        try:
-            cert = x509.load_pem_x509_certificate(block.encode("ascii"))
-        except (ValueError, UnicodeEncodeError, binascii.Error):
-            return None, f"{where}: block {index + 1} is not a certificate"
-        pem.append(cert.public_bytes(Encoding.PEM).decode("ascii"))
-    published = "".join(pem)
-    if len(published) > MAX_CA_BYTES:
-        return None, f"{where} holds {len(published)} bytes of certificates, over {MAX_CA_BYTES}"
-    return published or None, None
+    # Strings only; which of them may be published is the plan's decision
+    # (plan.gateway.published_address), so render --observed agrees.
+    return [v for v in values if isinstance(v, str)][:MAX_ADDRESSES]
 
 
 async def observe(client: AsyncClient, spec: ServingStackSpec) -> Observed:

@@ -57,13 +57,10 @@ class Observed(BaseModel):
     # Helm releases by release name.
     releases: dict[str, ObservedRelease] = Field(default_factory=dict)
     gateway_addresses: list[str] = Field(default_factory=list)
-    # data["ca.crt"] of the ConfigMap trust-manager writes for the Bundle,
-    # only when it holds PEM certificates and nothing else (see
-    # ``observe.state.bundle_ca``); then re-encoded, block by block.
+    # data["ca.crt"] of the ConfigMap trust-manager writes for the Bundle, as
+    # the target holds it: the plan decides what of it is published
+    # (``plan.gateway.published_ca``).
     bundle_ca_certificate: str | None = None
-    # Why that ConfigMap's ca.crt is not published, when it holds anything
-    # else (a private key, text that is not a certificate): for the status.
-    bundle_ca_problem: str | None = None
     # Facts for the advisory checks; None when they were not gathered (the
     # advisory checks are then left out of the plan).
     cluster: ClusterFacts | None = None

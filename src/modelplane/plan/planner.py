@@ -22,6 +22,7 @@ from modelplane.catalog.configuration import (
 from modelplane.catalog.types import Component, CRDServes, ObjectExists, Requirement
 from modelplane.pins import ComponentsMode
 from modelplane.plan.drift import drifted_fields
+from modelplane.plan.gateway import published_address, published_ca
 from modelplane.plan.model import (
     ComponentPlan,
     GatewayReport,
@@ -132,6 +133,8 @@ def plan(
         )
         for c in components
     ]
+    bundle = observed.bundle_ca_certificate if spec.gateway.hostname else None
+    ca_certificate, ca_problem = published_ca(bundle) if bundle else (None, None)
     return Plan(
         name=stack.metadata.name,
         namespace=stack.metadata.namespace,
@@ -144,9 +147,9 @@ def plan(
         requirements=requirements + _advisories(components, spec, observed),
         notes=_notes(stack) + [w.message for w in version_warnings],
         gateway=GatewayReport(
-            address=observed.gateway_addresses[0] if observed.gateway_addresses else None,
-            ca_certificate=observed.bundle_ca_certificate if spec.gateway.hostname else None,
-            ca_problem=observed.bundle_ca_problem if spec.gateway.hostname else None,
+            address=published_address(observed.gateway_addresses),
+            ca_certificate=ca_certificate,
+            ca_problem=ca_problem,
         ),
         work=work,
         version_warnings=version_warnings,
