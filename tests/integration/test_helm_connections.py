@@ -289,7 +289,7 @@ def test_an_operator_without_helm_runs_and_says_so_where_helm_is_needed(
     assert "Traceback" not in harness.log.read_text()
 
 
-def test_a_kubeconfig_that_skips_tls_verification_is_said_in_a_warning_event(
+def test_a_kubeconfig_that_skips_tls_verification_is_said_in_an_event_and_a_condition(
     harness: Harness,
 ) -> None:
     doc = dict(harness.target_env.kubeconfig)
@@ -317,3 +317,7 @@ def test_a_kubeconfig_that_skips_tls_verification_is_said_in_a_warning_event(
     assert "insecure-skip-tls-verify" in event["message"]
     # Allowed, though: the operator reached the target and reconciled it.
     harness.wait_condition("RequirementsMet", "False", "RequirementsUnmet", deadline=90)
+    # And said for as long as it stands, where tools look, not only once.
+    verified = harness.condition("TargetVerified")
+    assert (verified.get("status"), verified.get("reason")) == ("False", "InsecureSkipTLSVerify")
+    assert "insecure-skip-tls-verify" in verified["message"]

@@ -108,3 +108,15 @@ def test_unchanged_status_is_not_written() -> None:
     current = {"observedGeneration": 1, "conditions": [{"type": "Ready"}], "extra": 1}
     assert not status_changed(current, {"observedGeneration": 1, "conditions": [{"type": "Ready"}]})
     assert status_changed(current, {"observedGeneration": 2, "conditions": [{"type": "Ready"}]})
+
+
+def test_an_unverified_target_certificate_is_a_condition_for_as_long_as_it_stands() -> None:
+    warning = "the kubeconfig sets insecure-skip-tls-verify"
+    insecure = _conditions(desired_status(Outcome(connection_warnings=(warning,)), 1))
+    assert insecure["TargetVerified"]["status"] == "False"
+    assert insecure["TargetVerified"]["reason"] == "InsecureSkipTLSVerify"
+    assert warning in insecure["TargetVerified"]["message"]
+    verified = _conditions(desired_status(Outcome(connection_warnings=()), 1))
+    assert verified["TargetVerified"]["status"] == "True"
+    # Nothing is said of a connection this round never made.
+    assert "TargetVerified" not in _conditions(desired_status(Outcome(), 1))

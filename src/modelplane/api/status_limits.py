@@ -47,7 +47,7 @@ STRINGS: MappingProxyType[str, int] = MappingProxyType(
 LISTS: MappingProxyType[str, int] = MappingProxyType(
     {
         # Ours: Ready, RequirementsMet, VersionsSupported, CACertificatePublished,
-        # Teardown, with room to grow.
+        # TargetVerified, Teardown, with room to grow.
         "conditions": 16,
         # One per catalog component (test_status_limits checks the catalog fits).
         "components": 64,

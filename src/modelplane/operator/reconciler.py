@@ -107,6 +107,8 @@ class StackReconciler:
     client_ca_warnings: frozenset[str] = frozenset()
     # Target.warnings said so far: each gets one Warning event when it appears.
     connection_warnings: frozenset[str] = frozenset()
+    # This round's, for the TargetVerified condition; None until it connected.
+    round_connection_warnings: tuple[str, ...] | None = None
     # The spec error last reported by event, likewise.
     invalid_spec: str | None = None
     # When the target was last read directly, for the full relist; and
@@ -157,7 +159,9 @@ class StackReconciler:
             self.invalid_spec = message
             return Outcome(blocked_reason=INVALID_SPEC, blocked_message=message)
         self.invalid_spec = None
+        self.round_connection_warnings = None
         outcome = await self._reconcile(stack, body, acted_on_nothing)
+        outcome.connection_warnings = self.round_connection_warnings
         self.went_wrong = outcome.blocked_reason is not None or bool(outcome.failures)
         if outcome.blocked_reason is None and self.session.kept and self.session.target is not None:
             await self.session.watch(wanted(stack.spec))
@@ -285,6 +289,7 @@ class StackReconciler:
         for message in sorted(warnings - self.connection_warnings):
             self.emit("Warning", INSECURE_TARGET, message)
         self.connection_warnings = warnings
+        self.round_connection_warnings = tuple(sorted(warnings))
 
     def _report_versions(self, p: Plan) -> None:
         """One Warning event per out-of-range pin, when it appears, not on every resync."""

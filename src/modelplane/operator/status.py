@@ -19,6 +19,8 @@ TEARDOWN = "Teardown"
 # Whether status.gateway.caCertificate holds the gateway's CA; there only when
 # a CA was found (published or not).
 CA_PUBLISHED = "CACertificatePublished"
+# Whether the target's serving certificate is checked on every connection.
+TARGET_VERIFIED = "TargetVerified"
 # Ready's reason when the hub refused the status the operator wrote.
 STATUS_REFUSED = "StatusRefused"
 ACTION_FAILED = BlockedReason.ACTION_FAILED
@@ -42,6 +44,9 @@ class Outcome:
     waiting_on_webhook: frozenset[str] = frozenset()
     # Seconds until the next failed action is due again; None when none is.
     retry_after: float | None = None
+    # What is unsafe about this round's connection to the target (an
+    # insecure-skip-tls-verify kubeconfig); None when it did not connect.
+    connection_warnings: tuple[str, ...] | None = None
 
 
 def condition(
@@ -79,6 +84,8 @@ def desired_status(outcome: Outcome, generation: int | None) -> dict[str, Any]:
             condition(READY, True, "Reconciled", "every release and object is in place", generation)
         )
 
+    if outcome.connection_warnings is not None:
+        conditions.append(verified_condition(outcome.connection_warnings, generation))
     status: dict[str, Any] = {"observedGeneration": generation}
     if plan is not None:
         unmet = plan.unmet
@@ -184,6 +191,16 @@ def refused_message(fields: list[str]) -> str:
         f"the hub refused this ServingStack's status ({named}); what is shown here is "
         "not the current state: the operator goes on and writes it again"
     )
+
+
+def verified_condition(warnings: tuple[str, ...], generation: int | None) -> dict[str, Any]:
+    """An unchecked target certificate is allowed, but stated where tools look, not only once."""
+    if warnings:
+        return condition(
+            TARGET_VERIFIED, False, "InsecureSkipTLSVerify", "; ".join(warnings), generation
+        )
+    message = "the target's TLS certificate is checked on every connection"
+    return condition(TARGET_VERIFIED, True, "Verified", message, generation)
 
 
 def versions_condition(plan: Plan, generation: int | None) -> dict[str, Any]:
