@@ -47,6 +47,15 @@ async def test_skipping_tls_verification_beside_a_cloud_identity_is_refused() ->
     assert "ya29" not in message
 
 
+async def test_a_plain_http_server_beside_a_cloud_identity_is_refused() -> None:
+    credentials = Credentials(kubeconfig(server="http://127.0.0.1:1"), IDENTITY)
+    with pytest.raises(CredentialsError) as caught:
+        await connect(credentials)
+    assert caught.value.reason == "KubeconfigRefused"
+    assert "plain HTTP" in str(caught.value)
+    assert "ya29" not in str(caught.value)
+
+
 async def test_skipping_tls_verification_alone_connects_with_a_warning() -> None:
     target = await connect(kubeconfig(**{"insecure-skip-tls-verify": True}))
     async with target:

@@ -226,6 +226,15 @@ async def connect(
             "tokens would go to whoever answers at its address; remove it and give "
             "certificate-authority-data",
         )
+    if identity is not None and not config.cluster.server.lower().startswith("https://"):
+        # Over plain HTTP the token is readable on the way, and anyone on
+        # the path can answer for the target: the same refusal.
+        raise CredentialsError(
+            "KubeconfigRefused",
+            f"cluster {config.context.cluster!r} is served over plain HTTP, so the "
+            f"{identity.type} identity's tokens would cross the network readable by anyone "
+            "on the path; give an https:// server",
+        )
     source = None
     if identity is not None:
         source = token_source(
