@@ -19,7 +19,9 @@ import yaml
 from modelplane.actions.apply import ManifestError, parse_manifests
 from modelplane.catalog.components.kube_prometheus_stack import PROMETHEUS
 from modelplane.checks.checker import check_results
+from modelplane.kube import client as client_module
 from modelplane.kube.answers import status_message, status_of
+from modelplane.kube.client import TargetError, list_pages
 from modelplane.kube.reflector import MAX_WATCH_LINE, Link, Reflector, WatchKey
 from modelplane.pins import Stack
 from modelplane.plan.drift import drifted_fields, owned_fields
@@ -162,7 +164,8 @@ def test_managed_fields_within_the_bound_are_read_as_before() -> None:
 # ---- the watch stream ------------------------------------------------------------
 
 
-CONFIGMAPS_IN_NS = WatchKey(ApiRef("", "v1", "configmaps"), namespace="ns")
+CONFIGMAPS = ApiRef("", "v1", "configmaps")
+CONFIGMAPS_IN_NS = WatchKey(CONFIGMAPS, namespace="ns")
 
 
 class Script:
@@ -268,3 +271,38 @@ def test_a_trailing_separator_is_no_document_as_for_kubectl() -> None:
         assert [d["metadata"]["name"] for d in parse_manifests(text.encode(), "m.yaml")] == [
             "a.example.com"
         ]
+
+
+# ---- a LIST answer: read to a bound, parsed within one ---------------------
+
+
+async def _list_answer(response: httpx2.Response) -> object:
+    http = httpx2.AsyncClient(
+        base_url="https://target.invalid", transport=httpx2.MockTransport(lambda _r: response)
+    )
+    try:
+        return await list_pages(http, CONFIGMAPS)
+    finally:
+        await http.aclose()
+
+
+async def test_a_list_answer_is_read_only_to_the_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    sent = 0
+
+    async def endless() -> AsyncIterator[bytes]:
+        nonlocal sent
+        for _ in range(64):
+            sent += 1 << 16
+            yield b" " * (1 << 16)
+
+    monkeypatch.setattr(client_module, "MAX_ANSWER_BYTES", 1 << 18)
+    with pytest.raises(TargetError, match="over the limit of 262144 bytes"):
+        await _list_answer(httpx2.Response(200, content=endless()))
+    # Read up to the bound and not on to the end of what the target sends.
+    assert sent <= (1 << 18) + (1 << 16)
+
+
+async def test_a_deep_list_answer_is_an_error_not_a_recursion_error() -> None:
+    deep = b'{"items": [' + b"[" * 100_000 + b"]" * 100_000 + b"]}"
+    with pytest.raises(TargetError, match="nested deeper"):
+        await _list_answer(httpx2.Response(200, content=deep))

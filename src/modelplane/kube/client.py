@@ -33,11 +33,19 @@ from modelplane.kube.address import DEFAULT_DENIED, AddressDenied, IPNetwork, ho
 from modelplane.kube.answers import describe_answer, describe_error, status_message
 from modelplane.kube.backoff import Backoff, retry
 from modelplane.kube.transport import AuthTransport, GuardedTransport, TokenAuth, Tokens
+from modelplane.untrusted import Limits, UntrustedInputError, load_json
 from modelplane.wire import FIELD_MANAGER, ApiRef
 
 T = TypeVar("T")
 
 PAGE_SIZE = 500
+# A target's answer is read whole before it is parsed, so it is bounded: a
+# page of PAGE_SIZE objects of the largest size etcd stores by default
+# (1.5 MiB) would be 750 MiB, but the objects the operator lists are far
+# smaller; 128 MiB leaves room for a page of big CRDs. The depth leaves room
+# for CRD schemas, which nest properties and items deeply.
+MAX_ANSWER_BYTES = 128 * 1024 * 1024
+_ANSWER_LIMITS = Limits(max_bytes=MAX_ANSWER_BYTES, max_depth=256)
 
 # What a Target says when its kubeconfig turns certificate checks off: the
 # connection is allowed (its own credential is the kubeconfig author's to
@@ -273,19 +281,26 @@ async def get_answer(
 
     Transport errors are raised as they are: a watch tells an outage by them.
     """
-    response = await http.get(path, params=params, headers={"Accept": accept})
+    async with http.stream("GET", path, params=params, headers={"Accept": accept}) as response:
+        body = bytearray()
+        async for chunk in response.aiter_bytes():
+            body += chunk
+            if len(body) > MAX_ANSWER_BYTES:
+                raise TargetError(
+                    f"GET {path}: the answer is over the limit of {MAX_ANSWER_BYTES} bytes"
+                )
     if response.status_code >= 300:
         content_type = response.headers.get("content-type")
-        message = status_message(response.content, content_type)
+        message = status_message(bytes(body), content_type)
         if message is None:
             # Not a Status: its body, reason phrase and headers are the
             # server's free text, and are not repeated.
             message = describe_answer(content_type)
         raise ApiStatusError(response.status_code, path, message)
     try:
-        return response.json()
-    except ValueError as err:
-        raise TargetError(f"GET {path}: the answer is not JSON") from err
+        return load_json(bytes(body), _ANSWER_LIMITS)
+    except UntrustedInputError as err:
+        raise TargetError(f"GET {path}: the answer is not readable JSON ({err})") from err
 
 
 async def get_json(
