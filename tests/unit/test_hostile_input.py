@@ -514,7 +514,7 @@ URL = "https://user:s3cret@mirror.example/gaie/v1.0.1/manifests.yaml"
             {**_crd(GAIE_REQUIRED[0]), "apiVersion": "apiextensions.k8s.io/v1beta1"},
             f"CustomResourceDefinition {GAIE_REQUIRED[0]}",
         ),
-        ({"kind": "Secret\x1b[2J", "metadata": {"name": ["x"]}}, "Secret?[2J (no name)"),
+        ({"kind": "Secret\x1b[2J", "metadata": {"name": ["x"]}}, "Secret\\u001b[2J (no name)"),
         ({"metadata": None}, "(no kind) (no name)"),
     ],
 )

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Collection, Iterable
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -22,7 +21,7 @@ from modelplane.kube.client import waiting_out_429
 from modelplane.kube.errors import ErrorKind, KnownError
 from modelplane.kube.fetch import FetchError, fetch
 from modelplane.kube.resources import resource_of, unless_missing
-from modelplane.untrusted import Limits, UntrustedInputError, load_yaml_all
+from modelplane.untrusted import Limits, UntrustedInputError, load_yaml_all, printable
 from modelplane.wire import FIELD_MANAGER
 
 log = logging.getLogger("modelplane.actions")
@@ -188,11 +187,6 @@ def parse_manifests(data: bytes, shown: str) -> list[dict[str, Any]]:
     return objects
 
 
-def _printable(value: object, limit: int) -> str:
-    # The text goes into an event and the status: no control characters, short.
-    return re.sub(r"[^\x20-\x7e]", "?", str(value))[:limit]
-
-
 def _name(body: dict[str, Any]) -> str | None:
     metadata = body.get("metadata")
     name = metadata.get("name") if isinstance(metadata, dict) else None
@@ -216,8 +210,8 @@ def vet_manifests(
     source = shown_url(source)
     expected = set(required) | set(allowed)
     unexpected = [
-        f"{_printable(body.get('kind') or '(no kind)', 80)} "
-        f"{_printable(_name(body) or '(no name)', 253)}"
+        f"{printable(body.get('kind') or '(no kind)', 80)} "
+        f"{printable(_name(body) or '(no name)', 253)}"
         for body in objects
         if body.get("apiVersion") != CRD_API_VERSION
         or body.get("kind") != CRD_KIND
