@@ -169,9 +169,16 @@ def test_a_bundle_configmap_holding_a_private_key_is_not_published(harness: Harn
         field_manager="trust-manager",
     )
     _resyncs(harness, 3)
-    gateway = harness.status().get("gateway") or {}
+    status = harness.status()
+    gateway = status.get("gateway") or {}
     assert "caCertificate" not in gateway, gateway
-    assert "PRIVATE KEY" not in str(harness.status())
+    # No part of the key reaches the hub; the status says why no CA is there.
+    key_body = "".join(key.splitlines()[1:-1])
+    assert "-----BEGIN PRIVATE KEY-----" not in str(status)
+    assert key_body[:40] not in str(status)
+    published = harness.condition("CACertificatePublished")
+    assert (published.get("status"), published.get("reason")) == ("False", "NotPublished")
+    assert "PRIVATE KEY block" in published["message"]
 
     # The certificate alone is published.
     harness.target.apply(
