@@ -202,10 +202,18 @@ def test_gateway_on_the_real_envoy_gateway_and_trust_manager(harness: Harness) -
     published = (t.get(ConfigMap, CLUSTER_CA, namespace=NS).data or {})["ca.crt"]
     assert _same_certificate(published, pki.ca_pem)
     assert "PRIVATE KEY" not in published
+
+    # The hub carries the certificates re-encoded from what was parsed
+    # (plan.gateway.published_ca), so the same certificate, not the same text.
+    def ca_on_hub() -> bool:
+        ca = (harness.status().get("gateway") or {}).get("caCertificate")
+        return ca is not None and _same_certificate(ca, published)
+
     wait_for(
         "the CA on the hub",
-        lambda: (harness.status().get("gateway") or {}).get("caCertificate") == published,
+        ca_on_hub,
         deadline=90,
+        detail=lambda: str(harness.condition("CACertificatePublished")),
     )
     harness.wait_condition("Ready", "True", deadline=120)
     # With the catalog's wiring the extensionManager advisory has nothing to say
