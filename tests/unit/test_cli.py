@@ -224,11 +224,23 @@ def test_text_output_sections(tmp_path: Path) -> None:
     assert result.exit_code == 0
     out = result.stdout
     assert "\x1b[" not in out  # no escape codes when not on a terminal
-    order = [out.index(s) for s in ("Components", "Held back", "Requirements", "Objects")]
+    sections = (
+        "Components",
+        "Sources",
+        "Install order",
+        "Held back",
+        "Notes",
+        "Gateway",
+        "Objects",
+    )
+    order = [out.index(f"\n{s}") for s in sections]
     assert order == sorted(order)
+    # Offline, a Managed install meets its requirements itself: nothing to show.
+    assert "Requirements" not in out
     for text in ("cert-manager", "v1.20.2", "gateway-helm", "v1.8.4", "plain HTTP"):
         assert text in out
-    assert max(len(line) for line in out.splitlines()) <= 160
+    # Piped, the text fits an 80-column terminal.
+    assert max(len(line) for line in out.splitlines()) <= 80
 
 
 def test_text_output_does_not_read_input_as_markup(tmp_path: Path) -> None:

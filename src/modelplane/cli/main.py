@@ -62,7 +62,7 @@ def render(
     elif output is RenderFormat.YAML:
         print(present.to_yaml(p), end="")
     else:
-        present.print_text(p, present.text_console())
+        present.print_text(p, present.text_console(), observed=facts is not None)
 
 
 @app.command()

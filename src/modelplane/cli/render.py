@@ -12,7 +12,8 @@ from rich.table import Table
 from rich.text import Text
 
 from modelplane.api.status_limits import TERMINAL
-from modelplane.plan.model import ObjectAction, Plan
+from modelplane.catalog.configuration import Hold
+from modelplane.plan.model import ObjectAction, Plan, PlannedObject, Severity
 from modelplane.untrusted import printable
 
 
@@ -51,8 +52,14 @@ def to_yaml(p: Plan) -> str:
 
 
 # Width of the text output when it does not go to a terminal: fixed, so that
-# piped output (and the golden files) never depend on the environment.
-TEXT_WIDTH = 160
+# piped output (the README's example, CI logs, the golden files) never depends
+# on the environment, and narrow enough for an 80-column terminal.
+TEXT_WIDTH = 80
+
+# From this width on the chart source is a column of the Components table;
+# below it, a section of its own, as kubectl's printers keep their wide
+# columns for wide output. The source column needs about 60 characters.
+WIDE = 160
 
 
 def text_console(file: IO[str] | None = None) -> Console:
@@ -61,6 +68,7 @@ def text_console(file: IO[str] | None = None) -> Console:
     whatever COLUMNS, FORCE_COLOR or TERM say."""
     out = file or sys.stdout
     if out.isatty():
+        # Rich takes the width from COLUMNS, else from the terminal itself.
         return Console(file=out, highlight=False)
     return Console(
         file=out,
@@ -82,7 +90,60 @@ def _shown(value: object) -> str:
     return printable(value, TERMINAL)
 
 
-def print_text(p: Plan, console: Console) -> None:
+def _items(console: Console, rows: list[tuple[Text, Text]]) -> None:
+    """Entries of a section: a marker, then text wrapped at the console's width
+    with its continuation lines under the text, not under the marker. Words
+    too long for a line (a URL) are folded, never cut."""
+    for marker, text in rows:
+        # One grid per entry, so that each marker takes its own width.
+        grid = Table.grid(padding=0)
+        grid.add_column(no_wrap=True)
+        grid.add_column(overflow="fold")
+        grid.add_row(marker, text)
+        console.print(grid)
+
+
+def _title(console: Console, title: str, rest: str = "") -> None:
+    console.print(Text.assemble((title, "bold"), rest))
+
+
+def _object_name(o: PlannedObject) -> str:
+    """``Kind.group namespace/name``, as kubectl names a resource, without the
+    version: the full key is in the JSON output."""
+    group, _, _version = str(o.object.get("apiVersion", "")).rpartition("/")
+    meta = o.object["metadata"]
+    where = f"{meta['namespace']}/" if meta.get("namespace") else ""
+    kind = f"{o.object['kind']}.{group}" if group else str(o.object["kind"])
+    return _shown(f"{kind} {where}{meta['name']}")
+
+
+def install_order(p: Plan) -> list[list[tuple[str, list[str]]]]:
+    """The Managed components in steps: each after every component it waits for.
+
+    A component's step is one more than the latest step of its dependencies
+    (the plan's ``depends_on``, from the catalog), so a step's components
+    wait only for earlier steps. Within a step, plan order.
+    """
+    releases = {r.component: r for r in p.releases}
+    planned = {m.component for m in p.manifests} | set(releases)
+    step: dict[str, int] = {}
+    steps: list[list[tuple[str, list[str]]]] = []
+    # The catalog orders every dependency before its dependents.
+    for c in p.components:
+        if c.mode != "Managed" or (c.name not in planned and c.kind != "objects"):
+            continue
+        deps = releases[c.name].depends_on if c.name in releases else []
+        n = 1 + max((step[d] for d in deps if d in step), default=0)
+        step[c.name] = n
+        while len(steps) < n:
+            steps.append([])
+        steps[n - 1].append((c.name, deps))
+    return steps
+
+
+def print_text(p: Plan, console: Console, *, observed: bool = False) -> None:
+    """The plan for a person. ``observed``: whether facts about the target were
+    given; without them nothing is said to be met, unmet or seen."""
     # Names and messages come from user input: never read them as markup.
     # Every value passes _shown: JSON and YAML escape control characters
     # themselves, a terminal would act on them.
@@ -92,61 +153,166 @@ def print_text(p: Plan, console: Console) -> None:
             f": {p.stack} stack, components {p.mode}",
         )
     )
-    table = Table(title="Components", title_justify="left")
-    for col in ("component", "mode", "chart / source", "version", "namespace", "plan"):
-        # Fold long repository URLs instead of cutting them off.
-        table.add_column(col, overflow="fold")
+    wide = console.width >= WIDE
     releases = {r.component: r for r in p.releases}
     manifests = {m.component: m for m in p.manifests}
+    sources: dict[str, str] = {}
+    for name, r in releases.items():
+        sources[name] = f"{r.chart} ({r.repository})"
+    for name, m in manifests.items():
+        sources[name] = m.url
+    # A component whose mode differs from the stack's (a config-role one in
+    # Provided mode) gets a MODE column where there is room; narrow, its PLAN
+    # (install, apply against check) says it.
+    mixed = wide and any(c.mode != p.mode for c in p.components)
+
+    table = Table(
+        title="Components",
+        title_justify="left",
+        title_style="bold",
+        box=None,
+        # Two spaces between columns and none at the edges, as kubectl prints.
+        padding=(0, 1),
+        pad_edge=False,
+        header_style="bold",
+    )
+    table_rows: list[list[str]] = []
     for c in p.components:
         if c.name in releases:
             r = releases[c.name]
-            source = f"{r.chart} ({r.repository})"
-            step = str(r.action) + (f": after {', '.join(r.waiting_for)}" if r.waiting_for else "")
+            source = sources[c.name]
+            step = str(r.action)
+            if r.waiting_for and wide:
+                # Narrow, the install order below names what each waits for.
+                step += f": after {', '.join(r.waiting_for)}"
         elif c.name in manifests:
-            source, step = manifests[c.name].url, str(manifests[c.name].action)
+            source, step = sources[c.name], str(manifests[c.name].action)
         elif c.mode == "Provided":
-            source, step = "provided by the cluster", f"check ({c.state.lower()})"
+            # Offline nothing was checked: met or unmet would be a guess.
+            state = f" ({c.state.lower()})" if observed else ""
+            source, step = "provided by the cluster", f"check{state}"
         else:
             source, step = "objects", c.state.lower()
-        cells = (c.name, c.mode, source, c.version, c.namespace or "-", step)
-        table.add_row(*(Text(_shown(cell)) for cell in cells))
+        cells = [c.name, *([c.mode] if mixed else [])]
+        cells += [*([source] if wide else []), c.version, c.namespace or "-", step]
+        table_rows.append([_shown(cell) for cell in cells])
+    columns = ["COMPONENT", *(["MODE"] if mixed else [])]
+    columns += [*(["CHART / SOURCE"] if wide else []), "VERSION", "NAMESPACE", "PLAN"]
+    for col in columns[:-1]:
+        # What is too wide folds (a URL, the odd long name), never cut off.
+        table.add_column(col, overflow="fold")
+    if wide:
+        table.add_column("PLAN", overflow="fold")
+    else:
+        # Narrow, PLAN holds one word or two: never squeezed out by the names.
+        table.add_column(
+            "PLAN", no_wrap=True, min_width=max((len(r[-1]) for r in table_rows), default=4)
+        )
+    for row in table_rows:
+        table.add_row(*(Text(cell) for cell in row))
     console.print(table)
+    if sources and not wide:
+        _title(console, "Sources")
+        grid = Table.grid(padding=(0, 2, 0, 0))
+        grid.add_column(no_wrap=True)
+        grid.add_column(overflow="fold")
+        for c in p.components:
+            if c.name in sources:
+                grid.add_row(Text("  " + _shown(c.name)), Text(_shown(sources[c.name])))
+        console.print(grid)
+
+    steps = install_order(p)
+    if steps:
+        _title(console, "Install order")
+        rows = []
+        for n, members in enumerate(steps, 1):
+            names = [
+                f"{name} (after {', '.join(deps)})" if deps else name for name, deps in members
+            ]
+            rows.append((Text(f"  {n}. "), Text(_shown(", ".join(names)))))
+        waiting = [o for o in p.objects if o.hold is Hold.WAITING_FOR_API]
+        if waiting:
+            rows.append(
+                (
+                    Text("  then "),
+                    Text(
+                        f"the {len(waiting)} object{'s' if len(waiting) > 1 else ''} "
+                        "held back below, each once the target serves its API"
+                    ),
+                )
+            )
+        _items(console, rows)
 
     held = [o for o in p.objects if o.action is ObjectAction.HOLD]
     if held:
-        console.print(Text("Held back", "bold"))
+        _title(console, "Held back")
+        rows = []
         for o in held:
-            console.print(Text(f"  {_shown(o.key)}: {_shown(o.hold_reason)}"))
+            rows.append((Text("  "), Text(_object_name(o))))
+            rows.append((Text("    "), Text(_shown(o.hold_reason))))
+        _items(console, rows)
     # Notes are about the spec as a whole (an out-of-range pin, a withheld
     # listener, Provided mode), not about one held object.
     if p.notes:
-        console.print(Text("Notes", "bold"))
-        for note in p.notes:
-            console.print(Text(f"  {_shown(note)}"))
+        _title(console, "Notes")
+        _items(console, [(Text("  - "), Text(_shown(note))) for note in p.notes])
 
-    unmet = p.unmet
-    console.print(
-        Text.assemble(
-            ("Requirements", "bold"),
+    # A Managed install brings what its requirements ask for, so offline they
+    # decide nothing; in Provided mode they are the whole check, and against
+    # given facts they say what is missing.
+    required = [r for r in p.requirements if r.severity is Severity.REQUIRED]
+    if observed:
+        unmet = p.unmet
+        _title(
+            console,
+            "Requirements",
             f": {len(p.requirements) - len(unmet)} of {len(p.requirements)} met on the "
             "observed target",
         )
-    )
-    for result in unmet:
-        console.print(
-            Text.assemble(
-                "  ", ("x", "red"), f" {_shown(result.component)}: {_shown(result.message)}"
-            )
+        _items(
+            console,
+            [
+                (
+                    Text.assemble("  ", ("x", "red"), " "),
+                    Text(f"{_shown(r.component)}: {_shown(r.message)}"),
+                )
+                for r in unmet
+            ],
+        )
+    elif p.mode == "Provided" and required:
+        _title(
+            console,
+            "Requirements",
+            f": {len(required)}, checked on the target by the operator or `modelplane check`",
+        )
+        _items(
+            console,
+            [
+                (Text("  - "), Text(f"{_shown(r.component)}: {_shown(r.requirement)}"))
+                for r in required
+            ],
         )
 
-    address = _shown(p.gateway.address) if p.gateway.address else "none observed yet"
-    if p.gateway.ca_problem:
-        ca = f"not published: {_shown(p.gateway.ca_problem)}"
+    if observed or p.gateway.ca_problem:
+        if p.gateway.address:
+            address = _shown(p.gateway.address)
+        else:
+            address = "none observed yet" if observed else "not read offline"
+        if p.gateway.ca_problem:
+            ca = f"not published: {_shown(p.gateway.ca_problem)}"
+        else:
+            ca = "observed" if p.gateway.ca_certificate else "not observed yet"
+        _title(console, "Gateway")
+        _items(
+            console,
+            [(Text("  "), Text(f"address {address}")), (Text("  "), Text(f"CA certificate {ca}"))],
+        )
     else:
-        ca = "observed" if p.gateway.ca_certificate else "not observed yet"
-    console.print(Text.assemble(("Gateway", "bold"), f": address {address}; CA certificate {ca}"))
+        _title(
+            console,
+            "Gateway",
+            ": address and CA certificate read from the target once it serves them",
+        )
 
-    console.print(Text("Objects", "bold"))
-    for o in p.objects:
-        console.print(Text(f"  {o.action:5} {_shown(o.key)}"))
+    _title(console, "Objects")
+    _items(console, [(Text(f"  {o.action:5} "), Text(_object_name(o))) for o in p.objects])
