@@ -178,3 +178,12 @@ def test_on_a_terminal_it_fits_the_width_and_has_colour(columns: int, wide: bool
     header = next(line for line in out.splitlines() if "COMPONENT" in line)
     assert ("SOURCE" in header) is wide
     assert ("Sources" in out) is not wide
+
+
+@pytest.mark.parametrize("stack", _stacks(), ids=lambda p: p.stem)
+def test_no_line_ends_in_padding_in_a_pipe(stack: Path) -> None:
+    # Tables pad their cells to the column width; in a log or a README that
+    # is trailing whitespace, which editors and diffs flag.
+    out = _text("-f", str(stack))
+    padded = [line for line in out.splitlines() if line != line.rstrip()]
+    assert not padded, "\n".join(repr(line) for line in padded[:5])

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import io
 import json
 import sys
-from typing import IO, Any
+from typing import IO, Any, cast
 
 import yaml
 from rich.console import Console
@@ -62,6 +63,36 @@ TEXT_WIDTH = 80
 WIDE = 160
 
 
+class _TrimmedLines(io.TextIOBase):
+    """A text stream that drops the spaces Rich pads table cells and wrapped
+    lines with at the end of a line: in a log or a README they are trailing
+    whitespace, which editors and diffs flag."""
+
+    def __init__(self, out: IO[str]) -> None:
+        super().__init__()
+        self._out = out
+        self._partial = ""
+
+    def write(self, s: str) -> int:
+        *lines, self._partial = (self._partial + s).split("\n")
+        for line in lines:
+            self._out.write(line.rstrip(" ") + "\n")
+        return len(s)
+
+    def flush(self) -> None:
+        # Rich ends every print with a newline; a partial line is kept whole.
+        if self._partial:
+            self._out.write(self._partial)
+            self._partial = ""
+        self._out.flush()
+
+    def isatty(self) -> bool:
+        return False
+
+    def writable(self) -> bool:
+        return True
+
+
 def text_console(file: IO[str] | None = None) -> Console:
     """A console for the text output: the terminal's width and colours on a
     terminal; otherwise a fixed width, no colour and no escape codes at all,
@@ -71,7 +102,8 @@ def text_console(file: IO[str] | None = None) -> Console:
         # Rich takes the width from COLUMNS, else from the terminal itself.
         return Console(file=out, highlight=False)
     return Console(
-        file=out,
+        # A TextIOBase is a text stream, which typeshed's IO[str] does not say.
+        file=cast(IO[str], _TrimmedLines(out)),
         width=TEXT_WIDTH,
         color_system=None,
         force_terminal=False,
