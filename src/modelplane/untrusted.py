@@ -184,19 +184,23 @@ def _yaml_problem(err: yaml.YAMLError) -> str:
     return printable(str(problem), 200) + where
 
 
-def printable(text: object, limit: int) -> str:
+def printable(text: object, limit: int, *, newlines: bool = False) -> str:
     """``text`` made safe to show: control and format characters escaped, cut to ``limit``.
 
     Newlines and tabs become spaces; any other control or format character
     (ESC, bidi overrides, NUL) becomes its ``\\uXXXX`` escape, so nothing a
     target wrote can move a terminal's cursor or hide text from a reader.
     ``limit`` counts characters, as the CRD's ``maxLength`` does, and a cut
-    value ends with ``…``.
+    value ends with ``…``. With ``newlines`` a newline is kept (a traceback
+    in a log line reads as one); a carriage return is still a space, since
+    it can overwrite a line already shown.
     """
     out: list[str] = []
     size = 0
     for char in str(text):
-        if char in "\n\t\r":
+        if char == "\n" and newlines:
+            piece = char
+        elif char in "\n\t\r":
             piece = " "
         elif unicodedata.category(char) in ("Cc", "Cf", "Cs", "Co", "Cn"):
             piece = f"\\u{ord(char):04x}"

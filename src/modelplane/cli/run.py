@@ -17,6 +17,7 @@ from modelplane.actions.helm import NO_HELM, HelmError
 from modelplane.actions.helm import locate as locate_helm
 from modelplane.cli.options import AwsRegion, AwsStsEndpoint, NebiusTokenEndpoint
 from modelplane.kube.address import deny_list
+from modelplane.operator import logs
 from modelplane.operator.leader import LeaderElection, default_namespace, lease_name
 from modelplane.operator.options import OperatorOptions, unknown_components
 from modelplane.operator.shard import normalize_selector
@@ -212,14 +213,7 @@ def run(
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
 ) -> None:
     """Run the operator: reconcile every ServingStack onto its target cluster."""
-    logging.basicConfig(
-        level=logging.DEBUG if verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s %(message)s",
-    )
-    if not verbose:
-        # One line per HTTP request drowns what a person needs to read.
-        for name in ("httpx", "httpx2"):
-            logging.getLogger(name).setLevel(logging.WARNING)
+    logs.configure(verbose)
     try:
         deny = deny_list(deny_target_cidr)
     except ValueError as err:
