@@ -29,10 +29,8 @@ _MEDIA_TYPE = re.compile(r"^[a-z0-9][a-z0-9!#$&^_.+-]{0,40}/[a-z0-9][a-z0-9!#$&^
 
 
 def bounded(text: str, limit: int = MAX_MESSAGE) -> str:
-    """``text`` cut to ``limit`` characters, control characters escaped (``printable``)."""
-    # Escaping first, at most limit + 1 characters of it: an escape is six.
-    text = printable(text.strip()[: limit + 1], 6 * (limit + 1))
-    return text if len(text) <= limit else text[:limit] + "..."
+    """``text`` stripped, control characters escaped and cut to ``limit`` (``printable``)."""
+    return printable(text.strip(), limit)
 
 
 def media_type(content_type: str | None) -> str | None:
