@@ -8,6 +8,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from modelplane.catalog.facts import ClusterFacts, Fact, WorkloadsOfKind
+from modelplane.catalog.images import Images
 from modelplane.catalog.versions import parse_version
 from modelplane.wire import ApiRef
 
@@ -245,6 +246,9 @@ class Component:
     advisories: tuple[Advisory, ...] = ()
     not_checked: tuple[str, ...] = ()
     not_needed: tuple[str, ...] = ()
+    # Every image the component runs and where it is set: what an
+    # air-gapped install rewrites (see catalog.images).
+    images: Images = field(default_factory=Images)
 
     @property
     def kind(self) -> Literal["chart", "manifests", "objects"]:

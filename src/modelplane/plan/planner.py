@@ -23,6 +23,7 @@ from modelplane.catalog.types import Component, CRDServes, ObjectExists, Require
 from modelplane.pins import ComponentsMode
 from modelplane.plan.drift import drifted_fields
 from modelplane.plan.gateway import published_address, published_ca
+from modelplane.plan.images import MirrorRule
 from modelplane.plan.model import (
     ComponentPlan,
     GatewayReport,
@@ -55,6 +56,9 @@ class Sources:
     chart_repository: str | None = None  # one repository for every chart
     chart_repository_for: dict[str, str] = field(default_factory=dict)  # component -> URL
     manifests_base_url_for: dict[str, str] = field(default_factory=dict)  # component -> base
+    # Where images are pulled from instead, and the Secrets pods pull with.
+    image_mirrors: tuple[MirrorRule, ...] = ()
+    image_pull_secrets: tuple[str, ...] = ()
 
     def repository(self, component: Component) -> str:
         assert component.chart is not None
