@@ -12,6 +12,7 @@ from modelplane.catalog.configuration import Hold, TeardownWave
 # Requirement results speak the catalog's words; re-exported for callers of the plan.
 from modelplane.catalog.types import RequirementStatus as RequirementStatus
 from modelplane.catalog.types import Severity as Severity
+from modelplane.plan.images import ImageUse
 
 
 class _Frozen(BaseModel):
@@ -61,6 +62,8 @@ class PlannedRelease(_Frozen):
     state: ReleaseState
     action: ReleaseAction
     waiting_for: list[str] = Field(default_factory=list)
+    # Every image the release runs, before and after the mirror rules.
+    images: list[ImageUse] = Field(default_factory=list)
 
 
 class PlannedManifests(_Frozen):
@@ -207,6 +210,10 @@ class Plan(_Frozen):
     version_warnings: list[VersionWarning] = Field(default_factory=list)
     # clientCAs entries admitted but doubtful (not a CA, expired); also in notes.
     client_ca_warnings: list[str] = Field(default_factory=list)
+    # The image mirror rules in force ("FROM=TO"), and every image the plan
+    # runs (releases and the product's own objects) before and after them.
+    image_mirrors: list[str] = Field(default_factory=list)
+    images: list[ImageUse] = Field(default_factory=list)
 
     @property
     def unmet(self) -> list[RequirementResult]:

@@ -23,7 +23,7 @@ from modelplane.catalog.types import Component, CRDServes, ObjectExists, Require
 from modelplane.pins import ComponentsMode
 from modelplane.plan.drift import drifted_fields
 from modelplane.plan.gateway import published_address, published_ca
-from modelplane.plan.images import MirrorRule
+from modelplane.plan.images import MirrorRule, image_values, merge
 from modelplane.plan.model import (
     ComponentPlan,
     GatewayReport,
@@ -158,6 +158,8 @@ def plan(
         work=work,
         version_warnings=version_warnings,
         client_ca_warnings=client_ca_warnings(spec),
+        image_mirrors=[str(rule) for rule in sources.image_mirrors],
+        images=[use for release in releases for use in release.images],
     )
 
 
@@ -296,7 +298,14 @@ def _release(
     enabled: set[str],
 ) -> PlannedRelease:
     assert component.chart is not None
-    values = component.values(spec)
+    overlay, images = image_values(
+        component.name,
+        component.images,
+        version,
+        sources.image_mirrors,
+        sources.image_pull_secrets,
+    )
+    values = merge(component.values(spec), overlay)
     desired = digest({"chart": component.chart.chart, "version": version, "values": values})
     seen = observed.releases.get(component.release_name)
     state = release_state(desired, seen)
@@ -320,6 +329,7 @@ def _release(
         state=state,
         action=action,
         waiting_for=waiting if action is ReleaseAction.WAIT else [],
+        images=images,
     )
 
 
