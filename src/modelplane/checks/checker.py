@@ -7,6 +7,7 @@ runs the plan on what was observed, and summarises.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,8 +18,10 @@ from modelplane.catalog.components import COMPONENTS
 from modelplane.observe.facts import observe_for_check
 from modelplane.pins import Stack
 from modelplane.plan import plan
+from modelplane.plan.images import MirrorRule
 from modelplane.plan.model import RequirementResult, RequirementStatus, Severity
 from modelplane.plan.observed import Observed
+from modelplane.plan.planner import Sources
 
 
 def provided_stack(stack: Stack) -> ServingStack:
@@ -37,15 +40,24 @@ def provided_stack(stack: Stack) -> ServingStack:
     )
 
 
-def check_results(stack: Stack, observed: Observed) -> list[RequirementResult]:
-    """The plan's requirement results for the substrate, grouped by component."""
-    results = plan(provided_stack(stack), observed).requirements
+def check_results(
+    stack: Stack, observed: Observed, mirrors: Sequence[MirrorRule] = ()
+) -> list[RequirementResult]:
+    """The plan's requirement results for the substrate, grouped by component.
+
+    With ``mirrors``, a provided workload that pulls from a registry they
+    name is a warning (``plan.provided_images``), as the operator's is.
+    """
+    sources = Sources(image_mirrors=tuple(mirrors))
+    results = plan(provided_stack(stack), observed, sources).requirements
     order = {c.name: i for i, c in enumerate(COMPONENTS)}
     return sorted(results, key=lambda r: order[r.component])
 
 
-async def run_checks(client: AsyncClient, stack: Stack) -> list[RequirementResult]:
-    return check_results(stack, await observe_for_check(client, stack))
+async def run_checks(
+    client: AsyncClient, stack: Stack, mirrors: Sequence[MirrorRule] = ()
+) -> list[RequirementResult]:
+    return check_results(stack, await observe_for_check(client, stack), mirrors)
 
 
 @dataclass(frozen=True)

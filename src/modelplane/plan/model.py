@@ -13,6 +13,7 @@ from modelplane.catalog.configuration import Hold, TeardownWave
 from modelplane.catalog.types import RequirementStatus as RequirementStatus
 from modelplane.catalog.types import Severity as Severity
 from modelplane.plan.images import ImageUse
+from modelplane.plan.pull_secrets import MissingPullSecret
 
 
 class _Frozen(BaseModel):
@@ -214,6 +215,10 @@ class Plan(_Frozen):
     # runs (releases and the product's own objects) before and after them.
     image_mirrors: list[str] = Field(default_factory=list)
     images: list[ImageUse] = Field(default_factory=list)
+    # The Secrets every rewritten pod pulls with, and those the target was
+    # seen to lack where a component's pods run (never held back for).
+    image_pull_secrets: list[str] = Field(default_factory=list)
+    missing_pull_secrets: list[MissingPullSecret] = Field(default_factory=list)
 
     @property
     def unmet(self) -> list[RequirementResult]:

@@ -61,6 +61,10 @@ class Observed(BaseModel):
     # the target holds it: the plan decides what of it is published
     # (``plan.gateway.published_ca``).
     bundle_ca_certificate: str | None = None
+    # Pull Secret name -> the namespaces a Secret of that name exists in
+    # (their presence only, never their data), for the --image-pull-secret
+    # names. A name left out was not observed, and nothing is said of it.
+    pull_secrets: dict[str, list[str]] = Field(default_factory=dict)
     # Facts for the advisory checks; None when they were not gathered (the
     # advisory checks are then left out of the plan).
     cluster: ClusterFacts | None = None

@@ -21,6 +21,7 @@ from modelplane.catalog.configuration import (
 )
 from modelplane.catalog.types import Component, CRDServes, ObjectExists, Requirement
 from modelplane.pins import ComponentsMode
+from modelplane.plan import pull_secrets
 from modelplane.plan.drift import drifted_fields
 from modelplane.plan.gateway import published_address, published_ca
 from modelplane.plan.images import MirrorRule, image_values, merge
@@ -41,6 +42,8 @@ from modelplane.plan.model import (
     work_left,
 )
 from modelplane.plan.observed import Observed, ObservedRelease
+from modelplane.plan.provided_images import TITLE as MIRROR_TITLE
+from modelplane.plan.provided_images import mirror_finding
 from modelplane.untrusted import printable
 from modelplane.wire import DIGEST_ANNOTATION, digest, object_key, stamp
 
@@ -119,6 +122,10 @@ def plan(
 
     objects += [_object(o, CONFIGURATION, observed) for o in configuration_for(spec)]
     work = work_left(releases, manifests, objects)
+    missing = _missing_pull_secrets(components, releases, objects, observed, sources)
+    missing_by_component: dict[str, list[pull_secrets.MissingPullSecret]] = {}
+    for m in missing:
+        missing_by_component.setdefault(m.component, []).append(m)
     busy = {w.component for w in work}
 
     version_warnings = _version_warnings(components, spec)
@@ -134,6 +141,11 @@ def plan(
             c.name in busy,
             spec_version=c.version_for(spec),
             warning=out_of_range.get(c.name),
+            pull=(
+                pull_secrets.component_message(missing_by_component[c.name])
+                if c.name in missing_by_component
+                else None
+            ),
         )
         for c in components
     ]
@@ -148,7 +160,9 @@ def plan(
         releases=releases,
         manifests=manifests,
         objects=objects,
-        requirements=requirements + _advisories(components, spec, observed),
+        requirements=requirements
+        + _advisories(components, spec, observed)
+        + _mirror_advisories(components, managed, observed, sources),
         notes=_notes(stack) + [w.message for w in version_warnings],
         gateway=GatewayReport(
             address=published_address(observed.gateway_addresses),
@@ -160,7 +174,53 @@ def plan(
         client_ca_warnings=client_ca_warnings(spec),
         image_mirrors=[str(rule) for rule in sources.image_mirrors],
         images=[use for release in releases for use in release.images],
+        image_pull_secrets=list(sources.image_pull_secrets),
+        missing_pull_secrets=missing,
     )
+
+
+def _missing_pull_secrets(
+    components: list[Component],
+    releases: list[PlannedRelease],
+    objects: list[PlannedObject],
+    observed: Observed,
+    sources: Sources,
+) -> list[pull_secrets.MissingPullSecret]:
+    """The pull Secrets the planned pods name that the target was seen to lack."""
+    if not sources.image_pull_secrets:
+        return []
+    installed = {r.component for r in releases}
+    wanted = pull_secrets.needed(
+        [c for c in components if c.name in installed],
+        [(o.component, o.object) for o in objects if o.action is not ObjectAction.HOLD],
+    )
+    return pull_secrets.missing(wanted, sources.image_pull_secrets, observed.pull_secrets)
+
+
+def _mirror_advisories(
+    components: list[Component], managed: bool, observed: Observed, sources: Sources
+) -> list[RequirementResult]:
+    """Provided mode: warn of a provided workload that pulls from past the mirror."""
+    if managed or observed.cluster is None or not sources.image_mirrors:
+        return []
+    results: list[RequirementResult] = []
+    for component in components:
+        if component.role != "substrate":
+            continue
+        found = mirror_finding(component, observed.cluster, sources.image_mirrors)
+        if found is None:
+            continue
+        status, message = found
+        results.append(
+            RequirementResult(
+                component=component.name,
+                requirement=MIRROR_TITLE,
+                status=status,
+                message=printable(message, MAX_MESSAGE),
+                severity=Severity.ADVISORY,
+            )
+        )
+    return results
 
 
 def _version_warnings(components: list[Component], spec: Any) -> list[VersionWarning]:
@@ -405,6 +465,7 @@ def _component_plan(
     has_work: bool,
     spec_version: str,
     warning: str | None = None,
+    pull: str | None = None,
 ) -> ComponentPlan:
     provided = component.role == "substrate" and not managed
     state, message = "Ready", ""
@@ -432,7 +493,7 @@ def _component_plan(
             component.chart.repository if component.chart else None,
         ),
         state=state,
-        message="; ".join(m for m in (message, warning) if m),
+        message="; ".join(m for m in (message, warning, pull) if m),
     )
 
 

@@ -1,0 +1,115 @@
+"""Which pull Secrets each component's pods need on the target, and which are missing: pure.
+
+A pod names its pull Secrets by name only, and the kubelet reads them from
+the pod's own namespace; a missing one is no error at admission, only an
+``ImagePullBackOff`` later. So the plan says, per component, which of the
+``--image-pull-secret`` Secrets its namespaces lack, from what the target
+was seen to hold (their presence only: ``observe.state`` reads their
+metadata, never their data). Nothing is held back for it: the release
+installs, and the report clears once the Secret is there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from modelplane.catalog.advisories import listed
+from modelplane.catalog.types import Component
+
+# The reason a component's message and the condition give.
+PULL_SECRET_MISSING = "PullSecretMissing"
+
+# The kinds whose objects run pods from ``spec.template``, as the product composes them.
+_POD_TEMPLATES = frozenset({"Deployment", "DaemonSet", "StatefulSet", "Job"})
+
+
+class MissingPullSecret(BaseModel):
+    """A pull Secret a component's pods name that its namespace does not hold."""
+
+    model_config = ConfigDict(frozen=True)
+
+    component: str
+    secret: str
+    namespace: str
+
+    def __str__(self) -> str:
+        return f"{self.secret} in {self.namespace}"
+
+
+def chart_namespaces(component: Component) -> tuple[str, ...]:
+    """The namespaces whose pods pull with the chart's pull Secrets; () when it takes none."""
+    pull = component.images.pull_secrets
+    if pull is None:
+        return ()
+    return tuple(dict.fromkeys((component.namespace, *pull.namespaces)))
+
+
+def object_namespace(body: Mapping[str, Any]) -> str | None:
+    """The namespace of an object's pods when its pod template names pull Secrets."""
+    if body.get("kind") not in _POD_TEMPLATES:
+        return None
+    spec = ((body.get("spec") or {}).get("template") or {}).get("spec") or {}
+    if not spec.get("imagePullSecrets"):
+        return None
+    namespace = (body.get("metadata") or {}).get("namespace")
+    return str(namespace) if namespace else None
+
+
+def needed(
+    charts: Iterable[Component], objects: Iterable[tuple[str, Mapping[str, Any]]]
+) -> dict[str, tuple[str, ...]]:
+    """Component -> the namespaces that must hold every pull Secret, in plan order.
+
+    ``charts`` are the chart components the plan installs; ``objects`` the
+    (component, body) pairs it applies.
+    """
+    out: dict[str, list[str]] = {}
+    for component in charts:
+        for namespace in chart_namespaces(component):
+            out.setdefault(component.name, []).append(namespace)
+    for owner, body in objects:
+        where = object_namespace(body)
+        if where is not None:
+            have = out.setdefault(owner, [])
+            if where not in have:
+                have.append(where)
+    return {name: tuple(spaces) for name, spaces in out.items()}
+
+
+def missing(
+    wanted: Mapping[str, Sequence[str]],
+    secrets: Sequence[str],
+    present: Mapping[str, Sequence[str]],
+) -> list[MissingPullSecret]:
+    """Each (component, Secret, namespace) the target lacks.
+
+    ``present`` is Secret name -> the namespaces it was seen in; a name it
+    does not hold was not observed (offline, or unreadable), and nothing is
+    said about it: a guess would read as a finding.
+    """
+    out: list[MissingPullSecret] = []
+    for component, namespaces in wanted.items():
+        for namespace in namespaces:
+            for secret in secrets:
+                seen = present.get(secret)
+                if seen is not None and namespace not in seen:
+                    out.append(
+                        MissingPullSecret(component=component, secret=secret, namespace=namespace)
+                    )
+    return out
+
+
+def component_message(found: Sequence[MissingPullSecret]) -> str:
+    """``PullSecretMissing: regcred in cert-manager``, for one component's status."""
+    return f"{PULL_SECRET_MISSING}: {listed([str(m) for m in found])}"
+
+
+def condition_message(found: Sequence[MissingPullSecret]) -> str:
+    """Every missing Secret, by component, for the condition."""
+    by_component: dict[str, list[str]] = {}
+    for m in found:
+        by_component.setdefault(m.component, []).append(str(m))
+    return "; ".join(f"{name}: {listed(items)}" for name, items in by_component.items())
