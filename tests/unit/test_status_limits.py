@@ -117,6 +117,8 @@ def test_every_reason_the_operator_writes_is_one_the_crd_takes() -> None:
         "NotPublished",
         "Published",
         "Waiting",
+        "PullSecretMissing",
+        "Present",
     }
     for reason in reasons:
         assert pattern.match(reason), reason

@@ -618,6 +618,10 @@ class ServingStackStatus(_Model):
     conditions: list[Condition] = Field(default_factory=list)
     components: list[ComponentStatus] = Field(default_factory=list)
     gateway: GatewayStatus | None = None
+    image_mirrors: list[str] = Field(
+        default_factory=list,
+        description="The image mirror rules in force (FROM=TO), as the operator was given them.",
+    )
 
 
 # --- metadata, as the API server validates it for a custom resource -------------

@@ -40,6 +40,8 @@ STRINGS: MappingProxyType[str, int] = MappingProxyType(
         "components[].message": 4096,
         "gateway.address": 256,
         "gateway.caCertificate": 16384,
+        # One rule as given ("FROM=TO"); a rule is at most 512 characters.
+        "imageMirrors[]": 512,
     }
 )
 
@@ -47,10 +49,12 @@ STRINGS: MappingProxyType[str, int] = MappingProxyType(
 LISTS: MappingProxyType[str, int] = MappingProxyType(
     {
         # Ours: Ready, RequirementsMet, VersionsSupported, CACertificatePublished,
-        # TargetVerified, Teardown, with room to grow.
+        # TargetVerified, PullSecretsPresent, Teardown, with room to grow.
         "conditions": 16,
         # One per catalog component (test_status_limits checks the catalog fits).
         "components": 64,
+        # The mirror rules in force; past the limit the last item says how many more.
+        "imageMirrors": 32,
     }
 )
 

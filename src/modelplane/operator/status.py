@@ -7,7 +7,7 @@ from typing import Any
 
 from modelplane.api import status_limits
 from modelplane.api.status_limits import CA_CERTIFICATE
-from modelplane.plan import decisions
+from modelplane.plan import decisions, pull_secrets
 from modelplane.plan.decisions import BlockedReason, ComponentState
 from modelplane.plan.model import GatewayReport, Plan, RequirementStatus, Severity
 from modelplane.untrusted import printable
@@ -19,6 +19,10 @@ TEARDOWN = "Teardown"
 # Whether status.gateway.caCertificate holds the gateway's CA; there only when
 # a CA was found (published or not).
 CA_PUBLISHED = "CACertificatePublished"
+# Whether every --image-pull-secret Secret exists where the pods that name it
+# run; there only when pull Secrets are given. Never stops Ready: the Secret
+# may come later, and the condition clears when it does.
+PULL_SECRETS_PRESENT = "PullSecretsPresent"
 # Whether the target's serving certificate is checked on every connection.
 TARGET_VERIFIED = "TargetVerified"
 # Ready's reason when the hub refused the status the operator wrote.
@@ -132,8 +136,31 @@ def desired_status(outcome: Outcome, generation: int | None) -> dict[str, Any]:
             conditions.append(ca_condition)
         gateway = {k: v for k, v in (("address", plan.gateway.address), ("caCertificate", ca)) if v}
         status["gateway"] = gateway or None
+        if plan.image_pull_secrets:
+            conditions.append(pull_secrets_condition(plan, generation))
+        status["imageMirrors"] = _mirrors(plan.image_mirrors) or None
     status["conditions"] = conditions
     return status
+
+
+def _mirrors(rules: list[str]) -> list[str]:
+    """The rules in force; past the list's limit, the last item says how many more."""
+    limit = status_limits.list_limit("imageMirrors")
+    if len(rules) <= limit:
+        return list(rules)
+    return [*rules[: limit - 1], f"and {len(rules) - limit + 1} more"]
+
+
+def pull_secrets_condition(plan: Plan, generation: int | None) -> dict[str, Any]:
+    """Which pull Secrets the target lacks where the pods that name them run."""
+    missing = plan.missing_pull_secrets
+    if missing:
+        message = pull_secrets.condition_message(missing)
+        return condition(
+            PULL_SECRETS_PRESENT, False, pull_secrets.PULL_SECRET_MISSING, message, generation
+        )
+    message = f"{', '.join(plan.image_pull_secrets)} exist where every component's pods run"
+    return condition(PULL_SECRETS_PRESENT, True, "Present", message, generation)
 
 
 def _ca(gateway: GatewayReport, generation: int | None) -> tuple[str | None, dict[str, Any] | None]:
