@@ -319,6 +319,15 @@ async def get_json(
         raise TargetError(f"cannot reach the API server: {describe_error(err)}") from err
 
 
+# Metadata only, as client-go's metadata client asks for it
+# (k8s.io/client-go/metadata): the server answers PartialObjectMetadataList
+# for a LIST and PartialObjectMetadata objects in a WATCH's events, so a
+# Secret's data never crosses the wire. No plain application/json fallback:
+# a server that cannot answer so refuses (406) rather than send the data.
+METADATA_LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
+METADATA_OBJECT = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
+
+
 @dataclass
 class Collection:
     """Every object of one LIST, and the resourceVersion a watch starts from."""
@@ -334,11 +343,13 @@ async def list_pages(
     namespace: str | None = None,
     labels: str | None = None,
     fields: str | None = None,
+    accept: str = "application/json",
 ) -> Collection:
     """One paginated LIST of a resource, as plain JSON: no model decoding, no resource class.
 
     One request, more only past ``PAGE_SIZE`` objects. Transport errors are
-    raised as they are (see ``get_answer``).
+    raised as they are (see ``get_answer``). ``accept`` ``METADATA_LIST``
+    reads the objects' metadata only.
     """
     path = collection_path(api, namespace)
     params: dict[str, str] = {"limit": str(PAGE_SIZE)}
@@ -348,7 +359,7 @@ async def list_pages(
         params["fieldSelector"] = fields
     items: list[dict[str, Any]] = []
     while True:
-        doc = await get_answer(http, path, params=params)
+        doc = await get_answer(http, path, params=params, accept=accept)
         items += [i for i in doc.get("items") or [] if isinstance(i, dict)]
         metadata = doc.get("metadata") or {}
         if not metadata.get("continue"):
@@ -363,11 +374,12 @@ async def list_objects(
     namespace: str | None = None,
     labels: str | None = None,
     fields: str | None = None,
+    accept: str = "application/json",
 ) -> list[dict[str, Any]]:
     """Every object of one resource, across all namespaces unless one is given."""
     try:
         found = await list_pages(
-            raw_http(client), api, namespace=namespace, labels=labels, fields=fields
+            raw_http(client), api, namespace=namespace, labels=labels, fields=fields, accept=accept
         )
     except AddressDenied:
         raise

@@ -44,6 +44,8 @@ from modelplane.kube.backoff import Attempts, Backoff
 from modelplane.kube.client import (
     CRD_STORAGE_TRIES,
     CRD_STORAGE_WAIT,
+    METADATA_LIST,
+    METADATA_OBJECT,
     ApiStatusError,
     collection_path,
     list_pages,
@@ -70,12 +72,16 @@ WATCH_BACKOFF = Backoff(first=0.5, cap=30.0)
 
 @dataclass(frozen=True, order=True)
 class WatchKey:
-    """One watched collection: a resource, optionally one namespace, label and field selectors."""
+    """One watched collection: a resource, optionally one namespace, label and field selectors.
+
+    ``metadata_only``: the objects' metadata, never the rest (a Secret's data).
+    """
 
     api: ApiRef
     namespace: str | None = None
     labels: str | None = None
     fields: str | None = None
+    metadata_only: bool = False
 
     def params(self) -> dict[str, str]:
         params: dict[str, str] = {}
@@ -269,6 +275,7 @@ class Reflector:
                 namespace=self.key.namespace,
                 labels=self.key.labels,
                 fields=self.key.fields,
+                accept=METADATA_LIST if self.key.metadata_only else "application/json",
             )
         except ApiStatusError as err:
             raise Gone() if err.status == 410 else Refused(err.status) from err
@@ -294,7 +301,10 @@ class Reflector:
         path = collection_path(self.key.api, self.key.namespace)
         started, events = self._clock(), 0
         self.watches += 1
-        async with self._http.stream("GET", path, params=params, timeout=timeout) as response:
+        accept = METADATA_OBJECT if self.key.metadata_only else "application/json"
+        async with self._http.stream(
+            "GET", path, params=params, timeout=timeout, headers={"Accept": accept}
+        ) as response:
             if response.status_code == 410:
                 raise Gone()
             if response.status_code >= 300:

@@ -15,6 +15,7 @@ the address only from the product's Gateway, and the CA only as certificates.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -32,7 +33,7 @@ from modelplane.catalog.configuration import (
     configuration_for,
 )
 from modelplane.catalog.types import ObjectExists
-from modelplane.kube.client import list_objects, waiting_out_429
+from modelplane.kube.client import METADATA_LIST, list_objects, waiting_out_429
 from modelplane.kube.discovery import APIS, PLURALS, Served, served
 from modelplane.kube.resources import unless_missing
 from modelplane.plan.drift import owned_fields
@@ -61,6 +62,9 @@ RELEASE_NAMESPACES = {c.release_name: c.namespace for c in COMPONENTS if c.chart
 # makeKey: "sh.helm.release.v1." + name + ".v" + version).
 # The Gateway API caps status.addresses at 16 items.
 MAX_ADDRESSES = 16
+# A namespace is a DNS-1123 label.
+MAX_NAMESPACE = 63
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 _RELEASE_SECRET = re.compile(r"sh\.helm\.release\.v1\.(.+)\.v([1-9][0-9]{0,8})")
 
 
@@ -99,16 +103,29 @@ class Wanted:
     objects: frozenset[tuple[ApiRef, str]]
     # The CA ConfigMap is read only when the spec sets a hostname.
     bundle_ca: bool
+    # The --image-pull-secret names, whose presence (metadata only) is read
+    # in every namespace: one LIST, or one watch, per name.
+    pull_secrets: tuple[str, ...] = ()
 
 
-def wanted(spec: ServingStackSpec) -> Wanted:
+def wanted(spec: ServingStackSpec, pull_secrets: Sequence[str] = ()) -> Wanted:
     objects = {
         (r.api, r.kind)
         for component in components_for(spec)
         for r in component.requirements
         if isinstance(r, ObjectExists)
     }
-    return Wanted(frozenset(_kinds(spec)), frozenset(objects), bool(spec.gateway.hostname))
+    return Wanted(
+        frozenset(_kinds(spec)),
+        frozenset(objects),
+        bool(spec.gateway.hostname),
+        tuple(pull_secrets),
+    )
+
+
+def pull_secret_selector(name: str) -> str:
+    """The field selector that lists the Secrets of one name, in every namespace."""
+    return f"metadata.name={name}"
 
 
 @dataclass
@@ -127,6 +144,8 @@ class Listed:
     # Helm's release storage Secrets that carry the product's digest label.
     release_secrets: list[dict[str, Any]] = field(default_factory=list)
     ca_configmap: dict[str, Any] | None = None
+    # Pull Secret name -> the Secrets of that name, metadata only.
+    pull_secrets: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
 
 def to_observed(listed: Listed) -> Observed:
@@ -165,8 +184,32 @@ def to_observed(listed: Listed) -> Observed:
             "releases": _releases(listed.release_secrets),
             # Judged by the plan (plan.gateway), so render --observed agrees.
             "bundle_ca_certificate": ca_text if isinstance(ca_text, str) else None,
+            "pull_secrets": {
+                name: _namespaces_of(name, items) for name, items in listed.pull_secrets.items()
+            },
         }
     )
+
+
+def _namespaces_of(name: str, secrets: list[dict[str, Any]]) -> list[str]:
+    """The namespaces a Secret named ``name`` is in, as the plan compares them.
+
+    Only a namespace exactly as the API server allows one (a DNS label) is
+    kept: the plan only tests membership, so nothing else from the target
+    could ever name a namespace the product installs into.
+    """
+    found: set[str] = set()
+    for secret in secrets:
+        metadata = secret.get("metadata") or {}
+        namespace = metadata.get("namespace")
+        if (
+            metadata.get("name") == name
+            and isinstance(namespace, str)
+            and len(namespace) <= MAX_NAMESPACE
+            and _DNS_LABEL.fullmatch(namespace)
+        ):
+            found.add(namespace)
+    return sorted(found)
 
 
 def _is_product_gateway(body: dict[str, Any]) -> bool:
@@ -211,6 +254,10 @@ async def read_listed(client: AsyncClient, want: Wanted, found: Served | None = 
     if want.bundle_ca:
         cm = await unless_missing(lambda: client.get(ConfigMap, CLUSTER_CA, namespace=NS))
         listed.ca_configmap = _as_dict(cm) if cm is not None else None
+    for name in want.pull_secrets:
+        listed.pull_secrets[name] = await list_objects(
+            client, SECRETS, fields=pull_secret_selector(name), accept=METADATA_LIST
+        )
     return listed
 
 

@@ -37,6 +37,7 @@ from modelplane.observe.state import (
     Listed,
     Wanted,
     api_of,
+    pull_secret_selector,
 )
 from modelplane.wire import ApiRef
 
@@ -64,7 +65,13 @@ def watch_keys(want: Wanted, plurals: PLURALS) -> frozenset[WatchKey]:
     keys |= {WatchKey(api) for api, _ in want.objects}
     if want.bundle_ca:
         keys.add(WatchKey(CONFIGMAPS, namespace=NS, fields=f"metadata.name={CLUSTER_CA}"))
+    keys |= {pull_secret_key(name) for name in want.pull_secrets}
     return frozenset(keys)
+
+
+def pull_secret_key(name: str) -> WatchKey:
+    """The Secrets of one name in every namespace, metadata only: their presence, no data."""
+    return WatchKey(SECRETS, fields=pull_secret_selector(name), metadata_only=True)
 
 
 def crd_plurals(crds: Iterable[dict[str, Any]]) -> PLURALS:
@@ -91,9 +98,9 @@ def _established(status: dict[str, Any]) -> bool:
     )
 
 
-def _order(key: WatchKey) -> tuple[str, str, str, str]:
+def _order(key: WatchKey) -> tuple[str, str, str, str, bool]:
     # Keys on one API differ by selectors that may be None; order on text.
-    return (key.api.key, key.namespace or "", key.labels or "", key.fields or "")
+    return (key.api.key, key.namespace or "", key.labels or "", key.fields or "", key.metadata_only)
 
 
 def _has_label(obj: dict[str, Any], name: str, value: str) -> bool:
@@ -267,4 +274,9 @@ class WatchCache:
             if cms is None:
                 return None
             listed.ca_configmap = cms[0] if cms else None
+        for name in self.want.pull_secrets:
+            found = items(pull_secret_key(name))
+            if found is None:
+                return None
+            listed.pull_secrets[name] = found
         return listed

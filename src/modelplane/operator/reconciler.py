@@ -43,7 +43,7 @@ from modelplane.kube.client import ApiStatusError, Target
 from modelplane.kube.discovery import APIS
 from modelplane.kube.errors import ErrorKind, Fault, KnownError, classify
 from modelplane.observe.facts import observe_cluster
-from modelplane.observe.state import observe, read_listed, to_observed, wanted
+from modelplane.observe.state import Wanted, observe, read_listed, to_observed, wanted
 from modelplane.operator.options import OperatorOptions
 from modelplane.operator.session import TargetSession
 from modelplane.operator.status import Outcome
@@ -164,7 +164,7 @@ class StackReconciler:
         outcome.connection_warnings = self.round_connection_warnings
         self.went_wrong = outcome.blocked_reason is not None or bool(outcome.failures)
         if outcome.blocked_reason is None and self.session.kept and self.session.target is not None:
-            await self.session.watch(wanted(stack.spec))
+            await self.session.watch(self._wanted(stack))
         return outcome
 
     async def _reconcile(
@@ -188,7 +188,7 @@ class StackReconciler:
                     blocked_reason=BlockedReason(blocked.reason), blocked_message=blocked.message
                 )
 
-            want = wanted(stack.spec)
+            want = self._wanted(stack)
             cache = self.session.cache
             from_cache = (
                 cache is not None
@@ -242,6 +242,11 @@ class StackReconciler:
             waiting_on_webhook=frozenset(self.waiting_on_webhook),
             retry_after=self.retry_after(),
         )
+
+    def _wanted(self, stack: ServingStack) -> Wanted:
+        # The pull Secrets' presence is read beside the rest, so a Secret
+        # that arrives wakes the stack through its watch.
+        return wanted(stack.spec, self.options.sources().image_pull_secrets)
 
     def _direct_read_due(self) -> bool:
         return (
