@@ -35,11 +35,9 @@ CA_KEY = "ca.crt"
 KAI_ROOT_QUEUE = "modelplane-root"
 KAI_QUEUE = "modelplane"
 MODELEXPRESS_NAME = "modelexpress-server"
-# Engine pods reach the server by this namespace; a contract with the
-# workload composition, not a preference.
-MODELEXPRESS_NAMESPACE = "default"
+MODELEXPRESS_NAMESPACE = modelexpress_crds.SERVER_NAMESPACE
 MODELEXPRESS_PORT = 8001
-MODELEXPRESS_IMAGE = "nvcr.io/nvidia/ai-dynamo/modelexpress-server"
+MODELEXPRESS_IMAGE = modelexpress_crds.SERVER_REPOSITORY
 # The Lease on a target that names the one ServingStack acting on it
 # (modelplane.actions.claim). It lives in the product's namespace so that a
 # person finds it next to the rest of the product's objects.
