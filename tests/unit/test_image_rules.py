@@ -11,6 +11,7 @@ from modelplane.catalog.images import (
     Images,
     ImageSite,
     Prefix,
+    ProductObject,
     PullSecrets,
     Reference,
     RegistryAndRepository,
@@ -22,6 +23,7 @@ from modelplane.plan.images import (
     image_values,
     merge,
     parse_rules,
+    product_images,
     rewrite_text,
 )
 
@@ -192,3 +194,29 @@ def test_a_rule_inside_a_prefix_cannot_move_it() -> None:
 def test_merge_keeps_what_the_overlay_does_not_name() -> None:
     base = {"a": {"b": 1, "c": [1]}, "d": 2}
     assert merge(base, {"a": {"c": [2]}}) == {"a": {"b": 1, "c": [2]}, "d": 2}
+
+
+PROXY = ImageSite("docker.io/envoyproxy/envoy:distroless-v1.38.3", ProductObject("the proxy"))
+SERVER = ImageSite("nvcr.io/nvidia/server:{version}", ProductObject("the server"))
+OWN = Images(sites=(PROXY, ImageSite("docker.io/envoyproxy/gateway:{version}", None)))
+
+
+def test_a_product_objects_image_is_not_a_chart_value() -> None:
+    values, uses = image_values("eg", OWN, "v1", parse_rules(["*=mirror.internal"]))
+    assert values == {}
+    assert [u.image for u in uses] == ["docker.io/envoyproxy/gateway:v1"]
+
+
+def test_product_images_are_moved_and_listed_under_their_component() -> None:
+    rules = parse_rules(["docker.io=mirror.internal"])
+    given = [("eg", OWN, "v1"), ("mx", Images(sites=(SERVER,)), "0.4.1")]
+    product, uses = product_images(given, rules, ("pull",))
+    assert product.moved == {PROXY: "mirror.internal/envoyproxy/envoy:distroless-v1.38.3"}
+    assert product.pull_secrets == ("pull",)
+    assert [(u.component, u.image, u.mirrored) for u in uses] == [
+        ("eg", "docker.io/envoyproxy/envoy:distroless-v1.38.3", PROXY_MIRRORED),
+        ("mx", "nvcr.io/nvidia/server:0.4.1", None),
+    ]
+
+
+PROXY_MIRRORED = "mirror.internal/envoyproxy/envoy:distroless-v1.38.3"

@@ -12,7 +12,8 @@ from enum import IntEnum, StrEnum
 from typing import TYPE_CHECKING, Any
 
 from modelplane.catalog import components as c
-from modelplane.catalog.components import modelexpress_crds
+from modelplane.catalog.components import envoy_gateway, modelexpress_crds
+from modelplane.catalog.images import ProductImages
 from modelplane.wire import ApiRef, object_key
 
 if TYPE_CHECKING:
@@ -35,11 +36,9 @@ CA_KEY = "ca.crt"
 KAI_ROOT_QUEUE = "modelplane-root"
 KAI_QUEUE = "modelplane"
 MODELEXPRESS_NAME = "modelexpress-server"
-# Engine pods reach the server by this namespace; a contract with the
-# workload composition, not a preference.
-MODELEXPRESS_NAMESPACE = "default"
+MODELEXPRESS_NAMESPACE = modelexpress_crds.SERVER_NAMESPACE
 MODELEXPRESS_PORT = 8001
-MODELEXPRESS_IMAGE = "nvcr.io/nvidia/ai-dynamo/modelexpress-server"
+MODELEXPRESS_IMAGE = modelexpress_crds.SERVER_REPOSITORY
 # The Lease on a target that names the one ServingStack acting on it
 # (modelplane.actions.claim). It lives in the product's namespace so that a
 # person finds it next to the rest of the product's objects.
@@ -166,8 +165,33 @@ def https_listener_withheld(spec: ServingStackSpec) -> str | None:
     return None
 
 
-def gateway_objects(spec: ServingStackSpec) -> list[ConfigObject]:
+def _pull_secrets(names: tuple[str, ...]) -> list[dict[str, str]]:
+    return [{"name": name} for name in names]
+
+
+def _envoy_proxy_kubernetes(images: ProductImages) -> dict[str, Any]:
+    # EG defaults to Local, which some cloud load balancers reject.
+    kubernetes: dict[str, Any] = {"envoyService": {"externalTrafficPolicy": "Cluster"}}
+    # Only with a mirror or pull Secrets, so an install without either keeps
+    # its object (and digest). This EnvoyProxy replaces Envoy Gateway's
+    # default one (no mergeType), so here is the only place the proxy image
+    # can be moved (images.md §5, the merge trap).
+    deployment: dict[str, Any] = {}
+    proxy = images.moved.get(envoy_gateway.ENVOY_PROXY)
+    if proxy is not None:
+        deployment["container"] = {"image": proxy}
+    if images.pull_secrets:
+        deployment["pod"] = {"imagePullSecrets": _pull_secrets(images.pull_secrets)}
+    if deployment:
+        kubernetes["envoyDeployment"] = deployment
+    return kubernetes
+
+
+def gateway_objects(
+    spec: ServingStackSpec, images: ProductImages | None = None
+) -> list[ConfigObject]:
     """Namespace, EnvoyProxy, GatewayClass and Gateway."""
+    images = images or ProductImages()
     return [
         ConfigObject(_obj("v1", "Namespace", NS, namespace=None), teardown_wave=TeardownWave.LAST),
         ConfigObject(
@@ -178,8 +202,7 @@ def gateway_objects(spec: ServingStackSpec) -> list[ConfigObject]:
                 spec={
                     "provider": {
                         "type": "Kubernetes",
-                        # EG defaults to Local, which some cloud load balancers reject.
-                        "kubernetes": {"envoyService": {"externalTrafficPolicy": "Cluster"}},
+                        "kubernetes": _envoy_proxy_kubernetes(images),
                     }
                 },
             ),
@@ -349,16 +372,25 @@ def _queue(name: str, parent: str | None) -> dict[str, Any]:
     return _obj(QUEUES.group_version, "Queue", name, namespace=None, spec=spec)
 
 
-def dynamo_objects(spec: ServingStackSpec) -> list[ConfigObject]:
+def dynamo_objects(
+    spec: ServingStackSpec, images: ProductImages | None = None
+) -> list[ConfigObject]:
     """The KAI Queue hierarchy and the ModelExpress server."""
     from modelplane.pins import Stack
 
     if spec.stack is not Stack.DYNAMO:
         return []
+    images = images or ProductImages()
     mx_ns = MODELEXPRESS_NAMESPACE
     labels = {"modelplane.ai/modelexpress": MODELEXPRESS_NAME}
     port = MODELEXPRESS_PORT
-    image = f"{MODELEXPRESS_IMAGE}:{modelexpress_crds.COMPONENT.version_for(spec)}"
+    image = images.moved.get(
+        modelexpress_crds.SERVER,
+        f"{MODELEXPRESS_IMAGE}:{modelexpress_crds.COMPONENT.version_for(spec)}",
+    )
+    pod_pulls: dict[str, Any] = (
+        {"imagePullSecrets": _pull_secrets(images.pull_secrets)} if images.pull_secrets else {}
+    )
     probe = {"tcpSocket": {"port": port}, "periodSeconds": 10}
     return [
         # KAI rejects deleting a queue that still has children: child first.
@@ -435,6 +467,7 @@ def dynamo_objects(spec: ServingStackSpec) -> list[ConfigObject]:
                         "metadata": {"labels": labels},
                         "spec": {
                             "serviceAccountName": MODELEXPRESS_NAME,
+                            **pod_pulls,
                             "containers": [
                                 {
                                     "name": "server",
@@ -471,11 +504,18 @@ def dynamo_objects(spec: ServingStackSpec) -> list[ConfigObject]:
     ]
 
 
-def configuration_for(spec: ServingStackSpec) -> list[ConfigObject]:
-    """Every configuration object of the spec, in apply order."""
+def configuration_for(
+    spec: ServingStackSpec, images: ProductImages | None = None
+) -> list[ConfigObject]:
+    """Every configuration object of the spec, in apply order.
+
+    ``images`` is what the plan made of the product's own images under the
+    mirror rules (``plan.images.product_images``); without it every image
+    is the upstream one and no pod names a pull Secret.
+    """
     return [
-        *gateway_objects(spec),
+        *gateway_objects(spec, images),
         *pki_objects(spec),
         *client_ca_objects(spec),
-        *dynamo_objects(spec),
+        *dynamo_objects(spec, images),
     ]

@@ -11,7 +11,8 @@ values paths are the charts' own at the pinned versions
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from enum import StrEnum
 
 # A registry host (with an optional port) and the path components after it,
@@ -213,3 +214,17 @@ class Images:
 
     sites: tuple[ImageSite, ...] = ()
     pull_secrets: PullSecrets | None = None
+
+
+@dataclass(frozen=True)
+class ProductImages:
+    """The product's own images (``ProductObject`` sites) as the plan moved them.
+
+    The objects are composed in the catalog and the rules are the plan's, so
+    the plan hands over what it decided: the image each site moves to, and
+    the Secrets the pods pull with. A site absent from ``moved`` keeps the
+    image its object has without a mirror.
+    """
+
+    moved: Mapping[ImageSite, str] = field(default_factory=dict)
+    pull_secrets: tuple[str, ...] = ()

@@ -23,6 +23,8 @@ from modelplane.catalog.images import (
     Images,
     ImageSite,
     Prefix,
+    ProductImages,
+    ProductObject,
     Reference,
     RegistryAndRepository,
     Repository,
@@ -201,6 +203,8 @@ def image_values(
     values: Values = {}
     uses: list[ImageUse] = []
     for site in images.sites:
+        if isinstance(site.setting, ProductObject):
+            continue  # not the chart's: see product_images
         default = site.default(version)
         moved = _moved(site, default, rules)
         uses.append(_use(component, site, default, moved))
@@ -210,6 +214,31 @@ def image_values(
         for path in images.pull_secrets.paths:
             set_path(values, path, [{"name": name} for name in pull_secrets])
     return values, uses
+
+
+def product_images(
+    components: Iterable[tuple[str, Images, str]],
+    rules: Sequence[MirrorRule],
+    pull_secrets: Sequence[str] = (),
+) -> tuple[ProductImages, list[ImageUse]]:
+    """The images of the objects the product composes itself, moved, and listed.
+
+    ``components`` are ``(name, images, version)``. These objects are applied
+    in both modes, so their images are the product's to move even when the
+    cluster owner provides the charts.
+    """
+    moved: dict[ImageSite, str] = {}
+    uses: list[ImageUse] = []
+    for component, images, version in components:
+        for site in images.sites:
+            if not isinstance(site.setting, ProductObject):
+                continue
+            default = site.default(version)
+            to = rewrite(default, rules)
+            uses.append(_use(component, site, default, to))
+            if to is not None:
+                moved[site] = str(to[0])
+    return ProductImages(moved, tuple(pull_secrets)), uses
 
 
 def _use(
@@ -257,4 +286,3 @@ def _set(values: Values, site: ImageSite, moved: ImageRef) -> None:
         env = [{"name": setting.name, "value": moved.repository}]
         env += [{"name": n, "value": v} for n, v in setting.others]
         set_path(values, setting.path, env)
-    # A ProductObject's image is set where the product composes the object.

@@ -24,7 +24,7 @@ from modelplane.pins import ComponentsMode
 from modelplane.plan import pull_secrets
 from modelplane.plan.drift import drifted_fields
 from modelplane.plan.gateway import published_address, published_ca
-from modelplane.plan.images import MirrorRule, image_values, merge
+from modelplane.plan.images import MirrorRule, image_values, merge, product_images
 from modelplane.plan.model import (
     ComponentPlan,
     GatewayReport,
@@ -120,7 +120,14 @@ def plan(
             if all(o.action is ObjectAction.NONE for o in planned_objects):
                 ready.add(component.name)
 
-    objects += [_object(o, CONFIGURATION, observed) for o in configuration_for(spec)]
+    # The product's own objects are applied in both modes, so their images
+    # move with the rules whether or not the substrate is managed.
+    product, product_uses = product_images(
+        ((c.name, c.images, c.version_for(spec)) for c in components),
+        sources.image_mirrors,
+        sources.image_pull_secrets,
+    )
+    objects += [_object(o, CONFIGURATION, observed) for o in configuration_for(spec, product)]
     work = work_left(releases, manifests, objects)
     missing = _missing_pull_secrets(components, releases, objects, observed, sources)
     missing_by_component: dict[str, list[pull_secrets.MissingPullSecret]] = {}
@@ -173,7 +180,7 @@ def plan(
         version_warnings=version_warnings,
         client_ca_warnings=client_ca_warnings(spec),
         image_mirrors=[str(rule) for rule in sources.image_mirrors],
-        images=[use for release in releases for use in release.images],
+        images=[use for release in releases for use in release.images] + product_uses,
         image_pull_secrets=list(sources.image_pull_secrets),
         missing_pull_secrets=missing,
     )

@@ -15,6 +15,7 @@ from modelplane.catalog.components._common import (
     ENVOY_GATEWAY_NAMESPACE,
     ENVOY_OCI,
 )
+from modelplane.catalog.images import Images, ImageSite, PullSecrets, Repository, Runs
 from modelplane.catalog.types import ChartSource, Component, Values, Workloads
 
 if TYPE_CHECKING:
@@ -23,6 +24,31 @@ if TYPE_CHECKING:
 VERSION = ai_gateway_crds.VERSION
 
 WORKLOADS = Workloads("the AI Gateway controller", ("envoyproxy/ai-gateway-controller",))
+
+# images.md §6 (envoyproxy/ai-gateway @ v1.1.0, manifests/charts/ai-gateway-helm/
+# values.yaml, templates/deployment.yaml, _helpers.tpl): no registry value.
+# extProc is a controller flag (--extProcImage); its webhook injects it into
+# Envoy Gateway's proxy pods, which pull it with --extProcImagePullSecrets,
+# so those Secrets must be in Envoy Gateway's namespace too.
+IMAGES = Images(
+    sites=(
+        ImageSite(
+            "docker.io/envoyproxy/ai-gateway-controller:{version}",
+            Repository("controller.image.repository"),
+        ),
+        ImageSite(
+            "docker.io/envoyproxy/ai-gateway-extproc:{version}",
+            Repository("extProc.image.repository"),
+            Runs.RUNTIME,
+            f"a sidecar the controller injects into the proxy pods in {ENVOY_GATEWAY_NAMESPACE}",
+        ),
+    ),
+    # Each wins over global.imagePullSecrets for its own pods.
+    pull_secrets=PullSecrets(
+        ("controller.imagePullSecrets", "extProc.imagePullSecrets"),
+        namespaces=(ENVOY_GATEWAY_NAMESPACE,),
+    ),
+)
 
 
 def _values(_spec: ServingStackSpec) -> Values:
@@ -43,6 +69,7 @@ COMPONENT = Component(
     stacks=BOTH,
     chart=ChartSource("ai-gateway-helm", ENVOY_OCI),
     values=_values,
+    images=IMAGES,
     depends_on=(ai_gateway_crds.COMPONENT.name, envoy_gateway.COMPONENT.name),
     advisories=(
         ServicePort(

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 from modelplane.catalog.advisories import WorkloadsAvailable
 from modelplane.catalog.components._common import BOTH, JETSTACK
+from modelplane.catalog.images import Images, ImageSite, PullSecrets, Repository, Runs
 from modelplane.catalog.types import ChartSource, Component, CRDServes, Values, Workloads
 
 if TYPE_CHECKING:
@@ -16,6 +17,45 @@ VERSION = "v1.20.2"
 WORKLOADS = Workloads(
     "the cert-manager controller and webhook",
     ("jetstack/cert-manager-controller", "jetstack/cert-manager-webhook"),
+)
+
+# images.md §1 (cert-manager @ v1.20.2, deploy/charts/cert-manager/values.yaml,
+# templates/_helpers.tpl "image"): a set <x>.image.repository is used whole,
+# bypassing imageRegistry/imageNamespace, and the tag defaults to appVersion,
+# which the release tool sets to the chart version.
+IMAGES = Images(
+    sites=(
+        ImageSite(
+            "quay.io/jetstack/cert-manager-controller:{version}", Repository("image.repository")
+        ),
+        ImageSite(
+            "quay.io/jetstack/cert-manager-webhook:{version}",
+            Repository("webhook.image.repository"),
+        ),
+        ImageSite(
+            "quay.io/jetstack/cert-manager-cainjector:{version}",
+            Repository("cainjector.image.repository"),
+        ),
+        ImageSite(
+            "quay.io/jetstack/cert-manager-startupapicheck:{version}",
+            Repository("startupapicheck.image.repository"),
+            Runs.HOOK,
+            "the post-install check Job",
+        ),
+        ImageSite(
+            "quay.io/jetstack/cert-manager-acmesolver:{version}",
+            Repository("acmesolver.image.repository"),
+            Runs.RUNTIME,
+            "started by the controller for an ACME HTTP-01 challenge (the product's own Issuers "
+            "are not ACME); its pods pull with the Issuer's solver podTemplate imagePullSecrets, "
+            "not the chart's",
+        ),
+    ),
+    pull_secrets=PullSecrets(
+        ("global.imagePullSecrets",),
+        note="ACME HTTP-01 solver pods take theirs from the Issuer "
+        "(spec.acme.solvers[].http01.*.podTemplate.spec.imagePullSecrets)",
+    ),
 )
 
 
@@ -36,6 +76,7 @@ COMPONENT = Component(
     stacks=BOTH,
     chart=ChartSource("cert-manager", JETSTACK),
     values=_values,
+    images=IMAGES,
     wait=True,
     requirements=(
         CRDServes("certificates.cert-manager.io", "v1", "install cert-manager", "Certificate"),

@@ -14,6 +14,14 @@ from modelplane.catalog.components._common import (
     ENVOY_OCI,
     INFERENCE_POOL,
 )
+from modelplane.catalog.images import (
+    Images,
+    ImageSite,
+    ProductObject,
+    PullSecrets,
+    Reference,
+    Runs,
+)
 from modelplane.catalog.types import (
     ChartSource,
     Component,
@@ -32,6 +40,48 @@ WORKLOADS = Workloads("the Envoy Gateway controller", ("envoyproxy/gateway",))
 
 _GATEWAY_API_FIX = "install the Gateway API v1.5 CRDs (Envoy Gateway v1.8 ships them)"
 _ENVOY_GATEWAY_FIX = "install the Envoy Gateway v1.8 CRDs"
+
+# images.md §5 (envoyproxy/gateway, read at v1.8.3 and the release/v1.8 tip:
+# charts/gateway-helm/values.tmpl.yaml, _helpers.tpl, api/v1alpha1/shared_types.go,
+# internal/gatewayapi/envoyproxy_merge.go). The gateway image is a whole
+# reference, and serves the controller, the certgen hook Job and the
+# shutdown-manager sidecar of every proxy pod.
+#
+# The proxy image is chosen by the controller. The product's EnvoyProxy sets
+# no mergeType, so it replaces Envoy Gateway's default EnvoyProxy spec (nil
+# means Replace) and the chart's global.images.envoyProxy would be dropped:
+# the image and its pull secrets go into that EnvoyProxy (catalog.configuration).
+# Its tag is DefaultEnvoyProxyImage as read at v1.8.3; v1.8.4 was not among the
+# tags read (images.md, open point 1), so a v1.8.4 bump of Envoy would leave
+# this one tag behind.
+ENVOY_PROXY = ImageSite(
+    "docker.io/envoyproxy/envoy:distroless-v1.38.3",
+    ProductObject("the EnvoyProxy's envoyDeployment.container.image"),
+    Runs.RUNTIME,
+    "the proxy pods the controller starts for the Gateway (tag read at v1.8.3)",
+)
+IMAGES = Images(
+    sites=(
+        ImageSite(
+            "docker.io/envoyproxy/gateway:{version}",
+            Reference("global.images.envoyGateway.image"),
+            note="also the certgen hook Job and each proxy pod's shutdown-manager sidecar",
+        ),
+        ENVOY_PROXY,
+        ImageSite(
+            "docker.io/envoyproxy/ratelimit:1e50889b",
+            Reference("global.images.ratelimit.image"),
+            Runs.OFF,
+            "global rate limiting (config.envoyGateway.rateLimit)",
+        ),
+    ),
+    # global.imagePullSecrets wins over the per-image lists for the controller,
+    # certgen and ratelimit; the proxy pods pull with the EnvoyProxy's.
+    pull_secrets=PullSecrets(
+        ("global.imagePullSecrets",),
+        note="the proxy pods pull with the EnvoyProxy's envoyDeployment.pod.imagePullSecrets",
+    ),
+)
 
 
 def _values(_spec: ServingStackSpec) -> Values:
@@ -97,6 +147,7 @@ COMPONENT = Component(
     stacks=BOTH,
     chart=ChartSource("gateway-helm", ENVOY_OCI),
     values=_values,
+    images=IMAGES,
     depends_on=(cert_manager.COMPONENT.name,),
     wait=True,
     requirements=(

@@ -5,11 +5,41 @@ from __future__ import annotations
 from modelplane.catalog.advisories import ImageTag, WorkloadsAvailable
 from modelplane.catalog.components import kai_scheduler
 from modelplane.catalog.components._common import DYNAMO
+from modelplane.catalog.images import EnvEntry, Images, ImageSite, PullSecrets, Repository, Runs
 from modelplane.catalog.types import ChartSource, Component, CRDServes, VersionRange, Workloads
 
 VERSION = "v0.1.0-alpha.12-rc2"
 
 WORKLOADS = Workloads("the Grove operator", ("grove/grove-operator",))
+
+# images.md §10 (ai-dynamo/grove, read at v0.1.0-alpha.12-rc1 and main, rc2 not
+# among the tags read: operator/charts/values.yaml as push-artifacts.yaml
+# publishes it, internal/controller/podclique/components/pod/initcontainer.go).
+# No registry value. grove-initc's repository is the GROVE_INIT_CONTAINER_IMAGE
+# entry of deployment.env, the chart's only one, so the list is written back
+# whole; its tag is always the operator's own build version.
+IMAGES = Images(
+    sites=(
+        ImageSite(
+            "ghcr.io/ai-dynamo/grove/grove-operator:{version}", Repository("image.repository")
+        ),
+        ImageSite(
+            "ghcr.io/ai-dynamo/grove/grove-initc:{version}",
+            EnvEntry("deployment.env", "GROVE_INIT_CONTAINER_IMAGE"),
+            Runs.RUNTIME,
+            "injected into workload pods with startsAfter; the tag is fixed to the operator's "
+            "version, and the pods pull with the workload's own pull secrets",
+        ),
+        ImageSite(
+            "ghcr.io/ai-dynamo/grove/grove-install-crds:{version}",
+            Repository("crdInstaller.image.repository"),
+            Runs.OFF,
+            "crdInstaller.enabled",
+        ),
+    ),
+    # main has it (grove#745); rc1 has no pull-secret value at all.
+    pull_secrets=PullSecrets(("imagePullSecrets",)),
+)
 
 COMPONENT = Component(
     name="grove",
@@ -27,6 +57,7 @@ COMPONENT = Component(
     ),
     stacks=DYNAMO,
     chart=ChartSource("grove-charts", "oci://ghcr.io/ai-dynamo/grove"),
+    images=IMAGES,
     depends_on=(kai_scheduler.COMPONENT.name,),
     requirements=(
         CRDServes("podcliquesets.grove.io", "v1alpha1", f"install Grove {VERSION}", "PodCliqueSet"),

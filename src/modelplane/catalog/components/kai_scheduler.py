@@ -15,6 +15,7 @@ from modelplane.catalog.advisories import (
 )
 from modelplane.catalog.components._common import DYNAMO
 from modelplane.catalog.facts import ClusterFacts, Fact
+from modelplane.catalog.images import Images, ImageSite, Prefix, PullSecrets, Runs
 from modelplane.catalog.types import ChartSource, Component, CRDServes, Finding, Workloads
 
 if TYPE_CHECKING:
@@ -27,6 +28,40 @@ WORKLOADS = Workloads(
     "the KAI operator and scheduler", ("kai-scheduler/operator", "kai-scheduler/scheduler")
 )
 SCHEDULER_WORKLOADS = Workloads("the KAI scheduler", ("kai-scheduler/scheduler",))
+
+
+def _kai(name: str, runs: Runs = Runs.ALWAYS, note: str = "") -> ImageSite:
+    return ImageSite(
+        f"ghcr.io/kai-scheduler/kai-scheduler/{name}:{{version}}",
+        Prefix("global.registry"),
+        runs,
+        note,
+    )
+
+
+# images.md §9 (kai-scheduler/KAI-Scheduler @ v0.16.8, deployments/kai-scheduler/
+# values.yaml as the release workflow publishes it, templates/_helpers.tpl,
+# pkg/apis/kai/v1/common/image.go): every image is <global.registry>/<name>:<tag>,
+# the operator starting all but its own from the kai-config Config it is given;
+# the mirror keeps the flat <prefix>/<name> layout.
+IMAGES = Images(
+    sites=(
+        _kai("operator"),
+        _kai("admission"),
+        _kai("binder"),
+        _kai("podgrouper"),
+        _kai("podgroupcontroller"),
+        _kai("queuecontroller"),
+        _kai("scheduler"),
+        _kai("crd-upgrader", Runs.HOOK, "the CRD upgrade, config deployer and cleanup Jobs"),
+        _kai("resourcereservation", Runs.RUNTIME, "GPU-sharing reservation pods"),
+        _kai("nodescaleadjuster", Runs.OFF, "global.clusterAutoscaling"),
+        _kai("scalingpod", Runs.OFF, "global.clusterAutoscaling"),
+        _kai("numa-placement-exporter", Runs.OFF, "a SchedulingShard with the numa plugin"),
+    ),
+    # Also handed to every operand through kai-config's additionalImagePullSecrets.
+    pull_secrets=PullSecrets(("global.imagePullSecrets",)),
+)
 
 # ---- its advisory kinds --------------------------------------------------------
 
@@ -86,6 +121,7 @@ COMPONENT = Component(
     version_description="KAI Scheduler chart version.",
     stacks=DYNAMO,
     chart=ChartSource("kai-scheduler", "oci://ghcr.io/kai-scheduler/kai-scheduler"),
+    images=IMAGES,
     wait=True,
     requirements=(
         CRDServes(

@@ -17,6 +17,13 @@ from modelplane.catalog.advisories import (
 )
 from modelplane.catalog.components._common import BOTH
 from modelplane.catalog.facts import ClusterFacts, CustomObjects, Fact
+from modelplane.catalog.images import (
+    Images,
+    ImageSite,
+    PullSecrets,
+    RegistryAndRepository,
+    Runs,
+)
 from modelplane.catalog.types import (
     ChartSource,
     Component,
@@ -35,6 +42,141 @@ VERSION = "84.4.0"
 ENVOY_PROXY_STATS_PORT = 19001
 PROMETHEUS = ApiRef("monitoring.coreos.com", "v1", "prometheuses")
 WORKLOADS = Workloads("the Prometheus Operator", ("prometheus-operator/prometheus-operator",))
+
+
+def _at(prefix: str) -> RegistryAndRepository:
+    return RegistryAndRepository(f"{prefix}.registry", f"{prefix}.repository")
+
+
+# images.md §2 (prometheus-community/helm-charts @ kube-prometheus-stack-84.4.0,
+# values.yaml and the templates it names; kube-state-metrics 7.3.0,
+# prometheus-node-exporter 4.53.1, grafana 12.3.0): every image is
+# "<registry>/<repository>:<tag>", global.imageRegistry replacing the registry;
+# the per-image pair is set so a rule for one registry path still applies.
+# The tags are the subcharts' and the operator's app versions, not the chart's.
+_OPERATOR = "prometheusOperator"
+IMAGES = Images(
+    sites=(
+        ImageSite(
+            "quay.io/prometheus-operator/prometheus-operator:v0.90.1", _at(f"{_OPERATOR}.image")
+        ),
+        ImageSite(
+            "quay.io/prometheus-operator/prometheus-config-reloader:v0.90.1",
+            _at(f"{_OPERATOR}.prometheusConfigReloader.image"),
+            Runs.RUNTIME,
+            "the operator injects it into Prometheus pods (--prometheus-config-reloader)",
+        ),
+        ImageSite(
+            "ghcr.io/jkroepke/kube-webhook-certgen:1.8.2",
+            _at(f"{_OPERATOR}.admissionWebhooks.patch.image"),
+            Runs.HOOK,
+            "the admission-create and admission-patch Jobs",
+        ),
+        ImageSite(
+            "quay.io/prometheus/prometheus:v3.11.3",
+            _at("prometheus.prometheusSpec.image"),
+            note="the operator runs it from the chart's Prometheus object",
+        ),
+        ImageSite(
+            "registry.k8s.io/kube-state-metrics/kube-state-metrics:v2.18.0",
+            _at("kube-state-metrics.image"),
+        ),
+        ImageSite(
+            "quay.io/prometheus/node-exporter:v1.11.1", _at("prometheus-node-exporter.image")
+        ),
+        # The operator's defaults for Prometheus and Alertmanager objects that
+        # set no spec.image (KAI's, when its Prometheus is on); the tag is
+        # the operator's compiled-in one.
+        ImageSite(
+            "quay.io/prometheus/prometheus",
+            RegistryAndRepository(
+                f"{_OPERATOR}.prometheusDefaultBaseImageRegistry",
+                f"{_OPERATOR}.prometheusDefaultBaseImage",
+            ),
+            Runs.RUNTIME,
+            "for Prometheus objects other software creates without spec.image; one with its "
+            "own spec.image is not rewritten",
+        ),
+        ImageSite(
+            "quay.io/prometheus/alertmanager",
+            RegistryAndRepository(
+                f"{_OPERATOR}.alertmanagerDefaultBaseImageRegistry",
+                f"{_OPERATOR}.alertmanagerDefaultBaseImage",
+            ),
+            Runs.RUNTIME,
+            "for Alertmanager objects other software creates without spec.image",
+        ),
+        ImageSite(
+            "quay.io/prometheus-operator/admission-webhook:v0.90.1",
+            _at(f"{_OPERATOR}.admissionWebhooks.deployment.image"),
+            Runs.OFF,
+            "admissionWebhooks.deployment.enabled",
+        ),
+        ImageSite(
+            "quay.io/thanos/thanos:v0.41.0",
+            _at(f"{_OPERATOR}.thanosImage"),
+            Runs.OFF,
+            "a Thanos sidecar or ruler",
+        ),
+        ImageSite(
+            "quay.io/prometheus/alertmanager:v0.32.0",
+            _at("alertmanager.alertmanagerSpec.image"),
+            Runs.OFF,
+            "alertmanager.enabled (the product turns it off)",
+        ),
+        ImageSite(
+            "quay.io/thanos/thanos:v0.41.0",
+            _at("thanosRuler.thanosRulerSpec.image"),
+            Runs.OFF,
+            "thanosRuler.enabled",
+        ),
+        ImageSite(
+            "docker.io/busybox:latest",
+            _at("crds.upgradeJob.image.busybox"),
+            Runs.OFF,
+            "crds.upgradeJob.enabled",
+        ),
+        ImageSite(
+            "registry.k8s.io/kubectl",
+            _at("crds.upgradeJob.image.kubectl"),
+            Runs.OFF,
+            "crds.upgradeJob.enabled; tagged with the cluster's version",
+        ),
+        ImageSite(
+            "quay.io/brancz/kube-rbac-proxy:v0.22.0",
+            _at("kube-state-metrics.kubeRBACProxy.image"),
+            Runs.OFF,
+            "kube-state-metrics.kubeRBACProxy.enabled",
+        ),
+        ImageSite(
+            "quay.io/brancz/kube-rbac-proxy:v0.21.2",
+            _at("prometheus-node-exporter.kubeRBACProxy.image"),
+            Runs.OFF,
+            "prometheus-node-exporter.kubeRBACProxy.enabled",
+        ),
+        ImageSite(
+            "quay.io/prometheus/busybox:latest",
+            _at("prometheus-node-exporter.permissionInitContainer.image"),
+            Runs.OFF,
+            "node-exporter's permission fixes",
+        ),
+        ImageSite(
+            "docker.io/grafana/grafana:13.0.1",
+            _at("grafana.image"),
+            Runs.OFF,
+            "grafana.enabled (the product turns it off)",
+        ),
+        ImageSite(
+            "quay.io/kiwigrid/k8s-sidecar:2.7.1",
+            _at("grafana.sidecar.image"),
+            Runs.OFF,
+            "grafana.enabled (the product turns it off)",
+        ),
+    ),
+    # Helm hands global.* to the subcharts too (images.md §2: kube-state-metrics
+    # and node-exporter concatenate it with their own lists, so one is enough).
+    pull_secrets=PullSecrets(("global.imagePullSecrets",)),
+)
 
 
 # ---- its advisory kinds --------------------------------------------------------
@@ -130,6 +272,7 @@ COMPONENT = Component(
         "kube-prometheus-stack", "https://prometheus-community.github.io/helm-charts"
     ),
     values=_values,
+    images=IMAGES,
     requirements=(
         CRDServes(
             "podmonitors.monitoring.coreos.com",

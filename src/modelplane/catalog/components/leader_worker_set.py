@@ -4,11 +4,19 @@ from __future__ import annotations
 
 from modelplane.catalog.advisories import WorkloadsAvailable
 from modelplane.catalog.components._common import STANDARD
+from modelplane.catalog.images import Images, ImageSite, PullSecrets, Repository
 from modelplane.catalog.types import ChartSource, Component, CRDServes, Workloads
 
 VERSION = "v0.8.0"
 
 WORKLOADS = Workloads("the LeaderWorkerSet controller", ("lws/lws",))
+
+# images.md §8 (kubernetes-sigs/lws @ v0.8.0, charts/lws/values.yaml as
+# hack/push-chart.sh publishes it): no registry value.
+IMAGES = Images(
+    sites=(ImageSite("registry.k8s.io/lws/lws:{version}", Repository("image.manager.repository")),),
+    pull_secrets=PullSecrets(("imagePullSecrets",)),
+)
 
 COMPONENT = Component(
     name="leader-worker-set",
@@ -20,6 +28,7 @@ COMPONENT = Component(
     version_description="LeaderWorkerSet chart version.",
     stacks=STANDARD,
     chart=ChartSource("lws", "oci://registry.k8s.io/lws/charts"),
+    images=IMAGES,
     requirements=(
         CRDServes(
             "leaderworkersets.leaderworkerset.x-k8s.io",

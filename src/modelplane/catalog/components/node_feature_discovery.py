@@ -12,6 +12,7 @@ from modelplane.catalog.advisories import (
 )
 from modelplane.catalog.components._common import BOTH, GPU_TAINT_KEY, GPUS
 from modelplane.catalog.facts import ClusterFacts, Fact, Nodes, ResourceSlices
+from modelplane.catalog.images import Images, ImageSite, PullSecrets, Repository
 from modelplane.catalog.types import (
     ChartSource,
     Component,
@@ -28,6 +29,19 @@ if TYPE_CHECKING:
 VERSION = "0.19.0"
 
 WORKLOADS = Workloads("the NFD master", ("nfd/node-feature-discovery",))
+
+
+# images.md §3 (node-feature-discovery @ v0.19.0, deployment/helm/.../values.yaml):
+# no registry value, one image for master, worker, gc and the prune Job,
+# tagged with appVersion (the chart version with a v).
+IMAGES = Images(
+    sites=(
+        ImageSite(
+            "registry.k8s.io/nfd/node-feature-discovery:v{version}", Repository("image.repository")
+        ),
+    ),
+    pull_secrets=PullSecrets(("imagePullSecrets",)),
+)
 
 
 # ---- its advisory kinds --------------------------------------------------------
@@ -88,6 +102,7 @@ COMPONENT = Component(
         "node-feature-discovery", "https://kubernetes-sigs.github.io/node-feature-discovery/charts"
     ),
     values=_values,
+    images=IMAGES,
     requirements=(
         CRDServes(
             "nodefeatures.nfd.k8s-sigs.io",

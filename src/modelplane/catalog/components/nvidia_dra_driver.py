@@ -24,6 +24,7 @@ from modelplane.catalog.components._common import (
     SYSTEM_CRITICAL_CLASSES,
 )
 from modelplane.catalog.facts import ClusterFacts, Fact, Nodes, Quotas, ResourceSlices
+from modelplane.catalog.images import Images, ImageSite, PullSecrets, Repository
 from modelplane.catalog.types import (
     ChartSource,
     Component,
@@ -45,6 +46,24 @@ KUBELET_PLUGIN = Workloads(
     "the DRA driver",
     ("dra-driver-nvidia/dra-driver-nvidia-gpu", "nvidia/k8s-dra-driver-gpu"),
     kinds=("DaemonSet",),
+)
+
+
+# images.md §4 (kubernetes-sigs/dra-driver-nvidia-gpu @ v0.4.1, deployments/helm/
+# .../values.yaml, _helpers.tpl fullimage): no registry value; the one image
+# also reaches the pods the driver starts itself through IMAGE_NAME.
+IMAGES = Images(
+    sites=(
+        ImageSite(
+            "registry.k8s.io/dra-driver-nvidia/dra-driver-nvidia-gpu:v{version}",
+            Repository("image.repository"),
+            note="also the compute-domain and MPS daemons the driver starts",
+        ),
+    ),
+    pull_secrets=PullSecrets(
+        ("imagePullSecrets",),
+        note="MPS control-daemon pods get none (the chart's template has no field for them)",
+    ),
 )
 
 
@@ -200,6 +219,7 @@ COMPONENT = Component(
     stacks=BOTH,
     chart=ChartSource("dra-driver-nvidia-gpu", "oci://registry.k8s.io/dra-driver-nvidia/charts"),
     values=_values,
+    images=IMAGES,
     # By name: the quota's module takes its version from this one.
     depends_on=("dra-driver-critical-pods-quota",),
     requirements=(

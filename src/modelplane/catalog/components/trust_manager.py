@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 from modelplane.catalog.advisories import WorkloadArg, WorkloadsAvailable
 from modelplane.catalog.components import cert_manager
 from modelplane.catalog.components._common import BOTH, JETSTACK, MODELPLANE_NAMESPACE
+from modelplane.catalog.images import Images, ImageSite, PullSecrets, Repository, Runs
 from modelplane.catalog.types import ChartSource, Component, CRDServes, Values, Workloads
 
 if TYPE_CHECKING:
@@ -16,6 +17,27 @@ if TYPE_CHECKING:
 VERSION = "v0.25.0"
 
 WORKLOADS = Workloads("trust-manager", ("jetstack/trust-manager",))
+
+# images.md §7 (cert-manager/trust-manager, read at v0.24.0 and main, whose
+# chart is byte-identical; v0.25.0 was not among the tags read): cert-manager's
+# image helper, a set repository used whole. The default package's tag is
+# 20250419.1 in every commit read, 20250419.2 by one third-party quote of the
+# v0.25.0 notes (open point 2); the product turns the package off.
+IMAGES = Images(
+    sites=(
+        ImageSite("quay.io/jetstack/trust-manager:{version}", Repository("image.repository")),
+        ImageSite(
+            "quay.io/jetstack/trust-pkg-debian-trixie:20250419.1",
+            Repository("defaultPackageImage.repository"),
+            Runs.OFF,
+            "defaultPackage.enabled (the product turns it off)",
+        ),
+    ),
+    pull_secrets=PullSecrets(
+        ("imagePullSecrets",),
+        note="set on the ServiceAccount only, which the API server copies into each pod",
+    ),
+)
 
 
 def _values(_spec: ServingStackSpec) -> Values:
@@ -39,6 +61,7 @@ COMPONENT = Component(
     stacks=BOTH,
     chart=ChartSource("trust-manager", JETSTACK),
     values=_values,
+    images=IMAGES,
     depends_on=(cert_manager.COMPONENT.name,),
     requirements=(
         CRDServes(

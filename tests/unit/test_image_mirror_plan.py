@@ -1,0 +1,224 @@
+"""Mirror rules and pull Secrets through the plan: the values each chart gets, the own objects."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from modelplane.catalog import configuration as cfg
+from modelplane.catalog.components import envoy_gateway, modelexpress_crds
+from modelplane.catalog.configuration import ConfigObject, configuration_for
+from modelplane.catalog.images import ProductImages
+from modelplane.plan import Plan, plan
+from modelplane.plan.images import parse_rules
+from modelplane.plan.planner import Sources
+
+from .conftest import StackFactory
+
+MIRROR = Sources(image_mirrors=parse_rules(["*=mirror.internal"]), image_pull_secrets=("pull",))
+PULL = [{"name": "pull"}]
+
+
+def _get(values: dict[str, Any], path: str) -> Any:
+    node: Any = values
+    for key in path.split("."):
+        assert isinstance(node, dict) and key in node, f"{path}: no {key!r}"
+        node = node[key]
+    return node
+
+
+def _values(p: Plan, component: str) -> dict[str, Any]:
+    [release] = [r for r in p.releases if r.component == component]
+    return release.values
+
+
+def _kind(objects: list[Any], kind: str) -> dict[str, Any]:
+    bodies = [o.object if hasattr(o, "object") else o.body for o in objects]
+    [body] = [b for b in bodies if b["kind"] == kind]
+    return body
+
+
+# What the plan sets where, for each shape a chart sets its images in (the
+# paths are the charts' own, images.md per chart).
+VALUES = [
+    ("cert-manager", "image.repository", "mirror.internal/jetstack/cert-manager-controller"),
+    ("cert-manager", "webhook.image.repository", "mirror.internal/jetstack/cert-manager-webhook"),
+    (
+        "cert-manager",
+        "acmesolver.image.repository",
+        "mirror.internal/jetstack/cert-manager-acmesolver",
+    ),
+    ("cert-manager", "global.imagePullSecrets", PULL),
+    ("kube-prometheus-stack", "prometheusOperator.image.registry", "mirror.internal"),
+    (
+        "kube-prometheus-stack",
+        "prometheusOperator.image.repository",
+        "prometheus-operator/prometheus-operator",
+    ),
+    (
+        "kube-prometheus-stack",
+        "prometheusOperator.prometheusConfigReloader.image.registry",
+        "mirror.internal",
+    ),
+    (
+        "kube-prometheus-stack",
+        "prometheusOperator.admissionWebhooks.patch.image.registry",
+        "mirror.internal",
+    ),
+    ("kube-prometheus-stack", "prometheus.prometheusSpec.image.registry", "mirror.internal"),
+    ("kube-prometheus-stack", "kube-state-metrics.image.registry", "mirror.internal"),
+    ("kube-prometheus-stack", "prometheus-node-exporter.image.registry", "mirror.internal"),
+    ("kube-prometheus-stack", "global.imagePullSecrets", PULL),
+    (
+        "node-feature-discovery",
+        "image.repository",
+        "mirror.internal/nfd/node-feature-discovery",
+    ),
+    ("node-feature-discovery", "imagePullSecrets", PULL),
+    (
+        "nvidia-dra-driver-gpu",
+        "image.repository",
+        "mirror.internal/dra-driver-nvidia/dra-driver-nvidia-gpu",
+    ),
+    ("nvidia-dra-driver-gpu", "imagePullSecrets", PULL),
+    (
+        "envoy-gateway",
+        "global.images.envoyGateway.image",
+        "mirror.internal/envoyproxy/gateway:v1.8.4",
+    ),
+    ("envoy-gateway", "global.imagePullSecrets", PULL),
+    (
+        "ai-gateway",
+        "controller.image.repository",
+        "mirror.internal/envoyproxy/ai-gateway-controller",
+    ),
+    ("ai-gateway", "extProc.image.repository", "mirror.internal/envoyproxy/ai-gateway-extproc"),
+    ("ai-gateway", "controller.imagePullSecrets", PULL),
+    ("ai-gateway", "extProc.imagePullSecrets", PULL),
+    ("trust-manager", "image.repository", "mirror.internal/jetstack/trust-manager"),
+    ("trust-manager", "imagePullSecrets", PULL),
+    ("leader-worker-set", "image.manager.repository", "mirror.internal/lws/lws"),
+    ("leader-worker-set", "imagePullSecrets", PULL),
+    ("kai-scheduler", "global.registry", "mirror.internal/kai-scheduler/kai-scheduler"),
+    ("kai-scheduler", "global.imagePullSecrets", PULL),
+    ("grove", "image.repository", "mirror.internal/ai-dynamo/grove/grove-operator"),
+    (
+        "grove",
+        "deployment.env",
+        [
+            {
+                "name": "GROVE_INIT_CONTAINER_IMAGE",
+                "value": "mirror.internal/ai-dynamo/grove/grove-initc",
+            }
+        ],
+    ),
+    ("grove", "imagePullSecrets", PULL),
+]
+
+
+@pytest.mark.parametrize(("component", "path", "expected"), VALUES)
+def test_the_release_values_carry_each_path(
+    make_stack: StackFactory, component: str, path: str, expected: Any
+) -> None:
+    stack = "Standard" if component == "leader-worker-set" else "Dynamo"
+    p = plan(make_stack(stack=stack), sources=MIRROR)
+    assert _get(_values(p, component), path) == expected
+
+
+def test_the_mirror_keeps_each_chart_values_of_its_own(make_stack: StackFactory) -> None:
+    # The overlay merges: kube-prometheus-stack still has Grafana off and
+    # its scrape selectors, the DRA driver its override, and so on.
+    p = plan(make_stack(stack="Dynamo"), sources=MIRROR)
+    kps = _values(p, "kube-prometheus-stack")
+    assert kps["grafana"]["enabled"] is False
+    assert kps["prometheus"]["prometheusSpec"]["podMonitorNamespaceSelector"] == {}
+    assert _values(p, "nvidia-dra-driver-gpu")["gpuResourcesEnabledOverride"] is True
+    assert _values(p, "trust-manager")["defaultPackage"] == {"enabled": False}
+
+
+def test_without_rules_or_secrets_no_release_value_changes(make_stack: StackFactory) -> None:
+    stack = make_stack(stack="Dynamo")
+    bare, empty = plan(stack), plan(stack, sources=Sources())
+    assert [r.digest for r in bare.releases] == [r.digest for r in empty.releases]
+    for release in bare.releases:
+        assert "imagePullSecrets" not in str(release.values)
+
+
+# --- the product's own objects -------------------------------------------------------
+
+
+def _spec(make_stack: StackFactory, **fields: Any) -> Any:
+    return make_stack(**fields).spec
+
+
+def _proxy_kubernetes(objects: list[ConfigObject]) -> dict[str, Any]:
+    body = _kind(objects, "EnvoyProxy")
+    kubernetes: dict[str, Any] = body["spec"]["provider"]["kubernetes"]
+    return kubernetes
+
+
+def test_the_envoy_proxy_is_untouched_without_a_mirror(make_stack: StackFactory) -> None:
+    kubernetes = _proxy_kubernetes(configuration_for(_spec(make_stack)))
+    assert kubernetes == {"envoyService": {"externalTrafficPolicy": "Cluster"}}
+
+
+def test_the_envoy_proxy_gets_the_mirrored_image_and_pull_secrets(
+    make_stack: StackFactory,
+) -> None:
+    moved = "mirror.internal/envoyproxy/envoy:distroless-v1.38.3"
+    images = ProductImages({envoy_gateway.ENVOY_PROXY: moved}, ("pull",))
+    kubernetes = _proxy_kubernetes(configuration_for(_spec(make_stack), images))
+    assert kubernetes["envoyDeployment"] == {
+        "container": {"image": moved},
+        "pod": {"imagePullSecrets": PULL},
+    }
+    assert kubernetes["envoyService"] == {"externalTrafficPolicy": "Cluster"}
+
+
+def test_pull_secrets_alone_leave_the_proxy_image_to_envoy_gateway(
+    make_stack: StackFactory,
+) -> None:
+    kubernetes = _proxy_kubernetes(
+        configuration_for(_spec(make_stack), ProductImages(pull_secrets=("pull",)))
+    )
+    assert kubernetes["envoyDeployment"] == {"pod": {"imagePullSecrets": PULL}}
+
+
+def _modelexpress_pod(objects: list[Any]) -> dict[str, Any]:
+    pod: dict[str, Any] = _kind(objects, "Deployment")["spec"]["template"]["spec"]
+    return pod
+
+
+def test_the_modelexpress_server_is_mirrored_with_pull_secrets(make_stack: StackFactory) -> None:
+    p = plan(make_stack(stack="Dynamo"), sources=MIRROR)
+    pod = _modelexpress_pod(p.objects)
+    assert pod["containers"][0]["image"] == (
+        "mirror.internal/nvidia/ai-dynamo/modelexpress-server:0.4.1"
+    )
+    assert pod["imagePullSecrets"] == PULL
+    bare = _modelexpress_pod(plan(make_stack(stack="Dynamo")).objects)
+    assert bare["containers"][0]["image"] == f"{cfg.MODELEXPRESS_IMAGE}:0.4.1"
+    assert "imagePullSecrets" not in bare
+
+
+@pytest.mark.parametrize("mode", ["Managed", "Provided"])
+def test_the_plan_lists_the_product_images_under_their_component(
+    make_stack: StackFactory, mode: str
+) -> None:
+    # Applied in both modes, so moved and listed in both.
+    p = plan(make_stack(stack="Dynamo", components=mode), sources=MIRROR)
+    own = {(u.component, u.image): u.mirrored for u in p.images}
+    proxy = ("envoy-gateway", envoy_gateway.ENVOY_PROXY.image)
+    server = (
+        modelexpress_crds.COMPONENT.name,
+        "nvcr.io/nvidia/ai-dynamo/modelexpress-server:0.4.1",
+    )
+    assert own[proxy] == "mirror.internal/envoyproxy/envoy:distroless-v1.38.3"
+    assert own[server] == "mirror.internal/nvidia/ai-dynamo/modelexpress-server:0.4.1"
+    body = _kind(p.objects, "EnvoyProxy")
+    assert (
+        body["spec"]["provider"]["kubernetes"]["envoyDeployment"]["container"]["image"]
+        == (own[proxy])
+    )
+    assert p.image_mirrors == ["*=mirror.internal"]
