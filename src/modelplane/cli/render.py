@@ -14,6 +14,8 @@ from rich.text import Text
 
 from modelplane.api.status_limits import TERMINAL
 from modelplane.catalog.configuration import Hold
+from modelplane.catalog.images import Runs
+from modelplane.plan.images import ImageUse
 from modelplane.plan.model import ObjectAction, Plan, PlannedObject, Severity
 from modelplane.untrusted import printable
 
@@ -41,7 +43,43 @@ def plan_document(p: Plan) -> dict[str, Any]:
             # Only when there is one, as the status says it only then.
             **({"caProblem": p.gateway.ca_problem} if p.gateway.ca_problem else {}),
         },
+        # Every image, before and after the rules (each release's are also
+        # under its record), and what a mirror must hold for them.
+        "imageMirrors": p.image_mirrors,
+        "images": [u.model_dump(mode="json") for u in p.images],
+        "mirrorMustCarry": mirror_must_carry(p),
+        "notMirrored": not_mirrored(p),
+        "imagePullSecrets": p.image_pull_secrets,
+        "missingPullSecrets": [m.model_dump(mode="json") for m in p.missing_pull_secrets],
     }
+
+
+def image_groups(p: Plan) -> list[tuple[str, list[ImageUse]]]:
+    """The plan's images by where they come from: each release, then the product's objects."""
+    groups: list[tuple[str, list[ImageUse]]] = [
+        (f"{r.component} (release {r.name})", list(r.images)) for r in p.releases if r.images
+    ]
+    charted = [u for r in p.releases for u in r.images]
+    own: dict[str, list[ImageUse]] = {}
+    for use in p.images:
+        if use not in charted:
+            own.setdefault(use.component, []).append(use)
+    groups += [(f"{name} (the product's own objects)", uses) for name, uses in own.items()]
+    return groups
+
+
+def not_mirrored(p: Plan) -> list[str]:
+    """The images that run and that no rule moves, each once."""
+    return list(
+        dict.fromkeys(u.image for u in p.images if not u.mirrored and u.runs is not Runs.OFF)
+    )
+
+
+def mirror_must_carry(p: Plan) -> list[str]:
+    """The images in the mirror that run (always, in hooks, or at run time), each once."""
+    return list(
+        dict.fromkeys(u.mirrored for u in p.images if u.mirrored and u.runs is not Runs.OFF)
+    )
 
 
 def to_json(p: Plan) -> str:
@@ -348,3 +386,62 @@ def print_text(p: Plan, console: Console, *, observed: bool = False) -> None:
 
     _title(console, "Objects")
     _items(console, [(Text(f"  {o.action:5} "), Text(_object_name(o))) for o in p.objects])
+    _print_images(p, console)
+
+
+# The width of an image's "runs" column: the longest of always, hook, runtime, off.
+_RUNS = max(len(r) for r in Runs)
+
+
+def _print_images(p: Plan, console: Console) -> None:
+    """Every image, per release and for the product's own objects, before and after the rules."""
+    groups = image_groups(p)
+    if not groups:
+        return
+    rules = p.image_mirrors
+    moved = sum(1 for u in p.images if u.mirrored)
+    if rules:
+        rest = f": {len(p.images)}, {moved} moved by the mirror rules"
+    else:
+        rest = f": {len(p.images)}, each from its own registry (no --image-registry-mirror)"
+    _title(console, "Images", rest)
+    # Each rule once, by number; an image names the one that moved it.
+    number = {rule: n for n, rule in enumerate(rules, 1)}
+    if rules:
+        _items(
+            console,
+            [(Text("  rule "), Text(_shown(f"[{n}] {rule}"))) for rule, n in number.items()],
+        )
+    under = Text(" " * (4 + _RUNS + 1))
+    to = Text(" " * (4 + _RUNS + 1 - len("to "))) + Text("to ")
+    for title, uses in groups:
+        rows: list[tuple[Text, Text]] = [(Text("  "), Text(_shown(title)))]
+        for use in uses:
+            rows.append((Text(f"    {use.runs:<{_RUNS}} "), Text(_shown(use.image))))
+            if use.mirrored:
+                which = f" [{number[use.rule]}]" if use.rule in number else f" ({use.rule})"
+                rows.append((to, Text(_shown(f"{use.mirrored}{which}"))))
+            elif rules:
+                why = "" if use.settable else ": nothing the product sets moves it"
+                rows.append((under, Text.assemble(("not mirrored", "yellow"), why)))
+            if use.note:
+                rows.append((under, Text(_shown(use.note), style="dim")))
+        _items(console, rows)
+    carry = mirror_must_carry(p)
+    if rules and carry:
+        _title(console, "The mirror must carry", f": {len(carry)} images")
+        _items(console, [(Text("  - "), Text(_shown(image))) for image in carry])
+    left = not_mirrored(p)
+    if rules and left:
+        _title(console, "Not mirrored", f": {len(left)} images that run pull from their registry")
+        _items(console, [(Text("  - "), Text(_shown(image))) for image in left])
+    if p.image_pull_secrets:
+        _title(console, "Pull Secrets", f": {', '.join(_shown(s) for s in p.image_pull_secrets)}")
+        if p.missing_pull_secrets:
+            _items(
+                console,
+                [
+                    (Text.assemble("  ", ("x", "red"), " "), Text(_shown(f"{m.component}: {m}")))
+                    for m in p.missing_pull_secrets
+                ],
+            )
