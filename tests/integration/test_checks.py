@@ -34,9 +34,10 @@ from typer.testing import CliRunner
 
 from modelplane.checks.checker import check_results, summarize
 from modelplane.cli.main import app
-from modelplane.kube.client import TargetClient
+from modelplane.kube.client import METADATA_LIST, TargetClient, list_objects
 from modelplane.kube.discovery import served_apis
 from modelplane.observe.facts import observe_for_check
+from modelplane.observe.state import SECRETS
 from modelplane.pins import Stack
 from modelplane.plan.model import RequirementResult, RequirementStatus
 
@@ -834,3 +835,122 @@ def test_cli_exit_two_when_credentials_are_refused(env: TestEnv, tmp_path: Path)
     result = CliRunner().invoke(app, ["check", "--kubeconfig", str(path)])
     assert result.exit_code == 2
     assert "refused the credentials (401" in result.stderr
+
+
+# ---- images: the mirror rules and pull Secrets -------------------------------------
+
+CONTROLLER = "quay.io/jetstack/cert-manager-controller:v1.20.2"
+MIRROR_RULE = "quay.io=mirror.internal/quay"
+
+
+def _check_json(env: TestEnv, *extra: str) -> tuple[int, dict[str, Any]]:
+    args = ["check", "--kubeconfig", str(env.kubeconfig_path), "-o", "json", *extra]
+    result = CliRunner().invoke(app, args)
+    return result.exit_code, json.loads(result.stdout) if result.stdout else {}
+
+
+def _mirror_results(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    return [r for r in doc["results"] if r["requirement"] == "images pulled from the mirror"]
+
+
+def test_check_warns_of_a_provided_workload_outside_the_mirror(env: TestEnv, kube: Kube) -> None:
+    kube.namespace("cert-manager")
+    controller = deployment("cert-manager", "cm", CONTROLLER)
+    kube.apply(controller, status=available(True))
+    code, plain = _check_json(env)
+    assert code == 0 and _mirror_results(plain) == []
+    code, doc = _check_json(env, "--image-registry-mirror", MIRROR_RULE)
+    # Advice only: the verdict and the exit status stay.
+    assert code == 0, doc
+    (result,) = _mirror_results(doc)
+    assert (result["component"], result["status"], result["severity"]) == (
+        "cert-manager",
+        "warning",
+        "advisory",
+    )
+    assert "Deployment cert-manager/cm pulls " + CONTROLLER in result["message"]
+    assert "mirror.internal/quay/jetstack/cert-manager-controller:v1.20.2" in result["message"]
+    assert doc["summary"]["warning"] == plain["summary"]["warning"] + 1
+    assert doc["summary"]["requirementsMet"] is True
+    # Pointed at the mirror, the same workload is met.
+    moved = "mirror.internal/quay/jetstack/cert-manager-controller:v1.20.2"
+    kube.apply(deployment("cert-manager", "cm", moved), status=available(True))
+    code, doc = _check_json(env, "--image-registry-mirror", MIRROR_RULE)
+    assert code == 0 and [r["status"] for r in _mirror_results(doc)] == ["met"]
+
+
+def test_check_refuses_a_bad_rule_or_secret_name(env: TestEnv) -> None:
+    args = ["check", "--kubeconfig", str(env.kubeconfig_path)]
+    bad_rule = CliRunner().invoke(app, [*args, "--image-registry-mirror", "quay.io"])
+    assert bad_rule.exit_code == 2 and "--image-registry-mirror" in bad_rule.stderr
+    bad_name = CliRunner().invoke(app, [*args, "--image-pull-secret", "Not_A_Name"])
+    assert bad_name.exit_code == 2 and "--image-pull-secret" in bad_name.stderr
+
+
+def _secret(namespace: str, name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": name, "namespace": namespace},
+        "type": "kubernetes.io/dockerconfigjson",
+        "stringData": {".dockerconfigjson": '{"auths": {"mirror.internal": {"auth": "c2VjcmV0"}}}'},
+    }
+
+
+def test_check_names_a_missing_pull_secret_and_reads_no_secret_data(
+    env: TestEnv, kube: Kube
+) -> None:
+    # On the Dynamo stack the product's own ModelExpress server runs in
+    # "default", and pulls with the Secrets given.
+    args = ("--stack", "Dynamo", "--image-pull-secret", "regcred")
+    code, doc = _check_json(env, *args)
+    assert code == 0, doc
+    missing = [r for r in doc["results"] if r["requirement"].startswith("pull Secret")]
+    assert [(r["requirement"], r["status"], r["severity"]) for r in missing] == [
+        ("pull Secret regcred in default", "warning", "advisory")
+    ]
+    assert "PullSecretMissing: regcred in default" in missing[0]["message"]
+    # Elsewhere is not there: still missing.
+    kube.namespace("elsewhere")
+    kube.apply(_secret("elsewhere", "regcred"))
+    code, doc = _check_json(env, *args)
+    assert [r["requirement"] for r in doc["results"] if r["requirement"].startswith("pull")] == [
+        "pull Secret regcred in default"
+    ]
+    kube.apply(_secret("default", "regcred"))
+    code, doc = _check_json(env, *args)
+    assert code == 0
+    assert not [r for r in doc["results"] if r["requirement"].startswith("pull Secret")]
+
+    async def listed() -> list[dict[str, Any]]:
+        async with client_for(env) as client:
+            return await list_objects(
+                client, SECRETS, fields="metadata.name=regcred", accept=METADATA_LIST
+            )
+
+    # What the reads ask for is the Secrets' metadata: the server sends no data.
+    items = asyncio.run(listed())
+    assert sorted(i["metadata"]["namespace"] for i in items) == ["default", "elsewhere"]
+    assert all(set(i) <= {"metadata", "apiVersion", "kind"} for i in items), items
+
+
+async def test_pull_secrets_cost_one_request_each(env: TestEnv) -> None:
+    counted: list[str] = []
+
+    class Counting(httpx2.AsyncHTTPTransport):
+        async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+            counted.append(f"{request.method} {request.url.path}")
+            return await super().handle_async_request(request)
+
+    config = KubeConfig.from_file(str(env.kubeconfig_path)).get()
+    counting = Counting(verify=env.ssl_context())
+    client = TargetClient(config, ConnectionParams(trust_env=False, transport=counting))  # type: ignore[arg-type]
+    try:
+        await observe_for_check(client, Stack.DYNAMO)
+        without = len(counted)
+        counted.clear()
+        observed = await observe_for_check(client, Stack.DYNAMO, ("regcred", "other"))
+    finally:
+        await client.close()
+    assert len(counted) == without + 2, counted
+    assert sorted(observed.pull_secrets) == ["other", "regcred"]

@@ -1,28 +1,24 @@
-"""Missing pull Secrets: the pure rule, table by table, and what the plan makes of it.
-
-The plan-level cases give two catalog components pull-secret paths of their
-own (``_with_pull_secrets``), so they hold whatever data the catalog carries.
-"""
+"""Missing pull Secrets: the pure rule, table by table, and what the plan makes of it."""
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from modelplane.api.models import ServingStack
 from modelplane.catalog.components import COMPONENTS
-from modelplane.catalog.images import Images, ImageSite, PullSecrets, Repository
+from modelplane.catalog.images import Images, PullSecrets
 from modelplane.catalog.types import Component
-from modelplane.plan import planner
 from modelplane.plan.images import parse_rules
 from modelplane.plan.observed import Observed
 from modelplane.plan.planner import Sources, plan
 from modelplane.plan.pull_secrets import (
     MissingPullSecret,
     component_message,
+    component_namespaces,
     condition_message,
     missing,
     needed,
@@ -111,32 +107,7 @@ def test_messages_name_secret_and_namespace_and_stay_short() -> None:
     assert condition_message(two) == "a: regcred in cert-manager; b: regcred in monitoring"
 
 
-# ---- through the plan ----------------------------------------------------------------
-
-
-PULL = {
-    "cert-manager": PullSecrets(paths=("global.imagePullSecrets",)),
-    "ai-gateway": PullSecrets(
-        paths=("global.imagePullSecrets",), namespaces=("envoy-gateway-system",)
-    ),
-}
-
-
-@pytest.fixture
-def _with_pull_secrets(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    real: Callable[..., list[Component]] = planner.components_for
-
-    def patched(spec: Any) -> list[Component]:
-        out = []
-        for c in real(spec):
-            if c.name in PULL:
-                site = ImageSite("quay.io/x/y:{version}", Repository("image.repository"))
-                c = dataclasses.replace(c, images=Images(sites=(site,), pull_secrets=PULL[c.name]))
-            out.append(c)
-        return out
-
-    monkeypatch.setattr(planner, "components_for", patched)
-    yield
+# ---- through the plan, with the catalog's own data ---------------------------------
 
 
 SOURCES = Sources(image_mirrors=parse_rules(["*=mirror.internal"]), image_pull_secrets=("regcred",))
@@ -146,7 +117,10 @@ def _messages(p: Any) -> dict[str, str]:
     return {c.name: c.message for c in p.components}
 
 
-@pytest.mark.usefixtures("_with_pull_secrets")
+def _where(component: str) -> tuple[str, ...]:
+    return component_namespaces(BY_NAME[component])
+
+
 def test_the_plan_names_missing_secrets_and_still_installs(
     make_stack: StackFactory, serve_everything: Callable[..., Observed]
 ) -> None:
@@ -156,25 +130,35 @@ def test_the_plan_names_missing_secrets_and_still_installs(
     # Nothing was seen of the Secrets, so nothing is said to be missing.
     assert first.missing_pull_secrets == []
     assert first.image_pull_secrets == ["regcred"]
+    installed_ = {r.component for r in first.releases}
+    every = sorted({ns for c in installed_ for ns in _where(c)})
+    # The AI Gateway's extProc runs in Envoy Gateway's proxies: its Secret goes there too.
+    assert "envoy-gateway-system" in _where("ai-gateway")
     seen = installed(first, base).model_copy(update={"pull_secrets": {"regcred": ["cert-manager"]}})
     p = plan(stack, seen, SOURCES)
-    assert [str(m) for m in p.missing_pull_secrets] == [
-        "regcred in envoy-ai-gateway-system",
-        "regcred in envoy-gateway-system",
-    ]
+    assert {(m.component, m.namespace) for m in p.missing_pull_secrets} == {
+        (c, ns) for c in installed_ for ns in _where(c) if ns != "cert-manager"
+    }
     assert _messages(p)["ai-gateway"] == (
         "PullSecretMissing: regcred in envoy-ai-gateway-system, regcred in envoy-gateway-system"
     )
     assert _messages(p)["cert-manager"] == ""
     # Nothing is held back for it: no work is left, and the release is in sync.
     assert p.work == [] and {c.state for c in p.components} == {"Ready"}
-    # The Secret arrives: the report clears.
-    everywhere = ["cert-manager", "envoy-ai-gateway-system", "envoy-gateway-system"]
-    later = plan(stack, seen.model_copy(update={"pull_secrets": {"regcred": everywhere}}), SOURCES)
+    # The Secret arrives everywhere: the report clears.
+    later = plan(stack, seen.model_copy(update={"pull_secrets": {"regcred": every}}), SOURCES)
     assert later.missing_pull_secrets == [] and _messages(later)["ai-gateway"] == ""
 
 
-@pytest.mark.usefixtures("_with_pull_secrets")
+def test_provided_mode_needs_the_products_own_pods_only(make_stack: StackFactory) -> None:
+    dynamo = make_stack(stack="Dynamo", components="Provided")
+    p = plan(dynamo, Observed(pull_secrets={"regcred": []}), SOURCES)
+    # No chart is installed; the ModelExpress server runs in default.
+    assert [(m.component, m.namespace) for m in p.missing_pull_secrets] == [
+        ("modelexpress-crds", "default")
+    ]
+
+
 def test_without_pull_secrets_nothing_is_needed(make_stack: StackFactory) -> None:
     stack = make_stack()
     seen = Observed(pull_secrets={"regcred": []})

@@ -22,6 +22,7 @@ from modelplane.plan.images import MirrorRule
 from modelplane.plan.model import RequirementResult, RequirementStatus, Severity
 from modelplane.plan.observed import Observed
 from modelplane.plan.planner import Sources
+from modelplane.plan.pull_secrets import PULL_SECRET_MISSING
 
 
 def provided_stack(stack: Stack) -> ServingStack:
@@ -41,23 +42,44 @@ def provided_stack(stack: Stack) -> ServingStack:
 
 
 def check_results(
-    stack: Stack, observed: Observed, mirrors: Sequence[MirrorRule] = ()
+    stack: Stack,
+    observed: Observed,
+    mirrors: Sequence[MirrorRule] = (),
+    pull_secrets: Sequence[str] = (),
 ) -> list[RequirementResult]:
     """The plan's requirement results for the substrate, grouped by component.
 
     With ``mirrors``, a provided workload that pulls from a registry they
-    name is a warning (``plan.provided_images``), as the operator's is.
+    name is a warning (``plan.provided_images``), as the operator's is; with
+    ``pull_secrets``, so is each one missing where the product's own pods
+    would run (``plan.pull_secrets``). Neither is ever unmet.
     """
-    sources = Sources(image_mirrors=tuple(mirrors))
-    results = plan(provided_stack(stack), observed, sources).requirements
+    sources = Sources(image_mirrors=tuple(mirrors), image_pull_secrets=tuple(pull_secrets))
+    p = plan(provided_stack(stack), observed, sources)
+    results = p.requirements + [
+        RequirementResult(
+            component=m.component,
+            requirement=f"pull Secret {m.secret} in {m.namespace}",
+            status=RequirementStatus.WARNING,
+            message=f"{PULL_SECRET_MISSING}: {m}: the product's pods there cannot pull from "
+            "the mirror until it exists",
+            severity=Severity.ADVISORY,
+        )
+        for m in p.missing_pull_secrets
+    ]
     order = {c.name: i for i, c in enumerate(COMPONENTS)}
-    return sorted(results, key=lambda r: order[r.component])
+    # The product's own objects ("configuration") after the substrate.
+    return sorted(results, key=lambda r: order.get(r.component, len(order)))
 
 
 async def run_checks(
-    client: AsyncClient, stack: Stack, mirrors: Sequence[MirrorRule] = ()
+    client: AsyncClient,
+    stack: Stack,
+    mirrors: Sequence[MirrorRule] = (),
+    pull_secrets: Sequence[str] = (),
 ) -> list[RequirementResult]:
-    return check_results(stack, await observe_for_check(client, stack), mirrors)
+    observed = await observe_for_check(client, stack, pull_secrets)
+    return check_results(stack, observed, mirrors, pull_secrets)
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ from rich.markup import escape
 
 from modelplane.api.models import SecretType
 from modelplane.api.status_limits import TERMINAL
+from modelplane.catalog.images import ImageError
 from modelplane.checks.checker import run_checks, summarize
 from modelplane.cli.options import AwsRegion, AwsStsEndpoint, NebiusTokenEndpoint
 from modelplane.credentials.identity import providers
@@ -30,6 +31,7 @@ from modelplane.kube.address import DEFAULT_DENIED, AddressDenied, IPNetwork, de
 from modelplane.kube.answers import describe_error
 from modelplane.kube.client import ApiStatusError, TargetError, open_target
 from modelplane.pins import Stack
+from modelplane.plan.images import MirrorRule, check_secret_names, parse_rules
 from modelplane.plan.model import RequirementResult, RequirementStatus, Severity
 from modelplane.untrusted import printable
 
@@ -144,6 +146,8 @@ async def _check(
     timeout: float,
     deny: tuple[IPNetwork, ...],
     identity: TokenSource | None = None,
+    mirrors: tuple[MirrorRule, ...] = (),
+    pull_secrets: tuple[str, ...] = (),
 ) -> list[RequirementResult]:
     target = await open_target(
         config, deny=deny, timeout=timeout, trust_env=False, identity=identity
@@ -152,7 +156,22 @@ async def _check(
         if identity is not None:
             # Say a key that gives no token as such, before any request.
             await identity.token()
-        return await run_checks(target.client, stack)
+        return await run_checks(target.client, stack, mirrors, pull_secrets)
+
+
+def image_sources(
+    mirrors: list[str] | None, pull_secrets: list[str] | None
+) -> tuple[tuple[MirrorRule, ...], tuple[str, ...]]:
+    """The mirror rules and pull Secret names, checked as ``modelplane run`` checks them."""
+    try:
+        rules = parse_rules(mirrors or [])
+    except ImageError as err:
+        raise CheckError(f"--image-registry-mirror: {err}") from None
+    try:
+        names = check_secret_names(pull_secrets or [])
+    except ImageError as err:
+        raise CheckError(f"--image-pull-secret: {err}") from None
+    return rules, names
 
 
 def run(
@@ -161,10 +180,12 @@ def run(
     timeout: float = 10.0,
     deny: tuple[IPNetwork, ...] = DEFAULT_DENIED,
     identity: TokenSource | None = None,
+    mirrors: tuple[MirrorRule, ...] = (),
+    pull_secrets: tuple[str, ...] = (),
 ) -> list[RequirementResult]:
     server = config.cluster.server
     try:
-        return asyncio.run(_check(config, stack, timeout, deny, identity))
+        return asyncio.run(_check(config, stack, timeout, deny, identity, mirrors, pull_secrets))
     except AddressDenied as err:
         raise CheckError(str(err)) from err
     except IdentityError as err:
@@ -282,6 +303,22 @@ def check(
     aws_sts_endpoint: AwsStsEndpoint = None,
     aws_region: AwsRegion = None,
     nebius_token_endpoint: NebiusTokenEndpoint = None,
+    image_registry_mirror: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--image-registry-mirror",
+            help="FROM=TO (repeatable): warn when a provided workload pulls from a registry "
+            "(or registry/path prefix; * for any) these rules would move to the mirror.",
+        ),
+    ] = None,
+    image_pull_secret: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--image-pull-secret",
+            help="A Secret the product's pods pull with (repeatable): warn where it is "
+            "missing. Only its presence is read, never its data.",
+        ),
+    ] = None,
 ) -> None:
     """Check a cluster against the requirements of a stack in Provided mode.
 
@@ -297,7 +334,8 @@ def check(
         config = load_config(kubeconfig, context)
         endpoints = endpoints_of(aws_sts_endpoint, aws_region, nebius_token_endpoint, deny)
         identity = load_identity(config, identity_type, identity_file, deny, endpoints)
-        results = run(config, stack, timeout, deny, identity)
+        mirrors, pull_secrets = image_sources(image_registry_mirror, image_pull_secret)
+        results = run(config, stack, timeout, deny, identity, mirrors, pull_secrets)
     except CheckError as err:
         _fail(str(err))
         return

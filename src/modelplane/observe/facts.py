@@ -10,7 +10,7 @@ and discovery, a check of either stack costs a fixed 11 requests.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from lightkube import AsyncClient
@@ -18,8 +18,9 @@ from lightkube import AsyncClient
 from modelplane.catalog.components import components_of_stack
 from modelplane.catalog.facts import ClusterFacts, Fact, Item, Listing, assemble
 from modelplane.catalog.types import Component, ObjectExists
-from modelplane.kube.client import ApiStatusError, list_objects
+from modelplane.kube.client import METADATA_LIST, ApiStatusError, list_objects
 from modelplane.kube.discovery import APIS, served_apis
+from modelplane.observe.state import SECRETS, secret_namespaces
 from modelplane.pins import Stack
 from modelplane.plan.observed import Observed
 
@@ -91,12 +92,40 @@ def _name(obj: dict[str, Any]) -> str:
     return str((obj.get("metadata") or {}).get("name") or "")
 
 
-async def observe_for_check(client: AsyncClient, stack: Stack) -> Observed:
-    """What the checks of ``stack`` read from the target, in a bounded number of requests."""
+async def observe_pull_secrets(client: AsyncClient, names: Sequence[str]) -> dict[str, list[str]]:
+    """Secret name -> the namespaces it is in: one metadata-only LIST per name, never data.
+
+    A name the target does not let us list is left out: not observed, so
+    nothing is said of it.
+    """
+
+    async def namespaces(name: str) -> list[str] | None:
+        try:
+            found = await list_objects(
+                client, SECRETS, fields=f"metadata.name={name}", accept=METADATA_LIST
+            )
+        except ApiStatusError as err:
+            if err.status not in _UNOBSERVABLE_STATUS:
+                raise
+            return None
+        return secret_namespaces(name, found)
+
+    answers = await asyncio.gather(*(namespaces(name) for name in names))
+    return {name: found for name, found in zip(names, answers, strict=True) if found is not None}
+
+
+async def observe_for_check(
+    client: AsyncClient, stack: Stack, pull_secrets: Sequence[str] = ()
+) -> Observed:
+    """What the checks of ``stack`` read from the target, in a bounded number of requests.
+
+    Each pull Secret name costs one request more.
+    """
     components = components_of_stack(stack)
     apis = await served_apis(client)
-    objects, cluster = await asyncio.gather(
+    objects, cluster, secrets = await asyncio.gather(
         observe_required_objects(client, components, apis),
         observe_cluster(client, components, apis),
+        observe_pull_secrets(client, pull_secrets),
     )
-    return Observed(apis=apis, objects=objects, cluster=cluster)
+    return Observed(apis=apis, objects=objects, cluster=cluster, pull_secrets=secrets)

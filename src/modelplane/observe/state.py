@@ -185,13 +185,13 @@ def to_observed(listed: Listed) -> Observed:
             # Judged by the plan (plan.gateway), so render --observed agrees.
             "bundle_ca_certificate": ca_text if isinstance(ca_text, str) else None,
             "pull_secrets": {
-                name: _namespaces_of(name, items) for name, items in listed.pull_secrets.items()
+                name: secret_namespaces(name, items) for name, items in listed.pull_secrets.items()
             },
         }
     )
 
 
-def _namespaces_of(name: str, secrets: list[dict[str, Any]]) -> list[str]:
+def secret_namespaces(name: str, secrets: list[dict[str, Any]]) -> list[str]:
     """The namespaces a Secret named ``name`` is in, as the plan compares them.
 
     Only a namespace exactly as the API server allows one (a DNS label) is

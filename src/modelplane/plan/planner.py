@@ -196,10 +196,13 @@ def _missing_pull_secrets(
     """The pull Secrets the planned pods name that the target was seen to lack."""
     if not sources.image_pull_secrets:
         return []
+    # A chart's pods are the product's only where it installs the chart; the
+    # product's own components are applied in both modes.
     installed = {r.component for r in releases}
     wanted = pull_secrets.needed(
-        [c for c in components if c.name in installed],
-        [(o.component, o.object) for o in objects if o.action is not ObjectAction.HOLD],
+        [c for c in components if c.name in installed or c.role == "config"],
+        # Held ones too: an object waiting for its API runs its pods once it is served.
+        [(o.component, o.object) for o in objects],
     )
     return pull_secrets.missing(wanted, sources.image_pull_secrets, observed.pull_secrets)
 

@@ -39,12 +39,17 @@ class MissingPullSecret(BaseModel):
         return f"{self.secret} in {self.namespace}"
 
 
-def chart_namespaces(component: Component) -> tuple[str, ...]:
-    """The namespaces whose pods pull with the chart's pull Secrets; () when it takes none."""
+def component_namespaces(component: Component) -> tuple[str, ...]:
+    """The namespaces whose pods pull with the component's pull Secrets; () when it takes none.
+
+    Its own namespace (a component of objects only may have none) and the
+    others its ``PullSecrets`` names (the AI Gateway's extProc runs in Envoy
+    Gateway's proxies; the ModelExpress server in ``default``).
+    """
     pull = component.images.pull_secrets
     if pull is None:
         return ()
-    return tuple(dict.fromkeys((component.namespace, *pull.namespaces)))
+    return tuple(ns for ns in dict.fromkeys((component.namespace, *pull.namespaces)) if ns)
 
 
 def object_namespace(body: Mapping[str, Any]) -> str | None:
@@ -59,23 +64,25 @@ def object_namespace(body: Mapping[str, Any]) -> str | None:
 
 
 def needed(
-    charts: Iterable[Component], objects: Iterable[tuple[str, Mapping[str, Any]]]
+    components: Iterable[Component], objects: Iterable[tuple[str, Mapping[str, Any]]]
 ) -> dict[str, tuple[str, ...]]:
     """Component -> the namespaces that must hold every pull Secret, in plan order.
 
-    ``charts`` are the chart components the plan installs; ``objects`` the
-    (component, body) pairs it applies.
+    ``components`` are those the plan installs or applies (the catalog says
+    where their pods pull); ``objects`` the (component, body) pairs it
+    applies, so that a pod template that names pull Secrets in a namespace
+    no record lists is not missed.
     """
     out: dict[str, list[str]] = {}
-    for component in charts:
-        for namespace in chart_namespaces(component):
+    for component in components:
+        for namespace in component_namespaces(component):
             out.setdefault(component.name, []).append(namespace)
+    covered = {ns for spaces in out.values() for ns in spaces}
     for owner, body in objects:
         where = object_namespace(body)
-        if where is not None:
-            have = out.setdefault(owner, [])
-            if where not in have:
-                have.append(where)
+        if where is not None and where not in covered:
+            covered.add(where)
+            out.setdefault(owner, []).append(where)
     return {name: tuple(spaces) for name, spaces in out.items()}
 
 
