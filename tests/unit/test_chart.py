@@ -265,6 +265,8 @@ def test_operator_values_become_flags(helm_binary: tuple[Path, dict[str, str]]) 
         "operator.noCrossNamespaceRefs=true",
         "operator.resync=60",
         "operator.denyTargetCIDRs={default,10.96.0.0/12}",
+        "operator.imageRegistryMirrors={*=mirror.internal,quay.io/jetstack=mirror.internal/js}",
+        "operator.imagePullSecrets={pull,other}",
     )
     args = of_kind(docs, "Deployment")[0]["spec"]["template"]["spec"]["containers"][0]["args"]
     for flag in (
@@ -278,6 +280,10 @@ def test_operator_values_become_flags(helm_binary: tuple[Path, dict[str, str]]) 
         "--resync=60",
         "--deny-target-cidr=default",
         "--deny-target-cidr=10.96.0.0/12",
+        "--image-registry-mirror=*=mirror.internal",
+        "--image-registry-mirror=quay.io/jetstack=mirror.internal/js",
+        "--image-pull-secret=pull",
+        "--image-pull-secret=other",
     ):
         assert flag in args, flag
     defaults = of_kind(render(helm_binary), "Deployment")[0]["spec"]["template"]["spec"][
@@ -289,6 +295,7 @@ def test_operator_values_become_flags(helm_binary: tuple[Path, dict[str, str]]) 
         "--no-cross-namespace-refs",
     ):
         assert opt_in not in defaults, opt_in
+    assert not [a for a in defaults if a.startswith("--image-")]
 
 
 def test_service_monitor_only_when_asked(helm_binary: tuple[Path, dict[str, str]]) -> None:
