@@ -306,3 +306,31 @@ def test_service_monitor_only_when_asked(helm_binary: tuple[Path, dict[str, str]
         render(helm_binary, "metrics.serviceMonitor.enabled=true"), "ServiceMonitor"
     )
     assert monitor["spec"]["endpoints"][0]["port"] == "metrics"
+
+
+def test_the_charts_image_mirror_flags_reach_the_operators_sources(
+    helm_binary: tuple[Path, dict[str, str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The rendered arguments, given to `modelplane run` as the container
+    # would: a rule with '*' and '=' in it survives Helm's quoting.
+    from modelplane.operator import handlers
+    from modelplane.operator.options import OperatorOptions
+
+    docs = render(
+        helm_binary,
+        "operator.imageRegistryMirrors={*=mirror.internal}",
+        "operator.imagePullSecrets={pull}",
+    )
+    args = container(docs)["args"]
+    seen: list[OperatorOptions] = []
+
+    async def operator(options: OperatorOptions) -> None:
+        seen.append(options)
+
+    monkeypatch.setattr(handlers, "run", operator)
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    [options] = seen
+    sources = options.sources()
+    assert [str(rule) for rule in sources.image_mirrors] == ["*=mirror.internal"]
+    assert sources.image_pull_secrets == ("pull",)
