@@ -1,7 +1,8 @@
 """Golden files of ``modelplane render``, text and json.
 
 Every ``inputs/<case>.yaml`` is rendered (with ``inputs/<case>.observed.yaml``
-as ``--observed`` when that file exists) and compared byte for byte with
+as ``--observed`` when that file exists, and the flags in ``inputs/<case>.args``,
+one a line, when that one does) and compared byte for byte with
 ``expected/<case>.txt`` and ``expected/<case>.json``. After an intended change,
 regenerate them and review the diff:
 
@@ -32,6 +33,9 @@ def render(case: str, output: str, env: dict[str, str] | None = None) -> str:
     observed = INPUTS / f"{case}.observed.yaml"
     if observed.exists():
         args += ["--observed", str(observed)]
+    flags = INPUTS / f"{case}.args"
+    if flags.exists():
+        args += [line for line in flags.read_text().splitlines() if line]
     result = CliRunner().invoke(app, args, env=env)
     assert result.exit_code == 0, result.output
     assert result.stderr == ""
@@ -51,6 +55,8 @@ def test_cases_cover_the_issue() -> None:
         "standard-provided-hostname-clientcas",
         "dynamo-provided-hostname-clientcas",
         "standard-managed-gke",
+        "dynamo-managed-mirror",
+        "standard-provided-mirror",
     ):
         assert required in CASES
 

@@ -265,6 +265,8 @@ def test_operator_values_become_flags(helm_binary: tuple[Path, dict[str, str]]) 
         "operator.noCrossNamespaceRefs=true",
         "operator.resync=60",
         "operator.denyTargetCIDRs={default,10.96.0.0/12}",
+        "operator.imageRegistryMirrors={*=mirror.internal,quay.io/jetstack=mirror.internal/js}",
+        "operator.imagePullSecrets={pull,other}",
     )
     args = of_kind(docs, "Deployment")[0]["spec"]["template"]["spec"]["containers"][0]["args"]
     for flag in (
@@ -278,6 +280,10 @@ def test_operator_values_become_flags(helm_binary: tuple[Path, dict[str, str]]) 
         "--resync=60",
         "--deny-target-cidr=default",
         "--deny-target-cidr=10.96.0.0/12",
+        "--image-registry-mirror=*=mirror.internal",
+        "--image-registry-mirror=quay.io/jetstack=mirror.internal/js",
+        "--image-pull-secret=pull",
+        "--image-pull-secret=other",
     ):
         assert flag in args, flag
     defaults = of_kind(render(helm_binary), "Deployment")[0]["spec"]["template"]["spec"][
@@ -289,6 +295,7 @@ def test_operator_values_become_flags(helm_binary: tuple[Path, dict[str, str]]) 
         "--no-cross-namespace-refs",
     ):
         assert opt_in not in defaults, opt_in
+    assert not [a for a in defaults if a.startswith("--image-")]
 
 
 def test_service_monitor_only_when_asked(helm_binary: tuple[Path, dict[str, str]]) -> None:
@@ -299,3 +306,31 @@ def test_service_monitor_only_when_asked(helm_binary: tuple[Path, dict[str, str]
         render(helm_binary, "metrics.serviceMonitor.enabled=true"), "ServiceMonitor"
     )
     assert monitor["spec"]["endpoints"][0]["port"] == "metrics"
+
+
+def test_the_charts_image_mirror_flags_reach_the_operators_sources(
+    helm_binary: tuple[Path, dict[str, str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The rendered arguments, given to `modelplane run` as the container
+    # would: a rule with '*' and '=' in it survives Helm's quoting.
+    from modelplane.operator import handlers
+    from modelplane.operator.options import OperatorOptions
+
+    docs = render(
+        helm_binary,
+        "operator.imageRegistryMirrors={*=mirror.internal}",
+        "operator.imagePullSecrets={pull}",
+    )
+    args = container(docs)["args"]
+    seen: list[OperatorOptions] = []
+
+    async def operator(options: OperatorOptions) -> None:
+        seen.append(options)
+
+    monkeypatch.setattr(handlers, "run", operator)
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    [options] = seen
+    sources = options.sources()
+    assert [str(rule) for rule in sources.image_mirrors] == ["*=mirror.internal"]
+    assert sources.image_pull_secrets == ("pull",)

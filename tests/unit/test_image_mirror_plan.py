@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from tests.shared_fixtures import upstream_dir, yaml_docs
 
 from modelplane.catalog import configuration as cfg
 from modelplane.catalog.components import envoy_gateway, modelexpress_crds
@@ -222,3 +223,37 @@ def test_the_plan_lists_the_product_images_under_their_component(
         == (own[proxy])
     )
     assert p.image_mirrors == ["*=mirror.internal"]
+
+
+def _unknown_fields(value: Any, schema: dict[str, Any], at: str) -> list[str]:
+    """The fields of ``value`` the structural schema has no place for."""
+    if isinstance(value, dict):
+        if schema.get("x-kubernetes-preserve-unknown-fields"):
+            return []
+        props = schema.get("properties", {})
+        extra = schema.get("additionalProperties")
+        out: list[str] = []
+        for key, child in value.items():
+            sub = props.get(key, extra if isinstance(extra, dict) else None)
+            if sub is None:
+                out.append(f"{at}.{key}")
+            else:
+                out += _unknown_fields(child, sub, f"{at}.{key}")
+        return out
+    if isinstance(value, list):
+        return [f for i, v in enumerate(value) for f in _unknown_fields(v, schema["items"], at)]
+    return []
+
+
+def test_the_mirrored_envoy_proxy_fits_envoy_gateways_own_schema(make_stack: StackFactory) -> None:
+    # A field the CRD does not know would be pruned by the API server, and
+    # the proxy would pull from docker.io after all.
+    path = upstream_dir() / "envoy-gateway" / "gateway.envoyproxy.io_envoyproxies.yaml"
+    if not path.exists():
+        pytest.skip(f"no upstream CRD at {path}")
+    [crd] = [d for d in yaml_docs(path) if d]
+    [version] = [v for v in crd["spec"]["versions"] if v["name"] == "v1alpha1"]
+    schema = version["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    body = _kind(plan(make_stack(), sources=MIRROR).objects, "EnvoyProxy")
+    assert "envoyDeployment" in body["spec"]["provider"]["kubernetes"]
+    assert _unknown_fields(body["spec"], schema, "spec") == []

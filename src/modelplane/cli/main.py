@@ -14,8 +14,10 @@ from modelplane.api.crd import servingstack_crd
 from modelplane.api.models import ServingStack
 from modelplane.cli import render as present
 from modelplane.cli.inputs import InputError, load_yaml, parse
+from modelplane.cli.options import ImagePullSecret, ImageRegistryMirror, mirror_rules, pull_secrets
 from modelplane.pins import Stack
 from modelplane.plan import Observed, plan
+from modelplane.plan.planner import Sources
 
 app = typer.Typer(
     name="modelplane",
@@ -48,15 +50,21 @@ def render(
         ),
     ] = None,
     output: Annotated[RenderFormat, typer.Option("-o", "--output")] = RenderFormat.TEXT,
+    image_registry_mirror: ImageRegistryMirror = None,
+    image_pull_secret: ImagePullSecret = None,
 ) -> None:
     """Print everything that would be installed and applied, offline."""
+    sources = Sources(
+        image_mirrors=mirror_rules(image_registry_mirror),
+        image_pull_secrets=pull_secrets(image_pull_secret),
+    )
     try:
         stack = parse(ServingStack, load_yaml(file), str(file))
         facts = parse(Observed, load_yaml(observed) or {}, str(observed)) if observed else None
     except InputError as err:
         fail(str(err))
         return
-    p = plan(stack, facts)
+    p = plan(stack, facts, sources)
     if output is RenderFormat.JSON:
         print(present.to_json(p))
     elif output is RenderFormat.YAML:

@@ -1,4 +1,4 @@
-"""Options ``check`` and ``run`` share, declared once so both read and refuse them alike."""
+"""Options the commands share, declared once so each reads and refuses them alike."""
 
 from __future__ import annotations
 
@@ -7,8 +7,10 @@ from urllib.parse import urlsplit
 
 import typer
 
+from modelplane.catalog.images import ImageError
 from modelplane.credentials.identity import nebius
 from modelplane.credentials.identity.base import IdentityError
+from modelplane.plan.images import MirrorRule, check_secret_names, parse_rules
 
 
 def _sts_url(value: str | None) -> str | None:
@@ -54,5 +56,57 @@ NebiusTokenEndpoint = Annotated[
         help="Token exchange endpoint for NebiusServiceAccountCredentials: host:port, "
         "https://host:port, or http:// on loopback (default tokens.iam.api.nebius.cloud:443).",
         callback=_nebius_endpoint,
+    ),
+]
+
+
+def mirror_rules(values: list[str] | None) -> tuple[MirrorRule, ...]:
+    """The ``--image-registry-mirror`` rules, or a BadParameter naming what is wrong."""
+    try:
+        return parse_rules(values or [])
+    except ImageError as err:
+        raise typer.BadParameter(str(err), param_hint="--image-registry-mirror") from None
+
+
+def pull_secrets(values: list[str] | None) -> tuple[str, ...]:
+    """The ``--image-pull-secret`` names, checked and deduplicated."""
+    try:
+        return check_secret_names(values or [])
+    except ImageError as err:
+        raise typer.BadParameter(str(err), param_hint="--image-pull-secret") from None
+
+
+def _checked_rules(values: list[str] | None) -> list[str] | None:
+    # Refused at parse time, before the command runs; the command parses
+    # them again into rules (cheap, and typer keeps the declared type).
+    mirror_rules(values)
+    return values
+
+
+def _checked_secrets(values: list[str] | None) -> list[str] | None:
+    pull_secrets(values)
+    return values
+
+
+ImageRegistryMirror = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--image-registry-mirror",
+        metavar="FROM=TO",
+        help="Pull images from a mirror (repeatable): FROM is a registry or registry/path "
+        "prefix, or * for any registry; TO the registry (and path) that replaces it, e.g. "
+        "'*=mirror.internal' or 'quay.io/jetstack=mirror.internal/jetstack'. The most "
+        "specific rule wins; tags and digests are kept.",
+        callback=_checked_rules,
+    ),
+]
+ImagePullSecret = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--image-pull-secret",
+        metavar="NAME",
+        help="A Secret every pod of the stack pulls images with (repeatable); it must exist "
+        "on the target in each component's namespace.",
+        callback=_checked_secrets,
     ),
 ]

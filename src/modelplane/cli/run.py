@@ -15,7 +15,15 @@ from pydantic import ValidationError
 
 from modelplane.actions.helm import NO_HELM, HelmError
 from modelplane.actions.helm import locate as locate_helm
-from modelplane.cli.options import AwsRegion, AwsStsEndpoint, NebiusTokenEndpoint
+from modelplane.cli.options import (
+    AwsRegion,
+    AwsStsEndpoint,
+    ImagePullSecret,
+    ImageRegistryMirror,
+    NebiusTokenEndpoint,
+    mirror_rules,
+    pull_secrets,
+)
 from modelplane.kube.address import deny_list
 from modelplane.operator import logs
 from modelplane.operator.leader import LeaderElection, default_namespace, lease_name
@@ -83,6 +91,8 @@ def run(
             help="COMPONENT=BASE_URL for other fetched manifests (modelexpress-crds).",
         ),
     ] = None,
+    image_registry_mirror: ImageRegistryMirror = None,
+    image_pull_secret: ImagePullSecret = None,
     allow_unsafe_kubeconfig: Annotated[
         bool,
         typer.Option(
@@ -254,6 +264,8 @@ def run(
         chart_repository_for=_pairs(chart_repository_for or [], "--chart-repository-for", "chart"),
         gaie_manifests_url=gaie_manifests_url,
         manifests_url_for=_pairs(manifests_url_for or [], "--manifests-url-for", "manifests"),
+        image_mirrors=mirror_rules(image_registry_mirror),
+        image_pull_secrets=pull_secrets(image_pull_secret),
         allow_unsafe_kubeconfig=allow_unsafe_kubeconfig,
         deny_target_cidrs=deny,
         resync_seconds=resync,

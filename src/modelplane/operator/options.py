@@ -11,6 +11,7 @@ from modelplane.catalog.components import COMPONENTS
 from modelplane.credentials.identity.base import Endpoints
 from modelplane.kube.address import DEFAULT_DENIED, IPNetwork
 from modelplane.operator.leader import LeaderElection
+from modelplane.plan.images import MirrorRule
 from modelplane.plan.planner import Sources
 
 
@@ -53,6 +54,9 @@ class OperatorOptions(BaseModel):
     chart_repository_for: dict[str, str] = Field(default_factory=dict)
     gaie_manifests_url: str | None = None
     manifests_url_for: dict[str, str] = Field(default_factory=dict)
+    # --image-registry-mirror and --image-pull-secret, parsed and checked.
+    image_mirrors: tuple[MirrorRule, ...] = ()
+    image_pull_secrets: tuple[str, ...] = ()
     allow_unsafe_kubeconfig: bool = False
     # Addresses no target request may go to (the cloud metadata services and
     # link-local by default); see modelplane.kube.address.
@@ -118,4 +122,6 @@ class OperatorOptions(BaseModel):
             chart_repository=self.chart_repository,
             chart_repository_for=dict(self.chart_repository_for),
             manifests_base_url_for=manifests,
+            image_mirrors=self.image_mirrors,
+            image_pull_secrets=self.image_pull_secrets,
         )

@@ -172,6 +172,30 @@ IMAGES = Images(
             Runs.OFF,
             "grafana.enabled (the product turns it off)",
         ),
+        ImageSite(
+            "docker.io/bats/bats:1.13.0",
+            _at("grafana.testFramework.image"),
+            Runs.OFF,
+            "grafana's helm test pod",
+        ),
+        ImageSite(
+            "docker.io/library/busybox:1.37.0",
+            _at("grafana.initChownData.image"),
+            Runs.OFF,
+            "grafana.persistence.enabled",
+        ),
+        ImageSite(
+            "docker.io/curlimages/curl:8.20.0",
+            _at("grafana.downloadDashboardsImage"),
+            Runs.OFF,
+            "grafana dashboards downloaded at start",
+        ),
+        ImageSite(
+            "docker.io/grafana/grafana-image-renderer:latest",
+            _at("grafana.imageRenderer.image"),
+            Runs.OFF,
+            "grafana.imageRenderer.enabled",
+        ),
     ),
     # Helm hands global.* to the subcharts too (images.md §2: kube-state-metrics
     # and node-exporter concatenate it with their own lists, so one is enough).
