@@ -167,25 +167,12 @@ def test_the_json_carries_the_same_images() -> None:
     assert doc["notMirrored"] == render.not_mirrored(p)
 
 
-def test_the_cli_lists_the_images() -> None:
-    result = CliRunner().invoke(app, ["render", "-f", str(EXAMPLE)])
+def test_the_cli_lists_the_images_as_the_plan_has_them() -> None:
+    args = ["render", "-f", str(EXAMPLE), *(f"--image-registry-mirror={r}" for r in RULES)]
+    result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
+    assert result.stdout == _piped(_plan(EXAMPLE, RULES))
     assert "cert-manager (release mp-cert-manager)" in result.stdout
-
-
-# The text output on a pseudo-terminal: the CLI's console, with rules.
-_ON_A_TTY = """
-import sys
-from pathlib import Path
-from modelplane.api.models import ServingStack
-from modelplane.cli import render
-from modelplane.cli.inputs import load_yaml
-from modelplane.plan.images import parse_rules
-from modelplane.plan.planner import Sources, plan
-stack = ServingStack.model_validate(load_yaml(Path(sys.argv[1])))
-p = plan(stack, None, Sources(image_mirrors=parse_rules(sys.argv[2:])))
-render.print_text(p, render.text_console())
-"""
 
 
 def _on_a_pty(columns: int) -> str:
@@ -197,7 +184,15 @@ def _on_a_pty(columns: int) -> str:
     env = {k: v for k, v in os.environ.items() if k not in {"NO_COLOR", "FORCE_COLOR"}}
     env.update(COLUMNS=str(columns), TERM="xterm-256color", PYTHONPATH=str(ROOT / "src"))
     proc = subprocess.Popen(
-        [sys.executable, "-c", _ON_A_TTY, str(DYNAMO), *RULES],
+        [
+            sys.executable,
+            "-m",
+            "modelplane.cli.main",
+            "render",
+            "-f",
+            str(DYNAMO),
+            *(f"--image-registry-mirror={rule}" for rule in RULES),
+        ],
         stdin=subprocess.DEVNULL,
         stdout=slave,
         stderr=subprocess.PIPE,

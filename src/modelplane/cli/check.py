@@ -21,9 +21,16 @@ from rich.markup import escape
 
 from modelplane.api.models import SecretType
 from modelplane.api.status_limits import TERMINAL
-from modelplane.catalog.images import ImageError
 from modelplane.checks.checker import run_checks, summarize
-from modelplane.cli.options import AwsRegion, AwsStsEndpoint, NebiusTokenEndpoint
+from modelplane.cli.options import (
+    AwsRegion,
+    AwsStsEndpoint,
+    ImagePullSecret,
+    ImageRegistryMirror,
+    NebiusTokenEndpoint,
+    mirror_rules,
+)
+from modelplane.cli.options import pull_secrets as pull_secret_names
 from modelplane.credentials.identity import providers
 from modelplane.credentials.identity.base import Endpoints, IdentityError, TargetInfo
 from modelplane.credentials.identity.cache import TokenSource
@@ -31,7 +38,7 @@ from modelplane.kube.address import DEFAULT_DENIED, AddressDenied, IPNetwork, de
 from modelplane.kube.answers import describe_error
 from modelplane.kube.client import ApiStatusError, TargetError, open_target
 from modelplane.pins import Stack
-from modelplane.plan.images import MirrorRule, check_secret_names, parse_rules
+from modelplane.plan.images import MirrorRule
 from modelplane.plan.model import RequirementResult, RequirementStatus, Severity
 from modelplane.untrusted import printable
 
@@ -157,21 +164,6 @@ async def _check(
             # Say a key that gives no token as such, before any request.
             await identity.token()
         return await run_checks(target.client, stack, mirrors, pull_secrets)
-
-
-def image_sources(
-    mirrors: list[str] | None, pull_secrets: list[str] | None
-) -> tuple[tuple[MirrorRule, ...], tuple[str, ...]]:
-    """The mirror rules and pull Secret names, checked as ``modelplane run`` checks them."""
-    try:
-        rules = parse_rules(mirrors or [])
-    except ImageError as err:
-        raise CheckError(f"--image-registry-mirror: {err}") from None
-    try:
-        names = check_secret_names(pull_secrets or [])
-    except ImageError as err:
-        raise CheckError(f"--image-pull-secret: {err}") from None
-    return rules, names
 
 
 def run(
@@ -303,22 +295,8 @@ def check(
     aws_sts_endpoint: AwsStsEndpoint = None,
     aws_region: AwsRegion = None,
     nebius_token_endpoint: NebiusTokenEndpoint = None,
-    image_registry_mirror: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--image-registry-mirror",
-            help="FROM=TO (repeatable): warn when a provided workload pulls from a registry "
-            "(or registry/path prefix; * for any) these rules would move to the mirror.",
-        ),
-    ] = None,
-    image_pull_secret: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--image-pull-secret",
-            help="A Secret the product's pods pull with (repeatable): warn where it is "
-            "missing. Only its presence is read, never its data.",
-        ),
-    ] = None,
+    image_registry_mirror: ImageRegistryMirror = None,
+    image_pull_secret: ImagePullSecret = None,
 ) -> None:
     """Check a cluster against the requirements of a stack in Provided mode.
 
@@ -334,8 +312,9 @@ def check(
         config = load_config(kubeconfig, context)
         endpoints = endpoints_of(aws_sts_endpoint, aws_region, nebius_token_endpoint, deny)
         identity = load_identity(config, identity_type, identity_file, deny, endpoints)
-        mirrors, pull_secrets = image_sources(image_registry_mirror, image_pull_secret)
-        results = run(config, stack, timeout, deny, identity, mirrors, pull_secrets)
+        # Checked already, as typer parsed them (cli.options).
+        mirrors, names = mirror_rules(image_registry_mirror), pull_secret_names(image_pull_secret)
+        results = run(config, stack, timeout, deny, identity, mirrors, names)
     except CheckError as err:
         _fail(str(err))
         return

@@ -389,6 +389,10 @@ def print_text(p: Plan, console: Console, *, observed: bool = False) -> None:
     _print_images(p, console)
 
 
+def _images(n: int) -> str:
+    return f"{n} image{'s' if n != 1 else ''}"
+
+
 # The width of an image's "runs" column: the longest of always, hook, runtime, off.
 _RUNS = max(len(r) for r in Runs)
 
@@ -429,11 +433,11 @@ def _print_images(p: Plan, console: Console) -> None:
         _items(console, rows)
     carry = mirror_must_carry(p)
     if rules and carry:
-        _title(console, "The mirror must carry", f": {len(carry)} images")
+        _title(console, "The mirror must carry", f": {_images(len(carry))}")
         _items(console, [(Text("  - "), Text(_shown(image))) for image in carry])
     left = not_mirrored(p)
     if rules and left:
-        _title(console, "Not mirrored", f": {len(left)} images that run pull from their registry")
+        _title(console, "Not mirrored", f": {_images(len(left))} that run pull from their registry")
         _items(console, [(Text("  - "), Text(_shown(image))) for image in left])
     if p.image_pull_secrets:
         _title(console, "Pull Secrets", f": {', '.join(_shown(s) for s in p.image_pull_secrets)}")
