@@ -1,0 +1,118 @@
+"""A missing pull Secret is named in the status and clears when it arrives; resyncs stay free.
+
+The operator runs with ``--image-pull-secret regcred`` against a real API
+server: a Provided Dynamo stack, whose product-owned ModelExpress server
+runs in ``default``, so the Secret must be there. The Secrets are read by
+their metadata only, one watch per name; a no-op resync still reads the
+target once (the claim), counted with the API servers' own request counters.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lightkube.generic_resource import create_global_resource
+from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
+from lightkube.resources.core_v1 import Secret
+from tests.integration.hubs import Harness, HarnessOptions, requests_by_resource
+from tests.integration.substrate import CHART_CRDS, MANIFEST_CRDS, crd
+from tests.testenv import TestEnv
+from tests.waiting import wait_for
+
+from modelplane.catalog import components as catalog
+
+DEVICE_CLASS = create_global_resource("resource.k8s.io", "v1", "DeviceClass", "deviceclasses")
+HARNESS = HarnessOptions(prefix="ps", kubeconfig_secret=True)
+FLAGS = ("--image-pull-secret", "regcred", "--image-registry-mirror", "*=mirror.internal")
+COMPONENT = "modelexpress-crds"
+
+
+def _bring_dynamo_substrate(h: Harness) -> None:
+    """What a cluster owner runs: the Dynamo stack's CRDs and the GPU DeviceClass."""
+    charts = {
+        c.chart.chart
+        for c in catalog.components_of_stack(catalog.Stack.DYNAMO)
+        if c.chart is not None
+    }
+    specs = [s for chart, specs in CHART_CRDS.items() if chart in charts for s in specs]
+    for spec in specs + MANIFEST_CRDS["gaie-crds"]:
+        h.target.apply(CustomResourceDefinition.from_dict(crd(*spec)), field_manager="owner")
+    h.target.apply(
+        DEVICE_CLASS.from_dict(
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "DeviceClass",
+                "metadata": {"name": catalog.GPU_DEVICE_CLASS},
+                "spec": {},
+            }
+        ),
+        field_manager="owner",
+    )
+
+
+def _secret(namespace: str) -> Secret:
+    return Secret.from_dict(
+        {
+            "metadata": {"name": "regcred", "namespace": namespace},
+            "type": "kubernetes.io/dockerconfigjson",
+            "stringData": {".dockerconfigjson": '{"auths": {"mirror.internal": {}}}'},
+        }
+    )
+
+
+def _message(h: Harness, component: str) -> str:
+    for c in h.status().get("components", []):
+        if c["name"] == component:
+            return str(c.get("message", ""))
+    return ""
+
+
+def _reads(env: TestEnv) -> dict[str, float]:
+    return requests_by_resource(env, ("GET", "LIST"))
+
+
+def test_a_missing_pull_secret_is_reported_then_clears_and_resyncs_read_nothing(
+    harness: Harness, target: TestEnv, hub_env: TestEnv
+) -> None:
+    _bring_dynamo_substrate(harness)
+    # In another namespace only: not where the server's pods run.
+    harness.target.create(_secret("kube-system"))
+    harness.create({"stack": "Dynamo", "components": "Provided"})
+    harness.start("--resync", "2", *FLAGS)
+
+    missing = harness.wait_condition(
+        "PullSecretsPresent", "False", "PullSecretMissing", deadline=120
+    )
+    assert missing["message"] == f"{COMPONENT}: regcred in default", missing
+    assert _message(harness, COMPONENT) == "PullSecretMissing: regcred in default"
+    assert harness.status()["imageMirrors"] == ["*=mirror.internal"]
+    # Nothing is held back for it.
+    harness.wait_condition("Ready", "True", deadline=120)
+
+    # The Secret arrives: its watch wakes the stack, and the report clears.
+    harness.target.create(_secret("default"))
+    present = harness.wait_condition("PullSecretsPresent", "True", "Present", deadline=60)
+    assert "regcred" in present["message"]
+    assert _message(harness, COMPONENT) == ""
+
+    # Past the reconciles that follow the writes, a no-op resync reads the claim only.
+    settled = harness.reconciles() + 3
+    wait_for("three resyncs after the Secret", lambda: harness.reconciles() >= settled, deadline=60)
+    before = (_reads(target), target.write_requests(), hub_env.write_requests())
+    count = harness.reconciles()
+    wait_for("five resyncs", lambda: harness.reconciles() >= count + 5, deadline=60)
+    after = (_reads(target), target.write_requests(), hub_env.write_requests())
+    resyncs = harness.reconciles() - count
+    grown = {r: n - before[0].get(r, 0.0) for r, n in after[0].items()}
+    assert {r for r, n in grown.items() if n} <= {"leases"}, grown
+    assert grown.get("leases", 0.0) <= resyncs + 1, (grown, resyncs)
+
+    def writes(a: dict[Any, float], b: dict[Any, float]) -> dict[Any, float]:
+        return {k: v - a.get(k, 0.0) for k, v in b.items() if v != a.get(k, 0.0)}
+
+    assert writes(before[1], after[1]) == {}, "target writes"
+    assert writes(before[2], after[2]) == {}, "hub writes"
+
+    # Gone again: the watch sees the deletion and the report comes back.
+    harness.target.delete(Secret, "regcred", namespace="default")
+    harness.wait_condition("PullSecretsPresent", "False", "PullSecretMissing", deadline=60)
