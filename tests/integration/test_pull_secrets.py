@@ -13,7 +13,8 @@ from typing import Any
 
 from lightkube.generic_resource import create_global_resource
 from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
-from lightkube.resources.core_v1 import Secret
+from lightkube.resources.apps_v1 import Deployment
+from lightkube.resources.core_v1 import Namespace, Secret
 from tests.integration.hubs import Harness, HarnessOptions, requests_by_resource
 from tests.integration.substrate import CHART_CRDS, MANIFEST_CRDS, crd
 from tests.testenv import TestEnv
@@ -60,6 +61,29 @@ def _secret(namespace: str) -> Secret:
     )
 
 
+CONTROLLER = "quay.io/jetstack/cert-manager-controller:v1.20.2"
+
+
+def _provided_cert_manager(h: Harness) -> None:
+    """The owner's cert-manager controller, still pulling from quay.io."""
+    h.target.create(Namespace.from_dict({"metadata": {"name": "cert-manager"}}))
+    labels = {"app": "cm"}
+    h.target.create(
+        Deployment.from_dict(
+            {
+                "metadata": {"name": "cm", "namespace": "cert-manager"},
+                "spec": {
+                    "selector": {"matchLabels": labels},
+                    "template": {
+                        "metadata": {"labels": labels},
+                        "spec": {"containers": [{"name": "c", "image": CONTROLLER}]},
+                    },
+                },
+            }
+        )
+    )
+
+
 def _message(h: Harness, component: str) -> str:
     for c in h.status().get("components", []):
         if c["name"] == component:
@@ -77,6 +101,7 @@ def test_a_missing_pull_secret_is_reported_then_clears_and_resyncs_read_nothing(
     _bring_dynamo_substrate(harness)
     # In another namespace only: not where the server's pods run.
     harness.target.create(_secret("kube-system"))
+    _provided_cert_manager(harness)
     harness.create({"stack": "Dynamo", "components": "Provided"})
     harness.start("--resync", "2", *FLAGS)
 
@@ -88,6 +113,9 @@ def test_a_missing_pull_secret_is_reported_then_clears_and_resyncs_read_nothing(
     assert harness.status()["imageMirrors"] == ["*=mirror.internal"]
     # Nothing is held back for it.
     harness.wait_condition("Ready", "True", deadline=120)
+    # The provided workload outside the mirror is a warning, never unmet.
+    met = harness.wait_condition("RequirementsMet", "True", deadline=60)["message"]
+    assert f"Deployment cert-manager/cm pulls {CONTROLLER}, which rule *=mirror.internal" in met
 
     # The Secret arrives: its watch wakes the stack, and the report clears.
     harness.target.create(_secret("default"))
