@@ -21,6 +21,7 @@ from tests.testenv import TestEnv
 from tests.waiting import wait_for
 
 from modelplane.catalog import components as catalog
+from modelplane.plan.pull_secrets import component_namespaces
 
 DEVICE_CLASS = create_global_resource("resource.k8s.io", "v1", "DeviceClass", "deviceclasses")
 HARNESS = HarnessOptions(prefix="ps", kubeconfig_secret=True)
@@ -144,3 +145,39 @@ def test_a_missing_pull_secret_is_reported_then_clears_and_resyncs_read_nothing(
     # Gone again: the watch sees the deletion and the report comes back.
     harness.target.delete(Secret, "regcred", namespace="default")
     harness.wait_condition("PullSecretsPresent", "False", "PullSecretMissing", deadline=60)
+
+
+def test_a_managed_install_names_each_namespace_its_charts_pull_in(harness: Harness) -> None:
+    standard = [
+        c
+        for c in catalog.components_of_stack(catalog.Stack.STANDARD)
+        if c.chart is not None and c.enabled(_standard_spec())
+    ]
+    wanted = {(c.name, ns) for c in standard for ns in component_namespaces(c)}
+    harness.create({})
+    harness.start("--image-pull-secret", "regcred")
+    # The releases install without the Secret (it may come later)...
+    harness.wait_condition("Ready", "True", deadline=180)
+    missing = harness.wait_condition(
+        "PullSecretsPresent", "False", "PullSecretMissing", deadline=60
+    )
+    named = {
+        (part.split(": ")[0], where.strip().removeprefix("regcred in "))
+        for part in missing["message"].split("; ")
+        for where in part.split(": ", 1)[1].split(", ")
+    }
+    assert named == wanted, missing["message"]
+    assert "envoy-gateway-system" in {ns for _, ns in named if _ == "ai-gateway"}
+    # ...and once it is in every one of them, the condition clears.
+    for namespace in sorted({ns for _, ns in wanted}):
+        harness.target.create(_secret(namespace))
+    harness.wait_condition("PullSecretsPresent", "True", "Present", deadline=60)
+    assert all(not c.get("message") for c in harness.status()["components"])
+
+
+def _standard_spec() -> Any:
+    from modelplane.api.models import ServingStackSpec
+
+    return ServingStackSpec.model_validate(
+        {"secrets": [{"type": "Kubeconfig", "name": "k", "key": "kubeconfig"}]}
+    )
