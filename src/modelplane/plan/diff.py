@@ -18,7 +18,7 @@ from enum import StrEnum
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, computed_field
 
 from modelplane.catalog.configuration import Hold
 from modelplane.plan.model import ObjectAction, Plan, PlannedObject, ReleaseAction
@@ -142,6 +142,7 @@ class Diff(_Frozen):
     held: list[HeldObject] = Field(default_factory=list)
     drift: list[Drift] = Field(default_factory=list)
 
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def changes(self) -> bool:
         """Whether a reconcile would change anything (held objects change nothing)."""
