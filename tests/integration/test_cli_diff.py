@@ -9,6 +9,8 @@ apply dry run is counted apart, with ``dry_run="All"``).
 
 from __future__ import annotations
 
+import base64
+import gzip
 import json
 import os
 import subprocess
@@ -23,6 +25,8 @@ import yaml
 from lightkube import Client
 from lightkube.generic_resource import create_namespaced_resource
 from lightkube.resources.coordination_v1 import Lease
+from lightkube.resources.core_v1 import Secret, ServiceAccount
+from lightkube.resources.rbac_authorization_v1 import ClusterRole, ClusterRoleBinding
 from lightkube.types import PatchType
 from prometheus_client.parser import text_string_to_metric_families
 from tests.integration.hubs import Harness, private_env, stack_body
@@ -39,7 +43,8 @@ from modelplane.catalog.configuration import (
     NS,
     configuration_for,
 )
-from modelplane.wire import FIELD_MANAGER, object_key, stamp
+from modelplane.observe.releases import MAX_RELEASE_BYTES
+from modelplane.wire import FIELD_MANAGER, RELEASE_DIGEST_LABEL, object_key, stamp
 
 GATEWAY = create_namespaced_resource("gateway.networking.k8s.io", "v1", "Gateway", "gateways")
 ENVOY_PROXY = create_namespaced_resource(
@@ -47,6 +52,8 @@ ENVOY_PROXY = create_namespaced_resource(
 )
 HUB_NAMESPACE = "cli-diff"
 PROMETHEUS = catalog.BY_NAME["kube-prometheus-stack"]
+CERT_MANAGER = catalog.BY_NAME["cert-manager"]
+READER = "diff-reader"
 DRA = catalog.BY_NAME["nvidia-dra-driver-gpu"]
 NEW_PROMETHEUS = EXTRA_VERSIONS["kube-prometheus-stack"][0]
 # Verbs that write; apply is counted as APPLY. The API server's renewals of
@@ -246,3 +253,114 @@ def test_a_missing_object_shows_as_a_create(installed: Installed) -> None:
     finally:
         installed.restore(ENVOY_PROXY, body)
     assert installed.diff({}).returncode == 0
+
+
+def test_a_chart_version_the_repository_lacks_is_an_error_after_the_rest(
+    installed: Installed,
+) -> None:
+    proc = installed.diff({"versions": {"prometheus": "99.0.0"}})
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    # What can be said is said; the error names the release and helm's reason.
+    assert f"upgrade {PROMETHEUS.version} -> 99.0.0" in proc.stdout
+    assert proc.stderr.startswith(f"error: release {PROMETHEUS.release_name}: helm template: ")
+    assert "99.0.0" in proc.stderr
+
+
+def test_a_denied_target_is_refused_before_any_request(installed: Installed) -> None:
+    lists = installed.env.request_total(verb="LIST")
+    proc = installed.diff({}, "--deny-target-cidr", "127.0.0.0/8")
+    assert (proc.returncode, proc.stdout) == (2, "")
+    assert proc.stderr.startswith("error: ") and "127.0.0.0/8" in proc.stderr
+    assert installed.env.request_total(verb="LIST") == lists
+
+
+def test_a_gzip_bomb_in_helm_storage_is_a_clear_error(installed: Installed) -> None:
+    name = CERT_MANAGER.release_name
+    revision = int(installed.harness.helm_releases()[name]["revision"]) + 1
+    # Over the bound once inflated, a few dozen KiB stored; named and
+    # labelled as Helm's next revision, so it is the one a plan reads.
+    bomb = gzip.compress(b" " * (MAX_RELEASE_BYTES + 1), compresslevel=9)
+    secret = f"sh.helm.release.v1.{name}.v{revision}"
+    installed.target.create(
+        Secret.from_dict(
+            {
+                "metadata": {
+                    "name": secret,
+                    "namespace": CERT_MANAGER.namespace,
+                    "labels": {
+                        "owner": "helm",
+                        "name": name,
+                        "version": str(revision),
+                        "status": "deployed",
+                        RELEASE_DIGEST_LABEL: "not-the-desired-digest",
+                    },
+                },
+                "type": "helm.sh/release.v1",
+                "data": {"release": base64.b64encode(base64.b64encode(bomb)).decode()},
+            }
+        )
+    )
+    try:
+        proc = installed.diff({})
+    finally:
+        installed.target.delete(Secret, secret, namespace=CERT_MANAGER.namespace)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert f"release {CERT_MANAGER.namespace}/{name} (cert-manager): upgrade" in proc.stdout
+    assert (
+        f"error: release {name}: Secret {CERT_MANAGER.namespace}/{secret}: the stored "
+        "release is unreadable: decompresses to more than"
+    ) in proc.stderr
+
+
+def _reader_kubeconfig(installed: Installed) -> Path:
+    """A kubeconfig whose only credential is a token of a ServiceAccount that may only read."""
+    rules = [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["get", "list", "watch"]}]
+    installed.target.apply(
+        ServiceAccount.from_dict({"metadata": {"name": READER, "namespace": "default"}}),
+        field_manager="test",
+    )
+    installed.target.apply(
+        ClusterRole.from_dict({"metadata": {"name": READER}, "rules": rules}),
+        field_manager="test",
+    )
+    installed.target.apply(
+        ClusterRoleBinding.from_dict(
+            {
+                "metadata": {"name": READER},
+                "roleRef": {
+                    "apiGroup": "rbac.authorization.k8s.io",
+                    "kind": "ClusterRole",
+                    "name": READER,
+                },
+                "subjects": [{"kind": "ServiceAccount", "name": READER, "namespace": "default"}],
+            }
+        ),
+        field_manager="test",
+    )
+    with installed.env.http_client() as http:
+        response = http.post(
+            f"/api/v1/namespaces/default/serviceaccounts/{READER}/token",
+            json={
+                "apiVersion": "authentication.k8s.io/v1",
+                "kind": "TokenRequest",
+                "spec": {"expirationSeconds": 3600},
+            },
+        )
+    response.raise_for_status()
+    config = installed.env.kubeconfig
+    config["users"] = [{"name": READER, "user": {"token": response.json()["status"]["token"]}}]
+    config["contexts"] = [
+        {**c, "context": {**c["context"], "user": READER}} for c in config["contexts"]
+    ]
+    path = installed.tmp / "reader.kubeconfig"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def test_diff_needs_no_right_to_write(installed: Installed) -> None:
+    reader = ["--kubeconfig", str(_reader_kubeconfig(installed))]
+    proc = installed.diff({}, *reader)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    pin = installed.diff({"versions": {"prometheus": NEW_PROMETHEUS}}, *reader)
+    assert pin.returncode == 1, pin.stdout + pin.stderr
+    assert f"upgrade {PROMETHEUS.version} -> {NEW_PROMETHEUS}" in pin.stdout
