@@ -56,7 +56,7 @@ from modelplane.cli.options import (
 from modelplane.credentials.identity.cache import TokenSource
 from modelplane.kube.address import AddressDenied, IPNetwork, deny_list
 from modelplane.kube.answers import describe_error
-from modelplane.kube.client import get_json, open_target
+from modelplane.kube.client import TargetError, get_json, open_target
 from modelplane.kube.discovery import Served, served
 from modelplane.kube.resources import KindNotServed
 from modelplane.observe.releases import ReleaseReadError, deployed_release, release_secret
@@ -123,8 +123,8 @@ async def kube_version(client: AsyncClient) -> str | None:
     """The target's ``gitVersion``, when it reads as one (helm refuses anything else)."""
     try:
         answer = await get_json(client, "/version")
-    except Exception:  # without it helm renders for its own default version
-        return None
+    except (TargetError, AddressDenied):
+        return None  # helm then renders for its own default version
     version = answer.get("gitVersion") if isinstance(answer, dict) else None
     return version if isinstance(version, str) and _KUBE_VERSION.fullmatch(version) else None
 
