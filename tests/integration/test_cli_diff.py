@@ -43,8 +43,15 @@ from modelplane.catalog.configuration import (
     NS,
     configuration_for,
 )
+from modelplane.catalog.types import CRDServes
 from modelplane.observe.releases import MAX_RELEASE_BYTES
-from modelplane.wire import FIELD_MANAGER, RELEASE_DIGEST_LABEL, object_key, stamp
+from modelplane.wire import (
+    DIGEST_ANNOTATION,
+    FIELD_MANAGER,
+    RELEASE_DIGEST_LABEL,
+    object_key,
+    stamp,
+)
 
 GATEWAY = create_namespaced_resource("gateway.networking.k8s.io", "v1", "Gateway", "gateways")
 ENVOY_PROXY = create_namespaced_resource(
@@ -53,6 +60,7 @@ ENVOY_PROXY = create_namespaced_resource(
 HUB_NAMESPACE = "cli-diff"
 PROMETHEUS = catalog.BY_NAME["kube-prometheus-stack"]
 CERT_MANAGER = catalog.BY_NAME["cert-manager"]
+GAIE = catalog.BY_NAME["gaie-crds"]
 READER = "diff-reader"
 DRA = catalog.BY_NAME["nvidia-dra-driver-gpu"]
 NEW_PROMETHEUS = EXTRA_VERSIONS["kube-prometheus-stack"][0]
@@ -253,6 +261,26 @@ def test_a_missing_object_shows_as_a_create(installed: Installed) -> None:
     finally:
         installed.restore(ENVOY_PROXY, body)
     assert installed.diff({}).returncode == 0
+
+
+def test_manifests_from_a_moved_mirror_show_each_crd_they_would_update(
+    installed: Installed,
+) -> None:
+    # The same files under another URL: the source's digest changes, the CRDs do not.
+    moved = installed.substrate.manifests_base.replace("127.0.0.1", "localhost")
+    assert moved != installed.substrate.manifests_base
+    proc = installed.diff({}, "--gaie-manifests-url", f"{moved}/gaie-crds")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert f"manifests of gaie-crds {GAIE.version}: apply {moved}/gaie-crds/" in proc.stdout
+    updates = [
+        line
+        for line in proc.stdout.splitlines()
+        if line.startswith("CustomResourceDefinition ") and line.endswith(": update")
+    ]
+    expected = [r.crd for r in GAIE.requirements if isinstance(r, CRDServes)]
+    assert sorted(updates) == sorted(f"CustomResourceDefinition {c}: update" for c in expected)
+    assert f"-    {DIGEST_ANNOTATION}: " in proc.stdout
+    assert f"+    {DIGEST_ANNOTATION}: " in proc.stdout
 
 
 def test_a_chart_version_the_repository_lacks_is_an_error_after_the_rest(

@@ -250,3 +250,44 @@ def test_unified_and_comparable() -> None:
 def test_the_diff_round_trips_as_json() -> None:
     d = Diff(name="west", namespace="platform", server=SERVER)
     assert Diff.model_validate_json(d.model_dump_json()) == d
+
+
+def _crd(name: str, digest: str, **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": name, "annotations": {"modelplane.ai/digest": digest}},
+        "spec": spec,
+    }
+
+
+def test_manifests_to_apply_show_each_object_that_would_change(
+    make_stack: StackFactory, serve_everything: Callable[..., Observed]
+) -> None:
+    p = plan(make_stack(), serve_everything())
+    [gaie] = [m for m in p.manifests if m.component == "gaie-crds"]
+    same = _crd("same.x.io", "new")
+    changed_live, changed_new = _crd("changed.x.io", "old"), _crd("changed.x.io", "new")
+    created = _crd("created.x.io", "new")
+    reads = Reads(
+        manifest_objects={"gaie-crds": [same, changed_new, created]},
+        live={
+            "apiextensions.k8s.io/v1/CustomResourceDefinition/same.x.io": same,
+            "apiextensions.k8s.io/v1/CustomResourceDefinition/changed.x.io": changed_live,
+        },
+        dry_run={
+            "apiextensions.k8s.io/v1/CustomResourceDefinition/same.x.io": same,
+            "apiextensions.k8s.io/v1/CustomResourceDefinition/changed.x.io": changed_new,
+        },
+    )
+    by_component = {m.component: m for m in diff(p, reads, SERVER).manifests}
+    change = by_component[gaie.component]
+    assert [(o.object, o.change) for o in change.objects] == [
+        ("CustomResourceDefinition changed.x.io", ObjectChangeKind.UPDATE),
+        ("CustomResourceDefinition created.x.io", ObjectChangeKind.CREATE),
+    ]
+    assert "-    modelplane.ai/digest: old\n" in change.objects[0].diff
+    assert change.problem is None
+    refused = Reads(manifest_problems={gaie.component: "https://x lacks \x1b[2J y"})
+    [failed] = diff(p, refused, SERVER).manifests
+    assert failed.problem == "https://x lacks \\u001b[2J y"

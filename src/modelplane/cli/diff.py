@@ -30,10 +30,18 @@ from lightkube.core.exceptions import ApiError
 from rich.console import Console
 from rich.text import Text
 
-from modelplane.actions.apply import WebhookNotReady, dry_run_apply, normalized
+from modelplane.actions.apply import (
+    ManifestError,
+    WebhookNotReady,
+    dry_run_apply,
+    fetch_manifests,
+    normalized,
+    vet_manifests,
+)
 from modelplane.actions.helm import Helm, HelmError, TargetHelm
 from modelplane.api.models import ServingStack
 from modelplane.api.status_limits import TERMINAL
+from modelplane.catalog.components import BY_NAME
 from modelplane.cli.check import (
     IDENTITY_TYPES,
     CheckError,
@@ -63,12 +71,18 @@ from modelplane.observe.releases import ReleaseReadError, deployed_release, rele
 from modelplane.observe.state import Listed, read_listed, to_observed, wanted
 from modelplane.operator.options import OperatorOptions
 from modelplane.plan import plan
-from modelplane.plan.diff import DeployedRelease, Diff, Reads, diff
-from modelplane.plan.model import ObjectAction, Plan, PlannedRelease, ReleaseAction
+from modelplane.plan.diff import DeployedRelease, Diff, ObjectChange, Reads, diff
+from modelplane.plan.model import (
+    ObjectAction,
+    Plan,
+    PlannedManifests,
+    PlannedRelease,
+    ReleaseAction,
+)
 from modelplane.plan.observed import Observed
 from modelplane.plan.planner import Sources
 from modelplane.untrusted import printable
-from modelplane.wire import object_key
+from modelplane.wire import object_key, stamp
 
 EXIT_CHANGES = 1
 EXIT_ERROR = 2
@@ -129,6 +143,18 @@ async def kube_version(client: AsyncClient) -> str | None:
     return version if isinstance(version, str) and _KUBE_VERSION.fullmatch(version) else None
 
 
+async def manifest_bodies(m: PlannedManifests, deny: tuple[IPNetwork, ...]) -> list[dict[str, Any]]:
+    """The objects of a component's manifests as the reconcile applies them.
+
+    Fetched through the deny list and vetted against the catalog, then
+    stamped with the source's digest, as ``StackReconciler`` does.
+    """
+    source = BY_NAME[m.component].manifests
+    others = source.other_crds if source is not None else ()
+    fetched = vet_manifests(await fetch_manifests(m.url, deny=deny), m.crds, others, m.url)
+    return [stamp(body, m.digest) for body in fetched]
+
+
 def _live(listed: Listed) -> dict[str, dict[str, Any]]:
     out = {}
     for (api_version, kind), items in listed.items.items():
@@ -184,6 +210,7 @@ async def gather_reads(
     found: Served,
     helm: Helm,
     kubeconfig: str,
+    deny: tuple[IPNetwork, ...],
 ) -> Reads:
     """Everything ``plan.diff`` compares beyond the plan: stored releases, renders, dry runs."""
     acting = [r for r in p.releases if r.action is not ReleaseAction.NONE]
@@ -210,23 +237,40 @@ async def gather_reads(
     live: dict[str, dict[str, Any]] = {}
     answers: dict[str, dict[str, Any]] = {}
     object_problems: dict[str, str] = {}
-    for o in p.objects:
-        if o.action is not ObjectAction.APPLY:
-            continue
-        current = everything.get(o.key)
+
+    async def read_object(body: dict[str, Any]) -> None:
+        key = object_key(body)
+        current = everything.get(key)
         try:
             if current is not None:
-                live[o.key] = await normalized(client, current)
-            answers[o.key] = await dry_run_apply(client, o.object)
+                live[key] = await normalized(client, current)
+            answers[key] = await dry_run_apply(client, body)
         except ApiError as err:
             if err.status.code == 404 and current is None:
                 # Its namespace does not exist yet: the reconcile makes it
                 # first (a Namespace object, or a release's namespace), so
                 # the body the apply sends is what would be created.
-                continue
-            object_problems[o.key] = f"dry run refused: {describe_error(err)}"
+                return
+            object_problems[key] = f"dry run refused: {describe_error(err)}"
         except (WebhookNotReady, KindNotServed) as err:
-            object_problems[o.key] = f"dry run not possible: {err}"
+            object_problems[key] = f"dry run not possible: {err}"
+
+    manifest_objects: dict[str, list[dict[str, Any]]] = {}
+    manifest_problems: dict[str, str] = {}
+    for m in p.manifests:
+        if m.action is not ObjectAction.APPLY:
+            continue
+        try:
+            bodies = await manifest_bodies(m, deny)
+        except (ManifestError, AddressDenied) as err:
+            manifest_problems[m.component] = str(err)
+            continue
+        manifest_objects[m.component] = bodies
+        for body in bodies:
+            await read_object(body)
+    for o in p.objects:
+        if o.action is ObjectAction.APPLY:
+            await read_object(o.object)
     return Reads(
         deployed=deployed,
         rendered=rendered,
@@ -234,6 +278,8 @@ async def gather_reads(
         live=live,
         dry_run=answers,
         object_problems=object_problems,
+        manifest_objects=manifest_objects,
+        manifest_problems=manifest_problems,
     )
 
 
@@ -261,7 +307,7 @@ async def read_diff(
         with tempfile.TemporaryDirectory(prefix="modelplane-diff-") as home:
             helm = TargetHelm.guarding(Helm.find(Path(home)), deny)
             reads = await gather_reads(
-                target.client, p, listed, observed, found, helm, template_kubeconfig(server)
+                target.client, p, listed, observed, found, helm, template_kubeconfig(server), deny
             )
         return diff(p, reads, server)
 
@@ -281,10 +327,23 @@ def _line(text: object) -> str:
     return printable(text, TERMINAL)
 
 
+def _print_object(console: Console, o: ObjectChange) -> None:
+    console.print(Text(_line(f"{o.object}: {o.change}"), style="bold"))
+    if o.drift:
+        console.print(Text(_line(f"  drift: {', '.join(o.drift)}"), style="yellow"))
+    if o.problem:
+        console.print(Text(_line(f"  error: {o.problem}"), style="red"))
+    _print_diff(console, o.diff)
+
+
 def problems_of(d: Diff) -> list[str]:
-    return [f"release {r.release}: {r.problem}" for r in d.releases if r.problem] + [
-        f"{o.object}: {o.problem}" for o in d.objects if o.problem
-    ]
+    """Every change whose diff could not be made, and why, one line each."""
+    objects = [*d.objects, *(o for m in d.manifests for o in m.objects)]
+    return (
+        [f"release {r.release}: {r.problem}" for r in d.releases if r.problem]
+        + [f"manifests of {m.component}: {m.problem}" for m in d.manifests if m.problem]
+        + [f"{o.object}: {o.problem}" for o in objects if o.problem]
+    )
 
 
 def print_text(d: Diff, console: Console) -> None:
@@ -309,13 +368,12 @@ def print_text(d: Diff, console: Console) -> None:
         console.print(
             Text(_line(f"manifests of {m.component} {m.version}: apply {m.url}"), style="bold")
         )
+        if m.problem:
+            console.print(Text(_line(f"  error: {m.problem}"), style="red"))
+        for o in m.objects:
+            _print_object(console, o)
     for o in d.objects:
-        console.print(Text(_line(f"{o.object}: {o.change}"), style="bold"))
-        if o.drift:
-            console.print(Text(_line(f"  drift: {', '.join(o.drift)}"), style="yellow"))
-        if o.problem:
-            console.print(Text(_line(f"  error: {o.problem}"), style="red"))
-        _print_diff(console, o.diff)
+        _print_object(console, o)
     for h in d.held:
         console.print(Text(_line(f"held back: {h.object}: {h.reason}"), style="dim"))
     if d.drift:

@@ -21,8 +21,9 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, computed_field
 
 from modelplane.catalog.configuration import Hold
-from modelplane.plan.model import ObjectAction, Plan, PlannedObject, ReleaseAction
+from modelplane.plan.model import ObjectAction, Plan, ReleaseAction
 from modelplane.untrusted import printable
+from modelplane.wire import object_key
 
 # A diff is shown whole; this only keeps a hostile target's megabytes of
 # text from becoming megabytes of terminal output.
@@ -68,6 +69,11 @@ class Reads(_Frozen):
     dry_run: dict[str, dict[str, Any]] = Field(default_factory=dict)
     # Object key -> why the dry run gave no answer.
     object_problems: dict[str, str] = Field(default_factory=dict)
+    # Component -> the objects of its fetched manifests, as the apply sends
+    # them (stamped); their live objects and dry runs are in the maps above.
+    manifest_objects: dict[str, list[dict[str, Any]]] = Field(default_factory=dict)
+    # Component -> why its manifests could not be fetched or were refused.
+    manifest_problems: dict[str, str] = Field(default_factory=dict)
 
 
 class ReleaseChangeKind(StrEnum):
@@ -98,13 +104,6 @@ class ReleaseChange(_Frozen):
     problem: str | None = None
 
 
-class ManifestsChange(_Frozen):
-    component: str
-    url: str
-    version: str
-    crds: list[str]
-
-
 class ObjectChange(_Frozen):
     key: str
     object: str  # Kind namespace/name
@@ -113,6 +112,16 @@ class ObjectChange(_Frozen):
     diff: str = ""
     # The fields a hand edit took over, which the apply takes back.
     drift: list[str] = Field(default_factory=list)
+    problem: str | None = None
+
+
+class ManifestsChange(_Frozen):
+    component: str
+    url: str
+    version: str
+    crds: list[str]
+    # Each object the manifests bring that would be created or changed.
+    objects: list[ObjectChange] = Field(default_factory=list)
     problem: str | None = None
 
 
@@ -254,7 +263,7 @@ def diff(plan: Plan, reads: Reads, server: str) -> Diff:
                 )
             )
         elif o.action is ObjectAction.APPLY:
-            objects.append(_object_change(o, reads))
+            objects.append(_object_change(o.object, o.component, o.drift, reads))
             if o.drift:
                 drift.append(Drift(key=o.key, object=o.shown, fields=o.drift))
     return Diff(
@@ -263,7 +272,18 @@ def diff(plan: Plan, reads: Reads, server: str) -> Diff:
         server=printable(server, MAX_LINE),
         releases=releases,
         manifests=[
-            ManifestsChange(component=m.component, url=m.url, version=m.version, crds=m.crds)
+            ManifestsChange(
+                component=m.component,
+                url=m.url,
+                version=m.version,
+                crds=m.crds,
+                objects=_manifest_objects(m.component, reads),
+                problem=(
+                    printable(reads.manifest_problems[m.component], MAX_LINE)
+                    if m.component in reads.manifest_problems
+                    else None
+                ),
+            )
             for m in plan.manifests
             if m.action is ObjectAction.APPLY
         ],
@@ -273,23 +293,43 @@ def diff(plan: Plan, reads: Reads, server: str) -> Diff:
     )
 
 
-def _object_change(o: PlannedObject, reads: Reads) -> ObjectChange:
-    live = reads.live.get(o.key)
+def _manifest_objects(component: str, reads: Reads) -> list[ObjectChange]:
+    """The objects of a component's manifests that the apply would create or change."""
+    changes = [
+        _object_change(body, component, [], reads)
+        for body in reads.manifest_objects.get(component, [])
+    ]
+    return [c for c in changes if c.diff or c.problem]
+
+
+def shown(body: dict[str, Any]) -> str:
+    """``Kind namespace/name`` (``Kind name`` when cluster-scoped), for a person."""
+    meta = body["metadata"]
+    where = f"{meta['namespace']}/" if meta.get("namespace") else ""
+    return f"{body['kind']} {where}{meta['name']}"
+
+
+def _object_change(
+    body: dict[str, Any], component: str, drift: list[str], reads: Reads
+) -> ObjectChange:
+    key = object_key(body)
+    live = reads.live.get(key)
     # Without the server's answer, the body the apply sends is the best account.
-    after = reads.dry_run.get(o.key, o.object)
-    problem = reads.object_problems.get(o.key)
+    after = reads.dry_run.get(key, body)
+    problem = reads.object_problems.get(key)
+    name = shown(body)
     return ObjectChange(
-        key=o.key,
-        object=o.shown,
-        component=o.component,
+        key=key,
+        object=printable(name, MAX_LINE),
+        component=component,
         change=ObjectChangeKind.CREATE if live is None else ObjectChangeKind.UPDATE,
         diff=_shown(
             unified(
                 as_yaml(comparable(live)) if live is not None else "",
                 as_yaml(comparable(after)),
-                o.shown.replace(" ", "/"),
+                name.replace(" ", "/"),
             )
         ),
-        drift=o.drift,
+        drift=drift,
         problem=printable(problem, MAX_LINE) if problem else None,
     )
