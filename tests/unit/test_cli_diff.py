@@ -120,3 +120,26 @@ def test_bad_input_is_exit_2_with_the_reason(tmp_path: Path) -> None:
     )
     # typer's usage error, as run gives for the same flag.
     assert code == 2 and "no component made of a chart" in " ".join(err.split())
+
+
+def test_the_identity_flags_are_checks_own(tmp_path: Path) -> None:
+    stack = tmp_path / "stack.yaml"
+    stack.write_text(yaml.safe_dump(manifest()))
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:1"}}],
+                "users": [{"name": "u", "user": {"token": "t"}}],
+                "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
+                "current-context": "x",
+            }
+        )
+    )
+    code, out, err = _run(
+        "-f", str(stack), "--kubeconfig", str(kubeconfig), "--identity-type", "Kubeconfig"
+    )
+    assert (code, out) == (2, "")
+    assert err.startswith("error: --identity-type and --identity-file go together")
