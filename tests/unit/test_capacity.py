@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
+from tests.testenv.nodes import HardwareMissingError, h200, hardware_dir, resource_slice
+from tests.testenv.nodes import node as sim_node
 
+from modelplane.api.models import ServingStackSpec
+from modelplane.api.status_limits import CONSTRAINTS
 from modelplane.catalog.components import COMPONENTS
 from modelplane.catalog.facts import ClusterFacts, ObservedNode, ObservedQuota, ObservedWorkload
 from modelplane.catalog.types import Finding, RequirementStatus
@@ -402,12 +407,8 @@ def test_gpus_available(
 
 
 def test_reasons_are_condition_reasons() -> None:
-    # metav1.Condition's reason pattern (api.status_limits CONSTRAINTS).
-    from modelplane.api.status_limits import CONSTRAINTS
-
+    # metav1.Condition's reason pattern, as the CRD holds it.
     pattern = CONSTRAINTS["conditions[].reason"]["pattern"]
-    import re
-
     for reason in [*(c.value for c in GpuCheck), *(r.value for r in GpuReason)]:
         assert re.fullmatch(pattern, reason), reason
 
@@ -432,8 +433,6 @@ def test_one_gpu_one_node() -> None:
 
 
 def _results(facts: ClusterFacts) -> list[RequirementResult]:
-    from modelplane.api.models import ServingStackSpec
-
     spec = ServingStackSpec.model_validate(
         {"secrets": [{"type": "Kubeconfig", "name": "kc", "key": "k"}]}
     )
@@ -543,3 +542,27 @@ def test_required_results_are_not_gpu_findings() -> None:
 )
 def test_gpus_column(summary: TargetSummary | None, column: str) -> None:
     assert gpus_column(summary) == column
+
+
+def test_the_simulated_clusters_objects() -> None:
+    # The objects the integration tests' GPU cluster holds (tests/testenv/nodes.py),
+    # so the lead's wiring reads the same shape these rules do.
+    try:
+        hardware_dir()
+    except HardwareMissingError as exc:
+        pytest.skip(str(exc))
+    gpu = h200()
+    nodes = [sim_node("g0", gpu=gpu), sim_node("g1", gpu=gpu), sim_node("c0", gpu=None)]
+    slices = [resource_slice("g0", gpu), resource_slice("g1", gpu)]
+    summary = summarize_target({"gitVersion": "v1.34.2"}, nodes, slices)
+    assert summary.devices == [
+        DeviceGroup(
+            product="NVIDIA H200", count=2, memory="143771Mi", driver_version="580.159.4", nodes=2
+        )
+    ]
+    got = gpus_available({}, summary)
+    assert (got.status, got.message) == (
+        ConditionStatus.TRUE,
+        "2 GPUs on 2 nodes: NVIDIA H200 \u00d72",
+    )
+    assert gpus_column(summary) == "2"
