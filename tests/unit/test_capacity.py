@@ -256,6 +256,8 @@ def test_groups_are_capped_and_the_rest_counted() -> None:
             0,
         ),
         ("no name", [{"metadata": {"labels": {NFD: "true"}}}], 0),
+        ("a label key of the wrong type", [{"metadata": {"name": "a", "labels": {1: "x"}}}], 0),
+        ("the same node twice", [node("a"), node("a")], 1),
         ("a name of the wrong type", [{"metadata": {"name": 5, "labels": {NFD: "true"}}}], 0),
         ("metadata of the wrong type", [{"metadata": "a"}, "node", None], 0),
         ("nodes not a list", "nodes", 0),

@@ -130,8 +130,9 @@ def summarize_target(
     Each argument is taken as whatever arrived: an entry that is not an
     object, or a field of the wrong type, counts as absent.
     """
-    observed = [n for n in (_node(item) for item in _items(nodes)) if n is not None]
-    names = {n.name for n in observed}
+    # By name: a list from a file may repeat a node, a LIST never does.
+    by_name = {n.name: n for n in (_node(item) for item in _items(nodes)) if n is not None}
+    observed, names = list(by_name.values()), set(by_name)
     devices = _gpu_devices(resource_slices, gpus.driver, names)
     with_slices = sorted({node for node, _ in devices.values()})
     gpu = gpu_nodes(gpus, observed, {gpus.driver: with_slices})
@@ -204,7 +205,11 @@ def _node(obj: Mapping[str, Any]) -> ObservedNode | None:
     name = _str(meta.get("name"))
     if not name:
         return None
-    labels = {k: v for k, v in _obj(meta.get("labels")).items() if isinstance(v, str)}
+    labels = {
+        k: v
+        for k, v in _obj(meta.get("labels")).items()
+        if isinstance(k, str) and isinstance(v, str)
+    }
     taints_in = spec.get("taints")
     taints = [
         key
