@@ -445,6 +445,27 @@ CASES = [
         Reason.AVAILABLE,
     ),
     Case(
+        "statefulset partition rollout under way",
+        stateful_set({"updateStrategy": {"rollingUpdate": {"partition": 1}}}, updatedReplicas=1),
+        State.PROGRESSING,
+        Reason.PROGRESSING,
+        ("1 of 2 replicas updated",),
+    ),
+    Case(
+        "statefulset old replicas terminating",
+        stateful_set(replicas=4),
+        State.PROGRESSING,
+        Reason.PROGRESSING,
+        ("1 old replicas still terminating",),
+    ),
+    Case(
+        "statefulset crash looping",
+        stateful_set(readyReplicas=2, availableReplicas=2),
+        State.DEGRADED,
+        Reason.POD_CRASH_LOOPING,
+        pods=(pod(CRASH),),
+    ),
+    Case(
         "statefulset on delete leaves updates to the user",
         stateful_set({"updateStrategy": {"type": "OnDelete"}}, updatedReplicas=0),
         State.HEALTHY,
@@ -960,3 +981,17 @@ def test_manifest_bounds_hold() -> None:
         manifest_workloads("a" * (2 * 1024 * 1024), "ns")
     with pytest.raises(UntrustedInputError, match="not YAML"):
         manifest_workloads("a: [\x1b", "ns")
+
+
+@pytest.mark.parametrize("value", [True, 2**40, -1, 3.0, "3"], ids=repr)
+def test_daemon_set_counts_of_the_wrong_type_are_missing(value: object) -> None:
+    counts = (
+        "desiredNumberScheduled",
+        "currentNumberScheduled",
+        "updatedNumberScheduled",
+        "numberReady",
+        "numberAvailable",
+    )
+    workload = WorkloadStatus.from_object(daemon_set(**dict.fromkeys(counts, value)))
+    assert workload is not None and workload.desired_scheduled is None
+    assert judge(workload.key, workload, now=NOW).state is State.PROGRESSING
