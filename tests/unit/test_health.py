@@ -995,3 +995,22 @@ def test_daemon_set_counts_of_the_wrong_type_are_missing(value: object) -> None:
     workload = WorkloadStatus.from_object(daemon_set(**dict.fromkeys(counts, value)))
     assert workload is not None and workload.desired_scheduled is None
     assert judge(workload.key, workload, now=NOW).state is State.PROGRESSING
+
+
+def test_times_without_a_zone_are_utc() -> None:
+    # The object's times carry a zone; a caller's "now" may not.
+    condition = {"type": "Available", "status": "False", "lastTransitionTime": LONG_AGO}
+    obj = deployment(status={"availableReplicas": 0, "conditions": [condition]})
+    workload = WorkloadStatus.from_object(obj)
+    assert workload is not None
+    verdict = judge(workload.key, workload, now=NOW.replace(tzinfo=None))
+    assert verdict.reason is Reason.WORKLOAD_UNAVAILABLE
+    since = STALLED_AGO.replace(tzinfo=None)
+    verdict = judge(workload.key, workload, now=NOW, since=since)
+    assert verdict.reason is Reason.WORKLOAD_UNAVAILABLE
+
+
+def test_daemon_set_says_nodes_ready() -> None:
+    workload = WorkloadStatus.from_object(daemon_set(numberReady=2, numberAvailable=2))
+    assert workload is not None
+    assert "2 of 3 nodes ready" in judge(workload.key, workload, now=NOW).message

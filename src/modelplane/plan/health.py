@@ -526,10 +526,13 @@ def _replicas_shortfall(w: WorkloadStatus) -> str | None:
         return f"{updated} of {desired} replicas updated"
     if replicas > desired:
         return f"{replicas - desired} old replicas still terminating"
-    if (available or 0) < desired:
-        return f"{available or 0} of {desired} replicas available"
+    # Ready before available (kstatus asks the other way round): a pod is
+    # available once ready for minReadySeconds, so "ready" is the shortfall
+    # a person can look for, and the verdict is the same.
     if ready < desired:
         return f"{ready} of {desired} replicas ready"
+    if (available or 0) < desired:
+        return f"{available or 0} of {desired} replicas available"
     return None
 
 
@@ -540,8 +543,8 @@ def _daemon_set_shortfall(w: WorkloadStatus) -> str | None:
     for count, what in (
         (w.current_scheduled, "scheduled"),
         (w.updated_scheduled, "updated"),
-        (w.number_available, "available"),
         (w.number_ready, "ready"),
+        (w.number_available, "available"),
     ):
         if (count or 0) < desired:
             return f"{count or 0} of {desired} nodes {what}"
@@ -592,7 +595,13 @@ def judge(
     many nodes a DaemonSet must run on (e.g. the GPU nodes, for a driver):
     its controller does not count the nodes whose taints it does not
     tolerate, so without it a DaemonSet kept off every GPU node looks whole.
+    A time without a zone is taken as UTC, as the API server writes them.
     """
+
+    if now.tzinfo is None:
+        now = now.replace(tzinfo=UTC)
+    if since is not None and since.tzinfo is None:
+        since = since.replace(tzinfo=UTC)
 
     def verdict(state: State, reason: Reason, *parts: str) -> Health:
         return Health(key=key, state=state, reason=reason, message=_message(key.shown, *parts))
