@@ -16,8 +16,11 @@ anything walks it.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import unicodedata
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -82,6 +85,44 @@ def load_json(text: str | bytes, limits: Limits = DEFAULT) -> Any:
         raise UntrustedInputError(f"not JSON: {type(err).__name__}") from err
     check_depth(doc, limits.max_depth)
     return doc
+
+
+def decode_base64(text: str | bytes, max_bytes: int) -> bytes:
+    """Standard base64 decoded, refusing text that would decode to more than ``max_bytes``.
+
+    The length is checked before anything is decoded: four characters of
+    base64 are three bytes.
+    """
+    if len(text) > (max_bytes + 2) // 3 * 4:
+        raise UntrustedInputError(f"base64 of more than {max_bytes} bytes")
+    try:
+        data = base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError) as err:
+        raise UntrustedInputError("not base64") from err
+    if len(data) > max_bytes:
+        raise UntrustedInputError(f"base64 of more than {max_bytes} bytes")
+    return data
+
+
+def gunzip(data: bytes, max_bytes: int) -> bytes:
+    """One gzip member decompressed, refusing more than ``max_bytes`` of output.
+
+    Never more than ``max_bytes + 1`` bytes are decompressed, so a few KiB
+    that would expand to gigabytes (a gzip bomb) cost no more memory than the
+    bound.
+    """
+    inflate = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+    try:
+        out = inflate.decompress(data, max_bytes + 1)
+    except zlib.error as err:
+        raise UntrustedInputError("not gzip data") from err
+    if len(out) > max_bytes or inflate.unconsumed_tail:
+        raise UntrustedInputError(f"decompresses to more than {max_bytes} bytes")
+    if not inflate.eof:
+        raise UntrustedInputError("the gzip data is truncated")
+    if inflate.unused_data:
+        raise UntrustedInputError("bytes follow after the gzip data")
+    return out
 
 
 class BoundedLoader(yaml.SafeLoader):

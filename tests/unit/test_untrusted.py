@@ -96,3 +96,49 @@ def test_printable_never_splits_an_escape() -> None:
     shown = printable("ab\x1bcdef", 6)
     assert shown == "ab…"
     assert len(shown) <= 6
+
+
+def test_base64_is_decoded_within_its_bound() -> None:
+    import base64
+
+    from modelplane.untrusted import decode_base64
+
+    assert decode_base64(base64.b64encode(b"hello"), 5) == b"hello"
+    with pytest.raises(UntrustedInputError, match="more than 4 bytes"):
+        decode_base64(base64.b64encode(b"hello"), 4)
+    with pytest.raises(UntrustedInputError, match="not base64"):
+        decode_base64("not*base64", 100)
+
+
+def test_gzip_is_decompressed_within_its_bound() -> None:
+    import gzip
+
+    from modelplane.untrusted import gunzip
+
+    assert gunzip(gzip.compress(b"x" * 100), 100) == b"x" * 100
+    with pytest.raises(UntrustedInputError, match="not gzip"):
+        gunzip(b"plain text", 100)
+    with pytest.raises(UntrustedInputError, match="truncated"):
+        gunzip(gzip.compress(b"x" * 100)[:-10], 100)
+    with pytest.raises(UntrustedInputError, match="after the gzip data"):
+        gunzip(gzip.compress(b"x") + b"more", 100)
+
+
+def test_a_gzip_bomb_is_refused_without_decompressing_it_whole() -> None:
+    import gzip
+    import tracemalloc
+
+    from modelplane.untrusted import gunzip
+
+    # 256 MiB of zeros compresses to a quarter of a MiB; past the bound of
+    # 1 MiB nothing more is decompressed, so little more than that is held.
+    bomb = gzip.compress(b"\0" * (256 * 1024 * 1024), compresslevel=9)
+    assert len(bomb) < 1024 * 1024
+    tracemalloc.start()
+    try:
+        with pytest.raises(UntrustedInputError, match="more than 1048576 bytes"):
+            gunzip(bomb, 1024 * 1024)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 * 1024 * 1024

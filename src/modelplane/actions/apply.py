@@ -76,10 +76,37 @@ def _shown(body: dict[str, Any]) -> str:
 
 async def apply_object(client: AsyncClient, body: dict[str, Any]) -> None:
     """Server-side apply ``body``; ``WebhookNotReady`` when a webhook cannot be called."""
+    await _apply(client, body, dry_run=False)
+
+
+async def dry_run_apply(client: AsyncClient, body: dict[str, Any]) -> dict[str, Any]:
+    """What the API server would make of ``apply_object(body)``, with nothing written.
+
+    The same request with ``dryRun=All``: admission (webhooks included) and
+    defaulting run, nothing is stored. The answer goes through the same
+    resource class as the apply, as ``normalized`` puts a live object.
+    """
+    answer = await _apply(client, body, dry_run=True)
+    out: dict[str, Any] = answer.to_dict()
+    return out
+
+
+async def normalized(client: AsyncClient, body: dict[str, Any]) -> dict[str, Any]:
+    """``body`` as the resource class ``apply_object`` uses reads it back.
+
+    A typed model keeps only the fields it knows, so a live object read as
+    plain JSON is put through it before it is compared with a dry run's answer.
+    """
+    res = await resource_of(client, body)
+    out: dict[str, Any] = res.from_dict(body).to_dict()
+    return out
+
+
+async def _apply(client: AsyncClient, body: dict[str, Any], *, dry_run: bool) -> Any:
     res = await resource_of(client, body)
     obj: Any = res.from_dict(body)
     try:
-        await waiting_out_429(
+        return await waiting_out_429(
             lambda: client.apply(
                 obj,
                 name=body["metadata"]["name"],
@@ -89,6 +116,7 @@ async def apply_object(client: AsyncClient, body: dict[str, Any]) -> None:
                 # over (someone's kubectl edit) is overruled, as drift
                 # correction should.
                 force=True,
+                dry_run=dry_run,
             )
         )
     except ApiError as err:

@@ -23,7 +23,7 @@ import os
 import shutil
 import signal
 import tempfile
-from collections.abc import AsyncIterator, Iterable, Iterator
+from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -229,18 +229,8 @@ class Helm:
     async def _install_or_upgrade(
         self, release: PlannedRelease, verb: str, kubeconfig: str
     ) -> None:
-        args = [verb, release.name]
-        if release.repository.startswith("oci://"):
-            args.append(f"{release.repository.rstrip('/')}/{release.chart}")
-        else:
-            args += [release.chart, "--repo", release.repository]
+        args = [verb, *_chart_args(release)]
         args += [
-            "--namespace",
-            release.namespace,
-            "--version",
-            release.version,
-            "--values",
-            "-",
             "--labels",
             f"{RELEASE_DIGEST_LABEL}={release.digest}",
             "--timeout",
@@ -255,6 +245,34 @@ class Helm:
             args.append("--wait")
         values = yaml.safe_dump(release.values).encode()
         await self.run(*args, kubeconfig=kubeconfig, stdin=values)
+
+    async def template(
+        self,
+        release: PlannedRelease,
+        kubeconfig: str,
+        *,
+        kube_version: str | None = None,
+        api_versions: Sequence[str] = (),
+        is_upgrade: bool = False,
+    ) -> str:
+        """The manifest an install or upgrade of ``release`` would store, rendered locally.
+
+        The chart and values ``apply`` would install, without hooks and
+        without the chart's crds/ directory: what Helm keeps as a release's
+        manifest. Nothing is sent to the cluster; ``kube_version`` and
+        ``api_versions`` (the target's, from discovery) stand in for what
+        an install would learn from it, so a chart that renders by
+        ``.Capabilities`` renders as it would there.
+        """
+        args = ["template", *_chart_args(release), "--no-hooks"]
+        if kube_version:
+            args += ["--kube-version", kube_version]
+        if api_versions:
+            args += ["--api-versions", ",".join(api_versions)]
+        if is_upgrade:
+            args.append("--is-upgrade")
+        values = yaml.safe_dump(release.values).encode()
+        return await self.run(*args, kubeconfig=kubeconfig, stdin=values)
 
     async def uninstall(self, name: str, namespace: str, kubeconfig: str) -> None:
         try:
@@ -278,6 +296,24 @@ class Helm:
         reaped here, as the process that would reap them is going.
         """
         self.groups.kill_all()
+
+
+def _chart_args(release: PlannedRelease) -> list[str]:
+    """Release name, chart source, namespace, version and values from stdin, as helm takes them."""
+    args = [release.name]
+    if release.repository.startswith("oci://"):
+        args.append(f"{release.repository.rstrip('/')}/{release.chart}")
+    else:
+        args += [release.chart, "--repo", release.repository]
+    return [
+        *args,
+        "--namespace",
+        release.namespace,
+        "--version",
+        release.version,
+        "--values",
+        "-",
+    ]
 
 
 async def kubeconfig_allowed(kubeconfig: str, deny: Iterable[IPNetwork]) -> None:

@@ -11,8 +11,9 @@ import asyncio
 import enum
 import json
 import sys
+from collections.abc import Coroutine
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 import typer
 from lightkube.config.kubeconfig import KubeConfig, SingleConfig
@@ -41,6 +42,8 @@ from modelplane.pins import Stack
 from modelplane.plan.images import MirrorRule
 from modelplane.plan.model import RequirementResult, RequirementStatus, Severity
 from modelplane.untrusted import printable
+
+T = TypeVar("T")
 
 EXIT_UNMET = 1
 EXIT_USAGE = 2
@@ -175,9 +178,16 @@ def run(
     mirrors: tuple[MirrorRule, ...] = (),
     pull_secrets: tuple[str, ...] = (),
 ) -> list[RequirementResult]:
-    server = config.cluster.server
+    return on_target(
+        config.cluster.server,
+        _check(config, stack, timeout, deny, identity, mirrors, pull_secrets),
+    )
+
+
+def on_target(server: str, work: Coroutine[Any, Any, T], doing: str = "check") -> T:
+    """Run ``work`` against the target at ``server``; every way it fails is a ``CheckError``."""
     try:
-        return asyncio.run(_check(config, stack, timeout, deny, identity, mirrors, pull_secrets))
+        return asyncio.run(work)
     except AddressDenied as err:
         raise CheckError(str(err)) from err
     except IdentityError as err:
@@ -194,7 +204,7 @@ def run(
         raise CheckError(f"{err} ({server})") from err
     except Exception as err:  # exec plugins, TLS setup, timeouts: all "cannot connect"
         raise CheckError(
-            f"cannot check the cluster at {server}: {type(err).__name__}: {describe_error(err)}"
+            f"cannot {doing} the cluster at {server}: {type(err).__name__}: {describe_error(err)}"
         ) from err
 
 

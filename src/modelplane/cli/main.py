@@ -97,6 +97,10 @@ from modelplane.cli.check import check as _check  # noqa: E402
 
 app.command("check")(_check)
 
+from modelplane.cli.diff import diff_command as _diff  # noqa: E402
+
+app.command("diff")(_diff)
+
 
 def main() -> None:
     app()

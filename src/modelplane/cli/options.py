@@ -10,6 +10,7 @@ import typer
 from modelplane.catalog.images import ImageError
 from modelplane.credentials.identity import nebius
 from modelplane.credentials.identity.base import IdentityError
+from modelplane.operator.options import unknown_components
 from modelplane.plan.images import MirrorRule, check_secret_names, parse_rules
 
 
@@ -108,5 +109,51 @@ ImagePullSecret = Annotated[
         help="A Secret every pod of the stack pulls images with (repeatable); it must exist "
         "on the target in each component's namespace.",
         callback=_checked_secrets,
+    ),
+]
+
+
+def component_urls(values: list[str], flag: str, kind: str) -> dict[str, str]:
+    """``COMPONENT=URL`` values as a mapping; a component the catalog lacks is refused."""
+    out = {}
+    for value in values:
+        name, sep, url = value.partition("=")
+        if not sep or not name or not url:
+            raise typer.BadParameter(f"expected COMPONENT=URL, got {value!r}", param_hint=flag)
+        out[name] = url
+    problem = unknown_components(out, kind)
+    if problem:
+        raise typer.BadParameter(problem, param_hint=flag)
+    return out
+
+
+ChartRepository = Annotated[
+    str | None,
+    typer.Option(
+        "--chart-repository",
+        help="Take every chart from this Helm repository "
+        "(https://... with an index.yaml, or an oci:// prefix), e.g. a mirror.",
+    ),
+]
+ChartRepositoryFor = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--chart-repository-for",
+        help="COMPONENT=URL: one component's chart repository (repeatable).",
+    ),
+]
+GaieManifestsUrl = Annotated[
+    str | None,
+    typer.Option(
+        "--gaie-manifests-url",
+        help="Base URL of the Gateway API Inference "
+        "Extension release manifests (<base>/<version>/manifests.yaml).",
+    ),
+]
+ManifestsUrlFor = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--manifests-url-for",
+        help="COMPONENT=BASE_URL for other fetched manifests (modelexpress-crds).",
     ),
 ]

@@ -18,30 +18,22 @@ from modelplane.actions.helm import locate as locate_helm
 from modelplane.cli.options import (
     AwsRegion,
     AwsStsEndpoint,
+    ChartRepository,
+    ChartRepositoryFor,
+    GaieManifestsUrl,
     ImagePullSecret,
     ImageRegistryMirror,
+    ManifestsUrlFor,
     NebiusTokenEndpoint,
+    component_urls,
     mirror_rules,
     pull_secrets,
 )
 from modelplane.kube.address import deny_list
 from modelplane.operator import logs
 from modelplane.operator.leader import LeaderElection, default_namespace, lease_name
-from modelplane.operator.options import OperatorOptions, unknown_components
+from modelplane.operator.options import OperatorOptions
 from modelplane.operator.shard import normalize_selector
-
-
-def _pairs(values: list[str], flag: str, kind: str) -> dict[str, str]:
-    out = {}
-    for value in values:
-        name, sep, url = value.partition("=")
-        if not sep or not name or not url:
-            raise typer.BadParameter(f"expected COMPONENT=URL, got {value!r}", param_hint=flag)
-        out[name] = url
-    problem = unknown_components(out, kind)
-    if problem:
-        raise typer.BadParameter(problem, param_hint=flag)
-    return out
 
 
 def run(
@@ -61,36 +53,10 @@ def run(
     all_namespaces: Annotated[
         bool, typer.Option("--all-namespaces", "-A", help="Watch every namespace (default).")
     ] = False,
-    chart_repository: Annotated[
-        str | None,
-        typer.Option(
-            "--chart-repository",
-            help="Take every chart from this Helm repository "
-            "(https://... with an index.yaml, or an oci:// prefix), e.g. a mirror.",
-        ),
-    ] = None,
-    chart_repository_for: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--chart-repository-for",
-            help="COMPONENT=URL: one component's chart repository (repeatable).",
-        ),
-    ] = None,
-    gaie_manifests_url: Annotated[
-        str | None,
-        typer.Option(
-            "--gaie-manifests-url",
-            help="Base URL of the Gateway API Inference "
-            "Extension release manifests (<base>/<version>/manifests.yaml).",
-        ),
-    ] = None,
-    manifests_url_for: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--manifests-url-for",
-            help="COMPONENT=BASE_URL for other fetched manifests (modelexpress-crds).",
-        ),
-    ] = None,
+    chart_repository: ChartRepository = None,
+    chart_repository_for: ChartRepositoryFor = None,
+    gaie_manifests_url: GaieManifestsUrl = None,
+    manifests_url_for: ManifestsUrlFor = None,
     image_registry_mirror: ImageRegistryMirror = None,
     image_pull_secret: ImagePullSecret = None,
     allow_unsafe_kubeconfig: Annotated[
@@ -261,9 +227,13 @@ def run(
         selector=shard_selector,
         leader_election=election,
         chart_repository=chart_repository,
-        chart_repository_for=_pairs(chart_repository_for or [], "--chart-repository-for", "chart"),
+        chart_repository_for=component_urls(
+            chart_repository_for or [], "--chart-repository-for", "chart"
+        ),
         gaie_manifests_url=gaie_manifests_url,
-        manifests_url_for=_pairs(manifests_url_for or [], "--manifests-url-for", "manifests"),
+        manifests_url_for=component_urls(
+            manifests_url_for or [], "--manifests-url-for", "manifests"
+        ),
         image_mirrors=mirror_rules(image_registry_mirror),
         image_pull_secrets=pull_secrets(image_pull_secret),
         allow_unsafe_kubeconfig=allow_unsafe_kubeconfig,

@@ -270,7 +270,7 @@ def _releases(secrets: list[dict[str, Any]]) -> dict[str, ObservedRelease]:
     """
     newest: dict[str, ObservedRelease] = {}
     for secret in secrets:
-        release = _release_of(secret)
+        release = release_of(secret)
         if release is None:
             continue
         if release.name not in newest or newest[release.name].revision < release.revision:
@@ -278,7 +278,8 @@ def _releases(secrets: list[dict[str, Any]]) -> dict[str, ObservedRelease]:
     return newest
 
 
-def _release_of(secret: dict[str, Any]) -> ObservedRelease | None:
+def release_of(secret: dict[str, Any]) -> ObservedRelease | None:
+    """The revision a release Secret stores, or None unless Helm would read it as ours."""
     metadata = secret.get("metadata") or {}
     labels = metadata.get("labels") or {}
     match = _RELEASE_SECRET.fullmatch(str(metadata.get("name") or ""))

@@ -1,0 +1,488 @@
+"""``modelplane diff``: what a reconcile of a stack would change on a target, without a hub.
+
+It reads the target as the operator does (``observe.state``), plans, and
+compares (``plan.diff``): for each release Helm's stored revision against
+``helm template`` of the desired chart and values, for each object a
+server-side apply dry run against the live object. Nothing is written: the
+only requests that are not reads are dry runs (``dryRun=All``), and helm only
+renders, with no credentials in the kubeconfig it gets.
+
+Exit status, as ``kubectl diff``: 0 when nothing would change, 1 when
+something would, 2 for an error (bad input, a target that cannot be read, or
+a change whose diff could not be made: the output then says which).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import re
+import sys
+import tempfile
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+import yaml
+from lightkube import AsyncClient
+from lightkube.config.kubeconfig import SingleConfig
+from lightkube.core.exceptions import ApiError
+from rich.console import Console
+from rich.text import Text
+
+from modelplane.actions.apply import (
+    ManifestError,
+    WebhookNotReady,
+    dry_run_apply,
+    fetch_manifests,
+    normalized,
+    vet_manifests,
+)
+from modelplane.actions.helm import Helm, HelmError, TargetHelm
+from modelplane.api.models import ServingStack
+from modelplane.api.status_limits import TERMINAL
+from modelplane.catalog.components import BY_NAME
+from modelplane.cli.check import (
+    IDENTITY_TYPES,
+    CheckError,
+    endpoints_of,
+    load_config,
+    load_identity,
+    on_target,
+)
+from modelplane.cli.inputs import InputError, load_yaml, parse
+from modelplane.cli.options import (
+    AwsRegion,
+    AwsStsEndpoint,
+    ChartRepository,
+    ChartRepositoryFor,
+    GaieManifestsUrl,
+    ManifestsUrlFor,
+    NebiusTokenEndpoint,
+    component_urls,
+)
+from modelplane.credentials.identity.cache import TokenSource
+from modelplane.kube.address import AddressDenied, IPNetwork, deny_list
+from modelplane.kube.answers import describe_error
+from modelplane.kube.client import TargetError, get_json, open_target
+from modelplane.kube.discovery import Served, served
+from modelplane.kube.resources import KindNotServed
+from modelplane.observe.releases import ReleaseReadError, deployed_release, release_secret
+from modelplane.observe.state import Listed, read_listed, to_observed, wanted
+from modelplane.operator.options import OperatorOptions
+from modelplane.plan import plan
+from modelplane.plan.diff import DeployedRelease, Diff, ObjectChange, Reads, diff
+from modelplane.plan.model import (
+    ObjectAction,
+    Plan,
+    PlannedManifests,
+    PlannedRelease,
+    ReleaseAction,
+)
+from modelplane.plan.observed import Observed
+from modelplane.plan.planner import Sources
+from modelplane.untrusted import printable
+from modelplane.wire import object_key, stamp
+
+EXIT_CHANGES = 1
+EXIT_ERROR = 2
+# helm template runs at once, each fetching its chart: a few, not one per release.
+RENDERS_AT_ONCE = 4
+# What --kube-version and --api-versions take from the target's answers:
+# they become helm's arguments, so only what a version or a group looks like.
+_KUBE_VERSION = re.compile(r"v[0-9]{1,4}\.[0-9]{1,4}\.[0-9]{1,6}[0-9A-Za-z.+-]{0,40}")
+_API_VERSION = re.compile(r"[A-Za-z0-9.-]{0,253}/?[A-Za-z0-9]{1,63}(/[A-Za-z0-9]{1,63})?")
+
+
+class DiffFormat(enum.StrEnum):
+    TEXT = "text"
+    JSON = "json"
+
+
+def _fail(message: str) -> None:
+    print(f"error: {printable(message, TERMINAL, newlines=True)}", file=sys.stderr)
+    raise typer.Exit(EXIT_ERROR)
+
+
+def template_kubeconfig(server: str) -> str:
+    """The kubeconfig ``helm template`` gets: the server alone, and no credentials.
+
+    helm renders without contacting the cluster; it is given the server only
+    because every helm run is held to the deny list by it (``TargetHelm``).
+    """
+    return str(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "target", "cluster": {"server": server}}],
+                "users": [{"name": "none", "user": {}}],
+                "contexts": [{"name": "target", "context": {"cluster": "target", "user": "none"}}],
+                "current-context": "target",
+            }
+        )
+    )
+
+
+def capabilities(found: Served) -> list[str]:
+    """The target's API versions, and each kind in them, as ``helm template --api-versions``."""
+    out = set()
+    for api_version, kind in found.plurals:
+        out.add(api_version)
+        out.add(f"{api_version}/{kind}")
+    return sorted(v for v in out if _API_VERSION.fullmatch(v))
+
+
+async def kube_version(client: AsyncClient) -> str | None:
+    """The target's ``gitVersion``, when it reads as one (helm refuses anything else)."""
+    try:
+        answer = await get_json(client, "/version")
+    except (TargetError, AddressDenied):
+        return None  # helm then renders for its own default version
+    version = answer.get("gitVersion") if isinstance(answer, dict) else None
+    return version if isinstance(version, str) and _KUBE_VERSION.fullmatch(version) else None
+
+
+async def manifest_bodies(m: PlannedManifests, deny: tuple[IPNetwork, ...]) -> list[dict[str, Any]]:
+    """The objects of a component's manifests as the reconcile applies them.
+
+    Fetched through the deny list and vetted against the catalog, then
+    stamped with the source's digest, as ``StackReconciler`` does.
+    """
+    source = BY_NAME[m.component].manifests
+    others = source.other_crds if source is not None else ()
+    fetched = vet_manifests(await fetch_manifests(m.url, deny=deny), m.crds, others, m.url)
+    return [stamp(body, m.digest) for body in fetched]
+
+
+def _live(listed: Listed) -> dict[str, dict[str, Any]]:
+    out = {}
+    for (api_version, kind), items in listed.items.items():
+        for item in items:
+            # List items carry no apiVersion or kind of their own.
+            body = {**item, "apiVersion": api_version, "kind": kind}
+            out[object_key(body)] = body
+    return out
+
+
+async def _release_reads(
+    release: PlannedRelease,
+    listed: Listed,
+    observed: Observed,
+    helm: Helm,
+    kubeconfig: str,
+    found: Served,
+    version: str | None,
+    limit: asyncio.Semaphore,
+) -> tuple[DeployedRelease | None, str | None, list[str]]:
+    problems: list[str] = []
+    deployed = None
+    seen = observed.releases.get(release.name)
+    if seen is not None:
+        secret = release_secret(listed, seen)
+        if secret is None:
+            problems.append(f"the Secret of revision {seen.revision} was not read")
+        else:
+            try:
+                deployed = deployed_release(secret, seen)
+            except ReleaseReadError as err:
+                problems.append(str(err))
+    rendered = None
+    async with limit:
+        try:
+            rendered = await helm.template(
+                release,
+                kubeconfig,
+                kube_version=version,
+                api_versions=capabilities(found),
+                is_upgrade=seen is not None and release.action is not ReleaseAction.REINSTALL,
+            )
+        except (HelmError, AddressDenied) as err:
+            problems.append(f"helm template: {describe_error(err)}")
+    return deployed, rendered, problems
+
+
+async def gather_reads(
+    client: AsyncClient,
+    p: Plan,
+    listed: Listed,
+    observed: Observed,
+    found: Served,
+    helm: Helm,
+    kubeconfig: str,
+    deny: tuple[IPNetwork, ...],
+) -> Reads:
+    """Everything ``plan.diff`` compares beyond the plan: stored releases, renders, dry runs."""
+    acting = [r for r in p.releases if r.action is not ReleaseAction.NONE]
+    version = await kube_version(client) if acting else None
+    limit = asyncio.Semaphore(RENDERS_AT_ONCE)
+    results = await asyncio.gather(
+        *(
+            _release_reads(r, listed, observed, helm, kubeconfig, found, version, limit)
+            for r in acting
+        )
+    )
+    deployed: dict[str, DeployedRelease] = {}
+    rendered: dict[str, str] = {}
+    release_problems: dict[str, str] = {}
+    for r, (stored, text, problems) in zip(acting, results, strict=True):
+        if stored is not None:
+            deployed[r.name] = stored
+        if text is not None:
+            rendered[r.name] = text
+        if problems:
+            release_problems[r.name] = "; ".join(problems)
+
+    everything = _live(listed)
+    live: dict[str, dict[str, Any]] = {}
+    answers: dict[str, dict[str, Any]] = {}
+    object_problems: dict[str, str] = {}
+
+    async def read_object(body: dict[str, Any]) -> None:
+        key = object_key(body)
+        current = everything.get(key)
+        try:
+            if current is not None:
+                live[key] = await normalized(client, current)
+            answers[key] = await dry_run_apply(client, body)
+        except ApiError as err:
+            if err.status.code == 404 and current is None:
+                # Its namespace does not exist yet: the reconcile makes it
+                # first (a Namespace object, or a release's namespace), so
+                # the body the apply sends is what would be created.
+                return
+            object_problems[key] = f"dry run refused: {describe_error(err)}"
+        except (WebhookNotReady, KindNotServed) as err:
+            object_problems[key] = f"dry run not possible: {err}"
+
+    manifest_objects: dict[str, list[dict[str, Any]]] = {}
+    manifest_problems: dict[str, str] = {}
+    for m in p.manifests:
+        if m.action is not ObjectAction.APPLY:
+            continue
+        try:
+            bodies = await manifest_bodies(m, deny)
+        except (ManifestError, AddressDenied) as err:
+            manifest_problems[m.component] = str(err)
+            continue
+        manifest_objects[m.component] = bodies
+        for body in bodies:
+            await read_object(body)
+    for o in p.objects:
+        if o.action is ObjectAction.APPLY:
+            await read_object(o.object)
+    return Reads(
+        deployed=deployed,
+        rendered=rendered,
+        release_problems=release_problems,
+        live=live,
+        dry_run=answers,
+        object_problems=object_problems,
+        manifest_objects=manifest_objects,
+        manifest_problems=manifest_problems,
+    )
+
+
+async def read_diff(
+    config: SingleConfig,
+    stack: ServingStack,
+    sources: Sources,
+    timeout: float,
+    deny: tuple[IPNetwork, ...],
+    identity: TokenSource | None,
+) -> Diff:
+    """Read the target ``config`` names, plan ``stack`` for it, and compare."""
+    server = config.cluster.server
+    target = await open_target(
+        config, deny=deny, timeout=timeout, trust_env=False, identity=identity
+    )
+    async with target:
+        if identity is not None:
+            await identity.token()
+        found = await served(target.client)
+        listed = await read_listed(target.client, wanted(stack.spec), found)
+        observed = to_observed(listed)
+        p = plan(stack, observed, sources)
+        # helm's caches for this run only: charts are fetched afresh, as the operator does.
+        with tempfile.TemporaryDirectory(prefix="modelplane-diff-") as home:
+            helm = TargetHelm.guarding(Helm.find(Path(home)), deny)
+            reads = await gather_reads(
+                target.client, p, listed, observed, found, helm, template_kubeconfig(server), deny
+            )
+        return diff(p, reads, server)
+
+
+# ---- output -------------------------------------------------------------------------
+
+_LINE_STYLES = (("+++", "bold"), ("---", "bold"), ("@@", "cyan"), ("+", "green"), ("-", "red"))
+
+
+def _print_diff(console: Console, text: str) -> None:
+    for line in text.splitlines():
+        style = next((s for prefix, s in _LINE_STYLES if line.startswith(prefix)), None)
+        console.print(Text(line, style=style or ""))
+
+
+def _line(text: object) -> str:
+    return printable(text, TERMINAL)
+
+
+def _print_object(console: Console, o: ObjectChange) -> None:
+    console.print(Text(_line(f"{o.object}: {o.change}"), style="bold"))
+    if o.drift:
+        console.print(Text(_line(f"  drift: {', '.join(o.drift)}"), style="yellow"))
+    if o.problem:
+        console.print(Text(_line(f"  error: {o.problem}"), style="red"))
+    _print_diff(console, o.diff)
+
+
+def problems_of(d: Diff) -> list[str]:
+    """Every change whose diff could not be made, and why, one line each."""
+    objects = [*d.objects, *(o for m in d.manifests for o in m.objects)]
+    return (
+        [f"release {r.release}: {r.problem}" for r in d.releases if r.problem]
+        + [f"manifests of {m.component}: {m.problem}" for m in d.manifests if m.problem]
+        + [f"{o.object}: {o.problem}" for o in objects if o.problem]
+    )
+
+
+def print_text(d: Diff, console: Console) -> None:
+    """The diff as ``kubectl diff`` shows one: a heading per change, then its unified diff."""
+    for r in d.releases:
+        versions = (
+            f"{r.old_version} -> {r.new_version}"
+            if r.old_version and r.old_version != r.new_version
+            else r.new_version
+        )
+        head = f"release {r.namespace}/{r.release} ({r.chart}): {r.change} {versions}"
+        if r.action is ReleaseAction.ROLLBACK:
+            head += " (after a rollback of the pending revision)"
+        console.print(Text(_line(head), style="bold"))
+        if r.waiting_for:
+            console.print(Text(_line(f"  after {', '.join(r.waiting_for)}")))
+        if r.problem:
+            console.print(Text(_line(f"  error: {r.problem}"), style="red"))
+        _print_diff(console, r.values_diff)
+        _print_diff(console, r.manifest_diff)
+    for m in d.manifests:
+        console.print(
+            Text(_line(f"manifests of {m.component} {m.version}: apply {m.url}"), style="bold")
+        )
+        if m.problem:
+            console.print(Text(_line(f"  error: {m.problem}"), style="red"))
+        for o in m.objects:
+            _print_object(console, o)
+    for o in d.objects:
+        _print_object(console, o)
+    for h in d.held:
+        console.print(Text(_line(f"held back: {h.object}: {h.reason}"), style="dim"))
+    if d.drift:
+        console.print(
+            Text(
+                _line(
+                    f"drift: {len(d.drift)} object{'s' if len(d.drift) != 1 else ''} "
+                    "changed by hand, which the reconcile takes back"
+                ),
+                style="yellow",
+            )
+        )
+    if not d.changes:
+        console.print("No changes.")
+    else:
+        counts = [
+            (len(d.releases), "release"),
+            (len(d.manifests), "manifest set"),
+            (len(d.objects), "object"),
+        ]
+        shown = ", ".join(f"{n} {what}{'s' if n != 1 else ''}" for n, what in counts if n)
+        console.print(Text(f"Would change: {shown}.", style="bold"))
+
+
+def diff_command(
+    file: Annotated[Path, typer.Option("-f", "--file", help="The ServingStack manifest.")],
+    kubeconfig: Annotated[
+        Path, typer.Option("--kubeconfig", help="Kubeconfig of the target cluster.")
+    ],
+    context: Annotated[
+        str | None, typer.Option("--context", help="Kubeconfig context (default: current).")
+    ] = None,
+    output: Annotated[DiffFormat, typer.Option("-o", "--output")] = DiffFormat.TEXT,
+    timeout: Annotated[
+        float, typer.Option("--timeout", help="Seconds to wait for each API request.", min=0.1)
+    ] = 10.0,
+    deny_target_cidr: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--deny-target-cidr",
+            help="Never connect (nor let helm connect) to an address in this range "
+            "(repeatable; replaces the default: link-local and the cloud metadata "
+            "addresses; 'default' stands for that list, 'none' for no range).",
+        ),
+    ] = None,
+    identity_type: Annotated[
+        str | None,
+        typer.Option(
+            "--identity-type",
+            help="Authenticate as this cloud identity instead of the kubeconfig's user: "
+            f"{', '.join(IDENTITY_TYPES)}. The kubeconfig then gives only server and CA.",
+        ),
+    ] = None,
+    identity_file: Annotated[
+        Path | None,
+        typer.Option("--identity-file", help="The identity's credential, as for check."),
+    ] = None,
+    aws_sts_endpoint: AwsStsEndpoint = None,
+    aws_region: AwsRegion = None,
+    nebius_token_endpoint: NebiusTokenEndpoint = None,
+    chart_repository: ChartRepository = None,
+    chart_repository_for: ChartRepositoryFor = None,
+    gaie_manifests_url: GaieManifestsUrl = None,
+    manifests_url_for: ManifestsUrlFor = None,
+) -> None:
+    """Show what a reconcile of the stack would change on the target; never writes to it.
+
+    Exit 0 when nothing would change, 1 when something would, 2 on errors.
+    """
+    try:
+        deny = deny_list(deny_target_cidr)
+    except ValueError as err:
+        _fail(f"--deny-target-cidr: {err}")
+        return
+    sources = OperatorOptions(
+        chart_repository=chart_repository,
+        chart_repository_for=component_urls(
+            chart_repository_for or [], "--chart-repository-for", "chart"
+        ),
+        gaie_manifests_url=gaie_manifests_url,
+        manifests_url_for=component_urls(
+            manifests_url_for or [], "--manifests-url-for", "manifests"
+        ),
+    ).sources()
+    try:
+        stack = parse(ServingStack, load_yaml(file), str(file))
+    except InputError as err:
+        _fail(str(err))
+        return
+    try:
+        config = load_config(kubeconfig, context)
+        endpoints = endpoints_of(aws_sts_endpoint, aws_region, nebius_token_endpoint, deny)
+        identity = load_identity(config, identity_type, identity_file, deny, endpoints)
+        d = on_target(
+            config.cluster.server,
+            read_diff(config, stack, sources, timeout, deny, identity),
+            doing="read",
+        )
+    except CheckError as err:
+        _fail(str(err))
+        return
+    if output is DiffFormat.JSON:
+        print(d.model_dump_json(indent=2))
+    else:
+        print_text(d, Console(highlight=False, soft_wrap=True, emoji=False))
+    problems = problems_of(d)
+    if problems:
+        for problem in problems:
+            print(f"error: {_line(problem)}", file=sys.stderr)
+        raise typer.Exit(EXIT_ERROR)
+    if d.changes:
+        raise typer.Exit(EXIT_CHANGES)

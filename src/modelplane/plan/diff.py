@@ -1,0 +1,335 @@
+"""What a reconcile would change on a target: the plan set against what the target holds.
+
+Pure: the plan says what it would do (install, upgrade, apply); the reads
+say what is there now (Helm's stored values and manifest per release, the
+live object and the server-side apply dry run's answer per object). This
+module only compares them and names each change, so ``modelplane diff``
+and its tests share one rule.
+
+Everything taken from the target (stored values, manifests, live objects,
+dry-run answers, error messages) passes ``printable`` here, with newlines
+kept, so both the text and the JSON output are safe to show.
+"""
+
+from __future__ import annotations
+
+import difflib
+from enum import StrEnum
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, computed_field
+
+from modelplane.catalog.configuration import Hold
+from modelplane.plan.model import ObjectAction, Plan, ReleaseAction
+from modelplane.untrusted import printable
+from modelplane.wire import object_key
+
+# A diff is shown whole; this only keeps a hostile target's megabytes of
+# text from becoming megabytes of terminal output.
+MAX_DIFF = 1_000_000
+# A version, an error message: one line.
+MAX_LINE = 1024
+# What the API server adds to an object that no apply sets: identity,
+# bookkeeping and status. Left out of an object diff, as they would differ
+# on every read.
+VOLATILE_METADATA = ("managedFields", "resourceVersion", "generation", "uid", "creationTimestamp")
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+
+class DeployedRelease(_Frozen):
+    """The revision of a release Helm's storage holds, as far as a diff reads it."""
+
+    name: str
+    namespace: str
+    revision: int
+    chart_version: str | None = None
+    # The values the release was installed with (Helm's "config": only
+    # those given, not the chart's defaults).
+    values: dict[str, Any] = Field(default_factory=dict)
+    manifest: str = ""
+
+
+class Reads(_Frozen):
+    """What was read from the target (and rendered) for one plan, beyond the plan's facts."""
+
+    # Release name -> its stored revision, for the releases the plan acts on
+    # that Helm's storage holds.
+    deployed: dict[str, DeployedRelease] = Field(default_factory=dict)
+    # Release name -> what ``helm template`` gives for the desired chart and values.
+    rendered: dict[str, str] = Field(default_factory=dict)
+    # Release name -> why its stored revision or its rendering could not be read.
+    release_problems: dict[str, str] = Field(default_factory=dict)
+    # Object key -> the live object, for objects the plan applies that exist.
+    live: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    # Object key -> the server-side apply dry run's answer.
+    dry_run: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    # Object key -> why the dry run gave no answer.
+    object_problems: dict[str, str] = Field(default_factory=dict)
+    # Component -> the objects of its fetched manifests, as the apply sends
+    # them (stamped); their live objects and dry runs are in the maps above.
+    manifest_objects: dict[str, list[dict[str, Any]]] = Field(default_factory=dict)
+    # Component -> why its manifests could not be fetched or were refused.
+    manifest_problems: dict[str, str] = Field(default_factory=dict)
+
+
+class ReleaseChangeKind(StrEnum):
+    INSTALL = "install"
+    UPGRADE = "upgrade"
+    # A first install that never deployed: uninstalled, then installed again.
+    REINSTALL = "reinstall"
+
+
+class ObjectChangeKind(StrEnum):
+    CREATE = "create"
+    UPDATE = "update"
+
+
+class ReleaseChange(_Frozen):
+    component: str
+    release: str
+    namespace: str
+    change: ReleaseChangeKind
+    # The plan's own word for the step (a rollback before an upgrade, a wait).
+    action: ReleaseAction
+    old_version: str | None = None
+    new_version: str
+    chart: str
+    waiting_for: list[str] = Field(default_factory=list)
+    values_diff: str = ""
+    manifest_diff: str = ""
+    problem: str | None = None
+
+
+class ObjectChange(_Frozen):
+    key: str
+    object: str  # Kind namespace/name
+    component: str
+    change: ObjectChangeKind
+    diff: str = ""
+    # The fields a hand edit took over, which the apply takes back.
+    drift: list[str] = Field(default_factory=list)
+    problem: str | None = None
+
+
+class ManifestsChange(_Frozen):
+    component: str
+    url: str
+    version: str
+    crds: list[str]
+    # Each object the manifests bring that would be created or changed.
+    objects: list[ObjectChange] = Field(default_factory=list)
+    problem: str | None = None
+
+
+class HeldObject(_Frozen):
+    key: str
+    object: str
+    component: str
+    hold: Hold
+    reason: str
+
+
+class Drift(_Frozen):
+    """Fields the product owns that someone changed by hand on the target."""
+
+    key: str
+    object: str
+    fields: list[str]
+
+
+class Diff(_Frozen):
+    name: str
+    namespace: str
+    server: str
+    releases: list[ReleaseChange] = Field(default_factory=list)
+    manifests: list[ManifestsChange] = Field(default_factory=list)
+    objects: list[ObjectChange] = Field(default_factory=list)
+    held: list[HeldObject] = Field(default_factory=list)
+    drift: list[Drift] = Field(default_factory=list)
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def changes(self) -> bool:
+        """Whether a reconcile would change anything (held objects change nothing)."""
+        return bool(self.releases or self.manifests or self.objects)
+
+
+def unified(before: str, after: str, name: str) -> str:
+    """A unified diff of two texts, ``a/name`` against ``b/name``; "" when they agree."""
+    lines = difflib.unified_diff(
+        before.splitlines(keepends=True),
+        after.splitlines(keepends=True),
+        fromfile=f"a/{name}",
+        tofile=f"b/{name}",
+    )
+    # A last line without a newline would run into the next header.
+    return "".join(line if line.endswith("\n") else line + "\n" for line in lines)
+
+
+def as_yaml(doc: Any) -> str:
+    """``doc`` as block YAML with sorted keys: one stable text for both sides of a diff."""
+    if not doc:
+        return ""
+    return str(yaml.safe_dump(doc, sort_keys=True, default_flow_style=False))
+
+
+def comparable(body: dict[str, Any]) -> dict[str, Any]:
+    """``body`` without status and the metadata the API server keeps for itself."""
+    out = {k: v for k, v in body.items() if k != "status"}
+    metadata = out.get("metadata")
+    if isinstance(metadata, dict):
+        out["metadata"] = {k: v for k, v in metadata.items() if k not in VOLATILE_METADATA}
+    return out
+
+
+def _shown(text: str) -> str:
+    return printable(text, MAX_DIFF, newlines=True)
+
+
+_RELEASE_CHANGE = {
+    ReleaseAction.INSTALL: ReleaseChangeKind.INSTALL,
+    ReleaseAction.WAIT: ReleaseChangeKind.INSTALL,
+    ReleaseAction.UPGRADE: ReleaseChangeKind.UPGRADE,
+    ReleaseAction.ROLLBACK: ReleaseChangeKind.UPGRADE,
+    ReleaseAction.REINSTALL: ReleaseChangeKind.REINSTALL,
+}
+
+
+def diff(plan: Plan, reads: Reads, server: str) -> Diff:
+    """Every change a reconcile of ``plan`` would make, with its diffs, in plan order."""
+    releases: list[ReleaseChange] = []
+    for r in plan.releases:
+        change = _RELEASE_CHANGE.get(r.action)
+        if change is None:
+            continue
+        deployed = reads.deployed.get(r.name)
+        # A reinstall starts from nothing: the old revision is uninstalled first.
+        before = deployed if change is not ReleaseChangeKind.REINSTALL else None
+        name = f"{r.namespace}/{r.name}"
+        problem = reads.release_problems.get(r.name)
+        releases.append(
+            ReleaseChange(
+                component=r.component,
+                release=r.name,
+                namespace=r.namespace,
+                change=change,
+                action=r.action,
+                old_version=(
+                    printable(deployed.chart_version, MAX_LINE)
+                    if deployed is not None and deployed.chart_version is not None
+                    else None
+                ),
+                new_version=r.version,
+                chart=r.chart,
+                waiting_for=r.waiting_for,
+                values_diff=_shown(
+                    unified(
+                        as_yaml(before.values if before else {}),
+                        as_yaml(r.values),
+                        f"{name} values",
+                    )
+                ),
+                manifest_diff=(
+                    _shown(
+                        unified(
+                            before.manifest.strip() + "\n" if before else "",
+                            reads.rendered[r.name].strip() + "\n",
+                            f"{name} manifest",
+                        )
+                    )
+                    if r.name in reads.rendered
+                    else ""
+                ),
+                problem=printable(problem, MAX_LINE) if problem else None,
+            )
+        )
+    objects: list[ObjectChange] = []
+    held: list[HeldObject] = []
+    drift: list[Drift] = []
+    for o in plan.objects:
+        if o.action is ObjectAction.HOLD:
+            assert o.hold is not None and o.hold_reason is not None
+            held.append(
+                HeldObject(
+                    key=o.key,
+                    object=o.shown,
+                    component=o.component,
+                    hold=o.hold,
+                    reason=o.hold_reason,
+                )
+            )
+        elif o.action is ObjectAction.APPLY:
+            objects.append(_object_change(o.object, o.component, o.drift, reads))
+            if o.drift:
+                drift.append(Drift(key=o.key, object=o.shown, fields=o.drift))
+    return Diff(
+        name=plan.name,
+        namespace=plan.namespace,
+        server=printable(server, MAX_LINE),
+        releases=releases,
+        manifests=[
+            ManifestsChange(
+                component=m.component,
+                url=m.url,
+                version=m.version,
+                crds=m.crds,
+                objects=_manifest_objects(m.component, reads),
+                problem=(
+                    printable(reads.manifest_problems[m.component], MAX_LINE)
+                    if m.component in reads.manifest_problems
+                    else None
+                ),
+            )
+            for m in plan.manifests
+            if m.action is ObjectAction.APPLY
+        ],
+        objects=objects,
+        held=held,
+        drift=drift,
+    )
+
+
+def _manifest_objects(component: str, reads: Reads) -> list[ObjectChange]:
+    """The objects of a component's manifests that the apply would create or change."""
+    changes = [
+        _object_change(body, component, [], reads)
+        for body in reads.manifest_objects.get(component, [])
+    ]
+    return [c for c in changes if c.diff or c.problem]
+
+
+def shown(body: dict[str, Any]) -> str:
+    """``Kind namespace/name`` (``Kind name`` when cluster-scoped), for a person."""
+    meta = body["metadata"]
+    where = f"{meta['namespace']}/" if meta.get("namespace") else ""
+    return f"{body['kind']} {where}{meta['name']}"
+
+
+def _object_change(
+    body: dict[str, Any], component: str, drift: list[str], reads: Reads
+) -> ObjectChange:
+    key = object_key(body)
+    live = reads.live.get(key)
+    # Without the server's answer, the body the apply sends is the best account.
+    after = reads.dry_run.get(key, body)
+    problem = reads.object_problems.get(key)
+    name = shown(body)
+    return ObjectChange(
+        key=key,
+        object=printable(name, MAX_LINE),
+        component=component,
+        change=ObjectChangeKind.CREATE if live is None else ObjectChangeKind.UPDATE,
+        diff=_shown(
+            unified(
+                as_yaml(comparable(live)) if live is not None else "",
+                as_yaml(comparable(after)),
+                name.replace(" ", "/"),
+            )
+        ),
+        drift=drift,
+        problem=printable(problem, MAX_LINE) if problem else None,
+    )

@@ -1,0 +1,105 @@
+"""Reading a revision from Helm's storage: hostile Secrets fail clearly, within bounds."""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import json
+from typing import Any
+
+import pytest
+
+from modelplane.kube.discovery import Served
+from modelplane.observe.releases import (
+    MAX_RELEASE_BYTES,
+    ReleaseReadError,
+    deployed_release,
+    release_secret,
+)
+from modelplane.observe.state import Listed
+from modelplane.plan.observed import ObservedRelease
+from modelplane.wire import RELEASE_DIGEST_LABEL
+
+NAME, NS = "mp-cert-manager", "cert-manager"
+RELEASE = ObservedRelease(name=NAME, namespace=NS, revision=2, status="deployed", digest="d")
+STORED = {
+    "name": NAME,
+    "version": 2,
+    "config": {"crds": {"enabled": True}},
+    "manifest": "---\n# Source: x.yaml\nkind: ConfigMap\n",
+    "chart": {"metadata": {"name": "cert-manager", "version": "v1.20.2"}},
+}
+
+
+def _secret(payload: bytes, revision: int = 2, *, raw: str | None = None) -> dict[str, Any]:
+    # Helm's own base64, then the API server's.
+    helm_text = base64.b64encode(payload)
+    return {
+        "metadata": {
+            "name": f"sh.helm.release.v1.{NAME}.v{revision}",
+            "namespace": NS,
+            "labels": {
+                "owner": "helm",
+                "name": NAME,
+                "version": str(revision),
+                "status": "deployed",
+                RELEASE_DIGEST_LABEL: "d",
+            },
+        },
+        "data": {"release": raw if raw is not None else base64.b64encode(helm_text).decode()},
+    }
+
+
+def test_a_stored_revision_gives_its_values_manifest_and_chart_version() -> None:
+    got = deployed_release(_secret(gzip.compress(json.dumps(STORED).encode())), RELEASE)
+    assert got.values == {"crds": {"enabled": True}}
+    assert got.manifest == STORED["manifest"]
+    assert (got.chart_version, got.revision) == ("v1.20.2", 2)
+
+
+def test_json_that_is_not_gzipped_is_read_too() -> None:
+    # Helm's decodeRelease takes it so, from releases stored before compression.
+    assert (
+        deployed_release(_secret(json.dumps(STORED).encode()), RELEASE).chart_version == "v1.20.2"
+    )
+
+
+@pytest.mark.parametrize(
+    ("secret", "message"),
+    [
+        (_secret(b"", raw="***"), "not base64"),
+        (_secret(b"", raw="A" * (3 * 1024 * 1024)), "base64 of more than"),
+        (_secret(gzip.compress(b"{not json")), "not JSON"),
+        (_secret(gzip.compress(b"[1, 2]")), "not a JSON object"),
+        (_secret(gzip.compress(b"{}")[:-4]), "truncated"),
+        ({"metadata": {}, "data": {}}, "holds no release"),
+    ],
+)
+def test_an_unreadable_revision_is_a_clear_error_that_quotes_nothing(
+    secret: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(ReleaseReadError, match=message) as err:
+        deployed_release(secret, RELEASE)
+    assert f"Secret {NS}/sh.helm.release.v1.{NAME}.v2" in str(err.value)
+    assert "not json" not in str(err.value)
+
+
+def test_a_gzip_bomb_in_a_release_secret_is_refused() -> None:
+    # Under a Secret's 1 MiB, over the bound once inflated.
+    bomb = gzip.compress(b" " * (MAX_RELEASE_BYTES + 1), compresslevel=9)
+    assert len(base64.b64encode(bomb)) < 1024 * 1024
+    with pytest.raises(ReleaseReadError, match="decompresses to more than"):
+        deployed_release(_secret(bomb), RELEASE)
+
+
+def test_only_the_secret_of_the_known_revision_is_taken() -> None:
+    older = _secret(gzip.compress(b"{}"), revision=1)
+    elsewhere = _secret(gzip.compress(b"{}"))
+    elsewhere["metadata"]["namespace"] = "tenant"
+    mislabelled = _secret(gzip.compress(b"{}"))
+    mislabelled["metadata"]["labels"]["version"] = "3"
+    listed = Listed(apis=Served().apis, release_secrets=[older, elsewhere, mislabelled])
+    assert release_secret(listed, RELEASE) is None
+    right = _secret(gzip.compress(b"{}"))
+    listed.release_secrets.append(right)
+    assert release_secret(listed, RELEASE) is right
