@@ -159,7 +159,8 @@ def pull_secrets_condition(plan: Plan, generation: int | None) -> dict[str, Any]
         return condition(
             PULL_SECRETS_PRESENT, False, pull_secrets.PULL_SECRET_MISSING, message, generation
         )
-    message = f"{', '.join(plan.image_pull_secrets)} exist where every component's pods run"
+    verb = "exists" if len(plan.image_pull_secrets) == 1 else "exist"
+    message = f"{', '.join(plan.image_pull_secrets)} {verb} where every component's pods run"
     return condition(PULL_SECRETS_PRESENT, True, "Present", message, generation)
 
 
