@@ -462,6 +462,8 @@ PLUGIN = ObservedWorkload(
     name="kubelet-plugin",
     images=["registry.k8s.io/dra-driver-nvidia/dra-driver-nvidia-gpu:v0.4.1"],
     available=True,
+    scheduled=1,
+    available_on=1,
 )
 GKE_QUOTA = ObservedQuota(
     namespace="kube-system",
@@ -509,6 +511,28 @@ GKE_QUOTA = ObservedQuota(
             "DevicePluginAdvertises",
         ),
         (
+            "the kubelet plugin scheduled on no GPU node",
+            ClusterFacts(
+                nodes=[GPU_NODE],
+                resource_slices={DRIVER: ["a"]},
+                workloads=[PLUGIN.model_copy(update={"scheduled": 0, "available_on": 0})],
+                quotas=[],
+            ),
+            ConditionStatus.FALSE,
+            "KubeletPluginNotRunning",
+        ),
+        (
+            "the kubelet plugin not available where scheduled",
+            ClusterFacts(
+                nodes=[GPU_NODE],
+                resource_slices={DRIVER: ["a"]},
+                workloads=[PLUGIN.model_copy(update={"available_on": 0, "available": False})],
+                quotas=[],
+            ),
+            ConditionStatus.FALSE,
+            "KubeletPluginNotRunning",
+        ),
+        (
             "quota not admitting the driver's pods",
             ClusterFacts(
                 nodes=[GPU_NODE],
@@ -525,7 +549,7 @@ def test_follows_the_catalog_advisories(
     case: str, facts: ClusterFacts, status: ConditionStatus, reason: str
 ) -> None:
     findings = gpu_findings(_results(facts), COMPONENTS)
-    assert {GpuCheck.NFD_LABELS, GpuCheck.RESOURCE_SLICES, GpuCheck.DEVICE_PLUGIN} <= set(findings)
+    assert set(GpuCheck) <= set(findings)
     gpus = 4 if status is ConditionStatus.TRUE else 0
     summary = TargetSummary(gpu_nodes=1, gpus=gpus)
     got = gpus_available(findings, summary)

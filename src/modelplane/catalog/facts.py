@@ -48,6 +48,10 @@ class ObservedWorkload(BaseModel):
     # command and args of every container, in order
     args: list[str] = Field(default_factory=list)
     available: bool = False
+    # A DaemonSet's nodes it should run on, and those where it is available;
+    # None for a Deployment, or a DaemonSet whose status does not say.
+    scheduled: int | None = None
+    available_on: int | None = None
 
 
 class ObservedNode(BaseModel):
@@ -244,6 +248,8 @@ def _workload(kind: str, obj: Item) -> ObservedWorkload:
     pod = ((obj.get("spec") or {}).get("template") or {}).get("spec") or {}
     containers = [*(pod.get("initContainers") or []), *(pod.get("containers") or [])]
     status = obj.get("status") or {}
+    scheduled: int | None = None
+    available_on: int | None = None
     if kind == "Deployment":
         available = any(
             c.get("type") == "Available" and c.get("status") == "True"
@@ -252,6 +258,10 @@ def _workload(kind: str, obj: Item) -> ObservedWorkload:
     else:
         desired = status.get("desiredNumberScheduled")
         available = desired is not None and status.get("numberAvailable", 0) == desired
+        if isinstance(desired, int) and not isinstance(desired, bool):
+            scheduled = desired
+            number = status.get("numberAvailable", 0)
+            available_on = number if isinstance(number, int) and not isinstance(number, bool) else 0
     return ObservedWorkload(
         kind=kind,
         namespace=namespace,
@@ -261,6 +271,8 @@ def _workload(kind: str, obj: Item) -> ObservedWorkload:
             str(a) for c in containers for a in [*(c.get("command") or []), *(c.get("args") or [])]
         ],
         available=available,
+        scheduled=scheduled,
+        available_on=available_on,
     )
 
 

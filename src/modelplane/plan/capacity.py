@@ -46,7 +46,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
-from modelplane.catalog.advisories import WorkloadsAvailable, gpu_nodes
+from modelplane.catalog.advisories import gpu_nodes
 from modelplane.catalog.components import node_feature_discovery, nvidia_dra_driver
 from modelplane.catalog.components._common import GPUS
 from modelplane.catalog.facts import ObservedNode
@@ -340,10 +340,7 @@ def gpu_check(advisory: object) -> GpuCheck | None:
         return GpuCheck.RESOURCE_SLICES
     if isinstance(advisory, nvidia_dra_driver.NoNodeAdvertises):
         return GpuCheck.DEVICE_PLUGIN
-    if (
-        isinstance(advisory, WorkloadsAvailable)
-        and advisory.workloads == nvidia_dra_driver.KUBELET_PLUGIN
-    ):
+    if isinstance(advisory, nvidia_dra_driver.PluginOnEveryGpuNode):
         return GpuCheck.KUBELET_PLUGIN
     return None
 

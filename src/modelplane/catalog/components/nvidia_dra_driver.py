@@ -12,9 +12,12 @@ from modelplane.catalog.advisories import (
     WARNING,
     cannot,
     each_gpu_node,
+    gpu_nodes,
     kinds_of,
     listed,
     matching,
+    observed,
+    ref,
 )
 from modelplane.catalog.components._common import (
     BOTH,
@@ -23,7 +26,14 @@ from modelplane.catalog.components._common import (
     NVIDIA_DRA_NAMESPACE,
     SYSTEM_CRITICAL_CLASSES,
 )
-from modelplane.catalog.facts import ClusterFacts, Fact, Nodes, Quotas, ResourceSlices
+from modelplane.catalog.facts import (
+    ClusterFacts,
+    Fact,
+    Nodes,
+    Quotas,
+    ResourceSlices,
+    WorkloadsOfKind,
+)
 from modelplane.catalog.images import Images, ImageSite, PullSecrets, Repository
 from modelplane.catalog.types import (
     ChartSource,
@@ -134,6 +144,62 @@ class GpuNodesPublishSlices:
 
 
 @dataclass(frozen=True)
+class PluginOnEveryGpuNode:
+    """The kubelet plugin's DaemonSet runs, available, on at least every GPU node.
+
+    Judged from the DaemonSet's own status (nodes it should run on, nodes
+    where it is available) against the GPU nodes the facts show, so it costs
+    no LIST of Pods: a DaemonSet scheduled on fewer nodes than there are GPU
+    nodes (a missing toleration of the GPU taint, a node selector NFD's
+    labels do not meet) misses some, and one not available everywhere it is
+    scheduled has pods that do not run. It cannot say which node lacks the
+    plugin when the counts agree but the nodes differ; the ResourceSlices
+    check says which node publishes nothing.
+    """
+
+    workloads: Workloads
+    gpus: GpuNodes
+    fix: str
+
+    @property
+    def title(self) -> str:
+        return f"{self.workloads.describe}'s kubelet plugin runs on every GPU node"
+
+    def needs(self) -> tuple[Fact, ...]:
+        # Slices too: a node that publishes them is a GPU node without any label.
+        return (Nodes(), ResourceSlices(), WorkloadsOfKind("DaemonSet"))
+
+    def evaluate(
+        self, component: Component, spec: ServingStackSpec, facts: ClusterFacts
+    ) -> Finding:
+        if facts.nodes is None:
+            return cannot(facts, "nodes")
+        found = observed(self.workloads, facts, "where the kubelet plugin runs")
+        if not isinstance(found, list):
+            return found
+        gpu = len(gpu_nodes(self.gpus, facts.nodes, facts.resource_slices))
+        if not gpu:
+            return UNKNOWN, "no node shows a sign of a GPU: nothing to check"
+        problems: list[str] = []
+        for w in found:
+            if w.scheduled is None or w.available_on is None:
+                problems.append(f"{ref(w)} reports no scheduled nodes yet")
+            elif w.scheduled < gpu:
+                problems.append(
+                    f"{ref(w)} is scheduled on {w.scheduled} node(s), fewer than the {gpu} "
+                    "GPU node(s)"
+                )
+            elif w.available_on < w.scheduled:
+                problems.append(
+                    f"{ref(w)} is available on {w.available_on} of the {w.scheduled} node(s) "
+                    "it is scheduled on"
+                )
+        if problems:
+            return WARNING, f"{'; '.join(problems)}: {self.fix}"
+        return MET, f"{', '.join(ref(w) for w in found)} available on all {gpu} GPU node(s)"
+
+
+@dataclass(frozen=True)
 class CriticalPodsAdmitted:
     """Where quota restricts system-critical pods, the driver's namespace admits them.
 
@@ -240,6 +306,12 @@ COMPONENT = Component(
             GPUS,
             "check that the DRA driver's kubelet plugin runs on the node (NVIDIA driver, NFD "
             "labels, tolerations)",
+        ),
+        PluginOnEveryGpuNode(
+            KUBELET_PLUGIN,
+            GPUS,
+            "check the kubelet plugin's DaemonSet events: it must tolerate the GPU nodes' "
+            "taint and match their labels, and its pods must be admitted",
         ),
         CriticalPodsAdmitted(
             KUBELET_PLUGIN,
