@@ -9,7 +9,8 @@ import pytest
 from tests.testenv.nodes import HardwareMissingError, h200, hardware_dir, resource_slice
 from tests.testenv.nodes import node as sim_node
 
-from modelplane.api.models import ServingStackSpec
+from modelplane.api.crd import servingstack_crd
+from modelplane.api.models import ServingStackSpec, TargetStatus
 from modelplane.api.status_limits import CONSTRAINTS
 from modelplane.catalog.components import COMPONENTS
 from modelplane.catalog.facts import ClusterFacts, ObservedNode, ObservedQuota, ObservedWorkload
@@ -592,3 +593,16 @@ def test_the_simulated_clusters_objects() -> None:
         "2 GPUs on 2 nodes: NVIDIA H200 \u00d72",
     )
     assert gpus_column(summary) == "2"
+
+
+def test_the_summary_is_what_status_target_takes() -> None:
+    # The plan's model and the CRD's (api.models.TargetStatus) agree on the wire.
+    summary = summarize_target(VERSION, [node("a"), node("b")], [rslice("a"), rslice("b")])
+    wire = summary.model_dump(by_alias=True)
+    assert TargetStatus.model_validate(wire).model_dump(by_alias=True) == wire
+    schema = servingstack_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    target = schema["properties"]["status"]["properties"]["target"]
+    assert set(target["properties"]) == set(wire)
+    item = target["properties"]["devices"]["items"]["properties"]
+    assert set(item) == set(wire["devices"][0])
+    assert item["product"]["maxLength"] == MAX_PRODUCT

@@ -54,7 +54,16 @@ def test_identity_of_the_crd() -> None:
 def test_printer_columns() -> None:
     columns = _crd()["spec"]["versions"][0]["additionalPrinterColumns"]
     by_name = {c["name"]: c for c in columns}
-    assert [c["name"] for c in columns] == ["Stack", "Components", "Ready", "Address", "Age"]
+    assert [c["name"] for c in columns] == [
+        "Stack",
+        "Components",
+        "Ready",
+        "GPUs",
+        "Address",
+        "Age",
+    ]
+    # An integer, so kubectl shows <none> (not 0) until the target was read.
+    assert by_name["GPUs"] == {"name": "GPUs", "type": "integer", "jsonPath": ".status.target.gpus"}
     assert by_name["Stack"]["jsonPath"] == ".spec.stack"
     assert by_name["Components"]["jsonPath"] == ".spec.components"
     assert by_name["Ready"]["jsonPath"] == '.status.conditions[?(@.type=="Ready")].status'

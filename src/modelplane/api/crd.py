@@ -179,6 +179,9 @@ def servingstack_crd() -> dict[str, Any]:
                             "type": "string",
                             "jsonPath": '.status.conditions[?(@.type=="Ready")].status',
                         },
+                        # The GPUs the target publishes: a fleet's capacity in
+                        # `kubectl get ss -A`; empty until the target was read.
+                        {"name": "GPUs", "type": "integer", "jsonPath": ".status.target.gpus"},
                         {
                             "name": "Address",
                             "type": "string",

@@ -613,6 +613,30 @@ class GatewayStatus(_Model):
     )
 
 
+class DeviceGroupStatus(_Model):
+    product: str = Field(description="The GPU's product name, as the DRA driver publishes it.")
+    count: int = Field(ge=0, description="GPUs of this product, memory and driver version.")
+    memory: str = Field(default="", description="Memory per GPU, a quantity (81559Mi).")
+    driver_version: str = Field(default="", description="The NVIDIA driver version.")
+    nodes: int = Field(ge=0, description="Nodes that have them.")
+
+
+class TargetStatus(_Model):
+    """What the target cluster offers, as last read (plan.capacity.summarize_target)."""
+
+    kubernetes_version: str = Field(default="", description="The target's GET /version.")
+    gpu_nodes: int = Field(default=0, ge=0, description="Nodes with any sign of a GPU.")
+    gpus: int = Field(
+        default=0, ge=0, description="GPU devices the DRA driver publishes in ResourceSlices."
+    )
+    devices: list[DeviceGroupStatus] = Field(
+        default_factory=list, description="The GPUs by product, most numerous first."
+    )
+    other_devices: int = Field(
+        default=0, ge=0, description="GPUs of the products left out of devices."
+    )
+
+
 class ServingStackStatus(_Model):
     observed_generation: int | None = None
     conditions: list[Condition] = Field(default_factory=list)
@@ -622,6 +646,7 @@ class ServingStackStatus(_Model):
         default_factory=list,
         description="The image mirror rules in force (FROM=TO), as the operator was given them.",
     )
+    target: TargetStatus | None = None
 
 
 # --- metadata, as the API server validates it for a custom resource -------------

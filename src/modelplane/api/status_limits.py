@@ -42,6 +42,14 @@ STRINGS: MappingProxyType[str, int] = MappingProxyType(
         "gateway.caCertificate": 16384,
         # One rule as given ("FROM=TO"); a rule is at most 512 characters.
         "imageMirrors[]": 512,
+        # "v1.34.2-gke.1234000": a version with a provider's suffix.
+        "target.kubernetesVersion": 64,
+        # A product name as NVML gives it ("NVIDIA H100 80GB HBM3"), with room.
+        "target.devices[].product": 128,
+        # A quantity as text ("81559Mi"); the API's own quantities are far shorter.
+        "target.devices[].memory": 32,
+        # A SemVer the API server accepts as a version attribute ("580.159.4").
+        "target.devices[].driverVersion": 64,
     }
 )
 
@@ -49,12 +57,14 @@ STRINGS: MappingProxyType[str, int] = MappingProxyType(
 LISTS: MappingProxyType[str, int] = MappingProxyType(
     {
         # Ours: Ready, RequirementsMet, VersionsSupported, CACertificatePublished,
-        # TargetVerified, PullSecretsPresent, Teardown, with room to grow.
+        # TargetVerified, PullSecretsPresent, GPUsAvailable, Teardown, with room to grow.
         "conditions": 16,
         # One per catalog component (test_status_limits checks the catalog fits).
         "components": 64,
         # The mirror rules in force; past the limit the last item says how many more.
         "imageMirrors": 32,
+        # Product groups shown; the GPUs of the rest are counted in otherDevices.
+        "target.devices": 16,
     }
 )
 
@@ -83,6 +93,18 @@ CONSTRAINTS: MappingProxyType[str, dict[str, Any]] = MappingProxyType(
 # own. Cut here, so the cut is ours (printable, ``…`` at the end), not
 # kopf's middle cut of raw text.
 EVENT_MESSAGE = 1024
+# GPUsAvailable's message: one advisory's finding (cut to 1024 by the
+# planner) and the names of the others, or the GPUs offered by product.
+GPUS_MESSAGE = 4096
+# Ready's message when the Gateway is not programmed: its controller's own
+# condition message, which Gateway API caps at 32768; a person needs the start.
+GATEWAY_MESSAGE = 2048
+# Inputs, not status fields: the most devices read from one ResourceSlice.
+# The API server refuses a slice with more (ResourceSliceSpec.devices: "Must
+# not have more than 128 entries"); a file may hold more, which is not a slice.
+DEVICES_PER_SLICE = 128
+# Product groups GPUsAvailable's message names before "and N more".
+LISTED_DEVICE_GROUPS = 5
 # One logged message built from what a target said.
 LOG_MESSAGE = 4096
 # A claim's holder, as read back from the target's Lease, where a message shows it.

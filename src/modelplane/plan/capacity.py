@@ -46,6 +46,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
+from modelplane.api import status_limits
 from modelplane.catalog.advisories import gpu_nodes
 from modelplane.catalog.components import node_feature_discovery, nvidia_dra_driver
 from modelplane.catalog.components._common import GPUS
@@ -54,25 +55,16 @@ from modelplane.catalog.types import Component, Finding, GpuNodes, RequirementSt
 from modelplane.plan.model import RequirementResult, Severity
 from modelplane.untrusted import printable
 
-# ---- limits (the lead moves them into api.status_limits) -------------------------------
+# ---- limits: the status fields' own (api.status_limits) ------------------------------
 
-# "v1.34.2-gke.1234000": a version with a provider's suffix.
-MAX_KUBERNETES_VERSION = 64
-# A product name as NVML gives it ("NVIDIA H100 80GB HBM3"), with room.
-MAX_PRODUCT = 128
-# A SemVer the API server accepts as a version attribute ("580.159.4").
-MAX_DRIVER_VERSION = 64
-# A quantity as text ("81559Mi"); the API's own quantities are far shorter.
-MAX_MEMORY = 32
-# Product groups shown; the devices of the rest are counted in otherDevices.
-MAX_DEVICE_GROUPS = 16
-# The API server refuses a slice with more (ResourceSliceSpec.devices: "Must
-# not have more than 128 entries"); a file may hold more, which is not a slice.
-MAX_DEVICES_PER_SLICE = 128
-# Product groups a condition message names before "and N more".
-MAX_LISTED_GROUPS = 5
-# GPUsAvailable's message: one finding (cut to 1024 by the planner) and a list.
-MAX_CONDITION_MESSAGE = 4096
+MAX_KUBERNETES_VERSION = status_limits.string_limit("target.kubernetesVersion")
+MAX_PRODUCT = status_limits.string_limit("target.devices[].product")
+MAX_DRIVER_VERSION = status_limits.string_limit("target.devices[].driverVersion")
+MAX_MEMORY = status_limits.string_limit("target.devices[].memory")
+MAX_DEVICE_GROUPS = status_limits.list_limit("target.devices")
+MAX_DEVICES_PER_SLICE = status_limits.DEVICES_PER_SLICE
+MAX_LISTED_GROUPS = status_limits.LISTED_DEVICE_GROUPS
+MAX_CONDITION_MESSAGE = status_limits.GPUS_MESSAGE
 
 GPU_DEVICE_TYPE = "gpu"
 # The multiplication sign of "H100 x4", escaped: ruff flags it as a look-alike of "x".
