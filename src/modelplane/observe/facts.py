@@ -16,12 +16,28 @@ from typing import Any
 from lightkube import AsyncClient
 
 from modelplane.catalog.components import components_of_stack
-from modelplane.catalog.facts import ClusterFacts, Fact, Item, Listing, assemble
+from modelplane.catalog.facts import (
+    NODES,
+    RESOURCE_SLICES,
+    ClusterFacts,
+    Fact,
+    Item,
+    Listing,
+    assemble,
+)
 from modelplane.catalog.types import Component, ObjectExists
-from modelplane.kube.client import METADATA_LIST, ApiStatusError, list_objects
+from modelplane.kube.address import AddressDenied
+from modelplane.kube.client import (
+    METADATA_LIST,
+    ApiStatusError,
+    TargetError,
+    get_json,
+    list_objects,
+)
 from modelplane.kube.discovery import APIS, served_apis
 from modelplane.observe.state import SECRETS, secret_namespaces
 from modelplane.pins import Stack
+from modelplane.plan.capacity import TargetSummary, summarize_target
 from modelplane.plan.observed import Observed
 
 # Answers that mean "you may not see this" or "there is no such thing": the
@@ -49,6 +65,40 @@ async def observe_cluster(
     client: AsyncClient, components: Iterable[Component], apis: APIS
 ) -> ClusterFacts:
     """The facts the advisory checks of ``components`` read: one LIST per listing, at once."""
+    facts, _ = await _observe(client, components, apis)
+    return facts
+
+
+async def observe_target(
+    client: AsyncClient, components: Iterable[Component], apis: APIS
+) -> tuple[ClusterFacts, TargetSummary | None]:
+    """The advisories' facts and ``status.target``, from the same LISTs and ``GET /version``.
+
+    The Nodes and ResourceSlices the summary reads are the listings the
+    GPU advisories make anyway, so the summary costs one request more. It is
+    None when the Nodes could not be listed: nothing is then said of GPUs.
+    """
+    (facts, answers), version = await asyncio.gather(
+        _observe(client, components, apis), _version(client)
+    )
+    nodes = answers.get(Listing(NODES))
+    if not isinstance(nodes, list):
+        return facts, None
+    slices = answers.get(Listing(RESOURCE_SLICES))
+    return facts, summarize_target(version, nodes, slices if isinstance(slices, list) else [])
+
+
+async def _version(client: AsyncClient) -> object:
+    # Only shown: a target that does not answer has no version to show.
+    try:
+        return await get_json(client, "/version")
+    except (TargetError, AddressDenied):
+        return None
+
+
+async def _observe(
+    client: AsyncClient, components: Iterable[Component], apis: APIS
+) -> tuple[ClusterFacts, dict[Listing, list[Item] | ApiStatusError]]:
     facts = needed_facts(components)
     unobservable: dict[str, str] = {}
     listings: list[Listing] = []
@@ -71,7 +121,7 @@ async def observe_cluster(
             unobservable.setdefault(fact.what, f"{answer.status} {answer.reason}")
         elif answer is not None:
             read.append((fact, answer))
-    return assemble(read, unobservable)
+    return assemble(read, unobservable), answers
 
 
 async def observe_required_objects(

@@ -26,6 +26,7 @@ from lightkube.resources.core_v1 import ConfigMap
 from modelplane.api.models import ServingStackSpec
 from modelplane.catalog.components import COMPONENTS, components_for
 from modelplane.catalog.configuration import (
+    BUNDLES,
     CA_KEY,
     CLUSTER_CA,
     GATEWAY_NAME,
@@ -37,7 +38,7 @@ from modelplane.kube.client import METADATA_LIST, list_objects, waiting_out_429
 from modelplane.kube.discovery import APIS, PLURALS, Served, served
 from modelplane.kube.resources import unless_missing
 from modelplane.plan.drift import owned_fields
-from modelplane.plan.observed import Observed, ObservedRelease
+from modelplane.plan.observed import Observed, ObservedCondition, ObservedRelease
 from modelplane.wire import (
     DIGEST_ANNOTATION,
     FIELD_MANAGER,
@@ -62,6 +63,13 @@ RELEASE_NAMESPACES = {c.release_name: c.namespace for c in COMPONENTS if c.chart
 # makeKey: "sh.helm.release.v1." + name + ".v" + version).
 # The Gateway API caps status.addresses at 16 items.
 MAX_ADDRESSES = 16
+# The conditions the plan reads of the product's Gateway and Bundle, and how
+# much of each is kept: metav1.Condition's reason limit, and of a message
+# (32768 there) what the plan could ever show.
+GATEWAY_CONDITIONS = frozenset({"Accepted", "Programmed"})
+BUNDLE_CONDITIONS = frozenset({"Synced"})
+MAX_REASON = 1024
+MAX_CONDITION_MESSAGE = 4096
 # A namespace is a DNS-1123 label.
 MAX_NAMESPACE = 63
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
@@ -153,6 +161,8 @@ def to_observed(listed: Listed) -> Observed:
     applied: dict[str, str] = {}
     owned: dict[str, dict[str, Any]] = {}
     gateway_addresses: list[str] = []
+    gateway_conditions: list[ObservedCondition] = []
+    bundle_conditions: list[ObservedCondition] = []
     for (api_version, kind), items in sorted(listed.items.items()):
         for item in items:
             # List items carry no apiVersion or kind of their own.
@@ -171,6 +181,9 @@ def to_observed(listed: Listed) -> Observed:
                     owned[object_key(body)] = fields
             if _is_product_gateway(body):
                 gateway_addresses = _addresses(body)
+                gateway_conditions = _conditions(body, GATEWAY_CONDITIONS)
+            elif _is_product_bundle(body):
+                bundle_conditions = _conditions(body, BUNDLE_CONDITIONS)
     ca = listed.ca_configmap
     ca_text = (ca.get("data") or {}).get(CA_KEY) if ca else None
     return observed.model_copy(
@@ -181,6 +194,8 @@ def to_observed(listed: Listed) -> Observed:
                 key: [o["metadata"]["name"] for o in items] for key, items in listed.objects.items()
             },
             "gateway_addresses": gateway_addresses,
+            "gateway_conditions": gateway_conditions,
+            "bundle_conditions": bundle_conditions,
             "releases": _releases(listed.release_secrets),
             # Judged by the plan (plan.gateway), so render --observed agrees.
             "bundle_ca_certificate": ca_text if isinstance(ca_text, str) else None,
@@ -217,6 +232,37 @@ def _is_product_gateway(body: dict[str, Any]) -> bool:
     # plan writes is ours (a tenant may label a Gateway of its own).
     metadata = body["metadata"]
     return bool(metadata.get("namespace") == NS and metadata.get("name") == GATEWAY_NAME)
+
+
+def _is_product_bundle(body: dict[str, Any]) -> bool:
+    # A Bundle is cluster-scoped; the product's is named after its CA.
+    return bool(
+        body.get("apiVersion") == BUNDLES.group_version
+        and body.get("kind") == "Bundle"
+        and body["metadata"].get("name") == CLUSTER_CA
+    )
+
+
+def _conditions(body: dict[str, Any], types: frozenset[str]) -> list[ObservedCondition]:
+    """The conditions of ``types`` in ``body``'s status, of the shape the API gives them.
+
+    Strings only, as the target wrote them: the plan cuts them where it shows them.
+    """
+    found = (body.get("status") or {}).get("conditions")
+    out: dict[str, ObservedCondition] = {}
+    for c in found if isinstance(found, list) else []:
+        if not isinstance(c, dict) or c.get("type") not in types or c["type"] in out:
+            continue
+        if not isinstance(c.get("status"), str):
+            continue
+        reason, message = c.get("reason"), c.get("message")
+        out[c["type"]] = ObservedCondition(
+            type=c["type"],
+            status=c["status"],
+            reason=reason[:MAX_REASON] if isinstance(reason, str) else "",
+            message=message[:MAX_CONDITION_MESSAGE] if isinstance(message, str) else "",
+        )
+    return [out[t] for t in sorted(out)]
 
 
 def _addresses(gateway: dict[str, Any]) -> list[str]:

@@ -42,13 +42,13 @@ from modelplane.kube.answers import describe_error
 from modelplane.kube.client import ApiStatusError, Target
 from modelplane.kube.discovery import APIS
 from modelplane.kube.errors import ErrorKind, Fault, KnownError, classify
-from modelplane.observe.facts import observe_cluster
+from modelplane.observe.facts import observe_target
 from modelplane.observe.state import Wanted, observe, read_listed, to_observed, wanted
 from modelplane.operator.options import OperatorOptions
 from modelplane.operator.session import TargetSession
 from modelplane.operator.status import Outcome
-from modelplane.pins import ComponentsMode
 from modelplane.plan import Plan, decisions, plan
+from modelplane.plan.capacity import TargetSummary
 from modelplane.plan.decisions import BlockedReason
 from modelplane.plan.model import ObjectAction, PlannedManifests, PlannedRelease, ReleaseAction
 from modelplane.plan.teardown import DeleteObjects, TeardownStep, UninstallRelease, teardown_steps
@@ -117,13 +117,13 @@ class StackReconciler:
     # their way, and a stale copy would only cost a second, idle apply.
     last_direct: float | None = None
     acted_on_nothing: bool = False
-    # Provided mode's advisory facts, with what they were read for (the
-    # components and the served APIs): read again only with a direct read
-    # of the target, or when either changed. Watching what they come from
-    # (every Deployment, Node, Service and ConfigMap of the cluster) would
-    # hold a copy of much of the cluster per target, for warnings a person
-    # reads; so they are as fresh as the last direct read (--relist).
-    facts: tuple[tuple[str, ...], APIS, ClusterFacts] | None = None
+    # The advisories' facts and the target's summary, with what they were
+    # read for (the components and the served APIs): read again only with a
+    # direct read of the target, or when either changed. Watching what they
+    # come from (every Deployment, Node, Service and ConfigMap of the
+    # cluster) would hold a copy of much of the cluster per target; so they,
+    # and GPUsAvailable, are as fresh as the last direct read (--relist).
+    facts: tuple[tuple[str, ...], APIS, ClusterFacts, TargetSummary | None] | None = None
     # Cloud identity tokens, shared with the stack's target watches and kept
     # across reconciles.
     tokens: TokenCache = field(default_factory=TokenCache)
@@ -204,12 +204,11 @@ class StackReconciler:
                     listed = await read_listed(target.client, want)
                     self.last_direct = self.clock()
                 observed = to_observed(listed)
-                if stack.spec.components is ComponentsMode.PROVIDED:
-                    # The silent failures the spec cannot check: only a
-                    # provided substrate needs them watched, and they cost a
-                    # few LISTs more.
-                    facts = await self._cluster_facts(target, stack, observed.apis, direct)
-                    observed = observed.model_copy(update={"cluster": facts})
+                # The silent failures the spec cannot check, in both modes:
+                # a provided substrate is only reported, a managed one's
+                # failures are the product's own (GPUsAvailable, Ready).
+                facts, summary = await self._cluster_facts(target, stack, observed.apis, direct)
+                observed = observed.model_copy(update={"cluster": facts, "target": summary})
                 current = plan(stack, observed, self.options.sources())
                 if not await self._act(current, target):
                     break
@@ -260,16 +259,19 @@ class StackReconciler:
 
     async def _cluster_facts(
         self, target: Target, stack: ServingStack, apis: APIS, direct: bool
-    ) -> ClusterFacts:
-        """The advisories' facts: read with each direct read, else the last ones if still apt."""
+    ) -> tuple[ClusterFacts, TargetSummary | None]:
+        """The advisories' facts and the target's summary: read with each direct read.
+
+        Else the last ones, if read for the same components and APIs.
+        """
         components = components_for(stack.spec)
         names = tuple(c.name for c in components)
         kept = self.facts
         if not direct and kept is not None and kept[0] == names and kept[1] == apis:
-            return kept[2]
-        facts = await observe_cluster(target.client, components, apis)
-        self.facts = (names, apis, facts)
-        return facts
+            return kept[2], kept[3]
+        facts, summary = await observe_target(target.client, components, apis)
+        self.facts = (names, apis, facts, summary)
+        return facts, summary
 
     def retry_after(self) -> float | None:
         """Seconds until the first failed component is due again; None when none waits.

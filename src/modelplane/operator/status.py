@@ -23,6 +23,10 @@ CA_PUBLISHED = "CACertificatePublished"
 # run; there only when pull Secrets are given. Never stops Ready: the Secret
 # may come later, and the condition clears when it does.
 PULL_SECRETS_PRESENT = "PullSecretsPresent"
+# Whether the target publishes GPUs (plan.capacity.gpus_available): True with
+# the count, False with the failing advisory's reason, Unknown before any GPU
+# node joins. Never stops Ready: a pool that scales from zero is not a fault.
+GPUS_AVAILABLE = "GPUsAvailable"
 # Whether the target's serving certificate is checked on every connection.
 TARGET_VERIFIED = "TargetVerified"
 # Ready's reason when the hub refused the status the operator wrote.
@@ -83,6 +87,10 @@ def desired_status(outcome: Outcome, generation: int | None) -> dict[str, Any]:
         pending = plan.pending
         message = "; ".join(pending) if pending else "waiting for requirements"
         conditions.append(condition(READY, False, "Progressing", message, generation))
+    elif plan is not None and plan.not_serving is not None:
+        # Installed, and still not serving: the plan says why (Managed mode).
+        problem = plan.not_serving
+        conditions.append(condition(READY, False, problem.reason, problem.message, generation))
     elif plan is not None:
         conditions.append(
             condition(READY, True, "Reconciled", "every release and object is in place", generation)
@@ -138,7 +146,20 @@ def desired_status(outcome: Outcome, generation: int | None) -> dict[str, Any]:
         status["gateway"] = gateway or None
         if plan.image_pull_secrets:
             conditions.append(pull_secrets_condition(plan, generation))
+        if plan.gpus is not None:
+            gpus = plan.gpus
+            # Three-valued, unlike the others: Unknown is not a failure here.
+            conditions.append(
+                {
+                    **condition(GPUS_AVAILABLE, False, gpus.reason, gpus.message, generation),
+                    "status": str(gpus.status),
+                }
+            )
         status["imageMirrors"] = _mirrors(plan.image_mirrors) or None
+        # Kept as last read when this round did not read it: a quiet
+        # resync says nothing new of the target, and must not blank it.
+        if plan.target is not None:
+            status["target"] = plan.target.model_dump(by_alias=True)
     status["conditions"] = conditions
     return status
 

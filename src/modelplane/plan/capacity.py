@@ -41,7 +41,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
@@ -51,9 +51,12 @@ from modelplane.catalog.advisories import gpu_nodes
 from modelplane.catalog.components import node_feature_discovery, nvidia_dra_driver
 from modelplane.catalog.components._common import GPUS
 from modelplane.catalog.facts import ObservedNode
-from modelplane.catalog.types import Component, Finding, GpuNodes, RequirementStatus
-from modelplane.plan.model import RequirementResult, Severity
+from modelplane.catalog.types import Component, Finding, GpuNodes, RequirementStatus, Severity
 from modelplane.untrusted import printable
+
+if TYPE_CHECKING:
+    # Annotations only: plan.model holds this module's models in the Plan.
+    from modelplane.plan.model import RequirementResult
 
 # ---- limits: the status fields' own (api.status_limits) ------------------------------
 

@@ -17,8 +17,10 @@ from collections.abc import Sequence
 from cryptography import x509
 from cryptography.hazmat.primitives.serialization import Encoding
 
-from modelplane.api.status_limits import CA_CERTIFICATE, string_limit
-from modelplane.catalog.configuration import CA_KEY, CLUSTER_CA, NS
+from modelplane.api.status_limits import CA_CERTIFICATE, GATEWAY_MESSAGE, string_limit
+from modelplane.catalog.configuration import CA_KEY, CLUSTER_CA, GATEWAY_NAME, NS
+from modelplane.plan.observed import ObservedCondition
+from modelplane.untrusted import printable
 
 # An address as the Gateway API's status carries one (an IP or a hostname,
 # at most 253 characters); anything else is not published.
@@ -76,3 +78,58 @@ def published_ca(text: str) -> tuple[str | None, str | None]:
     if len(published) > MAX_CA_BYTES:
         return None, f"{where} holds {len(published)} bytes of certificates, over {MAX_CA_BYTES}"
     return published or None, None
+
+
+# Ready's reason in Managed mode while the product's Gateway does not serve.
+GATEWAY_NOT_PROGRAMMED = "GatewayNotProgrammed"
+# The Gateway API's conditions a serving Gateway has, in the order a
+# controller sets them: accepted (the config is valid), then programmed (the
+# data plane has it). gateway-api apis/v1/gateway_types.go GatewayConditionType.
+_SERVING = ("Accepted", "Programmed")
+
+
+def not_programmed(conditions: Sequence[ObservedCondition]) -> str | None:
+    """Why the product's Gateway does not serve, from its controller's conditions; None if it does.
+
+    A Gateway with neither condition is not judged: the upstream CRD defaults
+    both to Unknown ("Waiting for controller"), so a Gateway without them is
+    under a CRD that defaults nothing and no controller has written yet, and
+    nothing here can tell a slow controller from none. Once a controller
+    speaks, both must be True; Unknown is not serving yet.
+    """
+    by_type = {c.type: c for c in conditions if c.type in _SERVING}
+    if not by_type:
+        return None
+    for kind in _SERVING:
+        c = by_type.get(kind)
+        if c is not None and c.status == "True":
+            continue
+        said = (
+            f"{kind} is {c.status}" + (f" ({c.reason})" if c.reason else "")
+            if c is not None
+            else f"it has no {kind} condition"
+        )
+        message = f": {c.message}" if c is not None and c.message else ""
+        return printable(
+            f"Gateway {NS}/{GATEWAY_NAME} is not {kind.lower()}: {said}{message}", GATEWAY_MESSAGE
+        )
+    return None
+
+
+BUNDLE_TITLE = f"trust-manager has synced Bundle {CLUSTER_CA}"
+
+
+def bundle_finding(conditions: Sequence[ObservedCondition]) -> tuple[bool, str] | None:
+    """Whether the product's Bundle is synced, and what says so; None if nothing said yet."""
+    synced = next((c for c in conditions if c.type == "Synced"), None)
+    if synced is None:
+        return None
+    if synced.status == "True":
+        return True, f"Bundle {CLUSTER_CA} is Synced"
+    said = f"Synced is {synced.status}" + (f" ({synced.reason})" if synced.reason else "")
+    message = f": {synced.message}" if synced.message else ""
+    return False, printable(
+        f"Bundle {CLUSTER_CA} is not synced, so the gateway's CA does not reach "
+        f"{NS}/{CLUSTER_CA}: {said}{message}",
+        GATEWAY_MESSAGE,
+    )

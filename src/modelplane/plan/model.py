@@ -12,6 +12,7 @@ from modelplane.catalog.configuration import Hold, TeardownWave
 # Requirement results speak the catalog's words; re-exported for callers of the plan.
 from modelplane.catalog.types import RequirementStatus as RequirementStatus
 from modelplane.catalog.types import Severity as Severity
+from modelplane.plan.capacity import GpuAvailability, TargetSummary
 from modelplane.plan.images import ImageUse
 from modelplane.plan.pull_secrets import MissingPullSecret
 
@@ -193,6 +194,11 @@ class GatewayReport(_Frozen):
     ca_problem: str | None = None
 
 
+class NotServing(_Frozen):
+    reason: str
+    message: str
+
+
 class Plan(_Frozen):
     name: str
     namespace: str
@@ -219,6 +225,14 @@ class Plan(_Frozen):
     # seen to lack where a component's pods run (never held back for).
     image_pull_secrets: list[str] = Field(default_factory=list)
     missing_pull_secrets: list[MissingPullSecret] = Field(default_factory=list)
+    # What the cluster offers (status.target) and whether it offers GPUs
+    # (GPUsAvailable); None when the target's facts were not read.
+    target: TargetSummary | None = None
+    gpus: GpuAvailability | None = None
+    # Managed mode: why the installed stack does not serve although nothing
+    # is left to do (the Gateway not programmed); Ready says it. None when it
+    # serves, or in Provided mode, where the same finding is an advisory.
+    not_serving: NotServing | None = None
 
     @property
     def unmet(self) -> list[RequirementResult]:

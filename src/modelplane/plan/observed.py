@@ -19,6 +19,7 @@ from modelplane.catalog.facts import ObservedObject as ObservedObject
 from modelplane.catalog.facts import ObservedQuota as ObservedQuota
 from modelplane.catalog.facts import ObservedService as ObservedService
 from modelplane.catalog.facts import ObservedWorkload as ObservedWorkload
+from modelplane.plan.capacity import TargetSummary
 from modelplane.wire import ApiRef
 
 
@@ -32,6 +33,17 @@ class ObservedRelease(BaseModel):
     revision: int
     status: str  # deployed, failed, pending-install, pending-upgrade, ...
     digest: str | None = None  # the modelplane.ai/digest release label, if we set it
+
+
+class ObservedCondition(BaseModel):
+    """A condition the target's controller wrote on one of the product's objects."""
+
+    model_config = ConfigDict(frozen=True)
+
+    type: str
+    status: str
+    reason: str = ""
+    message: str = ""
 
 
 class Observed(BaseModel):
@@ -57,6 +69,12 @@ class Observed(BaseModel):
     # Helm releases by release name.
     releases: dict[str, ObservedRelease] = Field(default_factory=dict)
     gateway_addresses: list[str] = Field(default_factory=list)
+    # The product Gateway's Accepted and Programmed conditions, as its
+    # controller wrote them; empty when it wrote none (or there is no
+    # Gateway). Judged by the plan (plan.gateway.not_programmed).
+    gateway_conditions: list[ObservedCondition] = Field(default_factory=list)
+    # The product Bundle's Synced condition, likewise (trust-manager's).
+    bundle_conditions: list[ObservedCondition] = Field(default_factory=list)
     # data["ca.crt"] of the ConfigMap trust-manager writes for the Bundle, as
     # the target holds it: the plan decides what of it is published
     # (``plan.gateway.published_ca``).
@@ -68,6 +86,9 @@ class Observed(BaseModel):
     # Facts for the advisory checks; None when they were not gathered (the
     # advisory checks are then left out of the plan).
     cluster: ClusterFacts | None = None
+    # What the cluster offers (``status.target``), read with the facts; None
+    # when it was not read.
+    target: TargetSummary | None = None
 
     def serves(self, api: ApiRef) -> bool:
         return api.served_in(self.apis)

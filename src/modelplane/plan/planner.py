@@ -22,12 +22,21 @@ from modelplane.catalog.configuration import (
 from modelplane.catalog.types import Component, CRDServes, ObjectExists, Requirement
 from modelplane.pins import ComponentsMode
 from modelplane.plan import pull_secrets
+from modelplane.plan.capacity import GpuAvailability, gpu_findings, gpus_available
 from modelplane.plan.drift import drifted_fields
-from modelplane.plan.gateway import published_address, published_ca
+from modelplane.plan.gateway import (
+    BUNDLE_TITLE,
+    GATEWAY_NOT_PROGRAMMED,
+    bundle_finding,
+    not_programmed,
+    published_address,
+    published_ca,
+)
 from modelplane.plan.images import MirrorRule, image_values, merge, product_images
 from modelplane.plan.model import (
     ComponentPlan,
     GatewayReport,
+    NotServing,
     ObjectAction,
     Plan,
     PlannedManifests,
@@ -156,6 +165,12 @@ def plan(
         )
         for c in components
     ]
+    advisories = (
+        _advisories(components, spec, observed)
+        + _mirror_advisories(components, managed, observed, sources)
+        + _served_advisories(managed, observed)
+    )
+    gateway_problem = not_programmed(observed.gateway_conditions)
     bundle = observed.bundle_ca_certificate if spec.gateway.hostname else None
     ca_certificate, ca_problem = published_ca(bundle) if bundle else (None, None)
     return Plan(
@@ -167,9 +182,7 @@ def plan(
         releases=releases,
         manifests=manifests,
         objects=objects,
-        requirements=requirements
-        + _advisories(components, spec, observed)
-        + _mirror_advisories(components, managed, observed, sources),
+        requirements=requirements + advisories,
         notes=_notes(stack) + [w.message for w in version_warnings],
         gateway=GatewayReport(
             address=published_address(observed.gateway_addresses),
@@ -183,7 +196,60 @@ def plan(
         images=[use for release in releases for use in release.images] + product_uses,
         image_pull_secrets=list(sources.image_pull_secrets),
         missing_pull_secrets=missing,
+        target=observed.target,
+        gpus=_gpus(components, advisories, observed),
+        # Provided mode reports it as an advisory instead (_served_advisories).
+        not_serving=(
+            NotServing(reason=GATEWAY_NOT_PROGRAMMED, message=gateway_problem)
+            if managed and gateway_problem is not None
+            else None
+        ),
     )
+
+
+def _gpus(
+    components: list[Component], advisories: list[RequirementResult], observed: Observed
+) -> GpuAvailability | None:
+    """GPUsAvailable, in both modes, from the GPU advisories and the target's summary."""
+    if observed.cluster is None:
+        return None
+    return gpus_available(gpu_findings(advisories, components), observed.target)
+
+
+GATEWAY_TITLE = "the Gateway is accepted and programmed"
+
+
+def _served_advisories(managed: bool, observed: Observed) -> list[RequirementResult]:
+    """What the controllers said of the product's Gateway and Bundle, as advisories.
+
+    The Bundle's in both modes; the Gateway's in Provided mode only, where a
+    provided controller is observed and reported: in Managed mode the
+    product installed the controller, and Ready says it (``not_serving``).
+    """
+    out: list[RequirementResult] = []
+    problem = not_programmed(observed.gateway_conditions)
+    if not managed and observed.gateway_conditions:
+        out.append(
+            RequirementResult(
+                component=CONFIGURATION,
+                requirement=GATEWAY_TITLE,
+                status=RequirementStatus.WARNING if problem else RequirementStatus.MET,
+                message=printable(problem or "the Gateway is accepted and programmed", MAX_MESSAGE),
+                severity=Severity.ADVISORY,
+            )
+        )
+    synced = bundle_finding(observed.bundle_conditions)
+    if synced is not None:
+        out.append(
+            RequirementResult(
+                component=CONFIGURATION,
+                requirement=BUNDLE_TITLE,
+                status=RequirementStatus.MET if synced[0] else RequirementStatus.WARNING,
+                message=printable(synced[1], MAX_MESSAGE),
+                severity=Severity.ADVISORY,
+            )
+        )
+    return out
 
 
 def _missing_pull_secrets(
