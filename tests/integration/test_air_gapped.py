@@ -6,7 +6,7 @@ defaults, and build each reference as the real chart's template does; they
 are written from shared/docs/images.md, not from the catalog's image data. So
 what the operator installs with ``--image-registry-mirror`` shows, pod spec by
 pod spec, whether the catalog names every place the real charts take an image
-and a pull secret.
+and a pull secret; ``render`` with the same flags must list what runs.
 
 Pods pull either with the pod's own imagePullSecrets or with their
 ServiceAccount's: trust-manager's chart puts its pull secrets only on the
@@ -20,12 +20,15 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
+import subprocess
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from lightkube import Client
 from lightkube.core.exceptions import ApiError
 from lightkube.generic_resource import create_namespaced_resource
@@ -33,7 +36,7 @@ from lightkube.resources.apps_v1 import DaemonSet, Deployment, ReplicaSet, State
 from lightkube.resources.batch_v1 import Job
 from lightkube.resources.core_v1 import Namespace, Pod, Secret, ServiceAccount
 from lightkube.types import CascadeType
-from tests.integration.hubs import SS, Harness
+from tests.integration.hubs import SS, Harness, stack_body
 from tests.integration.substrate import (
     RUNTIME_IMAGE_ENV,
     RUNTIME_IMAGE_FLAGS,
@@ -316,6 +319,53 @@ def envoy_proxies(target: Client) -> list[dict[str, Any]]:
     return [p.to_dict() for p in target.list(ENVOY_PROXY, namespace=NS)]
 
 
+def rendered_images(
+    tmp_path: Path, stack: Stack, rules: tuple[str, ...]
+) -> tuple[set[str], set[str]]:
+    """What ``render`` says the stack pulls with the same flags, offline.
+
+    Every image it lists (after the rules), and those it says a release
+    always runs or runs as a hook, with the product's own workloads' images.
+    """
+    manifest = tmp_path / "stack.yaml"
+    manifest.write_text(yaml.safe_dump(stack_body("render", spec={"stack": stack.value})))
+    mirror = [arg for rule in rules for arg in ("--image-registry-mirror", rule)]
+    proc = subprocess.run(
+        [
+            sys.executable, "-m", "modelplane.cli.main", "render", "-f", str(manifest),
+            "-o", "json", *mirror, "--image-pull-secret", PULL_SECRET,
+        ],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    rendered = json.loads(proc.stdout)
+    listed: set[str] = set()
+    running: set[str] = set()
+    for release in rendered["releases"]:
+        for use in release["images"]:
+            image = use["mirrored"] or use["image"]
+            listed.add(image)
+            if use["runs"] in ("always", "hook"):
+                running.add(image)
+    for obj in rendered["objects"]:
+        if obj["kind"] in ("Deployment", "DaemonSet", "StatefulSet", "Job"):
+            pod = obj["spec"]["template"]["spec"]
+            for c in [*(pod.get("initContainers") or []), *pod["containers"]]:
+                listed.add(c["image"])
+                running.add(c["image"])
+    return listed, running
+
+
+def assert_render_agrees(specs: list[PodSpec], listed: set[str], running: set[str]) -> None:
+    """The target runs what render lists, and all render says always runs."""
+    on_target = {image for s in specs for image in s.images()}
+    flagged = {
+        v for s in specs for values in flag_values(s, RUNTIME_IMAGE_FLAGS).values() for v in values
+    }
+    assert sorted((on_target | flagged) - listed) == []
+    assert sorted(running - on_target) == []
+
+
 # ---- the tests -----------------------------------------------------------------
 
 
@@ -397,6 +447,9 @@ def test_every_pod_spec_pulls_from_the_mirror_with_the_pull_secret(
             secrets = (deployment.get("pod") or {}).get("imagePullSecrets") or []
             assert {"name": PULL_SECRET} in secrets, proxy["spec"]
 
+        # render, with the same flags, shows the same images.
+        assert_render_agrees(specs, *rendered_images(tmp_path, stack, (f"*={MIRROR}",)))
+
 
 # Images the Standard stack runs from other registries than quay.io, at
 # their chart defaults (images.md): a quay.io rule must leave them as they are.
@@ -468,3 +521,5 @@ def test_a_per_registry_rule_moves_that_registry_only(
             deployment = proxy["spec"]["provider"]["kubernetes"].get("envoyDeployment") or {}
             image = str((deployment.get("container") or {}).get("image", ""))
             assert not image.startswith(f"{MIRROR}/"), proxy["spec"]
+
+        assert_render_agrees(specs, *rendered_images(tmp_path, Stack.STANDARD, (rule,)))
