@@ -680,11 +680,44 @@ _EG_HELPERS = """{{- define "eg.image" -}}
 {{- with $own.repository -}}
 {{- $image = printf "%s:%s" . ($own.tag | default $.Chart.AppVersion) -}}
 {{- end -}}
-{{- if .Values.global.imageRegistry -}}
+{{- include "eg.registry" (list $ $image) -}}
+{{- end -}}
+{{- define "eg.registry" -}}
+{{- $root := index . 0 -}}
+{{- $image := index . 1 -}}
+{{- if $root.Values.global.imageRegistry -}}
 {{- $path := rest (splitList "/" $image) | join "/" -}}
-{{- $image = printf "%s/%s" .Values.global.imageRegistry $path -}}
+{{- $image = printf "%s/%s" $root.Values.global.imageRegistry $path -}}
 {{- end -}}
 {{- $image -}}
+{{- end -}}
+{{- define "eg.secretsFor" -}}
+{{- $root := index . 0 -}}
+{{- $own := index . 1 -}}
+{{- $root.Values.global.imagePullSecrets | default $own | default list | toJson -}}
+{{- end -}}
+{{- define "eg.config" -}}
+{{- $k8s := dict "shutdownManager" (dict "image" (include "eg.image" .)) -}}
+{{- $rl := .Values.global.images.ratelimit -}}
+{{- $rlImage := include "eg.registry" (list $ $rl.image) -}}
+{{- $rlSecrets := include "eg.secretsFor" (list $ $rl.pullSecrets) | fromJsonArray -}}
+{{- $rlPod := dict "imagePullSecrets" $rlSecrets -}}
+{{- $rlDeployment := dict "container" (dict "image" $rlImage) "pod" $rlPod -}}
+{{- $_ := set $k8s "rateLimitDeployment" $rlDeployment -}}
+{{- $base := dict "apiVersion" "gateway.envoyproxy.io/v1alpha1" "kind" "EnvoyGateway" -}}
+{{- $gateway := dict "controllerName" "gateway.envoyproxy.io/gatewayclass-controller" -}}
+{{- $_ = set $base "gateway" $gateway -}}
+{{- $_ = set $base "logging" (dict "level" (dict "default" "info")) -}}
+{{- $_ = set $base "provider" (dict "type" "Kubernetes" "kubernetes" $k8s) -}}
+{{- $proxy := .Values.global.images.envoyProxy -}}
+{{- with $proxy.image -}}
+{{- $secrets := include "eg.secretsFor" (list $ $proxy.pullSecrets) | fromJsonArray -}}
+{{- $container := dict "image" (include "eg.registry" (list $ .)) -}}
+{{- $deployment := dict "container" $container "pod" (dict "imagePullSecrets" $secrets) -}}
+{{- $provider := dict "type" "Kubernetes" "kubernetes" (dict "envoyDeployment" $deployment) -}}
+{{- $_ = set $base "envoyProxy" (dict "provider" $provider) -}}
+{{- end -}}
+{{- toYaml (merge (deepCopy (.Values.config.envoyGateway | default dict)) $base) -}}
 {{- end -}}
 {{- define "eg.pullSecrets" -}}
 {{- if .Values.global.imagePullSecrets -}}
@@ -717,6 +750,7 @@ ENVOY_GATEWAY = StandIn(
                 "envoyProxy": {"image": "", "pullPolicy": "", "pullSecrets": []},
             },
         },
+        "config": {"envoyGateway": {}},
         "deployment": {
             "envoyGateway": {
                 "image": {"repository": "", "tag": ""},
@@ -726,6 +760,17 @@ ENVOY_GATEWAY = StandIn(
         },
     },
     helpers=_EG_HELPERS,
+    # The EnvoyGateway configuration: its shutdown-manager and rate-limit
+    # images are those of the proxy pods and the rate-limit Deployment the
+    # controller starts; config.envoyGateway is merged over the chart's own.
+    extra="""---
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: envoy-gateway-config
+data:
+  envoy-gateway.yaml: {{ include "eg.config" . | quote }}
+""",
     workloads=(
         # Named as the fixtures always named it (tests look it up so).
         PodWorkload(

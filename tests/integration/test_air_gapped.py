@@ -34,7 +34,7 @@ from lightkube.core.exceptions import ApiError
 from lightkube.generic_resource import create_namespaced_resource
 from lightkube.resources.apps_v1 import DaemonSet, Deployment, ReplicaSet, StatefulSet
 from lightkube.resources.batch_v1 import Job
-from lightkube.resources.core_v1 import Namespace, Pod, Secret, ServiceAccount
+from lightkube.resources.core_v1 import ConfigMap, Namespace, Pod, Secret, ServiceAccount
 from lightkube.types import CascadeType
 from tests.integration.hubs import SS, Harness, stack_body
 from tests.integration.substrate import (
@@ -315,6 +315,14 @@ def clean_up_hooks(target: Client, namespaces: set[str]) -> None:
     )
 
 
+def envoy_gateway_config(target: Client) -> dict[str, Any]:
+    """The EnvoyGateway configuration the gateway-helm release rendered."""
+    cm = target.get(ConfigMap, "envoy-gateway-config", namespace=catalog.ENVOY_GATEWAY_NAMESPACE)
+    config = yaml.safe_load((cm.data or {})["envoy-gateway.yaml"])
+    assert isinstance(config, dict)
+    return config
+
+
 def envoy_proxies(target: Client) -> list[dict[str, Any]]:
     return [p.to_dict() for p in target.list(ENVOY_PROXY, namespace=NS)]
 
@@ -446,6 +454,14 @@ def test_every_pod_spec_pulls_from_the_mirror_with_the_pull_secret(
             assert image.startswith(f"{MIRROR}/envoyproxy/envoy:"), proxy["spec"]
             secrets = (deployment.get("pod") or {}).get("imagePullSecrets") or []
             assert {"name": PULL_SECRET} in secrets, proxy["spec"]
+
+        # The images Envoy Gateway gives the pods it starts: the shutdown
+        # manager in each proxy pod, and the rate-limit Deployment.
+        provider = envoy_gateway_config(h.target)["provider"]["kubernetes"]
+        assert provider["shutdownManager"]["image"].startswith(f"{MIRROR}/"), provider
+        rate_limit = provider["rateLimitDeployment"]
+        assert rate_limit["container"]["image"].startswith(f"{MIRROR}/"), provider
+        assert {"name": PULL_SECRET} in rate_limit["pod"]["imagePullSecrets"], provider
 
         # render, with the same flags, shows the same images.
         assert_render_agrees(specs, *rendered_images(tmp_path, stack, (f"*={MIRROR}",)))
