@@ -248,13 +248,17 @@ def installed(
 ) -> Iterator[tuple[Harness, list[PodSpec]]]:
     """A Managed ``stack`` installed with the mirror ``rules`` and ``regcred``, Ready.
 
-    Yields every pod spec on the target once the workloads run; the stack is
+    Yields every pod spec on the target once the workloads run, but for
+    namespaces that ran something of another test's before; the stack is
     deleted afterwards, so the next install on the session's target starts clean.
     """
     h = Harness(hub, hub_env, target_env, substrate, tmp_path, name)
     namespaces = stack_namespaces(stack)
     ok = False
     try:
+        # The session's target may hold other tests' workloads: their
+        # namespaces are not this install's to answer for.
+        foreign = {s.namespace for s in pod_specs(h.target)} - namespaces
         put_pull_secret(h.target, namespaces)
         h.put_secret({"kubeconfig": h.kubeconfig_text()})
         h.create({"stack": stack.value})
@@ -274,7 +278,7 @@ def installed(
             deadline=300,
             detail=lambda: ", ".join(_not_ready(h.target, namespaces)),
         )
-        yield h, pod_specs(h.target)
+        yield h, [s for s in pod_specs(h.target) if s.namespace not in foreign]
         ok = True
     finally:
         with contextlib.suppress(ApiError):
