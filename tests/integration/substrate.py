@@ -1094,7 +1094,7 @@ def component_workloads(component: Component) -> list[tuple[str, str]]:
     return list(dict.fromkeys(out))
 
 
-def _stand_in(component: Component) -> StandIn | None:
+def stand_in_for(component: Component) -> StandIn | None:
     """The component's stand-in; one whose advisories look for workloads must have one."""
     assert component.chart is not None
     standin = STAND_INS.get(component.chart.chart)
@@ -1151,7 +1151,7 @@ def serve_substrate(helm: Any, workdir: Path, *, workloads: bool = False) -> Ite
                     sources,
                     component.chart.chart,
                     version,
-                    _stand_in(component) if workloads else None,
+                    stand_in_for(component) if workloads else None,
                 )
                 helm.run("package", str(chart), "--destination", str(served / "charts"))
     with serve_directory(served) as url:

@@ -20,6 +20,8 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
+import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -41,15 +43,20 @@ from tests.integration.substrate import (
     RUNTIME_IMAGE_ENV,
     RUNTIME_IMAGE_FLAGS,
     RUNTIME_PULL_SECRET_FLAGS,
+    Helm,
     Substrate,
     serve_substrate,
+    stand_in_for,
+    write_chart,
 )
 from tests.testenv import TestEnv
 from tests.waiting import wait_for
 
+from modelplane.api.models import ServingStack
 from modelplane.catalog import components as catalog
 from modelplane.catalog.configuration import MODELEXPRESS_NAME, MODELEXPRESS_NAMESPACE, NS
 from modelplane.pins import Stack
+from modelplane.plan import plan
 
 MIRROR = "mirror.internal"
 PULL_SECRET = "regcred"
@@ -543,3 +550,80 @@ def test_a_per_registry_rule_moves_that_registry_only(
             assert not image.startswith(f"{MIRROR}/"), proxy["spec"]
 
         assert_render_agrees(specs, *rendered_images(tmp_path, Stack.STANDARD, (rule,)))
+
+
+# ---- the stand-ins against images.md -------------------------------------------
+
+REPO = Path(__file__).resolve().parents[2]
+LIST_HEADING = "## Consolidated default image list"
+# On images.md's list, but in no pod spec of a stand-in, and why.
+NOT_IN_A_POD_SPEC = {
+    # Started by Envoy Gateway from the EnvoyProxy / its configuration:
+    # checked there by the air-gapped case.
+    "docker.io/envoyproxy/envoy:distroless-v1.38.3",
+    "docker.io/envoyproxy/ratelimit:1e50889b",
+    # Off with the product's values (alertmanager, grafana, trust-manager's
+    # default package).
+    "quay.io/prometheus/alertmanager:v0.32.0",
+    "docker.io/grafana/grafana:13.0.1",
+    "quay.io/kiwigrid/k8s-sidecar:2.7.1",
+    "quay.io/jetstack/trust-pkg-debian-trixie:20250419.1",
+    # Started later: KAI's binder for GPU sharing, cert-manager's solver for
+    # an ACME challenge (its image is in a flag, checked as one).
+    "ghcr.io/kai-scheduler/kai-scheduler/resourcereservation:v0.16.8",
+    # Grove's env entry holds the repository; the tag is the operator's own.
+    "ghcr.io/ai-dynamo/grove/grove-initc:v0.1.0-alpha.12-rc2",
+    # The product's own Deployment, not a chart's.
+    "nvcr.io/nvidia/ai-dynamo/modelexpress-server:0.4.1",
+}
+# In a stand-in's pod spec, but on images.md's optional list: the Prometheus
+# Operator's flag for Thanos sidecars, which the product does not configure.
+OPTIONAL_BUT_NAMED = {"quay.io/thanos/thanos:v0.41.0"}
+
+
+def documented_images() -> set[str]:
+    """images.md's consolidated default list, read where it lies (beside the repository)."""
+    env = os.environ.get("MODELPLANE_SHARED_DOCS")
+    path = (Path(env) if env else REPO.parent / "shared" / "docs") / "images.md"
+    if not path.exists():
+        pytest.skip(f"no shared image list at {path} (set MODELPLANE_SHARED_DOCS)")
+    _, found, rest = path.read_text().partition(LIST_HEADING)
+    assert found, f"{path} has no {LIST_HEADING!r} section"
+    fenced = re.search(r"^```[^\n]*\n(.*?)^```", rest, re.S | re.M)
+    assert fenced, f"{path}'s image list is not fenced"
+    lines = (line.split("#", 1)[0].strip() for line in fenced.group(1).splitlines())
+    return {line for line in lines if line}
+
+
+def standin_images(helm: Helm, root: Path, stack: Stack) -> set[str]:
+    """Every image in the stand-ins' pod specs (and image flags) with the product's values."""
+    body = stack_body("render", spec={"stack": stack.value})
+    releases = plan(ServingStack.model_validate(body)).releases
+    out: set[str] = set()
+    for release in releases:
+        component = catalog.BY_NAME[release.component]
+        chart = write_chart(
+            root / stack.value, release.chart, release.version, stand_in_for(component)
+        )
+        values = root / f"{stack.value}-{release.chart}.yaml"
+        values.write_text(yaml.safe_dump(release.values))
+        rendered = helm.run("template", release.name, str(chart), "--values", str(values))
+        for doc in yaml.safe_load_all(rendered.stdout):
+            template = (doc or {}).get("spec", {}).get("template")
+            if not template:
+                continue
+            spec = PodSpec(doc["kind"], "", doc["metadata"]["name"], "", template["spec"])
+            out |= set(spec.images())
+            out |= {v for vs in flag_values(spec, RUNTIME_IMAGE_FLAGS).values() for v in vs}
+    return out
+
+
+def test_the_stand_ins_run_images_md_defaults_with_the_product_values(
+    helm: Helm, tmp_path: Path
+) -> None:
+    listed = documented_images()
+    run = standin_images(helm, tmp_path, Stack.STANDARD) | standin_images(
+        helm, tmp_path, Stack.DYNAMO
+    )
+    assert sorted(run - listed) == sorted(OPTIONAL_BUT_NAMED)
+    assert sorted(listed - run) == sorted(NOT_IN_A_POD_SPEC)
