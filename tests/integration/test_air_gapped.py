@@ -530,6 +530,24 @@ def test_a_per_registry_rule_moves_that_registry_only(
         assert wrongly_moved == []
         # Everything else is exactly as its chart has it.
         assert {i for i in images if not i.startswith(f"{MIRROR}/")} == UNTOUCHED
+        # The pull Secret is the mirror's: a component none of whose images
+        # moved (NFD, lws, the DRA driver: one namespace each) is not given
+        # it. Charts take pull Secrets whole, so a component that moves one
+        # image (kube-prometheus-stack) gives them to all its pods.
+        moved_in = {
+            s.namespace for s in specs if any(i.startswith(f"{MIRROR}/") for i in s.images())
+        }
+        unmoved = {s.namespace for s in specs} - moved_in
+        assert unmoved >= {
+            catalog.BY_NAME["node-feature-discovery"].namespace,
+            catalog.BY_NAME["leader-worker-set"].namespace,
+        }, sorted(unmoved)
+        unmoved_with_secret = sorted(
+            str(s)
+            for s in specs
+            if s.namespace in unmoved and PULL_SECRET in pull_secrets(h.target, s)[0]
+        )
+        assert unmoved_with_secret == []
         flags = {
             f"{flag}={v}"
             for s in specs
