@@ -45,7 +45,7 @@ from modelplane.kube.errors import ErrorKind, Fault, KnownError, classify
 from modelplane.observe.facts import observe_cluster
 from modelplane.observe.state import Wanted, observe, read_listed, to_observed, wanted
 from modelplane.operator.options import OperatorOptions
-from modelplane.operator.session import TargetSession
+from modelplane.operator.session import CredentialSource, TargetSession
 from modelplane.operator.status import Outcome
 from modelplane.pins import ComponentsMode
 from modelplane.plan import Plan, decisions, plan
@@ -88,7 +88,8 @@ class InvalidSpecError(KnownError):
 
 @dataclass
 class StackReconciler:
-    hub: AsyncClient
+    # None for a run without a hub (``modelplane apply``), which gives ``credentials``.
+    hub: AsyncClient | None
     helm: Helm
     options: OperatorOptions
     emit: Emit
@@ -135,11 +136,24 @@ class StackReconciler:
     label: str = ""
     # Whether the last reconcile was blocked or failed.
     went_wrong: bool = True
+    # Without a hub: where the target's credentials come from, and who
+    # claims it (``claim.LocalRun``); None for the stack's own Secrets and
+    # the stack itself.
+    credentials: CredentialSource | None = None
+    claimant: claim.Claimant | None = None
+    # Called with each round's plan before it is carried out: what a
+    # progress view shows as being done now. Never changes what is done.
+    on_plan: Callable[[Plan], None] | None = None
     session: TargetSession = field(init=False)
 
     def __post_init__(self) -> None:
         self.session = TargetSession(
-            self.hub, self.options, self.tokens, wake=self.wake, label=self.label
+            self.hub,
+            self.options,
+            self.tokens,
+            wake=self.wake,
+            label=self.label,
+            source=self.credentials,
         )
 
     # -- reconcile -----------------------------------------------------------
@@ -181,7 +195,7 @@ class StackReconciler:
             self._report_connection(target)
             # Nothing is written to a target another ServingStack holds.
             blocked = await claim.before_reconcile(
-                target.client, stack, self.emit, body.get("status")
+                target.client, stack, self.emit, body.get("status"), self.claimant
             )
             if blocked is not None:
                 return Outcome(
@@ -211,6 +225,8 @@ class StackReconciler:
                     facts = await self._cluster_facts(target, stack, observed.apis, direct)
                     observed = observed.model_copy(update={"cluster": facts})
                 current = plan(stack, observed, self.options.sources())
+                if self.on_plan is not None:
+                    self.on_plan(current)
                 if not await self._act(current, target):
                     break
                 # What this round wrote is not in the watch copy yet.
@@ -438,15 +454,18 @@ class StackReconciler:
             raise InvalidSpecError(_first_error(err)) from err
         target = await self.session.open(await self.session.read(stack))
         try:
-            if not await claim.before_teardown(target.client, stack, self.emit):
+            if not await claim.before_teardown(target.client, stack, self.emit, self.claimant):
                 return None  # another stack's target: this one installed nothing there
 
             observed = await observe(target.client, stack.spec)
-            steps = teardown_steps(plan(stack, observed, self.options.sources()), observed)
+            current = plan(stack, observed, self.options.sources())
+            if self.on_plan is not None:
+                self.on_plan(current)
+            steps = teardown_steps(current, observed)
             give_up = waited_seconds > self.options.teardown_wait_seconds
             waiting = await self._carry_out(steps, target, give_up)
             if waiting is None:
-                await claim.after_teardown(target.client, stack, self.emit)
+                await claim.after_teardown(target.client, stack, self.emit, self.claimant)
         finally:
             await target.close()
         return waiting
