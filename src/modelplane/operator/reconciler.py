@@ -27,6 +27,7 @@ from modelplane.actions import claim
 from modelplane.actions.apply import (
     WebhookNotReady,
     apply_object,
+    create_namespace,
     delete_object,
     fetch_manifests,
     vet_manifests,
@@ -374,10 +375,17 @@ class StackReconciler:
         # Minted (or taken from the cache) per release: helm gets a token
         # fresh enough for its run, never the identity's key.
         kubeconfig = await target.helm_kubeconfig()
+
+        async def carry_out() -> None:
+            if release.action in (ReleaseAction.INSTALL, ReleaseAction.REINSTALL):
+                # Made here rather than by helm's --create-namespace, labelled
+                # as ours, so that teardown removes the namespace with the
+                # release; one that is there already is the owner's and stays.
+                await create_namespace(target.client, release.namespace)
+            await self.helm.apply(release, kubeconfig)
+
         ok = await self._guard(
-            release.component,
-            self.helm.apply(release, kubeconfig),
-            what=f"{verb.lower()} of release {release.name}",
+            release.component, carry_out(), what=f"{verb.lower()} of release {release.name}"
         )
         if ok:
             self.emit(
