@@ -249,6 +249,10 @@ def test_delete_leaves_the_target_as_it_was(cli: Cli, target: Client, before: Sn
     reasons = [r["event"]["reason"] for r in records if "event" in r]
     # The claim is released last.
     assert reasons[-1] == "ClaimReleased", reasons
+    # The view ends with every component removed.
+    final = {r["component"]: r["state"] for r in records if "component" in r}
+    assert set(final.values()) == {"removed"}, final
+    assert {"cert-manager", "gaie-crds", "configuration"} <= set(final)
     assert reasons.count("Uninstalled") == installed
     assert set(cli.releases()) == before.releases
     assert _claim(target) is None

@@ -20,7 +20,7 @@ import enum
 import re
 import sys
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
@@ -45,7 +45,14 @@ from modelplane.cli.options import (
     NebiusTokenEndpoint,
     component_urls,
 )
-from modelplane.cli.progress import Progress, lines_of, progress_for, teardown_lines
+from modelplane.cli.progress import (
+    Line,
+    Phase,
+    Progress,
+    lines_of,
+    progress_for,
+    teardown_lines,
+)
 from modelplane.credentials.connect import Credentials, Identity
 from modelplane.kube.address import deny_list
 from modelplane.kube.answers import describe_error
@@ -54,7 +61,7 @@ from modelplane.operator.options import OperatorOptions
 from modelplane.operator.reconciler import StackReconciler
 from modelplane.operator.status import READY, Outcome, desired_status
 from modelplane.pins import ComponentsMode
-from modelplane.plan import decisions
+from modelplane.plan import Plan, decisions
 from modelplane.plan.decisions import BlockedReason
 from modelplane.untrusted import UntrustedInputError, printable
 from modelplane.untrusted import load_yaml as load_untrusted_yaml
@@ -476,9 +483,13 @@ async def _delete(run: Run, helm: TargetHelm, progress: Progress) -> Verdict:
             skipped.append(message)
         progress.event(type_, reason, message)
 
-    reconciler = _reconciler(
-        run, helm, progress, on_plan=lambda p: progress.lines(teardown_lines(p))
-    )
+    shown: list[Line] = []
+
+    def show(p: Plan) -> None:
+        shown[:] = teardown_lines(p)
+        progress.lines(shown)
+
+    reconciler = _reconciler(run, helm, progress, on_plan=show)
     reconciler.emit = emit
     loop = asyncio.get_running_loop()
     start = loop.time()
@@ -488,6 +499,13 @@ async def _delete(run: Run, helm: TargetHelm, progress: Progress) -> Verdict:
             # Another owner's target: nothing of it was ours to delete.
             return Verdict(False, skipped[0])
         if waiting is None:
+            # Every step of the pass was carried out: what it showed as
+            # still there is gone now (or on its way, as a namespace).
+            progress.lines(
+                replace(line, phase=Phase.REMOVED, detail="")
+                for line in shown
+                if line.phase is Phase.REMOVING
+            )
             return Verdict(True, "teardown finished and the claim on the target is released")
         progress.note(waiting)
         await asyncio.sleep(TEARDOWN_POLL_SECONDS)
