@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import io
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -248,3 +249,30 @@ def test_bad_input_exits_2_naming_it(
     result = CliRunner().invoke(app, [verb, *base, *given])
     assert result.exit_code == 2, result.output
     assert named in result.output + (result.stderr or "")
+
+
+class _Helm:
+    """Stands in for TargetHelm: only whether its runs were killed is looked at."""
+
+    def __init__(self) -> None:
+        self.killed = 0
+
+    def kill_running(self) -> None:
+        self.killed += 1
+
+
+def test_at_the_timeout_the_run_stops_says_what_it_waited_for_and_kills_helm() -> None:
+    from modelplane.cli.apply import _run
+    from modelplane.cli.progress import LineProgress
+
+    progress = LineProgress(out=io.StringIO())
+
+    async def forever() -> Any:
+        progress.note("Progressing: release mp-lws: install")
+        await asyncio.Event().wait()
+
+    helm = _Helm()
+    verdict = _run(forever(), helm, progress, 0.2, "apply")  # type: ignore[arg-type]
+    assert not verdict.done
+    assert verdict.message == ("apply timed out after 0.2s; Progressing: release mp-lws: install")
+    assert helm.killed == 1
