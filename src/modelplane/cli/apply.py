@@ -289,6 +289,12 @@ class Verdict:
     message: str
 
 
+def ready(outcome: Outcome) -> tuple[bool, str]:
+    """The operator's Ready for this outcome: whether it holds, and its reason and message."""
+    condition = next(c for c in desired_status(outcome, None)["conditions"] if c["type"] == READY)
+    return condition["status"] == "True", f"{condition['reason']}: {condition['message']}"
+
+
 def judge(outcome: Outcome, *, wait: bool, acted_on_nothing: bool) -> Verdict | None:
     """Ready, or why the run stops now; None to go on.
 
@@ -297,9 +303,8 @@ def judge(outcome: Outcome, *, wait: bool, acted_on_nothing: bool) -> Verdict | 
     waits for something else (a failed action, a controller on the
     target); with it, only a reason no wait can change stops it early.
     """
-    ready = next(c for c in desired_status(outcome, None)["conditions"] if c["type"] == READY)
-    message = f"{ready['reason']}: {ready['message']}"
-    if ready["status"] == "True":
+    ok, message = ready(outcome)
+    if ok:
         return Verdict(True, message)
     blocked = outcome.blocked_reason
     if blocked in FINAL:
@@ -319,7 +324,7 @@ async def _apply(run: Run, helm: TargetHelm, progress: Progress, wait: bool) -> 
     wake = asyncio.Event()
     reconciler = _reconciler(run, helm, progress, wake=wake.set)
 
-    def show(p: Any) -> None:
+    def show(p: Plan) -> None:
         progress.lines(lines_of(p, reconciler.failures, reconciler.waiting_on_webhook))
 
     reconciler.on_plan = show
@@ -333,10 +338,7 @@ async def _apply(run: Run, helm: TargetHelm, progress: Progress, wait: bool) -> 
             verdict = judge(outcome, wait=wait, acted_on_nothing=reconciler.acted_on_nothing)
             if verdict is not None:
                 return verdict
-            ready = next(
-                c for c in desired_status(outcome, None)["conditions"] if c["type"] == READY
-            )
-            progress.note(f"{ready['reason']}: {ready['message']}")
+            progress.note(ready(outcome)[1])
             streak = streak + 1 if outcome.blocked_reason or outcome.failures else 0
             if not reconciler.acted_on_nothing and outcome.blocked_reason is None:
                 # It acted: what it did may let more go at once.
