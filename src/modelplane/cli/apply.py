@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
+import logging
 import re
 import sys
 import tempfile
@@ -57,6 +58,7 @@ from modelplane.credentials.connect import Credentials, Identity
 from modelplane.kube.address import deny_list
 from modelplane.kube.answers import describe_error
 from modelplane.kube.errors import ErrorKind, classify
+from modelplane.operator import logs
 from modelplane.operator.options import OperatorOptions
 from modelplane.operator.reconciler import StackReconciler
 from modelplane.operator.status import READY, Outcome, desired_status
@@ -416,6 +418,18 @@ IdentityFileFlag = Annotated[
     Path | None,
     typer.Option("--identity-file", help="The identity's credential, as its Secret would hold it."),
 ]
+VerboseFlag = Annotated[
+    bool, typer.Option("--verbose", "-v", help="Also log what the reconciler does, to stderr.")
+]
+
+
+def _logging(verbose: bool) -> None:
+    """The operator's log on stderr with -v; otherwise its errors only: the view says the rest."""
+    logs.configure(verbose)
+    if not verbose:
+        logging.getLogger().setLevel(logging.ERROR)
+
+
 TimeoutFlag = Annotated[
     str,
     typer.Option("--timeout", help="Give up after this long (90s, 10m, 1h30m)."),
@@ -447,11 +461,13 @@ def apply(
     aws_sts_endpoint: AwsStsEndpoint = None,
     aws_region: AwsRegion = None,
     nebius_token_endpoint: NebiusTokenEndpoint = None,
+    verbose: VerboseFlag = False,
 ) -> None:
     """Install a ServingStack onto one cluster, without a hub, and follow it to Ready.
 
     Exit 0 when Ready, 1 with the reason it is not, 2 for bad input.
     """
+    _logging(verbose)
     seconds = parse_duration(timeout)
     run = _prepare(
         file, kubeconfig, context, identity_type, identity_file, deny_target_cidr,
@@ -530,11 +546,13 @@ def delete(
     aws_sts_endpoint: AwsStsEndpoint = None,
     aws_region: AwsRegion = None,
     nebius_token_endpoint: NebiusTokenEndpoint = None,
+    verbose: VerboseFlag = False,
 ) -> None:
     """Remove what apply installed, in order, and release the claim last.
 
     Exit 0 when done, 1 naming what stays, 2 for bad input.
     """
+    _logging(verbose)
     seconds = parse_duration(timeout)
     run = _prepare(
         file, kubeconfig, context, identity_type, identity_file, deny_target_cidr,
