@@ -276,3 +276,30 @@ def test_at_the_timeout_the_run_stops_says_what_it_waited_for_and_kills_helm() -
     assert not verdict.done
     assert verdict.message == ("apply timed out after 0.2s; Progressing: release mp-lws: install")
     assert helm.killed == 1
+
+
+def test_apply_takes_runs_image_mirror_flags_and_refuses_a_bad_rule(tmp_path: Path) -> None:
+    base = ["apply", "-f", str(_stack(tmp_path)), "--kubeconfig", str(_kubeconfig(tmp_path))]
+    result = CliRunner().invoke(app, [*base, "--image-registry-mirror", "no-equals-sign"])
+    assert result.exit_code == 2, result.output
+    assert "--image-registry-mirror" in result.output
+
+
+def test_the_mirror_flags_reach_the_reconcilers_options(tmp_path: Path) -> None:
+    from modelplane.cli.apply import _prepare
+
+    run = _prepare(
+        _stack(tmp_path), _kubeconfig(tmp_path), None, None, None, None,
+        "https://charts.mirror.internal", ["cert-manager=oci://mirror.internal/jetstack"],
+        "https://mirror.internal/gaie", None, 120, None, None, None,
+        ["*=mirror.internal"], ["pull"],
+    )  # fmt: skip
+    options = run.options
+    assert options.chart_repository == "https://charts.mirror.internal"
+    assert options.chart_repository_for == {"cert-manager": "oci://mirror.internal/jetstack"}
+    assert options.gaie_manifests_url == "https://mirror.internal/gaie"
+    assert options.helm_timeout_seconds == 120
+    assert [(r.source, r.target) for r in options.image_mirrors] == [("*", "mirror.internal")]
+    assert options.image_pull_secrets == ("pull",)
+    # The person's own kubeconfig and identity: their plugins and files are theirs.
+    assert options.allow_unsafe_kubeconfig and options.allow_operator_identity

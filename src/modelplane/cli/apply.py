@@ -42,9 +42,13 @@ from modelplane.cli.options import (
     ChartRepositoryFor,
     GaieManifestsUrl,
     HelmTimeout,
+    ImagePullSecret,
+    ImageRegistryMirror,
     ManifestsUrlFor,
     NebiusTokenEndpoint,
     component_urls,
+    mirror_rules,
+    pull_secrets,
 )
 from modelplane.cli.progress import (
     Line,
@@ -212,6 +216,8 @@ def _prepare(
     aws_sts_endpoint: str | None,
     aws_region: str | None,
     nebius_token_endpoint: str | None,
+    image_registry_mirror: list[str] | None = None,
+    image_pull_secret: list[str] | None = None,
 ) -> Run:
     """Read every input; exit 2 naming the first that is wrong."""
     charts = component_urls(chart_repository_for or [], "--chart-repository-for", "chart")
@@ -250,6 +256,8 @@ def _prepare(
         allow_operator_identity=True,
         deny_target_cidrs=deny,
         helm_timeout_seconds=helm_timeout,
+        image_mirrors=mirror_rules(image_registry_mirror),
+        image_pull_secrets=pull_secrets(image_pull_secret),
         aws_sts_endpoint=aws_sts_endpoint,
         aws_region=aws_region,
         nebius_token_endpoint=nebius_token_endpoint,
@@ -454,6 +462,8 @@ def apply(
     chart_repository_for: ChartRepositoryFor = None,
     gaie_manifests_url: GaieManifestsUrl = None,
     manifests_url_for: ManifestsUrlFor = None,
+    image_registry_mirror: ImageRegistryMirror = None,
+    image_pull_secret: ImagePullSecret = None,
     helm_timeout: HelmTimeout = 600,
     deny_target_cidr: DenyFlag = None,
     identity_type: IdentityTypeFlag = None,
@@ -473,6 +483,7 @@ def apply(
         file, kubeconfig, context, identity_type, identity_file, deny_target_cidr,
         chart_repository, chart_repository_for, gaie_manifests_url, manifests_url_for,
         helm_timeout, aws_sts_endpoint, aws_region, nebius_token_endpoint,
+        image_registry_mirror, image_pull_secret,
     )  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="modelplane-helm-") as home:
         helm = _helm(run, Path(home))
@@ -539,6 +550,8 @@ def delete(
     chart_repository_for: ChartRepositoryFor = None,
     gaie_manifests_url: GaieManifestsUrl = None,
     manifests_url_for: ManifestsUrlFor = None,
+    image_registry_mirror: ImageRegistryMirror = None,
+    image_pull_secret: ImagePullSecret = None,
     helm_timeout: HelmTimeout = 600,
     deny_target_cidr: DenyFlag = None,
     identity_type: IdentityTypeFlag = None,
@@ -558,6 +571,7 @@ def delete(
         file, kubeconfig, context, identity_type, identity_file, deny_target_cidr,
         chart_repository, chart_repository_for, gaie_manifests_url, manifests_url_for,
         helm_timeout, aws_sts_endpoint, aws_region, nebius_token_endpoint,
+        image_registry_mirror, image_pull_secret,
     )  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="modelplane-helm-") as home:
         helm = _helm(run, Path(home))
