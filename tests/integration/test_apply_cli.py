@@ -65,7 +65,8 @@ class Cli:
             "--gaie-manifests-url", f"{self.substrate.manifests_base}/gaie-crds",
             "--manifests-url-for",
             f"modelexpress-crds={self.substrate.manifests_base}/modelexpress-crds",
-            "--helm-timeout", "120",
+            # diff takes no --helm-timeout: it runs helm template only.
+            *(() if verb == "diff" else ("--helm-timeout", "120")),
             *extra,
         ]  # fmt: skip
         env = {**os.environ, "MODELPLANE_HELM": str(find_binaries()["helm"])}
@@ -211,6 +212,9 @@ def test_a_second_apply_changes_nothing(cli: Cli, target: Client) -> None:
         if v > writes_before.get(k, 0) and k[1] not in SIMULATION_WRITES
     }
     assert grew == {}, grew
+    # And diff, which reads the target as the operator does, finds nothing to change.
+    proc = cli.run("diff")
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
 
 
 def test_a_target_another_holder_claims_is_refused(cli: Cli, target: Client) -> None:
