@@ -25,7 +25,7 @@ from lightkube.core.exceptions import ApiError
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.coordination_v1 import Lease
 from lightkube.resources.core_v1 import Namespace
-from tests.integration.hubs import client_for, stack_body
+from tests.integration.hubs import SS, Harness, client_for, stack_body
 from tests.integration.substrate import Substrate, serve_substrate
 from tests.testenv import TestEnv, find_binaries, helm_environ
 from tests.waiting import wait_for
@@ -215,6 +215,35 @@ def test_a_second_apply_changes_nothing(cli: Cli, target: Client) -> None:
     # And diff, which reads the target as the operator does, finds nothing to change.
     proc = cli.run("diff")
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+
+
+def test_a_hub_stack_on_the_laptops_target_is_refused_and_leaves_it_alone(
+    cli: Cli, target: Client, hub: Client, hub_env: TestEnv, tmp_path: Path
+) -> None:
+    revisions = {name: r["revision"] for name, r in cli.releases().items()}
+    h = Harness(hub, hub_env, cli.target, cli.substrate, tmp_path, "apply-cli-hub")
+    try:
+        h.put_secret({"kubeconfig": h.kubeconfig_text()})
+        h.create({})
+        h.start()
+        c = h.wait_condition("Ready", "False", "TargetClaimed", deadline=120)
+        assert f"modelplane apply run by {LocalRun.here().user}@" in c["message"]
+        assert "run modelplane delete as" in c["message"]
+        # Its deletion leaves the laptop's target as it is.
+        h.hub.delete(SS, "stack", namespace=h.ns)
+        wait_for("the hub's ServingStack gone", lambda: _gone(h), deadline=120)
+    finally:
+        h.stop()
+    assert {name: r["revision"] for name, r in cli.releases().items()} == revisions
+    assert _claim(target).spec.holderIdentity == LocalRun.here().holder  # type: ignore[union-attr]
+
+
+def _gone(h: Harness) -> bool:
+    try:
+        h.hub.get(SS, "stack", namespace=h.ns)
+    except ApiError as err:
+        return err.status.code == 404
+    return False
 
 
 def test_a_target_another_holder_claims_is_refused(cli: Cli, target: Client) -> None:
