@@ -84,6 +84,8 @@ FINAL = frozenset({BlockedReason.TARGET_CLAIMED, BlockedReason.INVALID_SPEC})
 # With --wait and nothing to do but wait, the target is looked at again
 # after this long, unless its watches wake the run sooner.
 POLL_SECONDS = 5.0
+# Faults a teardown pass waits out rather than ends on.
+TEARDOWN_WAITS = frozenset({ErrorKind.NAMESPACE_TERMINATING, ErrorKind.CLAIM_CONTENDED})
 # Between teardown passes that wait for objects to go (as the operator's).
 TEARDOWN_POLL_SECONDS = 2.0
 
@@ -523,7 +525,15 @@ async def _delete(run: Run, helm: TargetHelm, progress: Progress) -> Verdict:
     loop = asyncio.get_running_loop()
     start = loop.time()
     while True:
-        waiting = await reconciler.teardown(run.body, loop.time() - start)
+        try:
+            waiting = await reconciler.teardown(run.body, loop.time() - start)
+        except Exception as err:
+            # A namespace of an earlier run still terminating (the claim
+            # cannot be made in it), or the claim changing hands: waits, as
+            # the operator's teardown retries them. Anything else ends the run.
+            if classify(err).kind not in TEARDOWN_WAITS:
+                raise
+            waiting = f"waiting: {describe_error(err)}"
         if skipped:
             # Another owner's target: nothing of it was ours to delete.
             return Verdict(False, skipped[0])
