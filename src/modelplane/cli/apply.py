@@ -21,6 +21,7 @@ import logging
 import re
 import sys
 import tempfile
+from collections.abc import Coroutine
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
@@ -368,12 +369,17 @@ async def _apply(run: Run, helm: TargetHelm, progress: Progress, wait: bool) -> 
         await reconciler.close()
 
 
-def _run(coro: Any, helm: TargetHelm, progress: Progress, timeout: float, what: str) -> Verdict:
+def _run(
+    coro: Coroutine[Any, Any, Verdict],
+    helm: TargetHelm,
+    progress: Progress,
+    timeout: float,
+    what: str,
+) -> Verdict:
     async def bounded() -> Verdict:
         try:
             async with asyncio.timeout(timeout):
-                result: Verdict = await coro
-                return result
+                return await coro
         except TimeoutError:
             last = progress.last_note or "nothing more was said"
             return Verdict(False, f"{what} timed out after {timeout:g}s; {last}")
