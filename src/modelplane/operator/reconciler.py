@@ -212,6 +212,12 @@ class StackReconciler:
                 and not self._direct_read_due()
             )
             acted = False
+            # The advisories' facts are read at most once a reconcile (and
+            # again only if the served APIs change): what its rounds write is
+            # the product's own, and the reconcile after one that wrote reads
+            # the target directly anyway. An install's rounds would otherwise
+            # list the whole cluster's Nodes, Deployments, ... once each.
+            facts_read = False
             for _ in range(MAX_ROUNDS):
                 listed = await cache.listed(target.client) if cache and from_cache else None
                 direct = listed is None
@@ -222,7 +228,10 @@ class StackReconciler:
                 # The silent failures the spec cannot check, in both modes:
                 # a provided substrate is only reported, a managed one's
                 # failures are the product's own (GPUsAvailable, Ready).
-                facts, summary = await self._cluster_facts(target, stack, observed.apis, direct)
+                facts, summary = await self._cluster_facts(
+                    target, stack, observed.apis, direct and not facts_read
+                )
+                facts_read = facts_read or direct
                 observed = observed.model_copy(update={"cluster": facts, "target": summary})
                 current = plan(stack, observed, self.options.sources())
                 if self.on_plan is not None:
