@@ -62,7 +62,7 @@ def test_printer_columns() -> None:
         "Address",
         "Age",
     ]
-    # An integer, so kubectl shows <none> (not 0) until the target was read.
+    # An integer read from status.target: no value (not 0) until the target was read.
     assert by_name["GPUs"] == {"name": "GPUs", "type": "integer", "jsonPath": ".status.target.gpus"}
     assert by_name["Stack"]["jsonPath"] == ".spec.stack"
     assert by_name["Components"]["jsonPath"] == ".spec.components"
