@@ -160,7 +160,7 @@ def plan(
         for c in components
     ]
     report = _release_report(releases, observed, sources) if managed else ReleaseReport()
-    component_plans = [_with_health(c, report) for c in component_plans]
+    component_plans = [with_health(c, report) for c in component_plans]
     bundle = observed.bundle_ca_certificate if spec.gateway.hostname else None
     ca_certificate, ca_problem = published_ca(bundle) if bundle else (None, None)
     return Plan(
@@ -204,7 +204,7 @@ def _release_report(
     return release_report(workloads, observed.nodes, observed.observed_at, sources.release_drift)
 
 
-def _with_health(c: ComponentPlan, report: ReleaseReport) -> ComponentPlan:
+def with_health(c: ComponentPlan, report: ReleaseReport) -> ComponentPlan:
     """A component with no work left is as healthy as its workloads, and names its drift."""
     health = next((h for h in report.health if h.component == c.name), None)
     drift = [d.message for d in report.drift if d.component == c.name]
