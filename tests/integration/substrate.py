@@ -5,7 +5,9 @@ its values into a ConfigMap (so tests read back exactly what the operator
 installed) and brings minimal CRDs of the APIs the real component serves, so
 the plan's gates open as they would on a real cluster. The CRDs are the
 project's own (schemaless, one served version), made from the kind and scope
-the catalog's requirements give, so a new component brings its own.
+the catalog's requirements give, so a new component brings its own. With
+``workloads=True`` (a simulated cluster) each also runs what the real chart
+runs, its images and pull secrets where the real chart has them (``STAND_INS``).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -130,58 +132,948 @@ data:
 """
 
 
-def workload(kind: str, image: str, version: str) -> dict[str, Any]:
-    """A Deployment or DaemonSet running ``image``, for a simulated cluster's kwok to run.
+# ---- stand-ins of the real charts' images -------------------------------------
+#
+# With ``workloads=True`` each stand-in runs what its real chart runs with the
+# product's values, its images set at the values paths the real chart reads,
+# its defaults the real chart's at the pinned version and each reference built
+# the way the real chart's template builds it (shared/docs/images.md gives the
+# source of each). They are written from that page, not from the catalog's
+# image data: an air-gapped install on the simulated cluster then checks the
+# catalog against the charts, not against itself. Workloads a real operator
+# creates at run time from the chart's values (KAI's operands, the Prometheus
+# StatefulSet) are rendered by the stand-in itself, from the same values.
+# Parts the product turns off (grafana, alertmanager, KAI's autoscaler,
+# trust-manager's default package) keep their switch, so turning one on
+# brings its images.
+
+# Container args and env entries that name an image a controller runs later:
+# an air-gapped install must move them too (images.md's runtime images).
+RUNTIME_IMAGE_FLAGS = (
+    "--acme-http01-solver-image",
+    "--prometheus-config-reloader",
+    "--thanos-default-base-image",
+    "--extProcImage",
+)
+RUNTIME_IMAGE_ENV = ("IMAGE_NAME", "GROVE_INIT_CONTAINER_IMAGE", "MS_REPOSITORY")
+# Where a container passes pull-secret names on to the pods its controller starts.
+RUNTIME_PULL_SECRET_FLAGS = ("--extProcImagePullSecrets",)
+
+
+@dataclass(frozen=True)
+class Container:
+    """One container; ``image`` and each arg are Go template expressions giving a string.
+
+    ``env`` is an expression giving the env list as JSON; ``when`` a condition.
+    """
+
+    name: str
+    image: str
+    args: tuple[str, ...] = ()
+    env: str | None = None
+    when: str | None = None
+
+
+@dataclass(frozen=True)
+class PodWorkload:
+    """A Deployment, DaemonSet, StatefulSet or (hook) Job of a stand-in chart.
+
+    ``pull_secrets`` is an expression giving the pod's imagePullSecrets as
+    JSON (None: the chart puts none on the pod); ``hook`` the Helm hook of a Job.
+    """
+
+    kind: str
+    name: str
+    containers: tuple[Container, ...]
+    pull_secrets: str | None
+    init_containers: tuple[Container, ...] = ()
+    service_account: str | None = None
+    hook: str | None = None
+    when: str | None = None
+
+
+@dataclass(frozen=True)
+class StandIn:
+    """How one real chart sets its images: its defaults, template helpers and workloads."""
+
+    app_version: str  # the chart's appVersion, the default tag of several
+    values: dict[str, Any]  # the real chart's image and pull-secret defaults
+    helpers: str = ""  # _helpers.tpl: how the chart builds a reference
+    workloads: tuple[PodWorkload, ...] = ()
+    extra: str = ""  # more template text (a ServiceAccount, a ConfigMap)
+
+
+def _lines(block: str, indent: int) -> list[str]:
+    return [" " * indent + line for line in block.splitlines()]
+
+
+def _container(c: Container) -> list[str]:
+    out = []
+    if c.when:
+        out.append(f"{{{{- if {c.when} }}}}")
+    out += [f"- name: {c.name}", f"  image: {{{{ {c.image} | quote }}}}"]
+    if c.args:
+        out.append("  args:")
+        out += [f"  - {{{{ {a} | quote }}}}" for a in c.args]
+    if c.env:
+        out.append(f"  env: {{{{ {c.env} }}}}")
+    if c.when:
+        out.append("{{- end }}")
+    return out
+
+
+def _containers(key: str, containers: tuple[Container, ...]) -> list[str]:
+    if not containers:
+        return []
+    out = [f"{key}:"]
+    for c in containers:
+        out += _container(c)
+    conditions = [c.when for c in containers]
+    if all(conditions):
+        # Every one is switched: no key at all rather than a null list.
+        either = " ".join(f"({c})" for c in conditions)
+        out = [f"{{{{- if or {either} false }}}}", *out, "{{- end }}"]
+    return out
+
+
+def _pod_workload(w: PodWorkload) -> str:
+    """The workload's template text, for a simulated cluster's kwok to run.
 
     It tolerates the GPU taint (as the real DRA and NFD DaemonSets do) and is
     never pulled: kwok runs pods without a kubelet.
     """
-    name = image.rsplit("/", 1)[-1]
-    labels = {"app.kubernetes.io/name": name}
-    spec: dict[str, Any] = {
-        "selector": {"matchLabels": labels},
-        "template": {
-            "metadata": {"labels": labels},
-            "spec": {
-                "containers": [{"name": name, "image": f"registry.invalid/{image}:{version}"}],
-                "tolerations": [{"key": catalog.GPU_TAINT_KEY, "operator": "Exists"}],
+    labels = f"{{app.kubernetes.io/name: {w.name}}}"
+    pod = ["restartPolicy: Never"] if w.kind == "Job" else []
+    pod.append(f"tolerations: [{{key: {catalog.GPU_TAINT_KEY}, operator: Exists}}]")
+    if w.service_account:
+        pod.append(f"serviceAccountName: {w.service_account}")
+    if w.pull_secrets is not None:
+        pod.append(f"imagePullSecrets: {{{{ {w.pull_secrets} }}}}")
+    pod += _containers("initContainers", w.init_containers)
+    pod += _containers("containers", w.containers)
+    out = []
+    if w.when:
+        out.append(f"{{{{- if {w.when} }}}}")
+    out += ["---", "apiVersion: " + ("batch/v1" if w.kind == "Job" else "apps/v1")]
+    out += [f"kind: {w.kind}", "metadata:", f"  name: {w.name}", f"  labels: {labels}"]
+    if w.hook:
+        # Kept after it succeeds (the real charts delete theirs), so a test
+        # can read the pod spec it ran with.
+        out += [
+            "  annotations:",
+            f"    helm.sh/hook: {w.hook}",
+            "    helm.sh/hook-delete-policy: before-hook-creation",
+        ]
+    out.append("spec:")
+    if w.kind in ("Deployment", "StatefulSet"):
+        out.append("  replicas: 1")
+    if w.kind == "StatefulSet":
+        out.append(f"  serviceName: {w.name}")
+    if w.kind == "Job":
+        out.append("  backoffLimit: 0")
+    else:
+        out.append(f"  selector: {{matchLabels: {labels}}}")
+    out += ["  template:", f"    metadata: {{labels: {labels}}}", "    spec:"]
+    out += _lines("\n".join(pod), 6)
+    if w.when:
+        out.append("{{- end }}")
+    return "\n".join(out) + "\n"
+
+
+def standin_templates(standin: StandIn) -> dict[str, str]:
+    """The stand-in's template files (name -> text)."""
+    out = {}
+    if standin.helpers:
+        out["_helpers.tpl"] = standin.helpers
+    body = "".join(_pod_workload(w) for w in standin.workloads) + standin.extra
+    if body:
+        out["workloads.yaml"] = body
+    return out
+
+
+def _flag(flag: str, expr: str) -> str:
+    return f'printf "{flag}=%s" ({expr})'
+
+
+# cert-manager and trust-manager: ``repository`` if set, else
+# imageRegistry/imageNamespace/name; the deprecated ``registry`` is put in
+# front of either; then :tag@digest, :tag, @digest, or the default tag.
+_JETSTACK_IMAGE = """{{- define "jetstack.image" -}}
+{{- $root := index . 0 -}}
+{{- $image := index . 1 -}}
+{{- $defaultTag := index . 2 -}}
+{{- $ref := $image.repository -}}
+{{- if not $ref -}}
+{{- $parts := list $root.Values.imageRegistry $root.Values.imageNamespace $image.name -}}
+{{- $ref = $parts | compact | join "/" -}}
+{{- end -}}
+{{- if $image.registry -}}
+{{- $ref = printf "%s/%s" $image.registry $ref -}}
+{{- end -}}
+{{- if and $image.tag $image.digest -}}
+{{- printf "%s:%s@%s" $ref $image.tag $image.digest -}}
+{{- else if $image.tag -}}
+{{- printf "%s:%s" $ref $image.tag -}}
+{{- else if $image.digest -}}
+{{- printf "%s@%s" $ref $image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" $ref $defaultTag -}}
+{{- end -}}
+{{- end -}}
+"""
+
+
+def _cm_image(key: str) -> str:
+    return f'include "jetstack.image" (list $ {key} $.Chart.AppVersion)'
+
+
+_CM_SECRETS = ".Values.global.imagePullSecrets | default list | toJson"
+
+CERT_MANAGER = StandIn(
+    app_version="v1.20.2",
+    values={
+        "global": {"imagePullSecrets": []},
+        "imageRegistry": "quay.io",
+        "imageNamespace": "jetstack",
+        "image": {
+            "name": "cert-manager-controller",
+            "repository": "",
+            "pullPolicy": "IfNotPresent",
+        },
+        "webhook": {"image": {"name": "cert-manager-webhook", "repository": ""}},
+        "cainjector": {
+            "enabled": True,
+            "image": {"name": "cert-manager-cainjector", "repository": ""},
+        },
+        "acmesolver": {"image": {"name": "cert-manager-acmesolver", "repository": ""}},
+        "startupapicheck": {
+            "enabled": True,
+            "image": {"name": "cert-manager-startupapicheck", "repository": ""},
+        },
+    },
+    helpers=_JETSTACK_IMAGE,
+    workloads=(
+        PodWorkload(
+            "Deployment",
+            "cert-manager-controller",
+            (
+                Container(
+                    "cert-manager-controller",
+                    _cm_image(".Values.image"),
+                    args=(
+                        _flag("--acme-http01-solver-image", _cm_image(".Values.acmesolver.image")),
+                    ),
+                ),
+            ),
+            _CM_SECRETS,
+        ),
+        PodWorkload(
+            "Deployment",
+            "cert-manager-webhook",
+            (Container("cert-manager-webhook", _cm_image(".Values.webhook.image")),),
+            _CM_SECRETS,
+        ),
+        PodWorkload(
+            "Deployment",
+            "cert-manager-cainjector",
+            (Container("cert-manager-cainjector", _cm_image(".Values.cainjector.image")),),
+            _CM_SECRETS,
+            when=".Values.cainjector.enabled",
+        ),
+        PodWorkload(
+            "Job",
+            "cert-manager-startupapicheck",
+            (
+                Container(
+                    "cert-manager-startupapicheck", _cm_image(".Values.startupapicheck.image")
+                ),
+            ),
+            _CM_SECRETS,
+            hook="post-install",
+            when=".Values.startupapicheck.enabled",
+        ),
+    ),
+)
+
+# kube-prometheus-stack and its subcharts: global.imageRegistry, else the
+# image's registry, then /repository:tag and @sha256:sha (node-exporter: @digest).
+_KPS_HELPERS = """{{- define "kps.image" -}}
+{{- $root := index . 0 -}}
+{{- $image := index . 1 -}}
+{{- $defaultTag := index . 2 -}}
+{{- $registry := $root.Values.global.imageRegistry | default $image.registry -}}
+{{- $ref := printf "%s/%s:%s" $registry $image.repository ($image.tag | default $defaultTag) -}}
+{{- if $image.sha -}}
+{{- $ref = printf "%s@sha256:%s" $ref $image.sha -}}
+{{- end -}}
+{{- if $image.digest -}}
+{{- $ref = printf "%s@%s" $ref $image.digest -}}
+{{- end -}}
+{{- $ref -}}
+{{- end -}}
+{{- define "kps.pullSecrets" -}}
+{{- $out := list -}}
+{{- range . -}}
+{{- if kindIs "map" . -}}
+{{- $out = append $out (dict "name" .name) -}}
+{{- else -}}
+{{- $out = append $out (dict "name" .) -}}
+{{- end -}}
+{{- end -}}
+{{- $out | toJson -}}
+{{- end -}}
+"""
+
+
+def _kps_image(key: str, tag: str = "$.Chart.AppVersion") -> str:
+    return f'include "kps.image" (list $ {key} {tag})'
+
+
+def _kps_secrets(subchart: str | None = None) -> str:
+    own = "$.Values.global.imagePullSecrets | default list"
+    if subchart:
+        own = f'concat ({own}) (index $.Values "{subchart}" "imagePullSecrets" | default list)'
+    return f'include "kps.pullSecrets" ({own})'
+
+
+def _registry_image(registry: str, repository: str, tag: str = "", **more: str) -> dict[str, str]:
+    return {"registry": registry, "repository": repository, "tag": tag, **more}
+
+
+_RELOADER = _kps_image(".Values.prometheusOperator.prometheusConfigReloader.image")
+_WEBHOOKS = ".Values.prometheusOperator.admissionWebhooks"
+
+KUBE_PROMETHEUS_STACK = StandIn(
+    app_version="v0.90.1",
+    values={
+        "global": {"imageRegistry": "", "imagePullSecrets": []},
+        "prometheusOperator": {
+            "enabled": True,
+            "image": _registry_image("quay.io", "prometheus-operator/prometheus-operator", sha=""),
+            "prometheusConfigReloader": {
+                "image": _registry_image(
+                    "quay.io", "prometheus-operator/prometheus-config-reloader", sha=""
+                )
+            },
+            "thanosImage": _registry_image("quay.io", "thanos/thanos", "v0.41.0", sha=""),
+            "admissionWebhooks": {
+                "enabled": True,
+                "certManager": {"enabled": False},
+                "patch": {
+                    "enabled": True,
+                    "image": _registry_image(
+                        "ghcr.io", "jkroepke/kube-webhook-certgen", "1.8.2", sha=""
+                    ),
+                },
             },
         },
-    }
-    if kind == "Deployment":
-        spec["replicas"] = 1
-    return {
-        "apiVersion": "apps/v1",
-        "kind": kind,
-        "metadata": {"name": name, "labels": labels},
-        "spec": spec,
-    }
+        "prometheus": {
+            "enabled": True,
+            "prometheusSpec": {
+                "image": _registry_image("quay.io", "prometheus/prometheus", "v3.11.3", sha="")
+            },
+        },
+        "alertmanager": {
+            "enabled": True,
+            "alertmanagerSpec": {
+                "image": _registry_image("quay.io", "prometheus/alertmanager", "v0.32.0", sha="")
+            },
+        },
+        "kubeStateMetrics": {"enabled": True},
+        "kube-state-metrics": {
+            "image": _registry_image(
+                "registry.k8s.io", "kube-state-metrics/kube-state-metrics", sha=""
+            ),
+            "imagePullSecrets": [],
+        },
+        "nodeExporter": {"enabled": True},
+        "prometheus-node-exporter": {
+            "image": _registry_image("quay.io", "prometheus/node-exporter", digest=""),
+            "imagePullSecrets": [],
+        },
+    },
+    helpers=_KPS_HELPERS,
+    workloads=(
+        PodWorkload(
+            "Deployment",
+            "prometheus-operator",
+            (
+                Container(
+                    "kube-prometheus-stack",
+                    _kps_image(".Values.prometheusOperator.image"),
+                    args=(
+                        _flag("--prometheus-config-reloader", _RELOADER),
+                        _flag(
+                            "--thanos-default-base-image",
+                            _kps_image(".Values.prometheusOperator.thanosImage"),
+                        ),
+                    ),
+                ),
+            ),
+            _kps_secrets(),
+            when=".Values.prometheusOperator.enabled",
+        ),
+        PodWorkload(
+            "Job",
+            "prometheus-admission-create",
+            (Container("create", _kps_image(f"{_WEBHOOKS}.patch.image")),),
+            _kps_secrets(),
+            hook="pre-install,pre-upgrade",
+            when=f"and {_WEBHOOKS}.enabled {_WEBHOOKS}.patch.enabled "
+            f"(not {_WEBHOOKS}.certManager.enabled)",
+        ),
+        PodWorkload(
+            "Job",
+            "prometheus-admission-patch",
+            (Container("patch", _kps_image(f"{_WEBHOOKS}.patch.image")),),
+            _kps_secrets(),
+            hook="post-install,post-upgrade",
+            when=f"and {_WEBHOOKS}.enabled {_WEBHOOKS}.patch.enabled "
+            f"(not {_WEBHOOKS}.certManager.enabled)",
+        ),
+        # What the operator makes of the chart's Prometheus and Alertmanager:
+        # the CR's image and pull secrets, and its config reloader beside it.
+        PodWorkload(
+            "StatefulSet",
+            "prometheus-prometheus-prometheus",
+            (
+                Container("prometheus", _kps_image(".Values.prometheus.prometheusSpec.image")),
+                Container("config-reloader", _RELOADER),
+            ),
+            _kps_secrets(),
+            init_containers=(Container("init-config-reloader", _RELOADER),),
+            when=".Values.prometheus.enabled",
+        ),
+        PodWorkload(
+            "StatefulSet",
+            "alertmanager-prometheus-alertmanager",
+            (
+                Container(
+                    "alertmanager", _kps_image(".Values.alertmanager.alertmanagerSpec.image")
+                ),
+                Container("config-reloader", _RELOADER),
+            ),
+            _kps_secrets(),
+            when=".Values.alertmanager.enabled",
+        ),
+        PodWorkload(
+            "Deployment",
+            "prometheus-kube-state-metrics",
+            (
+                Container(
+                    "kube-state-metrics",
+                    _kps_image('(index .Values "kube-state-metrics" "image")', '"v2.18.0"'),
+                ),
+            ),
+            _kps_secrets("kube-state-metrics"),
+            when=".Values.kubeStateMetrics.enabled",
+        ),
+        PodWorkload(
+            "DaemonSet",
+            "prometheus-prometheus-node-exporter",
+            (
+                Container(
+                    "node-exporter",
+                    _kps_image('(index .Values "prometheus-node-exporter" "image")', '"v1.11.1"'),
+                ),
+            ),
+            _kps_secrets("prometheus-node-exporter"),
+            when=".Values.nodeExporter.enabled",
+        ),
+    ),
+)
+
+# Full repository strings, no registry override: repository:(tag | appVersion).
+_NFD_IMAGE = (
+    'printf "%s:%s" $.Values.image.repository ($.Values.image.tag | default $.Chart.AppVersion)'
+)
+# The chart's own list if set, else the global one: not merged.
+_NFD_SECRETS = (
+    "$.Values.imagePullSecrets | default $.Values.global.imagePullSecrets | default list | toJson"
+)
+
+NODE_FEATURE_DISCOVERY = StandIn(
+    app_version="v0.19.0",
+    values={
+        "image": {"repository": "registry.k8s.io/nfd/node-feature-discovery", "tag": None},
+        "imagePullSecrets": [],
+        "global": {"imagePullSecrets": []},
+        "master": {"enable": True},
+        "worker": {"enable": True},
+        "gc": {"enable": True},
+    },
+    workloads=(
+        PodWorkload(
+            "Deployment",
+            "nfd-master",
+            (Container("master", _NFD_IMAGE),),
+            _NFD_SECRETS,
+            when=".Values.master.enable",
+        ),
+        PodWorkload(
+            "DaemonSet",
+            "nfd-worker",
+            (Container("worker", _NFD_IMAGE),),
+            _NFD_SECRETS,
+            when=".Values.worker.enable",
+        ),
+        PodWorkload(
+            "Deployment",
+            "nfd-gc",
+            (Container("gc", _NFD_IMAGE),),
+            _NFD_SECRETS,
+            when=".Values.gc.enable",
+        ),
+    ),
+)
+
+_DRA_IMAGE = (
+    'printf "%s:%s" $.Values.image.repository '
+    '($.Values.image.tag | default (printf "v%s" $.Chart.AppVersion))'
+)
+_DRA_SECRETS = "$.Values.imagePullSecrets | default list | toJson"
+# The driver hands its own image to the pods it starts at run time.
+_DRA_ENV = f'list (dict "name" "IMAGE_NAME" "value" ({_DRA_IMAGE})) | toJson'
+
+DRA_DRIVER = StandIn(
+    app_version="0.4.1",
+    values={
+        "image": {
+            "repository": "registry.k8s.io/dra-driver-nvidia/dra-driver-nvidia-gpu",
+            "tag": "",
+        },
+        "imagePullSecrets": [],
+        "resources": {"gpus": {"enabled": True}, "computeDomains": {"enabled": True}},
+    },
+    workloads=(
+        PodWorkload(
+            "Deployment",
+            "dra-driver-nvidia-gpu-controller",
+            (Container("compute-domain", _DRA_IMAGE, env=_DRA_ENV),),
+            _DRA_SECRETS,
+            when=".Values.resources.computeDomains.enabled",
+        ),
+        PodWorkload(
+            "DaemonSet",
+            "dra-driver-nvidia-gpu-kubelet-plugin",
+            (
+                Container(
+                    "compute-domains",
+                    _DRA_IMAGE,
+                    env=_DRA_ENV,
+                    when=".Values.resources.computeDomains.enabled",
+                ),
+                Container("gpus", _DRA_IMAGE, env=_DRA_ENV, when=".Values.resources.gpus.enabled"),
+            ),
+            _DRA_SECRETS,
+            init_containers=(Container("init-container", _DRA_IMAGE),),
+        ),
+    ),
+)
+
+# Envoy Gateway: deployment.envoyGateway.image.repository(:tag) if set, else
+# global.images.envoyGateway.image; global.imageRegistry then replaces the
+# first path segment. Pull secrets: the global list wins, not merged.
+_EG_HELPERS = """{{- define "eg.image" -}}
+{{- $image := .Values.global.images.envoyGateway.image -}}
+{{- $own := .Values.deployment.envoyGateway.image -}}
+{{- with $own.repository -}}
+{{- $image = printf "%s:%s" . ($own.tag | default $.Chart.AppVersion) -}}
+{{- end -}}
+{{- include "eg.registry" (list $ $image) -}}
+{{- end -}}
+{{- define "eg.registry" -}}
+{{- $root := index . 0 -}}
+{{- $image := index . 1 -}}
+{{- if $root.Values.global.imageRegistry -}}
+{{- $path := rest (splitList "/" $image) | join "/" -}}
+{{- $image = printf "%s/%s" $root.Values.global.imageRegistry $path -}}
+{{- end -}}
+{{- $image -}}
+{{- end -}}
+{{- define "eg.secretsFor" -}}
+{{- $root := index . 0 -}}
+{{- $own := index . 1 -}}
+{{- $root.Values.global.imagePullSecrets | default $own | default list | toJson -}}
+{{- end -}}
+{{- define "eg.config" -}}
+{{- $k8s := dict "shutdownManager" (dict "image" (include "eg.image" .)) -}}
+{{- $rl := .Values.global.images.ratelimit -}}
+{{- $rlImage := include "eg.registry" (list $ $rl.image) -}}
+{{- $rlSecrets := include "eg.secretsFor" (list $ $rl.pullSecrets) | fromJsonArray -}}
+{{- $rlPod := dict "imagePullSecrets" $rlSecrets -}}
+{{- $rlDeployment := dict "container" (dict "image" $rlImage) "pod" $rlPod -}}
+{{- $_ := set $k8s "rateLimitDeployment" $rlDeployment -}}
+{{- $base := dict "apiVersion" "gateway.envoyproxy.io/v1alpha1" "kind" "EnvoyGateway" -}}
+{{- $gateway := dict "controllerName" "gateway.envoyproxy.io/gatewayclass-controller" -}}
+{{- $_ = set $base "gateway" $gateway -}}
+{{- $_ = set $base "logging" (dict "level" (dict "default" "info")) -}}
+{{- $_ = set $base "provider" (dict "type" "Kubernetes" "kubernetes" $k8s) -}}
+{{- $proxy := .Values.global.images.envoyProxy -}}
+{{- with $proxy.image -}}
+{{- $secrets := include "eg.secretsFor" (list $ $proxy.pullSecrets) | fromJsonArray -}}
+{{- $container := dict "image" (include "eg.registry" (list $ .)) -}}
+{{- $deployment := dict "container" $container "pod" (dict "imagePullSecrets" $secrets) -}}
+{{- $provider := dict "type" "Kubernetes" "kubernetes" (dict "envoyDeployment" $deployment) -}}
+{{- $_ = set $base "envoyProxy" (dict "provider" $provider) -}}
+{{- end -}}
+{{- toYaml (merge (deepCopy (.Values.config.envoyGateway | default dict)) $base) -}}
+{{- end -}}
+{{- define "eg.pullSecrets" -}}
+{{- if .Values.global.imagePullSecrets -}}
+{{- toJson .Values.global.imagePullSecrets -}}
+{{- else if .Values.deployment.envoyGateway.imagePullSecrets -}}
+{{- toJson .Values.deployment.envoyGateway.imagePullSecrets -}}
+{{- else -}}
+{{- .Values.global.images.envoyGateway.pullSecrets | default list | toJson -}}
+{{- end -}}
+{{- end -}}
+"""
+
+ENVOY_GATEWAY = StandIn(
+    app_version="v1.8.4",
+    values={
+        "global": {
+            "imageRegistry": "",
+            "imagePullSecrets": [],
+            "images": {
+                "envoyGateway": {
+                    "image": "docker.io/envoyproxy/gateway:v1.8.4",
+                    "pullPolicy": "IfNotPresent",
+                    "pullSecrets": [],
+                },
+                "ratelimit": {
+                    "image": "docker.io/envoyproxy/ratelimit:1e50889b",
+                    "pullPolicy": "IfNotPresent",
+                    "pullSecrets": [],
+                },
+                "envoyProxy": {"image": "", "pullPolicy": "", "pullSecrets": []},
+            },
+        },
+        "config": {"envoyGateway": {}},
+        "deployment": {
+            "envoyGateway": {
+                "image": {"repository": "", "tag": ""},
+                "imagePullPolicy": "",
+                "imagePullSecrets": [],
+            }
+        },
+    },
+    helpers=_EG_HELPERS,
+    # The EnvoyGateway configuration: its shutdown-manager and rate-limit
+    # images are those of the proxy pods and the rate-limit Deployment the
+    # controller starts; config.envoyGateway is merged over the chart's own.
+    extra="""---
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: envoy-gateway-config
+data:
+  envoy-gateway.yaml: {{ include "eg.config" . | quote }}
+""",
+    workloads=(
+        # Named as the fixtures always named it (tests look it up so).
+        PodWorkload(
+            "Deployment",
+            "gateway",
+            (Container("envoy-gateway", 'include "eg.image" $'),),
+            'include "eg.pullSecrets" $',
+        ),
+        PodWorkload(
+            "Job",
+            "envoy-gateway-certgen",
+            (Container("envoy-gateway-certgen", 'include "eg.image" $'),),
+            'include "eg.pullSecrets" $',
+            hook="pre-install,pre-upgrade",
+        ),
+    ),
+)
+
+_AIGW_CONTROLLER = (
+    'printf "%s:%s" $.Values.controller.image.repository '
+    "($.Values.controller.image.tag | default $.Chart.AppVersion)"
+)
+_AIGW_EXTPROC = (
+    'printf "%s:%s" $.Values.extProc.image.repository '
+    "($.Values.extProc.image.tag | default $.Chart.AppVersion)"
+)
+# extProc's own list wins over the global one; passed on as "a;b".
+_AIGW_HELPERS = """{{- define "aigw.extProcPullSecrets" -}}
+{{- $names := list -}}
+{{- range (.Values.extProc.imagePullSecrets | default .Values.global.imagePullSecrets) -}}
+{{- $names = append $names .name -}}
+{{- end -}}
+{{- join ";" $names -}}
+{{- end -}}
+"""
+
+AI_GATEWAY = StandIn(
+    app_version="v1.1.0",
+    values={
+        "global": {"imagePullSecrets": []},
+        "controller": {
+            "image": {"repository": "docker.io/envoyproxy/ai-gateway-controller", "tag": ""},
+            "imagePullPolicy": "IfNotPresent",
+            "imagePullSecrets": [],
+        },
+        "extProc": {
+            "image": {"repository": "docker.io/envoyproxy/ai-gateway-extproc", "tag": ""},
+            "imagePullPolicy": "IfNotPresent",
+            "imagePullSecrets": [],
+        },
+    },
+    helpers=_AIGW_HELPERS,
+    workloads=(
+        PodWorkload(
+            "Deployment",
+            "ai-gateway-controller",
+            (
+                Container(
+                    "ai-gateway-controller",
+                    _AIGW_CONTROLLER,
+                    args=(
+                        _flag("--extProcImage", _AIGW_EXTPROC),
+                        _flag("--extProcImagePullSecrets", 'include "aigw.extProcPullSecrets" $'),
+                    ),
+                ),
+            ),
+            "$.Values.controller.imagePullSecrets | default $.Values.global.imagePullSecrets "
+            "| default list | toJson",
+        ),
+    ),
+)
+
+TRUST_MANAGER = StandIn(
+    app_version="v0.25.0",
+    values={
+        "imageRegistry": "quay.io",
+        "imageNamespace": "jetstack",
+        "image": {"name": "trust-manager", "repository": "", "pullPolicy": "IfNotPresent"},
+        "defaultPackage": {"enabled": True},
+        "defaultPackageImage": {
+            "name": "trust-pkg-debian-trixie",
+            "repository": "",
+            "_defaultReference": ":20250419.1",
+        },
+        "imagePullSecrets": [],
+    },
+    helpers=_JETSTACK_IMAGE,
+    workloads=(
+        # The chart gives its pull secrets to the ServiceAccount only, not the pod.
+        PodWorkload(
+            "Deployment",
+            "trust-manager",
+            (Container("trust-manager", _cm_image(".Values.image")),),
+            None,
+            init_containers=(
+                Container(
+                    "cert-manager-package-debian",
+                    'include "jetstack.image" (list $ .Values.defaultPackageImage '
+                    '(trimPrefix ":" .Values.defaultPackageImage._defaultReference))',
+                    when=".Values.defaultPackage.enabled",
+                ),
+            ),
+            service_account="trust-manager",
+        ),
+    ),
+    extra="""---
+apiVersion: v1
+kind: ServiceAccount
+metadata:
+  name: trust-manager
+imagePullSecrets: {{ .Values.imagePullSecrets | default list | toJson }}
+""",
+)
+
+LWS = StandIn(
+    app_version="v0.8.0",
+    values={
+        "image": {
+            "manager": {
+                "repository": "registry.k8s.io/lws/lws",
+                "tag": "v0.8.0",
+                "pullPolicy": "IfNotPresent",
+            }
+        },
+        "imagePullSecrets": [],
+    },
+    workloads=(
+        PodWorkload(
+            "Deployment",
+            "lws-controller-manager",
+            (
+                Container(
+                    "manager",
+                    'printf "%s:%s" $.Values.image.manager.repository '
+                    "($.Values.image.manager.tag | default $.Chart.AppVersion)",
+                ),
+            ),
+            "$.Values.imagePullSecrets | default list | toJson",
+        ),
+    ),
+)
+
+# KAI: <registry>/<name>:<tag | global.tag | appVersion>[-fips], the
+# registry global.registry (a registry and path prefix) unless the image has
+# its own (only the hook images do).
+_KAI_HELPERS = """{{- define "kai.image" -}}
+{{- $root := index . 0 -}}
+{{- $image := index . 1 -}}
+{{- $tag := $image.tag | default $root.Values.global.tag | default $root.Chart.AppVersion -}}
+{{- if $root.Values.global.fips -}}
+{{- $tag = printf "%s-fips" $tag -}}
+{{- end -}}
+{{- printf "%s/%s:%s" ($image.registry | default $root.Values.global.registry) $image.name $tag -}}
+{{- end -}}
+"""
+_KAI_SECRETS = "$.Values.global.imagePullSecrets | default list | toJson"
 
 
-def write_chart(
-    root: Path, name: str, version: str, workloads: Sequence[tuple[str, str]] = ()
-) -> Path:
+def _kai(name: str, key: str, kind: str = "Deployment", **more: Any) -> PodWorkload:
+    image = f'include "kai.image" (list $ .Values.{key}.image)'
+    return PodWorkload(kind, name, (Container(name, image),), _KAI_SECRETS, **more)
+
+
+# The operands KAI's operator deploys from the kai-config Config the chart
+# writes: each image from these values, each pod with the global pull secrets.
+_KAI_OPERANDS = ("admission", "binder", "podgrouper", "podgroupcontroller", "queuecontroller")
+
+KAI_SCHEDULER = StandIn(
+    app_version="v0.16.8",
+    values={
+        "global": {
+            "registry": "ghcr.io/kai-scheduler/kai-scheduler",
+            "tag": "",
+            "fips": False,
+            "imagePullSecrets": [],
+            "clusterAutoscaling": False,
+        },
+        "operator": {"image": {"name": "operator"}},
+        **{name: {"image": {"name": name}} for name in _KAI_OPERANDS},
+        "scheduler": {"image": {"name": "scheduler"}},
+        "nodescaleadjuster": {"image": {"name": "nodescaleadjuster"}},
+        "crdupgrader": {"image": {"name": "crd-upgrader"}},
+        "kaiConfigDeployer": {"enabled": True, "image": {"name": "crd-upgrader"}},
+    },
+    helpers=_KAI_HELPERS,
+    workloads=(
+        PodWorkload(
+            "Deployment",
+            "kai-operator",
+            (
+                Container(
+                    "operator",
+                    'include "kai.image" (list $ .Values.operator.image)',
+                    env='list (dict "name" "MS_REPOSITORY" "value" $.Values.global.registry) '
+                    "| toJson",
+                ),
+            ),
+            _KAI_SECRETS,
+        ),
+        *(_kai(name, name) for name in _KAI_OPERANDS),
+        # The operator names each shard's scheduler <schedulerName>-<shard>.
+        _kai("kai-scheduler-default", "scheduler"),
+        _kai(
+            "node-scale-adjuster",
+            "nodescaleadjuster",
+            when=".Values.global.clusterAutoscaling",
+        ),
+        _kai("crd-upgrader", "crdupgrader", "Job", hook="pre-install,pre-upgrade"),
+        _kai(
+            "kai-config-deployer",
+            "kaiConfigDeployer",
+            "Job",
+            hook="post-install,post-upgrade",
+            when=".Values.kaiConfigDeployer.enabled",
+        ),
+    ),
+)
+
+GROVE = StandIn(
+    app_version="v0.1.0-alpha.12-rc2",
+    values={
+        "image": {
+            "repository": "ghcr.io/ai-dynamo/grove/grove-operator",
+            "tag": "v0.1.0-alpha.12-rc2",
+            "pullPolicy": "IfNotPresent",
+        },
+        "imagePullSecrets": [],
+        "deployment": {
+            "env": [
+                {
+                    "name": "GROVE_INIT_CONTAINER_IMAGE",
+                    "value": "ghcr.io/ai-dynamo/grove/grove-initc",
+                }
+            ]
+        },
+    },
+    helpers="""{{- define "grove.image" -}}
+{{- if hasPrefix "sha256:" (toString .Values.image.tag) -}}
+{{- printf "%s@%s" .Values.image.repository .Values.image.tag -}}
+{{- else -}}
+{{- printf "%s:%s" .Values.image.repository .Values.image.tag -}}
+{{- end -}}
+{{- end -}}
+""",
+    workloads=(
+        PodWorkload(
+            "Deployment",
+            "grove-operator",
+            (
+                Container(
+                    "grove-operator",
+                    'include "grove.image" $',
+                    env="$.Values.deployment.env | default list | toJson",
+                ),
+            ),
+            "$.Values.imagePullSecrets | default list | toJson",
+        ),
+    ),
+)
+
+# Keyed by chart. ai-gateway-crds-helm runs no image.
+STAND_INS: dict[str, StandIn] = {
+    "cert-manager": CERT_MANAGER,
+    "kube-prometheus-stack": KUBE_PROMETHEUS_STACK,
+    "node-feature-discovery": NODE_FEATURE_DISCOVERY,
+    "dra-driver-nvidia-gpu": DRA_DRIVER,
+    "gateway-helm": ENVOY_GATEWAY,
+    "ai-gateway-helm": AI_GATEWAY,
+    "trust-manager": TRUST_MANAGER,
+    "lws": LWS,
+    "kai-scheduler": KAI_SCHEDULER,
+    "grove-charts": GROVE,
+}
+
+
+def write_chart(root: Path, name: str, version: str, standin: StandIn | None = None) -> Path:
+    """The fixture chart ``name`` at ``version``; with ``standin``, its images and workloads.
+
+    Without one its values.yaml is empty, so the values ConfigMap holds
+    exactly the values the operator passed.
+    """
     chart = root / f"{name}-{version}"
     (chart / "templates").mkdir(parents=True)
-    (chart / "Chart.yaml").write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "v2",
-                "name": name,
-                "version": version,
-                "description": f"fixture stand-in for {name}",
-            }
-        )
-    )
-    (chart / "values.yaml").write_text("{}\n")
+    meta = {
+        "apiVersion": "v2",
+        "name": name,
+        "version": version,
+        "description": f"fixture stand-in for {name}",
+    }
+    if standin is not None:
+        meta["appVersion"] = standin.app_version
+    (chart / "Chart.yaml").write_text(yaml.safe_dump(meta))
+    values = standin.values if standin is not None else {}
+    (chart / "values.yaml").write_text(yaml.safe_dump(values) if values else "{}\n")
     (chart / "templates" / "values.yaml").write_text(_VALUES_CONFIGMAP)
     # A chart the catalog does not know has no entry: an error, not a chart
     # that quietly serves nothing and leaves its stack short of Ready.
     docs = [crd(*c) for c in CHART_CRDS[name]] + _CHART_OBJECTS[name]
-    # (kind, image): only on a simulated cluster, where something runs them.
-    docs += [workload(kind, image, version) for kind, image in workloads]
     if docs:
         (chart / "templates" / "apis.yaml").write_text(yaml.safe_dump_all(docs))
+    if standin is not None:
+        for file, text in standin_templates(standin).items():
+            (chart / "templates" / file).write_text(text)
     return chart
 
 
@@ -200,6 +1092,18 @@ def component_workloads(component: Component) -> list[tuple[str, str]]:
         if found is not None:
             out += [(kind, image) for kind in found.kinds for image in found.images]
     return list(dict.fromkeys(out))
+
+
+def stand_in_for(component: Component) -> StandIn | None:
+    """The component's stand-in; one whose advisories look for workloads must have one."""
+    assert component.chart is not None
+    standin = STAND_INS.get(component.chart.chart)
+    if standin is None and component_workloads(component):
+        raise AssertionError(
+            f"{component.name}'s advisories look for workloads, but chart "
+            f"{component.chart.chart} has no stand-in in STAND_INS to run them"
+        )
+    return standin
 
 
 @dataclass(frozen=True)
@@ -231,9 +1135,11 @@ class Helm:
 def serve_substrate(helm: Any, workdir: Path, *, workloads: bool = False) -> Iterator[Substrate]:
     """Package every catalog chart and the manifests, and serve them on loopback.
 
-    With ``workloads``, each chart also runs the Deployments and DaemonSets
-    its component's advisories look for, so ``helm install --wait`` waits for
-    them on a simulated cluster (they never become ready on a bare API server).
+    With ``workloads``, each chart is its stand-in (``STAND_INS``): it runs
+    the real chart's workloads, among them those its component's advisories
+    look for, and hook Jobs, so ``helm install`` waits for them on a
+    simulated cluster (they never become ready, nor complete, on a bare API
+    server).
     """
     sources = workdir / "sources"
     served = workdir / "served"
@@ -245,7 +1151,7 @@ def serve_substrate(helm: Any, workdir: Path, *, workloads: bool = False) -> Ite
                     sources,
                     component.chart.chart,
                     version,
-                    component_workloads(component) if workloads else (),
+                    stand_in_for(component) if workloads else None,
                 )
                 helm.run("package", str(chart), "--destination", str(served / "charts"))
     with serve_directory(served) as url:

@@ -263,6 +263,24 @@ def test_a_missing_object_shows_as_a_create(installed: Installed) -> None:
     assert installed.diff({}).returncode == 0
 
 
+def test_image_mirror_rules_show_as_the_values_they_would_set(installed: Installed) -> None:
+    # The operator merges the rules into every release's values: a diff that
+    # ignored them would call a mirrored install clean, or the reverse.
+    proc = installed.diff({}, "--image-registry-mirror", "registry.k8s.io=mirror.internal/k8s")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    doc = json.loads(
+        installed.diff(
+            {}, "--image-registry-mirror", "registry.k8s.io=mirror.internal/k8s", "-o", "json"
+        ).stdout
+    )
+    releases = {r["release"]: r for r in doc["releases"]}
+    nfd = releases["mp-node-feature-discovery"]
+    assert nfd["change"] == "upgrade"
+    assert "repository: mirror.internal/k8s/nfd/node-feature-discovery" in nfd["values_diff"]
+    # cert-manager pulls from quay.io, which the rule does not name.
+    assert "mp-cert-manager" not in releases
+
+
 def test_manifests_from_a_moved_mirror_show_each_crd_they_would_update(
     installed: Installed,
 ) -> None:

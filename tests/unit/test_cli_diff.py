@@ -121,6 +121,11 @@ def test_bad_input_is_exit_2_with_the_reason(tmp_path: Path) -> None:
     # typer's usage error, as run gives for the same flag.
     assert code == 2 and "no component made of a chart" in " ".join(err.split())
 
+    code, _, err = _run(
+        "-f", str(stack), "--kubeconfig", str(stack), "--image-registry-mirror", "quay.io"
+    )
+    assert code == 2 and "expected FROM=TO" in " ".join(err.split())
+
 
 def test_the_identity_flags_are_checks_own(tmp_path: Path) -> None:
     stack = tmp_path / "stack.yaml"

@@ -257,3 +257,27 @@ def test_the_mirrored_envoy_proxy_fits_envoy_gateways_own_schema(make_stack: Sta
     body = _kind(plan(make_stack(), sources=MIRROR).objects, "EnvoyProxy")
     assert "envoyDeployment" in body["spec"]["provider"]["kubernetes"]
     assert _unknown_fields(body["spec"], schema, "spec") == []
+
+
+QUAY_ONLY = Sources(
+    image_mirrors=parse_rules(["quay.io=mirror.internal/quay"]), image_pull_secrets=("pull",)
+)
+
+
+def test_with_rules_only_the_components_they_move_take_the_pull_secrets(
+    make_stack: StackFactory,
+) -> None:
+    p = plan(make_stack(stack="Dynamo"), sources=QUAY_ONLY)
+    # cert-manager pulls from quay.io, so from the mirror, with its Secret.
+    assert _get(_values(p, "cert-manager"), "global.imagePullSecrets") == PULL
+    # NFD pulls from registry.k8s.io, which no rule names: the mirror's
+    # Secret means nothing there, and is not asked for in its namespace.
+    assert "imagePullSecrets" not in _values(p, "node-feature-discovery")
+    assert "imagePullSecrets" not in _modelexpress_pod(p.objects)
+    assert "envoyDeployment" not in _proxy_kubernetes(p.objects)
+
+
+def test_without_rules_every_component_takes_the_pull_secrets(make_stack: StackFactory) -> None:
+    p = plan(make_stack(stack="Dynamo"), sources=Sources(image_pull_secrets=("pull",)))
+    assert _get(_values(p, "node-feature-discovery"), "imagePullSecrets") == PULL
+    assert _modelexpress_pod(p.objects)["imagePullSecrets"] == PULL

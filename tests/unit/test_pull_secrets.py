@@ -163,3 +163,21 @@ def test_without_pull_secrets_nothing_is_needed(make_stack: StackFactory) -> Non
     stack = make_stack()
     seen = Observed(pull_secrets={"regcred": []})
     assert plan(stack, seen, Sources()).missing_pull_secrets == []
+
+
+def test_with_rules_only_the_moved_components_need_the_secrets(make_stack: StackFactory) -> None:
+    quay = Sources(
+        image_mirrors=parse_rules(["quay.io=mirror.internal/quay"]),
+        image_pull_secrets=("regcred",),
+    )
+    p = plan(make_stack(stack="Dynamo"), Observed(pull_secrets={"regcred": []}), quay)
+    needing = {m.component for m in p.missing_pull_secrets}
+    # cert-manager, trust-manager and kube-prometheus-stack pull from quay.io.
+    assert {"cert-manager", "trust-manager", "kube-prometheus-stack"} <= needing
+    # Nothing of these moves, so their namespaces need no mirror Secret.
+    assert not needing & {
+        "node-feature-discovery",
+        "lws",
+        "nvidia-dra-driver-gpu",
+        "modelexpress-crds",
+    }

@@ -180,8 +180,9 @@ def _envoy_proxy_kubernetes(images: ProductImages) -> dict[str, Any]:
     proxy = images.moved.get(envoy_gateway.ENVOY_PROXY)
     if proxy is not None:
         deployment["container"] = {"image": proxy}
-    if images.pull_secrets:
-        deployment["pod"] = {"imagePullSecrets": _pull_secrets(images.pull_secrets)}
+    secrets = images.secrets_for(envoy_gateway.ENVOY_PROXY)
+    if secrets:
+        deployment["pod"] = {"imagePullSecrets": _pull_secrets(secrets)}
     if deployment:
         kubernetes["envoyDeployment"] = deployment
     return kubernetes
@@ -388,9 +389,8 @@ def dynamo_objects(
         modelexpress_crds.SERVER,
         f"{MODELEXPRESS_IMAGE}:{modelexpress_crds.COMPONENT.version_for(spec)}",
     )
-    pod_pulls: dict[str, Any] = (
-        {"imagePullSecrets": _pull_secrets(images.pull_secrets)} if images.pull_secrets else {}
-    )
+    secrets = images.secrets_for(modelexpress_crds.SERVER)
+    pod_pulls: dict[str, Any] = {"imagePullSecrets": _pull_secrets(secrets)} if secrets else {}
     probe = {"tcpSocket": {"port": port}, "periodSeconds": 10}
     return [
         # KAI rejects deleting a queue that still has children: child first.

@@ -228,3 +228,13 @@ class ProductImages:
 
     moved: Mapping[ImageSite, str] = field(default_factory=dict)
     pull_secrets: tuple[str, ...] = ()
+    # With mirror rules only the pods that pull from the mirror take the
+    # Secrets: a Secret for the mirror means nothing to another registry, and
+    # naming it would ask for it in namespaces that never pull from there.
+    mirrored_only: bool = False
+
+    def secrets_for(self, site: ImageSite) -> tuple[str, ...]:
+        """The pull Secrets of the pods that run ``site``'s image."""
+        if self.mirrored_only and site not in self.moved:
+            return ()
+        return self.pull_secrets

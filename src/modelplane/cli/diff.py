@@ -57,9 +57,13 @@ from modelplane.cli.options import (
     ChartRepository,
     ChartRepositoryFor,
     GaieManifestsUrl,
+    ImagePullSecret,
+    ImageRegistryMirror,
     ManifestsUrlFor,
     NebiusTokenEndpoint,
     component_urls,
+    mirror_rules,
+    pull_secrets,
 )
 from modelplane.credentials.identity.cache import TokenSource
 from modelplane.kube.address import AddressDenied, IPNetwork, deny_list
@@ -438,6 +442,8 @@ def diff_command(
     chart_repository_for: ChartRepositoryFor = None,
     gaie_manifests_url: GaieManifestsUrl = None,
     manifests_url_for: ManifestsUrlFor = None,
+    image_registry_mirror: ImageRegistryMirror = None,
+    image_pull_secret: ImagePullSecret = None,
 ) -> None:
     """Show what a reconcile of the stack would change on the target; never writes to it.
 
@@ -457,6 +463,10 @@ def diff_command(
         manifests_url_for=component_urls(
             manifests_url_for or [], "--manifests-url-for", "manifests"
         ),
+        # The operator's image rules change the releases' values, so a diff
+        # without them would show every mirrored value as a change.
+        image_mirrors=mirror_rules(image_registry_mirror),
+        image_pull_secrets=pull_secrets(image_pull_secret),
     ).sources()
     try:
         stack = parse(ServingStack, load_yaml(file), str(file))

@@ -210,7 +210,7 @@ def image_values(
         uses.append(_use(component, site, default, moved))
         if moved is not None:
             _set(values, site, moved[0])
-    if pull_secrets and images.pull_secrets is not None:
+    if pull_secrets and images.pull_secrets is not None and takes_pull_secrets(uses, rules):
         for path in images.pull_secrets.paths:
             set_path(values, path, [{"name": name} for name in pull_secrets])
     return values, uses
@@ -238,7 +238,17 @@ def product_images(
             uses.append(_use(component, site, default, to))
             if to is not None:
                 moved[site] = str(to[0])
-    return ProductImages(moved, tuple(pull_secrets)), uses
+    return ProductImages(moved, tuple(pull_secrets), mirrored_only=bool(rules)), uses
+
+
+def takes_pull_secrets(uses: Sequence[ImageUse], rules: Sequence[MirrorRule]) -> bool:
+    """Whether a component's pods pull with the ``--image-pull-secret`` Secrets.
+
+    Without rules, every pod does (credentials for the registries as they
+    are); with rules, only a component the rules move an image of: its
+    Secrets are the mirror's.
+    """
+    return not rules or any(use.mirrored is not None for use in uses)
 
 
 def _use(

@@ -24,7 +24,14 @@ from modelplane.pins import ComponentsMode
 from modelplane.plan import pull_secrets
 from modelplane.plan.drift import drifted_fields
 from modelplane.plan.gateway import published_address, published_ca
-from modelplane.plan.images import MirrorRule, image_values, merge, product_images
+from modelplane.plan.images import (
+    ImageUse,
+    MirrorRule,
+    image_values,
+    merge,
+    product_images,
+    takes_pull_secrets,
+)
 from modelplane.plan.model import (
     ComponentPlan,
     GatewayReport,
@@ -132,7 +139,7 @@ def plan(
     )
     objects += [_object(o, CONFIGURATION, observed) for o in configuration_for(spec, product)]
     work = work_left(releases, manifests, objects)
-    missing = _missing_pull_secrets(components, releases, objects, observed, sources)
+    missing = _missing_pull_secrets(components, releases, objects, product_uses, observed, sources)
     missing_by_component: dict[str, list[pull_secrets.MissingPullSecret]] = {}
     for m in missing:
         missing_by_component.setdefault(m.component, []).append(m)
@@ -220,6 +227,7 @@ def _missing_pull_secrets(
     components: list[Component],
     releases: list[PlannedRelease],
     objects: list[PlannedObject],
+    product_uses: list[ImageUse],
     observed: Observed,
     sources: Sources,
 ) -> list[pull_secrets.MissingPullSecret]:
@@ -229,8 +237,16 @@ def _missing_pull_secrets(
     # A chart's pods are the product's only where it installs the chart; the
     # product's own components are applied in both modes.
     installed = {r.component for r in releases}
+    uses: dict[str, list[ImageUse]] = {}
+    for use in [u for r in releases for u in r.images] + product_uses:
+        uses.setdefault(use.component, []).append(use)
     wanted = pull_secrets.needed(
-        [c for c in components if c.name in installed or c.role == "config"],
+        [
+            c
+            for c in components
+            if (c.name in installed or c.role == "config")
+            and takes_pull_secrets(uses.get(c.name, []), sources.image_mirrors)
+        ],
         # Held ones too: an object waiting for its API runs its pods once it is served.
         [(o.component, o.object) for o in objects],
     )
