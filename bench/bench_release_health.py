@@ -31,6 +31,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import httpx2
 from lightkube.core.exceptions import ApiError
 from lightkube.resources.apps_v1 import DaemonSet, Deployment
 from lightkube.resources.core_v1 import Pod
@@ -155,7 +156,15 @@ def main() -> None:
             def run(mode: str, resync: str = "300") -> None:
                 harness.stop()
                 harness.start("--release-drift", mode, "--resync", resync)
-                took = _until(_ready(harness, "True"), 600)
+
+                def reconciled() -> bool:
+                    try:
+                        return harness.reconciles() >= 1
+                    except httpx2.TransportError:  # its metrics port not open yet
+                        return False
+
+                # The status is the last process's until the new one has reconciled.
+                took = _until(lambda: reconciled() and _ready(harness, "True")(), 600)
                 print(f"--release-drift={mode}: Ready {took:.1f} s after the operator started")
 
             run("warn")
