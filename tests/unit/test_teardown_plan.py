@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from modelplane.actions.apply import namespace_body
 from modelplane.plan import Observed, plan
 from modelplane.plan.teardown import (
     DeleteObjects,
@@ -13,6 +14,7 @@ from modelplane.plan.teardown import (
     UninstallRelease,
     teardown_steps,
 )
+from modelplane.wire import object_key
 
 from .conftest import CA_PEM, StackFactory, installed
 
@@ -177,3 +179,31 @@ def test_only_what_carries_our_marks_is_deleted(make_stack: StackFactory) -> Non
 def test_nothing_of_ours_on_the_target_means_nothing_to_do(make_stack: StackFactory) -> None:
     p = plan(make_stack(stack="Dynamo", gateway={"hostname": HOST, "clientCAs": CAS}))
     assert teardown_steps(p, Observed()) == []
+
+
+def test_the_release_namespaces_the_product_made_go_last_the_owners_stay(
+    make_stack: StackFactory,
+) -> None:
+    p = plan(make_stack())
+    observed = installed(p)
+    made = {r.namespace for r in p.releases} - {"modelplane-system"}
+    # Namespaces the product created for its releases carry its digest; the
+    # cluster owner's "monitoring" does not.
+    ours = {
+        object_key(namespace_body(name)): "digest" for name in sorted(made) if name != "monitoring"
+    }
+    steps = described(
+        teardown_steps(p, observed.model_copy(update={"applied": observed.applied | ours}))
+    )
+    last = steps[-1]
+    assert last[0] == "delete" and last[2] is False
+    assert steps.index(last) > max(i for i, s in enumerate(steps) if s[0] == "uninstall")
+    assert set(last[1]) == {"Namespace modelplane-system"} | {
+        f"Namespace {name}" for name in made - {"monitoring"}
+    }
+    # In Provided mode no release is uninstalled, so none of their namespaces goes.
+    provided = plan(make_stack(components="Provided"))
+    steps = described(
+        teardown_steps(provided, observed.model_copy(update={"applied": observed.applied | ours}))
+    )
+    assert steps[-1] == ("delete", ["Namespace modelplane-system"], False)

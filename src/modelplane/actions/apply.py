@@ -22,7 +22,7 @@ from modelplane.kube.errors import ErrorKind, KnownError
 from modelplane.kube.fetch import FetchError, fetch
 from modelplane.kube.resources import resource_of, unless_missing
 from modelplane.untrusted import Limits, UntrustedInputError, load_yaml_all, printable
-from modelplane.wire import FIELD_MANAGER
+from modelplane.wire import FIELD_MANAGER, stamp
 
 log = logging.getLogger("modelplane.actions")
 
@@ -125,6 +125,29 @@ async def _apply(client: AsyncClient, body: dict[str, Any], *, dry_run: bool) ->
             raise
         configurations = await webhook_configurations(client, failed.webhook)
         raise WebhookNotReady(failed.webhook, configurations, _shown(body), failed.detail) from err
+
+
+def namespace_body(name: str) -> dict[str, Any]:
+    """A namespace as the product creates it: labelled and stamped as its own."""
+    return stamp({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+
+
+async def create_namespace(client: AsyncClient, name: str) -> bool:
+    """Create the namespace as the product's own unless it exists; True when this created it.
+
+    Created, never applied: applying would label a namespace the cluster
+    owner made as ours, and teardown deletes the namespaces that carry the
+    label. One that exists (the owner's, or ours already) is left as it is.
+    """
+    body = namespace_body(name)
+    res = await resource_of(client, body)
+    try:
+        await waiting_out_429(lambda: client.create(res.from_dict(body)))
+    except ApiError as err:
+        if err.status.code == 409:  # AlreadyExists
+            return False
+        raise
+    return True
 
 
 async def delete_object(client: AsyncClient, body: dict[str, Any]) -> bool:

@@ -12,7 +12,9 @@ object that says who holds something: every cluster serves it without a CRD
 (a Provided target must be claimed before anything is applied to it), and
 ``kubectl get lease`` prints the holder. The UID, made by the hub's API
 server, keeps two hubs' ``platform/west`` apart; the namespace and name tell
-a person where to look.
+a person where to look. A ``modelplane apply`` run from a laptop, without a
+hub, claims the target as ``cli:user@host`` (``LocalRun``): the same Lease,
+so a laptop and a hub refuse each other rather than fight over one cluster.
 
 The claim never expires and is not renewed: a no-op resync reads it (one GET)
 and writes nothing, and an owner whose hub is down for a while does not lose
@@ -25,11 +27,14 @@ stack's condition names the owner and says how to release the claim.
 from __future__ import annotations
 
 import datetime
+import getpass
 import logging
+import re
+import socket
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import Any, Protocol
 
 from lightkube import AsyncClient
 from lightkube.core.exceptions import ApiError
@@ -85,6 +90,56 @@ class StackIdentity(BaseModel):
         return f"ServingStack {self.namespace}/{self.name} (uid {self.uid})"
 
 
+# A laptop's holder: ``cli:`` and a user and host name of these characters.
+LOCAL_PREFIX = "cli:"
+_LOCAL_PART = re.compile(r"[^A-Za-z0-9._-]")
+# Each of user and host is cut to this many characters, so the holder is
+# bounded (far below CLAIM_HOLDER) whatever the machine is called.
+LOCAL_PART_MAX = 63
+
+
+class Claimant(Protocol):
+    """Whoever acts on a target: what its claim's ``holderIdentity`` says."""
+
+    @property
+    def holder(self) -> str: ...
+
+
+class LocalRun(BaseModel):
+    """A ``modelplane apply`` or ``delete`` run by a person, without a hub.
+
+    Named by user and host, so that the same person's next run (or their
+    ``delete``) holds the claim, and anyone else's is refused.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    user: str
+    host: str
+
+    @classmethod
+    def here(cls) -> LocalRun:
+        try:
+            user = getpass.getuser()
+        except (KeyError, OSError):  # no passwd entry and no $USER
+            user = "unknown"
+        return cls.of(user, socket.gethostname())
+
+    @classmethod
+    def of(cls, user: str, host: str) -> LocalRun:
+        def clean(part: str) -> str:
+            return _LOCAL_PART.sub("-", part)[:LOCAL_PART_MAX] or "unknown"
+
+        return cls(user=clean(user), host=clean(host))
+
+    @property
+    def holder(self) -> str:
+        return f"{LOCAL_PREFIX}{self.user}@{self.host}"
+
+    def __str__(self) -> str:
+        return f"modelplane apply run by {self.user}@{self.host}"
+
+
 class ClaimState(StrEnum):
     """Who holds a target, as seen from one ServingStack."""
 
@@ -93,7 +148,7 @@ class ClaimState(StrEnum):
     HELD = "Held"  # it names another stack: write nothing
 
 
-def decide(holder: str | None, ours: StackIdentity) -> ClaimState:
+def decide(holder: str | None, ours: Claimant) -> ClaimState:
     """The state of the claim whose Lease names ``holder`` (None: no Lease)."""
     if not holder:
         # Kubernetes' own leader election releases a Lease by emptying the
@@ -116,17 +171,41 @@ def describe_holder(holder: str) -> str:
     Whoever can write the target's Lease writes the holder, so what is shown
     of it is printable and cut, whatever it holds.
     """
-    owner = _parse(holder) if len(holder) <= CLAIM_HOLDER else None
+    owner = _owner(holder)
     shown = str(owner) if owner is not None else f"holder {holder!r}"
     return printable(shown, CLAIM_HOLDER)
 
 
-def blocked_message(holder: str, ours: StackIdentity) -> str:
+def _owner(holder: str) -> StackIdentity | LocalRun | None:
+    """The holder as one of ours wrote it; None for anything else."""
+    if len(holder) > CLAIM_HOLDER:
+        return None
+    if holder.startswith(LOCAL_PREFIX):
+        user, at, host = holder[len(LOCAL_PREFIX) :].partition("@")
+        local = LocalRun.of(user, host) if at else None
+        return local if local is not None and local.holder == holder else None
+    return _parse(holder)
+
+
+def blocked_message(holder: str, ours: Claimant) -> str:
     """The Ready message of a stack blocked by another owner: stable, so a
     resync that finds the same owner writes no status."""
-    owner = _parse(holder) if len(holder) <= CLAIM_HOLDER else None
+    owner = _owner(holder)
+    if isinstance(owner, LocalRun):
+        # Nothing on a hub to delete: the person who ran it hands it over.
+        return (
+            f"the target is claimed by {owner} (Lease {CLAIM_NAMESPACE}/{CLAIM_NAME} on the "
+            "target); two owners of one target would overwrite each other's releases, so "
+            f"this one writes nothing there. To hand the target over, run modelplane delete "
+            f"as {owner.user} on {owner.host}, or, if that run is gone for good, release the "
+            f"claim by hand on the target: kubectl -n {CLAIM_NAMESPACE} delete lease {CLAIM_NAME}"
+        )
     namesake = ""
-    if owner is not None and (owner.namespace, owner.name) == (ours.namespace, ours.name):
+    if (
+        isinstance(owner, StackIdentity)
+        and isinstance(ours, StackIdentity)
+        and (owner.namespace, owner.name) == (ours.namespace, ours.name)
+    ):
         # Looks like "claimed by myself" at a glance; say what it is.
         namesake = (
             ", which has this ServingStack's name but another UID: an earlier "
@@ -173,19 +252,29 @@ class Blocked:
 
 
 async def before_reconcile(
-    client: AsyncClient, stack: ServingStack, emit: Emit, status: Mapping[str, Any] | None
+    client: AsyncClient,
+    stack: ServingStack,
+    emit: Emit,
+    status: Mapping[str, Any] | None,
+    ours: Claimant | None = None,
 ) -> Blocked | None:
-    """Hold the claim before acting; None when this stack holds it."""
-    holder = await _hold(client, stack, emit)
+    """Hold the claim before acting; None when this stack holds it.
+
+    ``ours`` is who claims: the stack on its hub unless given (``LocalRun``).
+    """
+    ours = ours or StackIdentity.of(stack)
+    holder = await _hold(client, stack, emit, ours)
     if holder is None:
         return None
-    message = blocked_message(holder, StackIdentity.of(stack))
+    message = blocked_message(holder, ours)
     if not already_reported(status, message):
         emit("Warning", TARGET_CLAIMED, message)
     return Blocked(TARGET_CLAIMED, message)
 
 
-async def before_teardown(client: AsyncClient, stack: ServingStack, emit: Emit) -> bool:
+async def before_teardown(
+    client: AsyncClient, stack: ServingStack, emit: Emit, ours: Claimant | None = None
+) -> bool:
     """True when teardown may touch the target: this stack holds (or took) the claim.
 
     A stack that another one's claim blocked never installed anything there,
@@ -193,7 +282,7 @@ async def before_teardown(client: AsyncClient, stack: ServingStack, emit: Emit) 
     claim is taken first, so no other stack starts installing while this one
     uninstalls.
     """
-    holder = await _hold(client, stack, emit)
+    holder = await _hold(client, stack, emit, ours or StackIdentity.of(stack))
     if holder is None:
         return True
     emit(
@@ -205,9 +294,11 @@ async def before_teardown(client: AsyncClient, stack: ServingStack, emit: Emit) 
     return False
 
 
-async def after_teardown(client: AsyncClient, stack: ServingStack, emit: Emit) -> None:
+async def after_teardown(
+    client: AsyncClient, stack: ServingStack, emit: Emit, ours: Claimant | None = None
+) -> None:
     """Release the claim, the last step of teardown: only if it still names us."""
-    ours = StackIdentity.of(stack)
+    ours = ours or StackIdentity.of(stack)
     lease = await _read(client)
     if lease is None or decide(_holder_of(lease), ours) is not ClaimState.OURS:
         return
@@ -224,9 +315,8 @@ async def after_teardown(client: AsyncClient, stack: ServingStack, emit: Emit) -
     emit("Normal", "ClaimReleased", f"released the target: Lease {CLAIM_NAMESPACE}/{CLAIM_NAME}")
 
 
-async def _hold(client: AsyncClient, stack: ServingStack, emit: Emit) -> str | None:
-    """Make sure the claim names this stack; the other holder when it cannot."""
-    ours = StackIdentity.of(stack)
+async def _hold(client: AsyncClient, stack: ServingStack, emit: Emit, ours: Claimant) -> str | None:
+    """Make sure the claim names ``ours``; the other holder when it cannot."""
     lease = await _read(client)
     for _ in range(ACQUIRE_ATTEMPTS):
         holder = _holder_of(lease)
@@ -240,8 +330,8 @@ async def _hold(client: AsyncClient, stack: ServingStack, emit: Emit) -> str | N
             emit(
                 "Normal",
                 "ClaimAcquired",
-                f"claimed the target: Lease {CLAIM_NAMESPACE}/{CLAIM_NAME} names this "
-                "ServingStack as its owner",
+                f"claimed the target: Lease {CLAIM_NAMESPACE}/{CLAIM_NAME} names "
+                f"{'this ServingStack' if isinstance(ours, StackIdentity) else ours} as its owner",
             )
             return None
         # Lost a race: someone else wrote the Lease in between. Whoever won
@@ -258,7 +348,7 @@ async def _hold(client: AsyncClient, stack: ServingStack, emit: Emit) -> str | N
 
 
 async def _acquire(
-    client: AsyncClient, stack: ServingStack, ours: StackIdentity, lease: Lease | None
+    client: AsyncClient, stack: ServingStack, ours: Claimant, lease: Lease | None
 ) -> bool:
     """Write the claim atomically; False when another writer got there first."""
     now = datetime.datetime.now(datetime.UTC)
@@ -303,7 +393,7 @@ def namespace_body(stack: ServingStack) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": CLAIM_NAMESPACE}}
 
 
-def _new_lease(ours: StackIdentity, now: datetime.datetime) -> Lease:
+def _new_lease(ours: Claimant, now: datetime.datetime) -> Lease:
     return Lease(
         metadata=ObjectMeta(
             name=CLAIM_NAME,

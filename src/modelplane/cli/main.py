@@ -101,6 +101,12 @@ from modelplane.cli.diff import diff_command as _diff  # noqa: E402
 
 app.command("diff")(_diff)
 
+from modelplane.cli.apply import apply as _apply  # noqa: E402
+from modelplane.cli.apply import delete as _delete  # noqa: E402
+
+app.command("apply")(_apply)
+app.command("delete")(_delete)
+
 
 def main() -> None:
     app()

@@ -157,3 +157,8 @@ ManifestsUrlFor = Annotated[
         help="COMPONENT=BASE_URL for other fetched manifests (modelexpress-crds).",
     ),
 ]
+# run's --helm-timeout, for apply and delete (run keeps its own declaration,
+# which allows any integer).
+HelmTimeout = Annotated[
+    int, typer.Option("--helm-timeout", help="Seconds one helm action may take.", min=1)
+]

@@ -29,6 +29,7 @@ from modelplane.actions import claim
 from modelplane.actions.apply import (
     WebhookNotReady,
     apply_object,
+    create_namespace,
     delete_object,
     fetch_manifests,
     vet_manifests,
@@ -62,7 +63,7 @@ from modelplane.observe.state import (
     wanted,
 )
 from modelplane.operator.options import OperatorOptions
-from modelplane.operator.session import TargetSession
+from modelplane.operator.session import CredentialSource, TargetSession
 from modelplane.operator.status import Outcome
 from modelplane.pins import ComponentsMode
 from modelplane.plan import Plan, decisions, plan
@@ -108,7 +109,8 @@ class InvalidSpecError(KnownError):
 
 @dataclass
 class StackReconciler:
-    hub: AsyncClient
+    # None for a run without a hub (``modelplane apply``), which gives ``credentials``.
+    hub: AsyncClient | None
     helm: Helm
     options: OperatorOptions
     emit: Emit
@@ -161,11 +163,24 @@ class StackReconciler:
     release_watches: tuple[ReleaseWatch, ...] = ()
     # The release drift last reported by event (--release-drift=warn).
     release_drift_reported: frozenset[str] = frozenset()
+    # Without a hub: where the target's credentials come from, and who
+    # claims it (``claim.LocalRun``); None for the stack's own Secrets and
+    # the stack itself.
+    credentials: CredentialSource | None = None
+    claimant: claim.Claimant | None = None
+    # Called with each round's plan before it is carried out: what a
+    # progress view shows as being done now. Never changes what is done.
+    on_plan: Callable[[Plan], None] | None = None
     session: TargetSession = field(init=False)
 
     def __post_init__(self) -> None:
         self.session = TargetSession(
-            self.hub, self.options, self.tokens, wake=self.wake, label=self.label
+            self.hub,
+            self.options,
+            self.tokens,
+            wake=self.wake,
+            label=self.label,
+            source=self.credentials,
         )
 
     # -- reconcile -----------------------------------------------------------
@@ -207,7 +222,7 @@ class StackReconciler:
             self._report_connection(target)
             # Nothing is written to a target another ServingStack holds.
             blocked = await claim.before_reconcile(
-                target.client, stack, self.emit, body.get("status")
+                target.client, stack, self.emit, body.get("status"), self.claimant
             )
             if blocked is not None:
                 return Outcome(
@@ -239,6 +254,8 @@ class StackReconciler:
                     facts = await self._cluster_facts(target, stack, observed.apis, direct)
                     observed = observed.model_copy(update={"cluster": facts})
                 current = plan(stack, observed, self.options.sources())
+                if self.on_plan is not None:
+                    self.on_plan(current)
                 if not await self._act(current, target):
                     break
                 # What this round wrote is not in the watch copy yet.
@@ -431,10 +448,17 @@ class StackReconciler:
         # Minted (or taken from the cache) per release: helm gets a token
         # fresh enough for its run, never the identity's key.
         kubeconfig = await target.helm_kubeconfig()
+
+        async def carry_out() -> None:
+            if release.action in (ReleaseAction.INSTALL, ReleaseAction.REINSTALL):
+                # Made here rather than by helm's --create-namespace, labelled
+                # as ours, so that teardown removes the namespace with the
+                # release; one that is there already is the owner's and stays.
+                await create_namespace(target.client, release.namespace)
+            await self.helm.apply(release, kubeconfig)
+
         ok = await self._guard(
-            release.component,
-            self.helm.apply(release, kubeconfig),
-            what=f"{verb.lower()} of release {release.name}",
+            release.component, carry_out(), what=f"{verb.lower()} of release {release.name}"
         )
         if ok:
             self.emit(
@@ -511,15 +535,18 @@ class StackReconciler:
             raise InvalidSpecError(_first_error(err)) from err
         target = await self.session.open(await self.session.read(stack))
         try:
-            if not await claim.before_teardown(target.client, stack, self.emit):
+            if not await claim.before_teardown(target.client, stack, self.emit, self.claimant):
                 return None  # another stack's target: this one installed nothing there
 
             observed = await observe(target.client, stack.spec)
-            steps = teardown_steps(plan(stack, observed, self.options.sources()), observed)
+            current = plan(stack, observed, self.options.sources())
+            if self.on_plan is not None:
+                self.on_plan(current)
+            steps = teardown_steps(current, observed)
             give_up = waited_seconds > self.options.teardown_wait_seconds
             waiting = await self._carry_out(steps, target, give_up)
             if waiting is None:
-                await claim.after_teardown(target.client, stack, self.emit)
+                await claim.after_teardown(target.client, stack, self.emit, self.claimant)
         finally:
             await target.close()
         return waiting

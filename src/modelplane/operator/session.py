@@ -6,11 +6,16 @@ nor a second connection's discovery. When the Secrets are read again is a
 decision (``plan.decisions.read_credentials``); this only carries it out,
 and opens a new connection only when what it read differs. Without a
 ``wake`` (a test, a teardown) nothing is kept: the caller closes.
+
+Where the credentials come from is the one thing a run without a hub
+(``modelplane apply``) changes: it passes a ``CredentialSource`` that reads
+the person's kubeconfig instead of the stack's Secrets; everything after
+the read is the same.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from lightkube import AsyncClient
@@ -25,10 +30,14 @@ from modelplane.operator.options import OperatorOptions
 from modelplane.operator.watch import TargetWatcher
 from modelplane.plan import decisions
 
+# The credentials of a stack's target, from somewhere other than the hub.
+CredentialSource = Callable[[ServingStack], Awaitable[Credentials]]
+
 
 @dataclass
 class TargetSession:
-    hub: AsyncClient
+    # None with a ``source``: nothing is read from a hub.
+    hub: AsyncClient | None
     options: OperatorOptions
     # Cloud identity tokens, shared by every connection of the operator.
     tokens: TokenCache = field(default_factory=TokenCache)
@@ -41,6 +50,8 @@ class TargetSession:
     # they were read for.
     credentials: Credentials | None = field(default=None, repr=False)
     read_for: int | None = None
+    # Where the credentials come from instead of the stack's Secrets on the hub.
+    source: CredentialSource | None = None
 
     @property
     def kept(self) -> bool:
@@ -107,7 +118,13 @@ class TargetSession:
                 await target.close()
 
     async def read(self, stack: ServingStack) -> Credentials:
-        """The Secrets ``spec.secrets`` names, from the hub. Refusals are ``CredentialsError``."""
+        """The Secrets ``spec.secrets`` names, from the hub (or the ``source``).
+
+        Refusals are ``CredentialsError``.
+        """
+        if self.source is not None:
+            return await self.source(stack)
+        assert self.hub is not None, "a session reads its credentials from a hub or a source"
         return await read_credentials(
             self.hub,
             stack.spec,

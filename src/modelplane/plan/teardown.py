@@ -18,7 +18,9 @@ running while a stack deletes, so they can clear finalizers):
    only: a Provided substrate is never uninstalled, even one we installed
    before a switch from Managed;
 4. the last wave (the namespace), not waited for: the cluster empties it in
-   its own time, and nothing of ours waits on that.
+   its own time, and nothing of ours waits on that. With it go the release
+   namespaces the product created for its releases (they carry its digest;
+   one the cluster owner made does not, and stays), in Managed mode only.
 """
 
 from __future__ import annotations
@@ -120,9 +122,20 @@ def teardown_steps(plan: Plan, observed: Observed) -> list[TeardownStep]:
         ]
 
     last = [ObjectRef.of(o.object) for o in applied if o.teardown_wave is TeardownWave.LAST]
+    if plan.mode == ComponentsMode.MANAGED:
+        last += [
+            ref
+            for ref in _release_namespaces(plan.releases)
+            if object_key(ref.body()) in observed.applied and ref not in last
+        ]
     if last:
         steps.append(DeleteObjects(objects=last, wait=False))
     return steps
+
+
+def _release_namespaces(releases: list[PlannedRelease]) -> list[ObjectRef]:
+    names = dict.fromkeys(r.namespace for r in releases)
+    return [ObjectRef(api_version="v1", kind="Namespace", name=name) for name in names]
 
 
 def _dependents_first(releases: list[PlannedRelease]) -> list[PlannedRelease]:
