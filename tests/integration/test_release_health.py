@@ -26,6 +26,7 @@ from tests.testenv import TestEnv
 from tests.waiting import wait_for
 
 from modelplane.catalog import components as catalog
+from modelplane.wire import FIELD_MANAGER
 
 CERT_MANAGER = catalog.BY_NAME["cert-manager"].namespace
 WEBHOOK = "cert-manager-webhook"
@@ -161,8 +162,8 @@ def test_a_deleted_deployment_is_restored_with_correct(stack: Stack) -> None:
     # Restored by the operator's field manager, not by a helm upgrade.
     restored = _deployment(stack.h, CONTROLLER)
     assert restored is not None and restored.metadata is not None
-    managers = {f.manager for f in restored.metadata.managedFields or []}
-    assert "modelplane" in managers or any(m and "modelplane" in m for m in managers), managers
+    applied = {f.manager for f in restored.metadata.managedFields or [] if f.operation == "Apply"}
+    assert applied == {FIELD_MANAGER}, applied
     releases = stack.h.helm_releases()
     assert releases["mp-cert-manager"]["revision"] == "1", releases["mp-cert-manager"]
     stack.h.wait_condition("Ready", "True", deadline=DEADLINE)
@@ -280,8 +281,15 @@ def test_a_daemonset_kept_off_the_tainted_gpu_nodes(stack: Stack) -> None:
     assert ds.spec.template.spec.tolerations, ds.spec.template.spec
 
 
-def test_a_quiet_managed_resync_reads_only_the_claim(stack: Stack) -> None:
-    """Following the releases' workloads costs a quiet resync nothing: the watches hold them."""
+def test_a_quiet_managed_resync_reads_none_of_the_release_workloads(stack: Stack) -> None:
+    """Following the releases' workloads costs a quiet resync nothing: the watches hold them.
+
+    Counted by resource (the API server's counters): kwok, the scheduler and
+    the controller manager read the same target, but not these resources
+    while nothing changes; their lease renewals make "only the claim" not
+    countable here (tests/integration/test_noop_resync_provided.py counts
+    that on a bare API server).
+    """
     stack.run("correct")
     h = stack.h
     h.stop()

@@ -9,7 +9,14 @@ import pytest
 import yaml
 
 from modelplane.api.models import ServingStack
-from modelplane.observe.release_objects import manifest_entries, pod_selector
+from modelplane.observe.release_objects import (
+    ReleaseManifest,
+    manifest_entries,
+    node_facts,
+    pod_selector,
+    release_workloads,
+)
+from modelplane.observe.state import Listed
 from modelplane.operator.status import Outcome, desired_status
 from modelplane.plan import plan
 from modelplane.plan.health import Kind, ManifestWorkload, WorkloadKey, WorkloadStatus
@@ -306,3 +313,25 @@ def test_a_component_with_no_work_left_shows_its_health_and_drift() -> None:
     assert with_health(pending, report) == pending
     healthy = release_report([_workload(_live(2, 2))], NODES, NOW, DriftMode.WARN)
     assert with_health(component, healthy) == component
+
+
+def test_hostile_nodes_and_workloads_are_read_as_missing_fields() -> None:
+    facts = node_facts(
+        [
+            {"metadata": "x", "spec": {"taints": "none"}},
+            {"metadata": {"name": "n", "labels": {"a": 1, "b": "c"}}, "spec": {"taints": [1, {}]}},
+        ]
+    )
+    assert facts is not None
+    assert [(n.name, n.labels, len(n.taints)) for n in facts] == [("", {}, 0), ("n", {"b": "c"}, 1)]
+    [entry] = manifest_entries(yaml.safe_dump(_deployment_body()), "ns")
+    manifest = ReleaseManifest(component="web", release="mp-web", entries=(entry,))
+    listed = Listed(apis={})
+    hostile = {"metadata": {"name": "web", "managedFields": "no"}, "status": "broken"}
+    listed.release_objects[entry.watch] = [{"metadata": "x"}, hostile]
+    listed.release_pods[entry.watch] = [{"metadata": {"name": 3}}, "pod"]  # type: ignore[list-item]
+    [w] = release_workloads([manifest], listed)
+    assert w.live is not None and w.live.replicas is None
+    assert w.pods == []
+    # Not read yet is not missing: nothing is said of it.
+    assert release_workloads([manifest], Listed(apis={})) == []

@@ -191,7 +191,7 @@ def release_workloads(manifests: list[ReleaseManifest], listed: Listed) -> list[
             if objects is None:
                 continue
             live = next(
-                (o for o in objects if (o.get("metadata") or {}).get("name") == e.watch.name),
+                (o for o in objects if _dict(o.get("metadata")).get("name") == e.watch.name),
                 None,
             )
             status, owned = None, None
@@ -199,7 +199,7 @@ def release_workloads(manifests: list[ReleaseManifest], listed: Listed) -> list[
                 # List items carry no apiVersion or kind of their own.
                 typed = {**live, "apiVersion": e.body["apiVersion"], "kind": e.body["kind"]}
                 status = WorkloadStatus.from_object(typed)
-                owned = fields_of(live.get("metadata") or {}, RELEASE_OWNERS)
+                owned = fields_of(_dict(live.get("metadata")), RELEASE_OWNERS)
             pods = [
                 PodSignal.from_object(p) for p in listed.release_pods.get(e.watch, [])[:MAX_PODS]
             ]
@@ -226,7 +226,7 @@ def node_facts(nodes: list[dict[str, Any]] | None) -> list[NodeFacts] | None:
         return None
     out = []
     for node in nodes[:MAX_NODES]:
-        meta, spec = node.get("metadata") or {}, node.get("spec") or {}
+        meta, spec = _dict(node.get("metadata")), _dict(node.get("spec"))
         labels = _dict(meta.get("labels"))
         found = spec.get("taints")
         taints = found if isinstance(found, list) else []

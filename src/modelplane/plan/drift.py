@@ -52,14 +52,19 @@ def owned_fields(
     observed, and the digest alone decides (see ``Observed.owned``).
     """
     owned: dict[str, Any] = {}
-    for entry in metadata.get("managedFields") or []:
+    entries = metadata.get("managedFields")
+    # The target's text: anything but a list of objects holds no entry.
+    for entry in entries if isinstance(entries, list) else []:
         if (
-            entry.get("manager") == manager
+            isinstance(entry, dict)
+            and entry.get("manager") == manager
             and entry.get("operation") in operations
             and not entry.get("subresource")
             and entry.get("fieldsType", "FieldsV1") == "FieldsV1"
         ):
             fields = entry.get("fieldsV1") or {}
+            if not isinstance(fields, dict):
+                return None
             try:
                 # Bounded here, so the union and the walks below recurse
                 # at most this deep.
