@@ -7,8 +7,10 @@ from typing import Any
 
 import pytest
 import yaml
+from typer.testing import CliRunner
 
 from modelplane.api.models import ServingStack
+from modelplane.cli.main import app
 from modelplane.observe.release_objects import (
     ReleaseManifest,
     manifest_entries,
@@ -335,3 +337,12 @@ def test_hostile_nodes_and_workloads_are_read_as_missing_fields() -> None:
     assert w.pods == []
     # Not read yet is not missing: nothing is said of it.
     assert release_workloads([manifest], Listed(apis={})) == []
+
+
+def test_run_refuses_an_unknown_release_drift_mode() -> None:
+    result = CliRunner().invoke(app, ["run", "--release-drift", "sometimes"])
+    assert result.exit_code == 2
+    # Rich wraps the message in a box; read it as one line of words.
+    words = " ".join(result.output.replace("│", " ").split())
+    assert "Invalid value for '--release-drift'" in words, words
+    assert "'sometimes' is not one of 'off', 'warn', 'correct'" in words, words
