@@ -346,3 +346,29 @@ def test_run_refuses_an_unknown_release_drift_mode() -> None:
     words = " ".join(result.output.replace("│", " ").split())
     assert "Invalid value for '--release-drift'" in words, words
     assert "'sometimes' is not one of 'off', 'warn', 'correct'" in words, words
+
+
+def _job(ttl: int | None) -> ReleaseWorkload:
+    spec: dict[str, Any] = {"template": {"spec": {"containers": [{"name": "c", "image": "i"}]}}}
+    if ttl is not None:
+        spec["ttlSecondsAfterFinished"] = ttl
+    return ReleaseWorkload(
+        component="web",
+        release="mp-web",
+        manifest=ManifestWorkload(key=WorkloadKey(kind=Kind.JOB, namespace="ns", name="migrate")),
+        desired={
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {"name": "migrate", "namespace": "ns"},
+            "spec": spec,
+        },
+    )
+
+
+@pytest.mark.parametrize("ttl", [None, 100])
+def test_a_job_gone_is_neither_missing_nor_run_again(ttl: int | None) -> None:
+    # A Job applied again would run again: never restored.
+    assert drift_of(_job(ttl), DriftMode.CORRECT) is None
+    # Deleted once done (its TTL, a clean-up): gone is not a fault.
+    report = release_report([_job(ttl)], NODES, NOW, DriftMode.CORRECT)
+    assert report.health == [] and report.drift == []

@@ -15,6 +15,9 @@ managers own; this module decides, with no read and no clock of its own:
   rule for the product's own objects: a field another manager only added is
   left alone).
 
+A Job is judged while it exists and never restored: applied again it would
+run again, and one deleted once done (its TTL, a clean-up) has simply ended.
+
 DaemonSet placement is the simple rule: ``spec.template.spec.nodeSelector``
 and the tolerations against each node's ``NoSchedule`` and ``NoExecute``
 taints. Node affinity is not read; a DaemonSet that sets one is counted by
@@ -157,7 +160,8 @@ def nodes_expected(desired: Mapping[str, Any], nodes: Sequence[NodeFacts]) -> in
 
 def drift_of(w: ReleaseWorkload, mode: DriftMode) -> ReleaseDrift | None:
     """The workload's drift from its manifest; None when there is none, or the mode is off."""
-    if mode is DriftMode.OFF:
+    if mode is DriftMode.OFF or w.manifest.key.kind is Kind.JOB:
+        # A Job applied again runs again: that is no restore.
         return None
     restore = w.desired if mode is DriftMode.CORRECT else None
     common = {"component": w.component, "release": w.release, "shown": w.manifest.key.shown}
@@ -192,6 +196,10 @@ def release_report(
     judged: dict[str, list[Any]] = {}
     drift: list[ReleaseDrift] = []
     for w in workloads:
+        if w.live is None and w.manifest.key.kind is Kind.JOB:
+            # A Job that ran is often deleted once done (its TTL, a clean-up);
+            # gone is how it ends, and applying it again would run it again.
+            continue
         expected = (
             nodes_expected(w.desired, nodes)
             if w.manifest.key.kind is Kind.DAEMON_SET and nodes is not None
