@@ -372,3 +372,37 @@ def test_a_job_gone_is_neither_missing_nor_run_again(ttl: int | None) -> None:
     # Deleted once done (its TTL, a clean-up): gone is not a fault.
     report = release_report([_job(ttl)], NODES, NOW, DriftMode.CORRECT)
     assert report.health == [] and report.drift == []
+
+
+HPA = {
+    "apiVersion": "autoscaling/v2",
+    "kind": "HorizontalPodAutoscaler",
+    "metadata": {"name": "web"},
+    "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"}},
+}
+
+
+def test_an_autoscaled_workloads_replicas_are_the_autoscalers() -> None:
+    body = _deployment_body()
+    del body["metadata"]["namespace"]
+    [entry] = manifest_entries(yaml.safe_dump_all([body, HPA]), "ns")
+    assert entry.autoscaled
+    w = _workload(_live(5, 5), owned=_without_replicas()).model_copy(update={"autoscaled": True})
+    assert drift_of(w, DriftMode.CORRECT) is None
+    # Another field changed by hand: restored without the replicas.
+    edited = {k: v for k, v in _without_replicas().items() if k != "f:metadata"}
+    found = drift_of(w.model_copy(update={"owned": edited}), DriftMode.CORRECT)
+    assert found is not None and found.fields == ["metadata.labels.app"]
+    assert found.restore is not None and "replicas" not in found.restore["spec"]
+    # Scaled to zero by it (KEDA does): not a hand scale-down.
+    [health] = release_report(
+        [w.model_copy(update={"live": _live(0, 0)})], NODES, NOW, DriftMode.OFF
+    ).health
+    assert health.reason != "WorkloadScaledDown"
+
+
+def test_a_custom_kind_named_deployment_is_not_the_workload() -> None:
+    custom = {**_deployment_body(), "apiVersion": "example.com/v1"}
+    real = _deployment_body(replicas=3)
+    [entry] = manifest_entries(yaml.safe_dump_all([custom, real]), "ns")
+    assert entry.body["apiVersion"] == "apps/v1" and entry.workload.replicas == 3

@@ -75,6 +75,7 @@ class ManifestEntry:
     workload: ManifestWorkload
     body: dict[str, Any]
     watch: ReleaseWatch
+    autoscaled: bool = False
 
 
 @dataclass(frozen=True)
@@ -106,33 +107,54 @@ def pod_selector(body: Mapping[str, Any]) -> str | None:
 
 
 def manifest_entries(manifest: str, namespace: str) -> tuple[ManifestEntry, ...]:
-    """The workloads of one stored manifest, with their bodies; ``UntrustedInputError`` if bad."""
+    """The workloads of one stored manifest, with their bodies; ``UntrustedInputError`` if bad.
+
+    A workload a HorizontalPodAutoscaler of the same manifest scales is
+    marked: its replicas are the autoscaler's, not the manifest's.
+    """
     wanted = {w.key: w for w in manifest_workloads(manifest, namespace)}
-    out: list[ManifestEntry] = []
+    objects: list[dict[str, Any]] = []
     for doc in load_yaml_all(manifest):
         if not isinstance(doc, dict):
             continue
         items = doc.get("items") if str(doc.get("kind", "")).endswith("List") else [doc]
-        for obj in items if isinstance(items, list) else []:
-            if not isinstance(obj, dict):
-                continue
-            meta = _dict(obj.get("metadata"))
-            try:
-                kind = Kind(str(obj.get("kind")))
-            except ValueError:
-                continue
-            key = WorkloadKey(
-                kind=kind,
-                namespace=str(meta.get("namespace") or namespace),
-                name=str(meta.get("name")),
-            )
-            found = wanted.pop(key, None)
-            if found is None:
-                continue
-            body = {**obj, "metadata": {**meta, "namespace": key.namespace}}
-            watch = ReleaseWatch(_API[kind], key.namespace, key.name, pod_selector(body))
-            out.append(ManifestEntry(found, body, watch))
+        objects += [o for o in (items if isinstance(items, list) else []) if isinstance(o, dict)]
+    scaled = {_scale_target(o, namespace) for o in objects} - {None}
+    out: list[ManifestEntry] = []
+    for obj in objects:
+        meta = _dict(obj.get("metadata"))
+        try:
+            kind = Kind(str(obj.get("kind")))
+        except ValueError:
+            continue
+        if str(obj.get("apiVersion", "")).rpartition("/")[0] != GROUPS[kind]:
+            continue  # another group's kind of that name: not a workload
+        key = WorkloadKey(
+            kind=kind, namespace=str(meta.get("namespace") or namespace), name=str(meta.get("name"))
+        )
+        found = wanted.pop(key, None)
+        if found is None:
+            continue
+        body = {**obj, "metadata": {**meta, "namespace": key.namespace}}
+        watch = ReleaseWatch(_API[kind], key.namespace, key.name, pod_selector(body))
+        out.append(ManifestEntry(found, body, watch, autoscaled=key in scaled))
     return tuple(out)
+
+
+def _scale_target(obj: dict[str, Any], namespace: str) -> WorkloadKey | None:
+    """The workload a HorizontalPodAutoscaler scales (in its own namespace), or None."""
+    if obj.get("kind") != "HorizontalPodAutoscaler":
+        return None
+    meta, spec = _dict(obj.get("metadata")), _dict(obj.get("spec"))
+    target = _dict(spec.get("scaleTargetRef"))
+    try:
+        kind = Kind(str(target.get("kind")))
+    except ValueError:
+        return None
+    name = target.get("name")
+    if not isinstance(name, str):
+        return None
+    return WorkloadKey(kind=kind, namespace=str(meta.get("namespace") or namespace), name=name)
 
 
 class ReleaseManifests:
@@ -212,6 +234,7 @@ def release_workloads(manifests: list[ReleaseManifest], listed: Listed) -> list[
                     live=status,
                     pods=[p for p in pods if p is not None],
                     owned=owned,
+                    autoscaled=e.autoscaled,
                 )
             )
     return out

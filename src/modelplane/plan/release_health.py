@@ -93,6 +93,9 @@ class ReleaseWorkload(_Frozen):
     # The fields (fieldsV1) Helm and the operator own on the live object;
     # None when not observed (drift is then not judged).
     owned: dict[str, Any] | None = None
+    # A HorizontalPodAutoscaler of the release scales it: its replicas are
+    # the autoscaler's, neither drift nor a scale-down to report.
+    autoscaled: bool = False
 
 
 class ReleaseDrift(_Frozen):
@@ -163,16 +166,28 @@ def drift_of(w: ReleaseWorkload, mode: DriftMode) -> ReleaseDrift | None:
     if mode is DriftMode.OFF or w.manifest.key.kind is Kind.JOB:
         # A Job applied again runs again: that is no restore.
         return None
-    restore = w.desired if mode is DriftMode.CORRECT else None
+    restore = _restorable(w) if mode is DriftMode.CORRECT else None
     common = {"component": w.component, "release": w.release, "shown": w.manifest.key.shown}
     if w.live is None:
         return ReleaseDrift(**common, deleted=True, restore=restore)
     if w.owned is None:
         return None
-    fields = drifted_fields(_pruned(w.desired), w.owned)
+    fields = [
+        f
+        for f in drifted_fields(_pruned(w.desired), w.owned)
+        if not (w.autoscaled and f == "spec.replicas")
+    ]
     if not fields:
         return None
     return ReleaseDrift(**common, fields=[printable(f, 256) for f in fields], restore=restore)
+
+
+def _restorable(w: ReleaseWorkload) -> dict[str, Any]:
+    """What a restore applies: the manifest's body, less the replicas an autoscaler keeps."""
+    if not w.autoscaled:
+        return w.desired
+    spec = {k: v for k, v in _map(w.desired.get("spec")).items() if k != "replicas"}
+    return {**w.desired, "spec": spec}
 
 
 def _pruned(value: Any) -> Any:
@@ -210,7 +225,7 @@ def release_report(
             w.live,
             w.pods,
             now=now,
-            manifest_replicas=w.manifest.replicas,
+            manifest_replicas=None if w.autoscaled else w.manifest.replicas,
             nodes_expected=expected,
         )
         judged.setdefault(w.component, []).append(health)
