@@ -334,3 +334,13 @@ def test_the_charts_image_mirror_flags_reach_the_operators_sources(
     sources = options.sources()
     assert [str(rule) for rule in sources.image_mirrors] == ["*=mirror.internal"]
     assert sources.image_pull_secrets == ("pull",)
+
+
+def test_the_chart_passes_release_drift_to_run(helm_binary: tuple[Path, dict[str, str]]) -> None:
+    def args(*sets: str) -> list[str]:
+        docs = render(helm_binary, *sets)
+        container = of_kind(docs, "Deployment")[0]["spec"]["template"]["spec"]["containers"][0]
+        return list(container["args"])
+
+    assert "--release-drift=correct" in args()
+    assert "--release-drift=warn" in args("operator.releaseDrift=warn")

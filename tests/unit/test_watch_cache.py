@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from typing import Any
 
 import httpx2
@@ -11,9 +12,9 @@ import pytest
 from modelplane.api.models import ServingStackSpec
 from modelplane.kube.discovery import PLURALS
 from modelplane.kube.reflector import WatchKey
-from modelplane.observe.state import to_observed, wanted
-from modelplane.observe.watches import CRDS, WatchCache, crd_plurals, watch_keys
-from modelplane.wire import DIGEST_ANNOTATION, MANAGED_BY, MANAGED_BY_LABEL
+from modelplane.observe.state import ReleaseWatch, Wanted, to_observed, wanted
+from modelplane.observe.watches import CRDS, NODES_KEY, WatchCache, crd_plurals, watch_keys
+from modelplane.wire import DIGEST_ANNOTATION, MANAGED_BY, MANAGED_BY_LABEL, ApiRef
 
 from .conftest import CA_PEM
 
@@ -175,3 +176,55 @@ def test_a_crd_event_starts_the_watch_of_the_kind_it_serves() -> None:
     }
     cache._on_change(WatchKey(CRDS), "ADDED")
     assert any(k.api.resource == "gateways" for k in cache.reflectors)
+
+
+def _release_want() -> tuple[Wanted, ReleaseWatch]:
+    plugin = ReleaseWatch(ApiRef("apps", "v1", "daemonsets"), "dra", "plugin", "app=plugin")
+    return replace(wanted(SPEC), release_objects=(plugin,)), plugin
+
+
+def test_a_release_workload_is_watched_by_name_with_its_pods_and_the_nodes() -> None:
+    want, _ = _release_want()
+    keys = watch_keys(want, SERVED) - watch_keys(wanted(SPEC), SERVED)
+    assert {(k.api.resource, k.namespace, k.labels, k.fields) for k in keys} == {
+        ("daemonsets", "dra", None, "metadata.name=plugin"),
+        ("pods", "dra", "app=plugin", None),
+        ("nodes", None, None, None),
+    }
+
+
+def test_a_node_heartbeat_does_not_wake_the_stack_a_new_taint_does() -> None:
+    woken: list[int] = []
+    want, _ = _release_want()
+    cache = WatchCache(httpx2.AsyncClient(), want, lambda: woken.append(1))
+    nodes = cache.reflectors[NODES_KEY]
+    node: dict[str, Any] = {"metadata": {"name": "gpu-0", "labels": {"a": "b"}}, "spec": {}}
+    nodes.items = {"gpu-0": node}
+    cache._on_change(NODES_KEY, "LIST")
+    assert len(woken) == 1
+    nodes.items = {"gpu-0": {**node, "status": {"conditions": [{"type": "Ready"}]}}}
+    cache._on_change(NODES_KEY, "MODIFIED")
+    assert len(woken) == 1
+    tainted = {**node, "spec": {"taints": [{"key": "x", "effect": "NoSchedule"}]}}
+    nodes.items = {"gpu-0": tainted}
+    cache._on_change(NODES_KEY, "MODIFIED")
+    assert len(woken) == 2
+
+
+def test_the_cache_answers_a_release_workload_with_its_pods() -> None:
+    async def run() -> None:
+        want, plugin = _release_want()
+        cache = WatchCache(httpx2.AsyncClient(), want, lambda: None)
+        cache.learn(SERVED)
+        for reflector in cache.reflectors.values():
+            reflector.synced = True
+        pods = next(k for k in cache.reflectors if k.api.resource == "pods")
+        cache.reflectors[pods].items = {"dra/p": {"metadata": {"name": "p"}}}
+        cache._apis, cache._apis_generation = {"": {"secrets": ["v1"]}}, cache.api_generation
+        listed = await cache.listed(None)  # type: ignore[arg-type]
+        assert listed is not None
+        assert listed.release_objects == {plugin: []}
+        assert listed.release_pods == {plugin: [{"metadata": {"name": "p"}}]}
+        assert listed.nodes == []
+
+    asyncio.run(run())

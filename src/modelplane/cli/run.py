@@ -34,6 +34,7 @@ from modelplane.operator import logs
 from modelplane.operator.leader import LeaderElection, default_namespace, lease_name
 from modelplane.operator.options import OperatorOptions
 from modelplane.operator.shard import normalize_selector
+from modelplane.plan.release_health import DriftMode
 
 
 def run(
@@ -96,6 +97,16 @@ def run(
     helm_timeout: Annotated[
         int, typer.Option("--helm-timeout", help="Seconds one helm action may take.")
     ] = 600,
+    release_drift: Annotated[
+        DriftMode,
+        typer.Option(
+            "--release-drift",
+            help="Managed mode: a release's workload deleted or changed by hand on the "
+            "target is restored from the release's stored manifest (correct), only "
+            "reported in status and a ReleaseDrift event (warn), or not looked for (off).",
+            case_sensitive=False,
+        ),
+    ] = DriftMode.CORRECT,
     selector: Annotated[
         str | None,
         typer.Option(
@@ -242,6 +253,7 @@ def run(
         relist_seconds=relist,
         watch_timeout_seconds=watch_timeout,
         helm_timeout_seconds=helm_timeout,
+        release_drift=release_drift,
         metrics_port=metrics_port,
         metrics_address=metrics_address,
         no_cross_namespace_refs=no_cross_namespace_refs,

@@ -102,6 +102,32 @@ def api_of(api_version: str, kind: str, plurals: PLURALS) -> ApiRef | None:
 
 
 @dataclass(frozen=True)
+class ReleaseWatch:
+    """One workload of a release's stored manifest, and the label selector of its pods.
+
+    Read by name (a field selector), the pods by the workload's own
+    ``matchLabels`` in its namespace: what the release runs, not the cluster.
+    """
+
+    api: ApiRef
+    namespace: str
+    name: str
+    pods: str | None = None
+
+    @property
+    def fields(self) -> str:
+        return f"metadata.name={self.name}"
+
+
+PODS = ApiRef("", "v1", "pods")
+NODES = ApiRef("", "v1", "nodes")
+
+
+def _watch_order(w: ReleaseWatch) -> tuple[str, str, str]:
+    return (w.api.key, w.namespace, w.name)
+
+
+@dataclass(frozen=True)
 class Wanted:
     """What ``observe`` lists for a spec: read directly, or kept by the watches."""
 
@@ -114,6 +140,14 @@ class Wanted:
     # The --image-pull-secret names, whose presence (metadata only) is read
     # in every namespace: one LIST, or one watch, per name.
     pull_secrets: tuple[str, ...] = ()
+    # Managed mode: the workloads the releases' stored manifests install, as
+    # the last reconcile read them (observe.release_objects).
+    release_objects: tuple[ReleaseWatch, ...] = ()
+
+    @property
+    def nodes(self) -> bool:
+        """Whether the Nodes are read: a release's DaemonSet is judged by the nodes it fits."""
+        return any(w.api.resource == "daemonsets" for w in self.release_objects)
 
 
 def wanted(spec: ServingStackSpec, pull_secrets: Sequence[str] = ()) -> Wanted:
@@ -154,6 +188,10 @@ class Listed:
     ca_configmap: dict[str, Any] | None = None
     # Pull Secret name -> the Secrets of that name, metadata only.
     pull_secrets: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    # Per release workload: the object (none or one) and its pods; the Nodes.
+    release_objects: dict[ReleaseWatch, list[dict[str, Any]]] = field(default_factory=dict)
+    release_pods: dict[ReleaseWatch, list[dict[str, Any]]] = field(default_factory=dict)
+    nodes: list[dict[str, Any]] | None = None
 
 
 def to_observed(listed: Listed) -> Observed:
@@ -304,7 +342,21 @@ async def read_listed(client: AsyncClient, want: Wanted, found: Served | None = 
         listed.pull_secrets[name] = await list_objects(
             client, SECRETS, fields=pull_secret_selector(name), accept=METADATA_LIST
         )
+    await read_release_objects(client, want, listed)
     return listed
+
+
+async def read_release_objects(client: AsyncClient, want: Wanted, listed: Listed) -> None:
+    """Read the release workloads ``want`` names into ``listed``, as the watches keep them."""
+    for w in sorted(want.release_objects, key=_watch_order):
+        listed.release_objects[w] = await list_objects(
+            client, w.api, namespace=w.namespace, fields=w.fields
+        )
+        if w.pods is not None:
+            listed.release_pods[w] = await list_objects(
+                client, PODS, namespace=w.namespace, labels=w.pods
+            )
+    listed.nodes = await list_objects(client, NODES) if want.nodes else None
 
 
 def _releases(secrets: list[dict[str, Any]]) -> dict[str, ObservedRelease]:

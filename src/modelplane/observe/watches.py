@@ -31,10 +31,13 @@ from modelplane.kube.reflector import (
 )
 from modelplane.observe.state import (
     CRD_API_VERSION,
+    NODES,
     OURS,
+    PODS,
     RELEASE_SECRETS,
     SECRETS,
     Listed,
+    ReleaseWatch,
     Wanted,
     api_of,
     pull_secret_selector,
@@ -66,7 +69,35 @@ def watch_keys(want: Wanted, plurals: PLURALS) -> frozenset[WatchKey]:
     if want.bundle_ca:
         keys.add(WatchKey(CONFIGMAPS, namespace=NS, fields=f"metadata.name={CLUSTER_CA}"))
     keys |= {pull_secret_key(name) for name in want.pull_secrets}
+    for w in want.release_objects:
+        keys.add(release_object_key(w))
+        if w.pods is not None:
+            keys.add(release_pods_key(w))
+    if want.nodes:
+        keys.add(NODES_KEY)
     return frozenset(keys)
+
+
+NODES_KEY = WatchKey(NODES)
+
+
+def release_object_key(w: ReleaseWatch) -> WatchKey:
+    return WatchKey(w.api, namespace=w.namespace, fields=w.fields)
+
+
+def release_pods_key(w: ReleaseWatch) -> WatchKey:
+    assert w.pods is not None
+    return WatchKey(PODS, namespace=w.namespace, labels=w.pods)
+
+
+def _placement(node: dict[str, Any]) -> tuple[Any, ...]:
+    """What of a Node a DaemonSet's placement reads: its heartbeats change nothing here."""
+    meta, spec = node.get("metadata") or {}, node.get("spec") or {}
+    return (
+        meta.get("name"),
+        sorted((meta.get("labels") or {}).items()),
+        repr(spec.get("taints")),
+    )
 
 
 def pull_secret_key(name: str) -> WatchKey:
@@ -141,6 +172,9 @@ class WatchCache:
         self.api_generation = 0
         self._apis: APIS | None = None
         self._apis_generation = -1
+        # What of the Nodes placement reads, as last seen: a Node's status
+        # changes with every heartbeat, and must not wake the stack each time.
+        self._nodes_seen: list[tuple[Any, ...]] | None = None
 
     def _add_reflectors(self) -> None:
         for key in sorted(watch_keys(self.want, self.plurals) - set(self.reflectors), key=_order):
@@ -183,6 +217,12 @@ class WatchCache:
         await self.link.close()
 
     def _on_change(self, key: WatchKey, kind: str) -> None:
+        if key == NODES_KEY:
+            seen = sorted(_placement(n) for n in self.reflectors[key].items.values())
+            unchanged = seen == self._nodes_seen
+            self._nodes_seen = seen
+            if unchanged and kind != "LIST":
+                return
         if key.api == CRDS or kind == "LIST":
             self.api_generation += 1
             if key.api == CRDS:
@@ -279,4 +319,19 @@ class WatchCache:
             if found is None:
                 return None
             listed.pull_secrets[name] = found
+        for w in self.want.release_objects:
+            found = items(release_object_key(w))
+            if found is None:
+                return None
+            listed.release_objects[w] = found
+            if w.pods is not None:
+                pods = items(release_pods_key(w))
+                if pods is None:
+                    return None
+                listed.release_pods[w] = pods
+        if self.want.nodes:
+            nodes = items(NODES_KEY)
+            if nodes is None:
+                return None
+            listed.nodes = nodes
         return listed

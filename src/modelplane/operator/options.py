@@ -13,6 +13,7 @@ from modelplane.kube.address import DEFAULT_DENIED, IPNetwork
 from modelplane.operator.leader import LeaderElection
 from modelplane.plan.images import MirrorRule
 from modelplane.plan.planner import Sources
+from modelplane.plan.release_health import DriftMode
 
 
 def components_of_kind(kind: str) -> list[str]:
@@ -71,6 +72,10 @@ class OperatorOptions(BaseModel):
     # after between one and two times this; it is re-armed at once).
     watch_timeout_seconds: float = 300.0
     helm_timeout_seconds: int = 600
+    # --release-drift: a release's object deleted or changed by hand is
+    # restored from its stored manifest (correct), only reported (warn), or
+    # not looked for (off).
+    release_drift: DriftMode = DriftMode.CORRECT
     target_timeout_seconds: float = 10.0
     # How long teardown waits for one wave of objects to go before it gives up
     # waiting and goes on (saying so in a condition and an event).
@@ -124,4 +129,5 @@ class OperatorOptions(BaseModel):
             manifests_base_url_for=manifests,
             image_mirrors=self.image_mirrors,
             image_pull_secrets=self.image_pull_secrets,
+            release_drift=self.release_drift,
         )

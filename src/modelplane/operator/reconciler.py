@@ -11,10 +11,12 @@ and the target watches share; all are safe to lose.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 import httpx2
@@ -44,14 +46,31 @@ from modelplane.kube.client import ApiStatusError, Target
 from modelplane.kube.discovery import APIS
 from modelplane.kube.errors import ErrorKind, Fault, KnownError, classify
 from modelplane.observe.facts import observe_target
-from modelplane.observe.state import Wanted, observe, read_listed, to_observed, wanted
+from modelplane.observe.release_objects import (
+    ReleaseManifests,
+    node_facts,
+    release_workloads,
+    watches_for,
+)
+from modelplane.observe.state import (
+    Listed,
+    ReleaseWatch,
+    Wanted,
+    observe,
+    read_listed,
+    read_release_objects,
+    to_observed,
+    wanted,
+)
 from modelplane.operator.options import OperatorOptions
 from modelplane.operator.session import CredentialSource, TargetSession
 from modelplane.operator.status import Outcome
+from modelplane.pins import ComponentsMode
 from modelplane.plan import Plan, decisions, plan
 from modelplane.plan.capacity import TargetSummary
 from modelplane.plan.decisions import BlockedReason
 from modelplane.plan.model import ObjectAction, PlannedManifests, PlannedRelease, ReleaseAction
+from modelplane.plan.observed import Observed
 from modelplane.plan.teardown import DeleteObjects, TeardownStep, UninstallRelease, teardown_steps
 from modelplane.untrusted import printable
 from modelplane.wire import stamp
@@ -67,6 +86,8 @@ MAX_ROUNDS = 6
 INVALID_SPEC = BlockedReason.INVALID_SPEC
 # A hand edit of fields the operator owns, taken back (see plan.drift).
 DRIFT_CORRECTED = "DriftCorrected"
+# A release's object deleted or changed by hand (restored, or only reported).
+RELEASE_DRIFT = "ReleaseDrift"
 # A Warning event: the target connection is allowed but unsafe (Target.warnings).
 INSECURE_TARGET = "InsecureTarget"
 # The errors one component's action may end in; anything else stops the reconcile.
@@ -137,6 +158,12 @@ class StackReconciler:
     label: str = ""
     # Whether the last reconcile was blocked or failed.
     went_wrong: bool = True
+    # Managed mode: the releases' workloads (from their stored manifests,
+    # decoded once per revision) and what is read of them; safe to lose.
+    release_manifests: ReleaseManifests = field(default_factory=ReleaseManifests)
+    release_watches: tuple[ReleaseWatch, ...] = ()
+    # The release drift last reported by event (--release-drift=warn).
+    release_drift_reported: frozenset[str] = frozenset()
     # Without a hub: where the target's credentials come from, and who
     # claims it (``claim.LocalRun``); None for the stack's own Secrets and
     # the stack itself.
@@ -225,6 +252,8 @@ class StackReconciler:
                     listed = await read_listed(target.client, want)
                     self.last_direct = self.clock()
                 observed = to_observed(listed)
+                if stack.spec.components is ComponentsMode.MANAGED:
+                    observed, want = await self._release_workloads(target, listed, observed, want)
                 # The silent failures the spec cannot check, in both modes:
                 # a provided substrate is only reported, a managed one's
                 # failures are the product's own (GPUsAvailable, Ready).
@@ -261,6 +290,7 @@ class StackReconciler:
             self.forget_finished(current)
             self._report_versions(current)
             self._report_client_cas(current)
+            self._report_release_drift(current)
         return Outcome(
             plan=current,
             failures=dict(self.failures),
@@ -271,7 +301,32 @@ class StackReconciler:
     def _wanted(self, stack: ServingStack) -> Wanted:
         # The pull Secrets' presence is read beside the rest, so a Secret
         # that arrives wakes the stack through its watch.
-        return wanted(stack.spec, self.options.sources().image_pull_secrets)
+        want = wanted(stack.spec, self.options.sources().image_pull_secrets)
+        if stack.spec.components is not ComponentsMode.MANAGED:
+            return want
+        return dataclasses.replace(want, release_objects=self.release_watches)
+
+    async def _release_workloads(
+        self, target: Target, listed: Listed, observed: Observed, want: Wanted
+    ) -> tuple[Observed, Wanted]:
+        """The releases' workloads, from their stored manifests and what the target holds.
+
+        A revision that names other workloads than the watches follow (a
+        first reconcile, an upgrade) has them read now, and followed from
+        this reconcile's end (``session.watch``).
+        """
+        manifests = self.release_manifests.read(listed, observed.releases)
+        watches = watches_for(manifests)
+        if watches != want.release_objects:
+            want = dataclasses.replace(want, release_objects=watches)
+            self.release_watches = watches
+            await read_release_objects(target.client, want, listed)
+        update = {
+            "release_workloads": release_workloads(manifests, listed),
+            "nodes": node_facts(listed.nodes),
+            "observed_at": datetime.now(UTC),
+        }
+        return observed.model_copy(update=update), want
 
     def _direct_read_due(self) -> bool:
         return (
@@ -331,6 +386,13 @@ class StackReconciler:
             self.emit("Warning", "VersionOutOfRange", message)
         self.version_warnings = messages
 
+    def _report_release_drift(self, p: Plan) -> None:
+        """One Warning event per drift only reported (--release-drift=warn), when it appears."""
+        messages = frozenset(d.message for d in p.release_drift if d.restore is None)
+        for message in sorted(messages - self.release_drift_reported):
+            self.emit("Warning", RELEASE_DRIFT, message)
+        self.release_drift_reported = messages
+
     def _report_client_cas(self, p: Plan) -> None:
         """One Warning event per doubtful clientCAs entry, when it appears."""
         messages = frozenset(p.client_ca_warnings)
@@ -353,6 +415,18 @@ class StackReconciler:
                         "Normal", DRIFT_CORRECTED, f"restored {o.shown}: {', '.join(o.drift)}"
                     )
                 changed |= applied
+        for d in p.release_drift:
+            if d.restore is not None and self._due(d.component):
+                # From the release's stored manifest, not by running helm: a
+                # forced server-side apply of the fields the manifest sets.
+                restored = await self._guard(
+                    d.component,
+                    apply_object(target.client, d.restore),
+                    what=f"restore of {d.shown}",
+                )
+                if restored:
+                    self.emit("Normal", RELEASE_DRIFT, d.message)
+                changed |= restored
         releases = [
             r
             for r in p.releases

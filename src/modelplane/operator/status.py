@@ -87,6 +87,8 @@ def desired_status(outcome: Outcome, generation: int | None) -> dict[str, Any]:
         pending = plan.pending
         message = "; ".join(pending) if pending else "waiting for requirements"
         conditions.append(condition(READY, False, "Progressing", message, generation))
+    elif plan is not None and plan.unhealthy:
+        conditions.append(unhealthy_condition(plan, generation))
     elif plan is not None and plan.not_serving is not None:
         # Installed, and still not serving: the plan says why (Managed mode).
         problem = plan.not_serving
@@ -162,6 +164,18 @@ def desired_status(outcome: Outcome, generation: int | None) -> dict[str, Any]:
             status["target"] = plan.target.model_dump(by_alias=True)
     status["conditions"] = conditions
     return status
+
+
+def unhealthy_condition(plan: Plan, generation: int | None) -> dict[str, Any]:
+    """Ready is False while a release's workload is not available: the worst one says why.
+
+    The reason is plan.health's (``WorkloadMissing``, ``PodCrashLooping``,
+    ``Unschedulable``, ...); the message names each such component's
+    workloads and what their pods say.
+    """
+    unhealthy = plan.unhealthy
+    message = "; ".join(f"{h.component}: {h.message}" for h in unhealthy)
+    return condition(READY, False, str(unhealthy[0].reason), message, generation)
 
 
 def _mirrors(rules: list[str]) -> list[str]:

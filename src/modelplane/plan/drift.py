@@ -41,23 +41,30 @@ _KEY_LIMITS = Limits(max_bytes=16 * 1024, max_depth=4)
 MAX_FIELDS_DEPTH = 64
 
 
-def owned_fields(metadata: dict[str, Any], manager: str) -> dict[str, Any] | None:
+def owned_fields(
+    metadata: dict[str, Any], manager: str, operations: frozenset[str] = frozenset({"Apply"})
+) -> dict[str, Any] | None:
     """``manager``'s applied fields (fieldsV1) on a live object; ``{}`` if it owns none.
 
-    Only its Apply entries count, on the main resource: a status written
+    Only its entries of ``operations`` (Apply) count, on the main resource: a status written
     under the same name is not configuration. None when an entry is nested
     deeper than ``MAX_FIELDS_DEPTH``: what the manager owns is then not
     observed, and the digest alone decides (see ``Observed.owned``).
     """
     owned: dict[str, Any] = {}
-    for entry in metadata.get("managedFields") or []:
+    entries = metadata.get("managedFields")
+    # The target's text: anything but a list of objects holds no entry.
+    for entry in entries if isinstance(entries, list) else []:
         if (
-            entry.get("manager") == manager
-            and entry.get("operation") == "Apply"
+            isinstance(entry, dict)
+            and entry.get("manager") == manager
+            and entry.get("operation") in operations
             and not entry.get("subresource")
             and entry.get("fieldsType", "FieldsV1") == "FieldsV1"
         ):
             fields = entry.get("fieldsV1") or {}
+            if not isinstance(fields, dict):
+                return None
             try:
                 # Bounded here, so the union and the walks below recurse
                 # at most this deep.
@@ -66,6 +73,21 @@ def owned_fields(metadata: dict[str, Any], manager: str) -> dict[str, Any] | Non
                 return None
             owned = _union(owned, fields)
     return owned
+
+
+def fields_of(metadata: dict[str, Any], owners: dict[str, frozenset[str]]) -> dict[str, Any] | None:
+    """The union of what each manager owns by the given operations (see ``owned_fields``).
+
+    A release's objects are Helm's (Update operations: Helm 3 patches) until
+    the operator restores one (Apply); either way they are the release's.
+    """
+    out: dict[str, Any] = {}
+    for manager, operations in sorted(owners.items()):
+        owned = owned_fields(metadata, manager, operations)
+        if owned is None:
+            return None
+        out = _union(out, owned)
+    return out
 
 
 def drifted_fields(desired: dict[str, Any], owned: dict[str, Any]) -> list[str]:

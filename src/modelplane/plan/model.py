@@ -13,8 +13,10 @@ from modelplane.catalog.configuration import Hold, TeardownWave
 from modelplane.catalog.types import RequirementStatus as RequirementStatus
 from modelplane.catalog.types import Severity as Severity
 from modelplane.plan.capacity import GpuAvailability, TargetSummary
+from modelplane.plan.health import ComponentHealth, State
 from modelplane.plan.images import ImageUse
 from modelplane.plan.pull_secrets import MissingPullSecret
+from modelplane.plan.release_health import ReleaseDrift
 
 
 class _Frozen(BaseModel):
@@ -233,6 +235,19 @@ class Plan(_Frozen):
     # is left to do (the Gateway not programmed); Ready says it. None when it
     # serves, or in Provided mode, where the same finding is an advisory.
     not_serving: NotServing | None = None
+    # Managed mode: each component's health from its releases' workloads
+    # (plan.release_health), and the releases' objects changed by hand.
+    health: list[ComponentHealth] = Field(default_factory=list)
+    release_drift: list[ReleaseDrift] = Field(default_factory=list)
+
+    @property
+    def unhealthy(self) -> list[ComponentHealth]:
+        """The components whose workloads are not all available, worst first."""
+        order = (State.DEGRADED, State.PROGRESSING)
+        return sorted(
+            (h for h in self.health if h.state in order),
+            key=lambda h: (order.index(h.state), h.component),
+        )
 
     @property
     def unmet(self) -> list[RequirementResult]:

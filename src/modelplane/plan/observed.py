@@ -6,6 +6,7 @@ A pydantic model because it crosses a boundary: ``modelplane render
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -20,6 +21,7 @@ from modelplane.catalog.facts import ObservedQuota as ObservedQuota
 from modelplane.catalog.facts import ObservedService as ObservedService
 from modelplane.catalog.facts import ObservedWorkload as ObservedWorkload
 from modelplane.plan.capacity import TargetSummary
+from modelplane.plan.release_health import NodeFacts, ReleaseWorkload
 from modelplane.wire import ApiRef
 
 
@@ -83,6 +85,13 @@ class Observed(BaseModel):
     # (their presence only, never their data), for the --image-pull-secret
     # names. A name left out was not observed, and nothing is said of it.
     pull_secrets: dict[str, list[str]] = Field(default_factory=dict)
+    # Managed mode: the workloads each release's stored manifest installs,
+    # with what the target holds of them (plan.release_health judges them);
+    # the nodes, when a release runs a DaemonSet (None: not observed); and
+    # when all this was observed, the "now" of the health rules.
+    release_workloads: list[ReleaseWorkload] = Field(default_factory=list)
+    nodes: list[NodeFacts] | None = None
+    observed_at: datetime | None = None
     # Facts for the advisory checks; None when they were not gathered (the
     # advisory checks are then left out of the plan).
     cluster: ClusterFacts | None = None

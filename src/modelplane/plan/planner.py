@@ -60,6 +60,7 @@ from modelplane.plan.model import (
 from modelplane.plan.observed import Observed, ObservedRelease
 from modelplane.plan.provided_images import TITLE as MIRROR_TITLE
 from modelplane.plan.provided_images import mirror_finding
+from modelplane.plan.release_health import DriftMode, ReleaseReport, release_report
 from modelplane.untrusted import printable
 from modelplane.wire import DIGEST_ANNOTATION, digest, object_key, stamp
 
@@ -78,6 +79,8 @@ class Sources:
     # Where images are pulled from instead, and the Secrets pods pull with.
     image_mirrors: tuple[MirrorRule, ...] = ()
     image_pull_secrets: tuple[str, ...] = ()
+    # --release-drift: what is done about a release's objects changed by hand.
+    release_drift: DriftMode = DriftMode.CORRECT
 
     def repository(self, component: Component) -> str:
         assert component.chart is not None
@@ -172,6 +175,8 @@ def plan(
         )
         for c in components
     ]
+    report = _release_report(releases, observed, sources) if managed else ReleaseReport()
+    component_plans = [with_health(c, report) for c in component_plans]
     advisories = (
         _advisories(components, spec, observed)
         + _mirror_advisories(components, managed, observed, sources)
@@ -211,6 +216,8 @@ def plan(
             if managed and gateway_problem is not None
             else None
         ),
+        health=report.health,
+        release_drift=report.drift,
     )
 
 
@@ -257,6 +264,29 @@ def _served_advisories(managed: bool, observed: Observed) -> list[RequirementRes
             )
         )
     return out
+
+
+def _release_report(
+    releases: list[PlannedRelease], observed: Observed, sources: Sources
+) -> ReleaseReport:
+    """Health and drift of the releases that are in sync; one being installed is not judged."""
+    if observed.observed_at is None:
+        return ReleaseReport()
+    in_sync = {r.name for r in releases if r.state is ReleaseState.IN_SYNC}
+    workloads = [w for w in observed.release_workloads if w.release in in_sync]
+    return release_report(workloads, observed.nodes, observed.observed_at, sources.release_drift)
+
+
+def with_health(c: ComponentPlan, report: ReleaseReport) -> ComponentPlan:
+    """A component with no work left is as healthy as its workloads, and names its drift."""
+    health = next((h for h in report.health if h.component == c.name), None)
+    drift = [d.message for d in report.drift if d.component == c.name]
+    if c.state != "Ready" or (drift == [] and (health is None or health.state == "Healthy")):
+        return c
+    state = str(health.state) if health is not None and health.state != "Healthy" else c.state
+    words = [health.message] if health is not None and state != c.state else []
+    message = "; ".join(m for m in (*words, *drift, c.message) if m)
+    return c.model_copy(update={"state": state, "message": message})
 
 
 def _missing_pull_secrets(

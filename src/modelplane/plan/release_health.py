@@ -1,0 +1,235 @@
+"""What each Managed release runs, judged: workload health and drift from the stored manifest.
+
+``observe`` hands over, per workload a release's stored manifest installs
+(only the revision it already took for the release), the manifest's body,
+the live object's status, its pods and the fields the release's field
+managers own; this module decides, with no read and no clock of its own:
+
+- each workload's health, by ``plan.health.judge``: the replicas the
+  manifest asks for (a hand scale to zero is seen), and for a DaemonSet the
+  nodes it should run on (``nodes_expected``: what the manifest's pod
+  template tolerates and selects, so a hand edit that drops a toleration is
+  seen too);
+- each workload's drift: deleted, or a field the manifest sets that neither
+  Helm nor the operator owns any more (``plan.drift.drifted_fields``, the
+  rule for the product's own objects: a field another manager only added is
+  left alone).
+
+A Job is judged while it exists and never restored: applied again it would
+run again, and one deleted once done (its TTL, a clean-up) has simply ended.
+
+DaemonSet placement is the simple rule: ``spec.template.spec.nodeSelector``
+and the tolerations against each node's ``NoSchedule`` and ``NoExecute``
+taints. Node affinity is not read; a DaemonSet that sets one is counted by
+its nodeSelector alone (so it can only be said to run on too many nodes,
+never reported short by a rule it does not have).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from modelplane.plan.drift import drifted_fields
+from modelplane.plan.health import (
+    ComponentHealth,
+    Kind,
+    ManifestWorkload,
+    PodSignal,
+    State,
+    WorkloadStatus,
+    component_health,
+    judge,
+)
+from modelplane.untrusted import printable
+
+# The most drifted field paths named per object; the rest are counted.
+MAX_DRIFT_PATHS = 8
+# Taint effects that keep a DaemonSet's pod off a node (PreferNoSchedule does not).
+_BLOCKING = frozenset({"NoSchedule", "NoExecute"})
+
+
+class DriftMode(StrEnum):
+    """``--release-drift``: what the operator does about a release's objects changed by hand."""
+
+    OFF = "off"
+    WARN = "warn"
+    CORRECT = "correct"
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+
+class Taint(_Frozen):
+    key: str
+    value: str = ""
+    effect: str = ""
+
+
+class NodeFacts(_Frozen):
+    """A node, as far as DaemonSet placement goes."""
+
+    name: str
+    labels: dict[str, str] = Field(default_factory=dict)
+    taints: list[Taint] = Field(default_factory=list)
+
+
+class ReleaseWorkload(_Frozen):
+    """One workload of a release: what the stored manifest says, and what the target holds."""
+
+    component: str
+    release: str
+    manifest: ManifestWorkload
+    # The manifest's body of it, its namespace filled in: what a restore applies.
+    desired: dict[str, Any]
+    # None when the object is not on the target.
+    live: WorkloadStatus | None = None
+    pods: list[PodSignal] = Field(default_factory=list)
+    # The fields (fieldsV1) Helm and the operator own on the live object;
+    # None when not observed (drift is then not judged).
+    owned: dict[str, Any] | None = None
+    # A HorizontalPodAutoscaler of the release scales it: its replicas are
+    # the autoscaler's, neither drift nor a scale-down to report.
+    autoscaled: bool = False
+
+
+class ReleaseDrift(_Frozen):
+    component: str
+    release: str
+    shown: str  # "Deployment ns/name"
+    deleted: bool = False
+    fields: list[str] = Field(default_factory=list)
+    # The body to apply when the mode is correct; None when only reported.
+    restore: dict[str, Any] | None = None
+
+    @property
+    def message(self) -> str:
+        if self.deleted:
+            what = "was deleted"
+        else:
+            shown = self.fields[:MAX_DRIFT_PATHS]
+            more = len(self.fields) - len(shown)
+            what = (
+                "was changed by hand: " + ", ".join(shown) + (f" and {more} more" if more else "")
+            )
+        verb = "restored" if self.restore is not None else "not restored (--release-drift=warn)"
+        return f"{self.shown} of release {self.release} {what}; {verb}"
+
+
+class ReleaseReport(_Frozen):
+    health: list[ComponentHealth] = Field(default_factory=list)
+    drift: list[ReleaseDrift] = Field(default_factory=list)
+
+    def unhealthy(self) -> list[ComponentHealth]:
+        return [h for h in self.health if h.state is not State.HEALTHY]
+
+
+def _tolerates(tolerations: Sequence[Mapping[str, Any]], taint: Taint) -> bool:
+    for t in tolerations:
+        effect = t.get("effect") or ""
+        if effect and effect != taint.effect:
+            continue
+        key, operator = t.get("key") or "", t.get("operator") or "Equal"
+        if operator == "Exists" and (not key or key == taint.key):
+            return True
+        if operator == "Equal" and key == taint.key and (t.get("value") or "") == taint.value:
+            return True
+    return False
+
+
+def _map(value: object) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def nodes_expected(desired: Mapping[str, Any], nodes: Sequence[NodeFacts]) -> int:
+    """How many of ``nodes`` the DaemonSet ``desired`` (a manifest's body) should run on."""
+    pod = _map(_map(_map(desired.get("spec")).get("template")).get("spec"))
+    selector = {k: v for k, v in _map(pod.get("nodeSelector")).items() if isinstance(v, str)}
+    raw = pod.get("tolerations")
+    tolerations = [t for t in raw if isinstance(t, Mapping)] if isinstance(raw, list) else []
+    count = 0
+    for node in nodes:
+        if any(node.labels.get(k) != v for k, v in selector.items()):
+            continue
+        if all(_tolerates(tolerations, t) for t in node.taints if t.effect in _BLOCKING):
+            count += 1
+    return count
+
+
+def drift_of(w: ReleaseWorkload, mode: DriftMode) -> ReleaseDrift | None:
+    """The workload's drift from its manifest; None when there is none, or the mode is off."""
+    if mode is DriftMode.OFF or w.manifest.key.kind is Kind.JOB:
+        # A Job applied again runs again: that is no restore.
+        return None
+    restore = _restorable(w) if mode is DriftMode.CORRECT else None
+    common = {"component": w.component, "release": w.release, "shown": w.manifest.key.shown}
+    if w.live is None:
+        return ReleaseDrift(**common, deleted=True, restore=restore)
+    if w.owned is None:
+        return None
+    fields = [
+        f
+        for f in drifted_fields(_pruned(w.desired), w.owned)
+        if not (w.autoscaled and f == "spec.replicas")
+    ]
+    if not fields:
+        return None
+    return ReleaseDrift(**common, fields=[printable(f, 256) for f in fields], restore=restore)
+
+
+def _restorable(w: ReleaseWorkload) -> dict[str, Any]:
+    """What a restore applies: the manifest's body, less the replicas an autoscaler keeps."""
+    if not w.autoscaled:
+        return w.desired
+    spec = {k: v for k, v in _map(w.desired.get("spec")).items() if k != "replicas"}
+    return {**w.desired, "spec": spec}
+
+
+def _pruned(value: Any) -> Any:
+    """``value`` without empty maps and lists: the API server keeps none of them, so
+    no manager owns them, and a chart's ``resources: {}`` is no drift."""
+    if isinstance(value, Mapping):
+        out = {k: _pruned(v) for k, v in value.items()}
+        return {k: v for k, v in out.items() if v not in ({}, [], None)}
+    if isinstance(value, list):
+        return [_pruned(v) for v in value]
+    return value
+
+
+def release_report(
+    workloads: Sequence[ReleaseWorkload],
+    nodes: Sequence[NodeFacts] | None,
+    now: datetime,
+    mode: DriftMode,
+) -> ReleaseReport:
+    """Each component's health from its releases' workloads, and every drift found."""
+    judged: dict[str, list[Any]] = {}
+    drift: list[ReleaseDrift] = []
+    for w in workloads:
+        if w.live is None and w.manifest.key.kind is Kind.JOB:
+            # A Job that ran is often deleted once done (its TTL, a clean-up);
+            # gone is how it ends, and applying it again would run it again.
+            continue
+        expected = (
+            nodes_expected(w.desired, nodes)
+            if w.manifest.key.kind is Kind.DAEMON_SET and nodes is not None
+            else None
+        )
+        health = judge(
+            w.manifest.key,
+            w.live,
+            w.pods,
+            now=now,
+            manifest_replicas=None if w.autoscaled else w.manifest.replicas,
+            nodes_expected=expected,
+        )
+        judged.setdefault(w.component, []).append(health)
+        found = drift_of(w, mode)
+        if found is not None:
+            drift.append(found)
+    return ReleaseReport(health=[component_health(c, hs) for c, hs in judged.items()], drift=drift)

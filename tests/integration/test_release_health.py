@@ -1,0 +1,330 @@
+"""Managed mode: Ready follows what the releases run, and a release's workload put back.
+
+One Managed install of the Standard stack on the simulated GPU cluster
+(kwok runs the fixture charts' Deployments and DaemonSets), shared by every
+case: each breaks one workload after Ready, asserts the hub's Ready
+condition (reason and message) and, with ``--release-drift=warn``, that it
+is only reported, then the recovery. The operator is restarted when a case
+needs another ``--release-drift``; the install stays.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import httpx2
+import pytest
+from lightkube import Client
+from lightkube.core.exceptions import ApiError
+from lightkube.resources.apps_v1 import DaemonSet, Deployment
+from lightkube.resources.core_v1 import Pod
+from lightkube.types import PatchType
+from tests.integration.hubs import SS, Harness, requests_by_resource
+from tests.integration.substrate import serve_substrate
+from tests.testenv import TestEnv
+from tests.waiting import wait_for
+
+from modelplane.catalog import components as catalog
+from modelplane.wire import FIELD_MANAGER
+
+CERT_MANAGER = catalog.BY_NAME["cert-manager"].namespace
+WEBHOOK = "cert-manager-webhook"
+CONTROLLER = "cert-manager-controller"
+DRA = catalog.BY_NAME["nvidia-dra-driver-gpu"].namespace
+DRA_PLUGIN = "dra-driver-nvidia-gpu-kubelet-plugin"
+# A change on the target reaches the hub through the watches, well within this.
+DEADLINE = 60
+
+
+class Stack:
+    """The shared install, and the operator's --release-drift mode now."""
+
+    def __init__(self, h: Harness) -> None:
+        self.h = h
+        self.mode = ""
+
+    def run(self, mode: str) -> None:
+        if mode != self.mode:
+            self.h.stop()
+            self.h.start("--release-drift", mode, "--resync", "20")
+            self.mode = mode
+        self.h.wait_condition("Ready", "True", deadline=300)
+
+    def events(self, reason: str) -> list[str]:
+        items = self.h.hub_env.http_client().get(f"/api/v1/namespaces/{self.h.ns}/events").json()
+        return [
+            e["message"]
+            for e in items["items"]
+            if e["reason"] == reason and e["involvedObject"].get("name") == "stack"
+        ]
+
+
+@pytest.fixture(scope="module")
+def stack(
+    hub: Client,
+    hub_env: TestEnv,
+    sim_nodes_target: TestEnv,
+    helm: Any,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Stack]:
+    served = serve_substrate(helm, tmp_path_factory.mktemp("substrate"), workloads=True)
+    substrate = next(served)
+    h = Harness(
+        hub, hub_env, sim_nodes_target, substrate, tmp_path_factory.mktemp("op"), "rel-health"
+    )
+    s = Stack(h)
+    try:
+        h.put_secret({"kubeconfig": h.kubeconfig_text()})
+        h.create({})
+        s.run("warn")
+        yield s
+    finally:
+        try:
+            h.hub.delete(SS, "stack", namespace=h.ns)
+            wait_for("the ServingStack gone", lambda: _gone(h), deadline=300)
+        finally:
+            h.stop()
+            served.close()
+
+
+def _gone(h: Harness) -> bool:
+    try:
+        h.hub.get(SS, "stack", namespace=h.ns)
+    except ApiError as err:
+        return err.status.code == 404
+    return False
+
+
+def _deployment(h: Harness, name: str) -> Deployment | None:
+    try:
+        return h.target.get(Deployment, name, namespace=CERT_MANAGER)
+    except ApiError as err:
+        if err.status.code == 404:
+            return None
+        raise
+
+
+def _not_ready(s: Stack, reason: str) -> dict[str, Any]:
+    return s.h.wait_condition("Ready", "False", reason, deadline=DEADLINE)
+
+
+def _component(s: Stack, name: str) -> dict[str, Any]:
+    return next(c for c in s.h.status()["components"] if c["name"] == name)
+
+
+def test_a_deleted_deployment_is_reported_with_warn(stack: Stack) -> None:
+    stack.run("warn")
+    # A fresh install is no drift: Helm owns every field its manifest sets.
+    assert stack.events("ReleaseDrift") == []
+    stack.h.target.delete(Deployment, WEBHOOK, namespace=CERT_MANAGER)
+    ready = _not_ready(stack, "WorkloadMissing")
+    assert f"Deployment {CERT_MANAGER}/{WEBHOOK}" in ready["message"], ready
+    assert "not on the target" in ready["message"], ready
+    cert_manager = _component(stack, "cert-manager")
+    assert cert_manager["state"] == "Degraded", cert_manager
+    assert (
+        f"Deployment {CERT_MANAGER}/{WEBHOOK} of release mp-cert-manager was deleted"
+        in (cert_manager["message"])
+    )
+    wait_for(
+        "a ReleaseDrift event naming the Deployment",
+        lambda: any(f"{WEBHOOK} of release" in m for m in stack.events("ReleaseDrift")),
+        deadline=DEADLINE,
+    )
+    # Only reported: the reconciles since did not put it back.
+    assert _deployment(stack.h, WEBHOOK) is None
+    # Recovery: with correct, the operator restores it from the stored manifest.
+    stack.run("correct")
+    assert _deployment(stack.h, WEBHOOK) is not None
+    assert any(
+        f"Deployment {CERT_MANAGER}/{WEBHOOK}" in m and "restored" in m
+        for m in stack.events("ReleaseDrift")
+    )
+
+
+def test_a_deleted_deployment_is_restored_with_correct(stack: Stack) -> None:
+    stack.run("correct")
+    restored_before = len([m for m in stack.events("ReleaseDrift") if "; restored" in m])
+    stack.h.target.delete(Deployment, CONTROLLER, namespace=CERT_MANAGER)
+    wait_for(
+        "the Deployment restored",
+        lambda: _deployment(stack.h, CONTROLLER) is not None,
+        deadline=DEADLINE,
+    )
+    wait_for(
+        "a ReleaseDrift event saying it was restored",
+        lambda: (
+            len([m for m in stack.events("ReleaseDrift") if "; restored" in m]) > restored_before
+        ),
+        deadline=DEADLINE,
+    )
+    # Restored by the operator's field manager, not by a helm upgrade.
+    restored = _deployment(stack.h, CONTROLLER)
+    assert restored is not None and restored.metadata is not None
+    applied = {f.manager for f in restored.metadata.managedFields or [] if f.operation == "Apply"}
+    assert applied == {FIELD_MANAGER}, applied
+    releases = stack.h.helm_releases()
+    assert releases["mp-cert-manager"]["revision"] == "1", releases["mp-cert-manager"]
+    stack.h.wait_condition("Ready", "True", deadline=DEADLINE)
+
+
+def test_a_deployment_scaled_to_zero_by_hand(stack: Stack) -> None:
+    stack.run("warn")
+    stack.h.target.patch(
+        Deployment.Scale,
+        WEBHOOK,
+        {"spec": {"replicas": 0}},
+        namespace=CERT_MANAGER,
+        patch_type=PatchType.MERGE,
+    )
+    ready = _not_ready(stack, "WorkloadScaledDown")
+    assert (
+        f"Deployment {CERT_MANAGER}/{WEBHOOK}: is scaled to 0 replicas, and the release asks for 1"
+        in ready["message"]
+    ), ready
+    wait_for(
+        "a ReleaseDrift event naming spec.replicas",
+        lambda: any(WEBHOOK in m and "spec.replicas" in m for m in stack.events("ReleaseDrift")),
+        deadline=DEADLINE,
+    )
+    # Recovery: scaled back by hand, it clears on its own.
+    stack.h.target.patch(
+        Deployment.Scale,
+        WEBHOOK,
+        {"spec": {"replicas": 1}},
+        namespace=CERT_MANAGER,
+        patch_type=PatchType.MERGE,
+    )
+    stack.h.wait_condition("Ready", "True", deadline=DEADLINE)
+
+
+def _crash(h: Harness, pod: str) -> None:
+    """What the kubelet reports of a container that keeps crashing (kwok has no kubelet)."""
+    h.target.patch(
+        Pod.Status,
+        pod,
+        {
+            "status": {
+                "phase": "Running",
+                "conditions": [
+                    {"type": "Ready", "status": "False", "reason": "ContainersNotReady"},
+                    {"type": "ContainersReady", "status": "False"},
+                    {"type": "PodScheduled", "status": "True"},
+                ],
+                "containerStatuses": [
+                    {
+                        "name": CONTROLLER,
+                        "image": "registry.invalid/jetstack/cert-manager-controller",
+                        "imageID": "",
+                        "ready": False,
+                        "restartCount": 4,
+                        "state": {
+                            "waiting": {
+                                "reason": "CrashLoopBackOff",
+                                "message": "back-off 1m20s restarting failed container",
+                            }
+                        },
+                        "lastState": {"terminated": {"exitCode": 1, "reason": "Error"}},
+                    }
+                ],
+            }
+        },
+        namespace=CERT_MANAGER,
+        patch_type=PatchType.MERGE,
+    )
+
+
+def test_a_crash_looping_pod_names_its_container(stack: Stack) -> None:
+    stack.run("warn")
+    [pod] = stack.h.target.list(
+        Pod, namespace=CERT_MANAGER, labels={"app.kubernetes.io/name": CONTROLLER}
+    )
+    assert pod.metadata is not None and pod.metadata.name is not None
+    _crash(stack.h, pod.metadata.name)
+    ready = _not_ready(stack, "PodCrashLooping")
+    message = ready["message"]
+    assert f"Deployment {CERT_MANAGER}/{CONTROLLER}" in message, message
+    assert f"pod {pod.metadata.name} container {CONTROLLER}: CrashLoopBackOff" in message, message
+    assert "last run ended Error, exit code 1" in message, message
+    # Recovery: the pod replaced, its successor runs, and Ready comes back.
+    stack.h.target.delete(Pod, pod.metadata.name, namespace=CERT_MANAGER)
+    stack.h.wait_condition("Ready", "True", deadline=DEADLINE)
+
+
+def test_a_daemonset_kept_off_the_tainted_gpu_nodes(stack: Stack) -> None:
+    stack.run("warn")
+    stack.h.target.patch(
+        DaemonSet,
+        DRA_PLUGIN,
+        [{"op": "remove", "path": "/spec/template/spec/tolerations"}],
+        namespace=DRA,
+        patch_type=PatchType.JSON,
+        field_manager="kubectl-edit",
+    )
+    ready = _not_ready(stack, "Unschedulable")
+    assert (
+        f"DaemonSet {DRA}/{DRA_PLUGIN}: runs on 1 of 3 nodes it should run on" in (ready["message"])
+    ), ready
+    wait_for(
+        "a ReleaseDrift event naming the tolerations",
+        lambda: any(
+            DRA_PLUGIN in m and "spec.template.spec.tolerations" in m
+            for m in stack.events("ReleaseDrift")
+        ),
+        deadline=DEADLINE,
+    )
+    # Recovery: correct puts the tolerations back, and the pods on the GPU nodes.
+    stack.run("correct")
+    ds = stack.h.target.get(DaemonSet, DRA_PLUGIN, namespace=DRA)
+    assert ds.spec is not None and ds.spec.template.spec is not None
+    assert ds.spec.template.spec.tolerations, ds.spec.template.spec
+
+
+def test_a_quiet_managed_resync_reads_none_of_the_release_workloads(stack: Stack) -> None:
+    """Following the releases' workloads costs a quiet resync nothing: the watches hold them.
+
+    Counted by resource (the API server's counters): kwok, the scheduler and
+    the controller manager read the same target, but not these resources
+    while nothing changes; their lease renewals make "only the claim" not
+    countable here (tests/integration/test_noop_resync_provided.py counts
+    that on a bare API server).
+    """
+    stack.run("correct")
+    h = stack.h
+    h.stop()
+    stack.mode = ""
+    h.start("--release-drift", "correct", "--resync", "2")
+    stack.mode = "correct-fast"
+    h.wait_condition("Ready", "True", deadline=300)
+    # Past the first reconciles of the new process (its watches start from a direct read).
+    wait_for(
+        "three resyncs after the restart",
+        lambda: h.reconciles() >= 3,
+        deadline=60,
+        not_yet=(httpx2.TransportError,),
+    )
+    release_kinds = {"deployments", "daemonsets", "pods", "nodes", "secrets"}
+
+    def reads() -> dict[str, float]:
+        return requests_by_resource(h.target_env, ("GET", "LIST"))
+
+    before, writes_before, hub_before = (
+        reads(),
+        h.target_env.write_requests(),
+        h.hub_env.write_requests(),
+    )
+    count = h.reconciles()
+    wait_for("five resyncs", lambda: h.reconciles() >= count + 5, deadline=60)
+    after, writes_after, hub_after = (
+        reads(),
+        h.target_env.write_requests(),
+        h.hub_env.write_requests(),
+    )
+    grown = {r: n - before.get(r, 0.0) for r, n in after.items() if r in release_kinds}
+    # Nothing of the releases' workloads, pods, nodes or release Secrets is read again.
+    assert not any(grown.values()), grown
+    ours = {k: v - writes_before.get(k, 0.0) for k, v in writes_after.items()}
+    assert not any(v for (_, r), v in ours.items() if r in {"deployments", "daemonsets"}), ours
+    hub = {k: v - hub_before.get(k, 0.0) for k, v in hub_after.items() if v != hub_before.get(k)}
+    assert hub == {}, hub
