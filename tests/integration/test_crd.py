@@ -113,6 +113,8 @@ def test_stored_crd_has_printer_columns(hub: Client) -> None:
         "Stack": ("string", ".spec.stack"),
         "Components": ("string", ".spec.components"),
         "Ready": ("string", '.status.conditions[?(@.type=="Ready")].status'),
+        # The fleet's capacity in `kubectl get ss -A`: the devices status.target counts.
+        "GPUs": ("integer", ".status.target.gpus"),
         "Address": ("string", ".status.gateway.address"),
         "Age": ("date", ".metadata.creationTimestamp"),
     }
@@ -128,9 +130,10 @@ def test_table_output_shows_printer_columns(hub: Client, hub_env: TestEnv) -> No
     table = resp.json()
     assert table["kind"] == "Table"
     names = [c["name"] for c in table["columnDefinitions"]]
-    assert names == ["Name", "Stack", "Components", "Ready", "Address", "Age"]
+    assert names == ["Name", "Stack", "Components", "Ready", "GPUs", "Address", "Age"]
     (row,) = table["rows"]
-    assert row["cells"][:5] == ["table-view", "Standard", "Managed", None, None]
+    # Nothing observed yet: no Ready, and no GPU count (not 0).
+    assert row["cells"][:6] == ["table-view", "Standard", "Managed", None, None, None]
 
 
 # --------------------------------------------------------------------------
