@@ -686,16 +686,6 @@ def _duration(span: timedelta) -> str:
     return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
 
 
-def available(obj: object) -> bool:
-    """Whether a raw workload object is available by the rules above, pods aside.
-
-    The one rule of "a workload is available", for callers that hold a
-    listed object and no pods (the Provided mode advisories).
-    """
-    workload = WorkloadStatus.from_object(obj)
-    return workload is not None and _shortfall(workload) is None
-
-
 # ---- a component ----------------------------------------------------------------------------
 
 
