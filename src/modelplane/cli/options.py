@@ -8,9 +8,9 @@ from urllib.parse import urlsplit
 import typer
 
 from modelplane.catalog.images import ImageError
+from modelplane.catalog.overrides import unknown_components
 from modelplane.credentials.identity import nebius
 from modelplane.credentials.identity.base import IdentityError
-from modelplane.operator.options import unknown_components
 from modelplane.plan.images import MirrorRule, check_secret_names, parse_rules
 
 
