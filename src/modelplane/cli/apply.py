@@ -69,10 +69,14 @@ from modelplane.cli.progress import (
 from modelplane.cli.target import CommandError, LocalCredentials, credentials_of, read_target
 from modelplane.kube.answers import describe_error
 from modelplane.kube.errors import ErrorKind, classify
-from modelplane.operator import logs
-from modelplane.operator.options import OperatorOptions
-from modelplane.operator.reconciler import StackReconciler
-from modelplane.operator.status import READY, Outcome, desired_status
+from modelplane.operator import (
+    READY,
+    OperatorOptions,
+    Outcome,
+    StackReconciler,
+    configure_logging,
+    desired_status,
+)
 from modelplane.pins import ComponentsMode
 from modelplane.plan import Plan, decisions
 from modelplane.plan.decisions import BlockedReason
@@ -297,7 +301,7 @@ VerboseFlag = Annotated[
 
 def _logging(verbose: bool) -> None:
     """The operator's log on stderr with -v; otherwise its errors only: the view says the rest."""
-    logs.configure(verbose)
+    configure_logging(verbose)
     if not verbose:
         logging.getLogger().setLevel(logging.ERROR)
 

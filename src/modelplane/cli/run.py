@@ -30,10 +30,15 @@ from modelplane.cli.options import (
     deny_ranges,
     source_options,
 )
-from modelplane.operator import logs
-from modelplane.operator.leader import LeaderElection, default_namespace, lease_name
-from modelplane.operator.options import OperatorOptions
-from modelplane.operator.shard import normalize_selector
+from modelplane.operator import (
+    LeaderElection,
+    OperatorOptions,
+    configure_logging,
+    default_namespace,
+    lease_name,
+    normalize_selector,
+    serve,
+)
 from modelplane.plan.release_health import DriftMode
 
 
@@ -188,7 +193,7 @@ def run(
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
 ) -> None:
     """Run the operator: reconcile every ServingStack onto its target cluster."""
-    logs.configure(verbose)
+    configure_logging(verbose)
     deny = deny_ranges(deny_target_cidr)
     sources = source_options(
         chart_repository, chart_repository_for, gaie_manifests_url, manifests_url_for,
@@ -257,7 +262,5 @@ def run(
         logging.getLogger("modelplane.operator").warning(
             "%s: Managed components fail until one is given; Provided ones need none", NO_HELM
         )
-    from modelplane.operator.handlers import run as run_operator
-
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(run_operator(options))
+        asyncio.run(serve(options))
