@@ -14,6 +14,7 @@ import yaml
 from typer.testing import CliRunner
 
 from modelplane.cli.main import app
+from modelplane.cli.options import request_timeout
 
 from .conftest import manifest
 
@@ -35,6 +36,7 @@ SHARED = {
     "--image-registry-mirror": ["render", "run", *TARGET_COMMANDS],
     "--image-pull-secret": ["render", "run", *TARGET_COMMANDS],
     "--helm-timeout": ["run", "apply", "delete"],
+    "--request-timeout": ["check", "diff"],
 }
 
 
@@ -86,6 +88,41 @@ def test_a_bad_shared_value_is_refused_alike_by_every_command(
     assert flag in next(iter(said.values()))
 
 
+# -- one name per meaning ---------------------------------------------------------------
+
+
+def test_the_request_timeout_is_a_duration_and_defaults_to_ten_seconds() -> None:
+    assert request_timeout(None) == 10.0
+    assert request_timeout("2.5") == 2.5
+    assert request_timeout("1m") == 60.0
+    # --request-timeout wins over the old spelling when both are given.
+    assert request_timeout("5s", "30") == 5.0
+    assert request_timeout(None, "30") == 30.0
+
+
+@pytest.mark.parametrize("command", ["check", "diff"])
+def test_the_old_timeout_of_check_and_diff_still_works_and_says_it_is_deprecated(
+    tmp_path: Path, command: str
+) -> None:
+    stack = tmp_path / "stack.yaml"
+    stack.write_text(yaml.safe_dump(manifest()))
+    base = [command, "--kubeconfig", str(tmp_path / "nope")]
+    if command == "diff":
+        base += ["-f", str(stack)]
+    old = CliRunner().invoke(app, [*base, "--timeout", "3"])
+    # It gets as far as the kubeconfig, which does not exist.
+    assert old.exit_code == 2 and "does not exist" in old.stderr, old.output
+    assert "--timeout is deprecated" in old.stderr and "--request-timeout" in old.stderr
+    new = CliRunner().invoke(app, [*base, "--request-timeout", "3s"])
+    assert new.exit_code == 2 and "does not exist" in new.stderr
+    assert "deprecated" not in new.stderr
+    bad = CliRunner().invoke(app, [*base, "--request-timeout", "soon"])
+    assert bad.exit_code == 2 and "expected a duration" in bad.output
+    # The whole run's --timeout is shown in the help of apply and delete only.
+    assert not _option(command, "--timeout").help
+    assert _option("apply", "--timeout").help == _option("delete", "--timeout").help
+
+
 # -- the kubeconfig is read once per run ------------------------------------------------
 
 
@@ -130,7 +167,7 @@ def test_a_run_reads_the_kubeconfig_once(
     monkeypatch.setattr(builtins, "open", counting_open)
     args = [command, "--kubeconfig", str(kubeconfig), "--deny-target-cidr", "none"]
     if command != "check":
-        args += ["-f", str(stack), "--timeout", "20"]
+        args += ["-f", str(stack), "--timeout" if command != "diff" else "--request-timeout", "20s"]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == code, result.output
     # It got as far as connecting, and said why it could not.

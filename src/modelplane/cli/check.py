@@ -23,17 +23,20 @@ from modelplane.cli.options import (
     AwsStsEndpoint,
     Context,
     DenyTargetCidr,
+    DeprecatedRequestTimeout,
     IdentityFile,
     IdentityType,
     ImagePullSecret,
     ImageRegistryMirror,
     Kubeconfig,
     NebiusTokenEndpoint,
+    RequestTimeout,
     TargetOptions,
     mirror_rules,
     target_options,
 )
 from modelplane.cli.options import pull_secrets as pull_secret_names
+from modelplane.cli.options import request_timeout as request_timeout_of
 from modelplane.cli.target import CommandError, LocalTarget, on_target, open_local, read_target
 from modelplane.pins import Stack
 from modelplane.plan.images import MirrorRule
@@ -153,9 +156,8 @@ def check(
         Stack.STANDARD
     ),
     output: Annotated[CheckFormat, typer.Option("-o", "--output")] = CheckFormat.TABLE,
-    timeout: Annotated[
-        float, typer.Option("--timeout", help="Seconds to wait for each API request.", min=0.1)
-    ] = 10.0,
+    request_timeout: RequestTimeout = None,
+    timeout: DeprecatedRequestTimeout = None,
     deny_target_cidr: DenyTargetCidr = None,
     identity_type: IdentityType = None,
     identity_file: IdentityFile = None,
@@ -174,7 +176,7 @@ def check(
         kubeconfig, context, identity_type, identity_file, deny_target_cidr,
         aws_sts_endpoint, aws_region, nebius_token_endpoint,
     )  # fmt: skip
-    seconds = timeout
+    seconds = request_timeout_of(request_timeout, timeout)
     # Checked already, as typer parsed them (cli.options).
     mirrors, names = mirror_rules(image_registry_mirror), pull_secret_names(image_pull_secret)
     try:

@@ -49,6 +49,7 @@ from modelplane.cli.options import (
     ChartRepositoryFor,
     Context,
     DenyTargetCidr,
+    DeprecatedRequestTimeout,
     GaieManifestsUrl,
     IdentityFile,
     IdentityType,
@@ -57,10 +58,12 @@ from modelplane.cli.options import (
     Kubeconfig,
     ManifestsUrlFor,
     NebiusTokenEndpoint,
+    RequestTimeout,
     TargetOptions,
     source_options,
     target_options,
 )
+from modelplane.cli.options import request_timeout as request_timeout_of
 from modelplane.cli.target import CommandError, LocalTarget, on_target, open_local, read_target
 from modelplane.kube.address import AddressDenied, IPNetwork
 from modelplane.kube.answers import describe_error
@@ -403,9 +406,8 @@ def diff_command(
     kubeconfig: Kubeconfig,
     context: Context = None,
     output: Annotated[DiffFormat, typer.Option("-o", "--output")] = DiffFormat.TEXT,
-    timeout: Annotated[
-        float, typer.Option("--timeout", help="Seconds to wait for each API request.", min=0.1)
-    ] = 10.0,
+    request_timeout: RequestTimeout = None,
+    timeout: DeprecatedRequestTimeout = None,
     deny_target_cidr: DenyTargetCidr = None,
     identity_type: IdentityType = None,
     identity_file: IdentityFile = None,
@@ -427,7 +429,7 @@ def diff_command(
         kubeconfig, context, identity_type, identity_file, deny_target_cidr,
         aws_sts_endpoint, aws_region, nebius_token_endpoint,
     )  # fmt: skip
-    seconds = timeout
+    seconds = request_timeout_of(request_timeout, timeout)
     # The operator's image rules change the releases' values, so a diff
     # without them would show every mirrored value as a change.
     sources = source_options(

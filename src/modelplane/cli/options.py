@@ -11,6 +11,7 @@ refused while typer parses (the aliases' callbacks), before any command runs.
 from __future__ import annotations
 
 import re
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated
@@ -67,6 +68,42 @@ RunTimeout = Annotated[
         callback=_checked_duration,
     ),
 ]
+
+DEFAULT_REQUEST_TIMEOUT = "10s"
+# Before --request-timeout, check and diff called it --timeout, which apply
+# and delete use for the whole run: one name, two meanings.
+_OLD_REQUEST_TIMEOUT = (
+    "warning: --timeout is deprecated for check and diff and will be removed in the next "
+    "release: use --request-timeout (apply and delete keep --timeout, for the whole run)"
+)
+
+
+def _deprecated_timeout(value: str | None) -> str | None:
+    if value is not None:
+        print(_OLD_REQUEST_TIMEOUT, file=sys.stderr)
+        parse_duration(value)
+    return value
+
+
+RequestTimeout = Annotated[
+    str | None,
+    typer.Option(
+        "--request-timeout",
+        help="How long to wait for each API request (10s, 1m; a number alone is seconds; "
+        f"default {DEFAULT_REQUEST_TIMEOUT}).",
+        callback=_checked_duration,
+    ),
+]
+DeprecatedRequestTimeout = Annotated[
+    str | None,
+    typer.Option("--timeout", hidden=True, callback=_deprecated_timeout),
+]
+
+
+def request_timeout(value: str | None, deprecated: str | None = None) -> float:
+    """Seconds per request: ``--request-timeout``, else the old ``--timeout``, else 10."""
+    return parse_duration(value or deprecated or DEFAULT_REQUEST_TIMEOUT)
+
 
 # -- the target ----------------------------------------------------------------
 
