@@ -21,6 +21,8 @@ from .conftest import manifest
 TARGET_COMMANDS = ["check", "diff", "apply", "delete"]
 # Every flag more than one command takes, and the commands that take it.
 SHARED = {
+    "--file": ["render", "diff", "apply", "delete"],
+    "--verbose": ["run", "apply", "delete"],
     "--kubeconfig": TARGET_COMMANDS,
     "--context": TARGET_COMMANDS,
     "--identity-type": TARGET_COMMANDS,

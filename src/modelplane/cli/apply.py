@@ -52,7 +52,9 @@ from modelplane.cli.options import (
     NebiusTokenEndpoint,
     RunTimeout,
     SourceOptions,
+    StackFile,
     TargetOptions,
+    Verbose,
     helm_options,
     parse_duration,
     source_options,
@@ -285,7 +287,6 @@ def _run(
         helm.kill_running()
 
 
-FileFlag = Annotated[Path, typer.Option("-f", "--file", help="The ServingStack manifest.")]
 OutputFlag = Annotated[
     OutputFormat,
     typer.Option(
@@ -293,9 +294,6 @@ OutputFlag = Annotated[
         "--output",
         help="text: a live view on a terminal, lines in a pipe; json: one JSON object per line.",
     ),
-]
-VerboseFlag = Annotated[
-    bool, typer.Option("--verbose", "-v", help="Also log what the reconciler does, to stderr.")
 ]
 
 
@@ -307,7 +305,7 @@ def _logging(verbose: bool) -> None:
 
 
 def apply(
-    file: FileFlag,
+    file: StackFile,
     kubeconfig: Kubeconfig,
     context: Context = None,
     wait: Annotated[
@@ -333,7 +331,7 @@ def apply(
     aws_sts_endpoint: AwsStsEndpoint = None,
     aws_region: AwsRegion = None,
     nebius_token_endpoint: NebiusTokenEndpoint = None,
-    verbose: VerboseFlag = False,
+    verbose: Verbose = False,
 ) -> None:
     """Install a ServingStack onto one cluster, without a hub, and follow it to Ready.
 
@@ -417,7 +415,7 @@ async def _delete(run: Run, helm: TargetHelm, progress: Progress) -> Verdict:
 
 
 def delete(
-    file: FileFlag,
+    file: StackFile,
     kubeconfig: Kubeconfig,
     context: Context = None,
     timeout: RunTimeout = "10m",
@@ -435,7 +433,7 @@ def delete(
     aws_sts_endpoint: AwsStsEndpoint = None,
     aws_region: AwsRegion = None,
     nebius_token_endpoint: NebiusTokenEndpoint = None,
-    verbose: VerboseFlag = False,
+    verbose: Verbose = False,
 ) -> None:
     """Remove what apply installed, in order, and release the claim last.
 

@@ -59,6 +59,7 @@ from modelplane.cli.options import (
     ManifestsUrlFor,
     NebiusTokenEndpoint,
     RequestTimeout,
+    StackFile,
     TargetOptions,
     source_options,
     target_options,
@@ -402,7 +403,7 @@ def print_text(d: Diff, console: Console) -> None:
 
 
 def diff_command(
-    file: Annotated[Path, typer.Option("-f", "--file", help="The ServingStack manifest.")],
+    file: StackFile,
     kubeconfig: Kubeconfig,
     context: Context = None,
     output: Annotated[DiffFormat, typer.Option("-o", "--output")] = DiffFormat.TEXT,

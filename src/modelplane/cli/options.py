@@ -105,6 +105,14 @@ def request_timeout(value: str | None, deprecated: str | None = None) -> float:
     return parse_duration(value or deprecated or DEFAULT_REQUEST_TIMEOUT)
 
 
+# -- what every command that acts on a stack takes -------------------------------
+
+StackFile = Annotated[Path, typer.Option("-f", "--file", help="The ServingStack manifest.")]
+Verbose = Annotated[
+    bool, typer.Option("--verbose", "-v", help="Log more of what the operator does, to stderr.")
+]
+
+
 # -- the target ----------------------------------------------------------------
 
 IDENTITY_TYPES = [t.value for t in SecretType if t is not SecretType.KUBECONFIG]

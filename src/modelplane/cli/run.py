@@ -27,6 +27,7 @@ from modelplane.cli.options import (
     ImageRegistryMirror,
     ManifestsUrlFor,
     NebiusTokenEndpoint,
+    Verbose,
     deny_ranges,
     source_options,
 )
@@ -190,7 +191,7 @@ def run(
             "IAM role.",
         ),
     ] = False,
-    verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
+    verbose: Verbose = False,
 ) -> None:
     """Run the operator: reconcile every ServingStack onto its target cluster."""
     configure_logging(verbose)
