@@ -24,16 +24,15 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from lightkube.config.kubeconfig import KubeConfig
 from prometheus_client.parser import text_string_to_metric_families
 from tests.integration.hubs import Harness, client_for, install_servingstack_crd, stack_body
 from tests.integration.substrate import EXTRA_VERSIONS, Helm, serve_substrate
 from tests.testenv import TestEnv, find_binaries
 
 from modelplane.api.models import ServingStack
-from modelplane.cli.check import on_target
 from modelplane.cli.diff import read_diff
-from modelplane.kube.address import DEFAULT_DENIED
+from modelplane.cli.options import target_options
+from modelplane.cli.target import on_target, read_target
 from modelplane.operator.options import OperatorOptions
 
 NAMESPACE = "bench-diff"
@@ -61,17 +60,15 @@ def requests(env: TestEnv) -> Counter[str]:
 def measure(
     env: TestEnv, stack: ServingStack, options: OperatorOptions, runs: int
 ) -> dict[str, Any]:
-    config = KubeConfig.from_file(str(env.kubeconfig_path)).get()
+    flags = target_options(env.kubeconfig_path)
+    target = read_target(flags)
     times: list[float] = []
     per_run: list[Counter[str]] = []
     changes = None
     for _ in range(runs):
         before = requests(env)
         t0 = time.perf_counter()
-        d = on_target(
-            config.cluster.server,
-            read_diff(config, stack, options.sources(), 10.0, DEFAULT_DENIED, None),
-        )
+        d = on_target(target.server, read_diff(target, flags, stack, options.sources(), 10.0))
         times.append(time.perf_counter() - t0)
         after = requests(env)
         served = after - before

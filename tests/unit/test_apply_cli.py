@@ -16,8 +16,15 @@ from typer.testing import CliRunner
 from modelplane.actions import claim
 from modelplane.actions.claim import ClaimState, LocalRun, StackIdentity
 from modelplane.api.models import ServingStack
-from modelplane.cli.apply import LocalCredentials, judge, local_kubeconfig, parse_duration
+from modelplane.cli.apply import judge
 from modelplane.cli.main import app
+from modelplane.cli.options import (
+    helm_options,
+    parse_duration,
+    source_options,
+    target_options,
+)
+from modelplane.cli.target import LocalCredentials, read_kubeconfig
 from modelplane.credentials.kubeconfig import parse_kubeconfig
 from modelplane.operator.options import OperatorOptions
 from modelplane.operator.session import TargetSession
@@ -191,7 +198,7 @@ def _kubeconfig(tmp_path: Path) -> Path:
 def test_the_context_is_taken_alone_with_its_files_made_absolute(tmp_path: Path) -> None:
     path = _kubeconfig(tmp_path)
     base = path.parent.resolve()
-    doc = yaml.safe_load(local_kubeconfig(path, None))
+    doc = yaml.safe_load(read_kubeconfig(path, None)[0])
     assert doc["current-context"] == "a"
     assert [c["name"] for c in doc["clusters"]] == ["ca"]
     assert doc["clusters"][0]["cluster"]["certificate-authority"] == str(base / "ca.crt")
@@ -199,12 +206,12 @@ def test_the_context_is_taken_alone_with_its_files_made_absolute(tmp_path: Path)
     assert user == {"client-certificate": str(base / "certs/a.crt"), "client-key": "/k/a.key"}
     # Another context: its own cluster and user only, the exec command found
     # where kubectl finds it.
-    doc = yaml.safe_load(local_kubeconfig(path, "b"))
+    doc = yaml.safe_load(read_kubeconfig(path, "b")[0])
     assert doc["current-context"] == "b"
     assert [u["name"] for u in doc["users"]] == ["ub"]
     assert doc["users"][0]["user"]["exec"]["command"] == str(base / "bin/login")
     # What the session opens it with parses as the operator's connection does.
-    assert parse_kubeconfig(local_kubeconfig(path, "b"), allow_unsafe=True).cluster.server == (
+    assert parse_kubeconfig(read_kubeconfig(path, "b")[0], allow_unsafe=True).cluster.server == (
         "https://b.example:6443"
     )
 
@@ -289,11 +296,18 @@ def test_the_mirror_flags_reach_the_reconcilers_options(tmp_path: Path) -> None:
     from modelplane.cli.apply import _prepare
 
     run = _prepare(
-        _stack(tmp_path), _kubeconfig(tmp_path), None, None, None, None,
-        "https://charts.mirror.internal", ["cert-manager=oci://mirror.internal/jetstack"],
-        "https://mirror.internal/gaie", None, 120, None, None, None,
-        ["*=mirror.internal"], ["pull"],
-    )  # fmt: skip
+        _stack(tmp_path),
+        target_options(_kubeconfig(tmp_path)),
+        source_options(
+            "https://charts.mirror.internal",
+            ["cert-manager=oci://mirror.internal/jetstack"],
+            "https://mirror.internal/gaie",
+            None,
+            ["*=mirror.internal"],
+            ["pull"],
+        ),
+        helm_options(120),
+    )
     options = run.options
     assert options.chart_repository == "https://charts.mirror.internal"
     assert options.chart_repository_for == {"cert-manager": "oci://mirror.internal/jetstack"}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from modelplane.kube.backoff import Attempts, Backoff, retry
+from modelplane.backoff import Attempts, Backoff, retry
 from modelplane.kube.client import (
     CRD_STORAGE_TRIES,
     CRD_STORAGE_WAIT,

@@ -28,7 +28,6 @@ from modelplane.plan.capacity import (
     TargetSummary,
     gpu_findings,
     gpus_available,
-    gpus_column,
     summarize_target,
 )
 from modelplane.plan.model import RequirementResult, Severity
@@ -563,14 +562,6 @@ def test_required_results_are_not_gpu_findings() -> None:
     assert gpu_findings(required, COMPONENTS) == {}
 
 
-@pytest.mark.parametrize(
-    ("summary", "column"),
-    [(FOUR, "4"), (NO_NODES, "0"), (None, "?")],
-)
-def test_gpus_column(summary: TargetSummary | None, column: str) -> None:
-    assert gpus_column(summary) == column
-
-
 def test_the_simulated_clusters_objects() -> None:
     # The objects the integration tests' GPU cluster holds (tests/testenv/nodes.py),
     # so the lead's wiring reads the same shape these rules do.
@@ -592,7 +583,6 @@ def test_the_simulated_clusters_objects() -> None:
         ConditionStatus.TRUE,
         "2 GPUs on 2 nodes: NVIDIA H200 \u00d72",
     )
-    assert gpus_column(summary) == "2"
 
 
 def test_the_summary_is_what_status_target_takes() -> None:

@@ -9,9 +9,8 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from modelplane.cli.check import endpoints_of
 from modelplane.cli.main import app
-from modelplane.cli.options import _nebius_endpoint
+from modelplane.cli.options import _nebius_endpoint, target_options
 
 KUBECONFIG = {
     "apiVersion": "v1",
@@ -46,7 +45,12 @@ def _check(tmp_path: Path, *args: str) -> tuple[int, str]:
 
 
 def test_the_endpoints_reach_the_providers() -> None:
-    endpoints = endpoints_of("https://sts.eu-west-1.amazonaws.com", "eu-west-1", "n:443")
+    endpoints = target_options(
+        Path("kubeconfig"),
+        aws_sts_endpoint="https://sts.eu-west-1.amazonaws.com",
+        aws_region="eu-west-1",
+        nebius_token_endpoint="n:443",
+    ).endpoints
     assert endpoints.aws_sts == "https://sts.eu-west-1.amazonaws.com"
     assert endpoints.aws_region == "eu-west-1"
     assert endpoints.nebius_token_exchange == "n:443"

@@ -10,7 +10,6 @@ from dataclasses import dataclass
 
 import pytest
 
-from modelplane.credentials import connect
 from modelplane.credentials.identity.base import IdentityFailure
 from modelplane.kube.errors import ErrorKind, Fault
 from modelplane.plan import decisions
@@ -141,13 +140,13 @@ def test_every_kind_has_a_reason() -> None:
     [
         "SecretNotFound",
         "SecretKeyMissing",
-        connect.HUB_FORBIDDEN,
+        "HubForbidden",
         "KubeconfigInvalid",
         "KubeconfigRefused",
         "IdentityInvalid",
-        connect.ADDRESS_DENIED,
-        connect.CROSS_NAMESPACE_DENIED,
-        connect.IDENTITY_UNSUPPORTED,
+        "TargetAddressDenied",
+        "CrossNamespaceRefDenied",
+        "CloudIdentityUnsupported",
         *(f.value for f in IdentityFailure),
     ],
 )

@@ -160,7 +160,7 @@ CASES: list[tuple[BaseException, Fault]] = [
         Fault(ErrorKind.WEBHOOK_NOT_READY),
     ),
     (
-        CredentialsError("SecretNotFound", "Secret a/b does not exist"),
+        CredentialsError(BlockedReason.SECRET_NOT_FOUND, "Secret a/b does not exist"),
         Fault(ErrorKind.CREDENTIALS, reason="SecretNotFound"),
     ),
     (

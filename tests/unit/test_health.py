@@ -756,37 +756,6 @@ def test_init_containers_count() -> None:
     assert signal.containers[0].waiting_reason == "ImagePullBackOff"
 
 
-# ---- the one availability rule -------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("obj", "expected"),
-    [
-        (deployment(), True),
-        (deployment(status={"availableReplicas": 1}), False),
-        # Available=True with a rollout under way is not whole by kstatus.
-        (
-            deployment(
-                status={
-                    "updatedReplicas": 1,
-                    "conditions": [{"type": "Available", "status": "True"}],
-                }
-            ),
-            False,
-        ),
-        (daemon_set(), True),
-        (daemon_set(numberAvailable=2), False),
-        (daemon_set(numberReady=2), False),
-        (stateful_set(), True),
-        (job({"type": "Complete", "status": "True"}), True),
-        ({"kind": "Deployment"}, False),
-        ("Deployment", False),
-    ],
-)
-def test_available(obj: object, expected: bool) -> None:
-    assert health.available(obj) is expected
-
-
 # ---- a component -------------------------------------------------------------------------
 
 

@@ -25,11 +25,7 @@ from typer.testing import CliRunner
 
 from modelplane.actions.helm import Helm, TargetHelm
 from modelplane.cli.main import app
-from modelplane.credentials.connect import (
-    ADDRESS_DENIED,
-    CredentialsError,
-    connect,
-)
+from modelplane.credentials.connect import CredentialsError, connect
 from modelplane.credentials.kubeconfig import KubeconfigError, parse_kubeconfig
 from modelplane.kube.address import (
     DEFAULT_DENIED,
@@ -479,7 +475,7 @@ async def test_connect_refuses_a_denied_server_and_says_where(server: str, words
     text = yaml.safe_dump(kubeconfig_doc(server))
     with pytest.raises(CredentialsError) as err:
         await connect(text)
-    assert err.value.reason == ADDRESS_DENIED
+    assert err.value.reason == "TargetAddressDenied"
     assert words in str(err.value)
     assert TOKEN not in str(err.value)
 

@@ -18,7 +18,6 @@ import asyncio
 import contextlib
 import enum
 import logging
-import re
 import sys
 import tempfile
 from collections.abc import Coroutine
@@ -27,29 +26,39 @@ from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
 import typer
-import yaml
 
 from modelplane.actions.claim import LocalRun
 from modelplane.actions.helm import NO_HELM, Helm, HelmError, TargetHelm
 from modelplane.actions.helm import locate as locate_helm
-from modelplane.api.models import SecretType, ServingStack
+from modelplane.api.models import ServingStack
 from modelplane.api.status_limits import TERMINAL
-from modelplane.cli.check import CheckError, endpoints_of, load_config, load_identity
 from modelplane.cli.inputs import InputError, load_yaml, parse
 from modelplane.cli.options import (
     AwsRegion,
     AwsStsEndpoint,
     ChartRepository,
     ChartRepositoryFor,
+    Context,
+    DenyTargetCidr,
     GaieManifestsUrl,
+    HelmOptions,
     HelmTimeout,
+    IdentityFile,
+    IdentityType,
     ImagePullSecret,
     ImageRegistryMirror,
+    Kubeconfig,
     ManifestsUrlFor,
     NebiusTokenEndpoint,
-    component_urls,
-    mirror_rules,
-    pull_secrets,
+    RunTimeout,
+    SourceOptions,
+    StackFile,
+    TargetOptions,
+    Verbose,
+    helm_options,
+    parse_duration,
+    source_options,
+    target_options,
 )
 from modelplane.cli.progress import (
     Line,
@@ -59,19 +68,21 @@ from modelplane.cli.progress import (
     progress_for,
     teardown_lines,
 )
-from modelplane.credentials.connect import Credentials, Identity
-from modelplane.kube.address import deny_list
+from modelplane.cli.target import CommandError, LocalCredentials, credentials_of, read_target
 from modelplane.kube.answers import describe_error
 from modelplane.kube.errors import ErrorKind, classify
-from modelplane.operator import logs
-from modelplane.operator.options import OperatorOptions
-from modelplane.operator.reconciler import StackReconciler
-from modelplane.operator.status import READY, Outcome, desired_status
+from modelplane.operator import (
+    READY,
+    OperatorOptions,
+    Outcome,
+    StackReconciler,
+    configure_logging,
+    desired_status,
+)
 from modelplane.pins import ComponentsMode
 from modelplane.plan import Plan, decisions
 from modelplane.plan.decisions import BlockedReason
-from modelplane.untrusted import UntrustedInputError, printable
-from modelplane.untrusted import load_yaml as load_untrusted_yaml
+from modelplane.untrusted import printable
 
 EXIT_NOT_DONE = 1
 EXIT_USAGE = 2
@@ -90,99 +101,10 @@ TEARDOWN_WAITS = frozenset({ErrorKind.NAMESPACE_TERMINATING, ErrorKind.CLAIM_CON
 # Between teardown passes that wait for objects to go (as the operator's).
 TEARDOWN_POLL_SECONDS = 2.0
 
-_DURATION = re.compile(r"(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s)?")
-
 
 class OutputFormat(enum.StrEnum):
     TEXT = "text"
     JSON = "json"
-
-
-def parse_duration(value: str) -> float:
-    """``90``, ``90s``, ``10m``, ``1h30m``: seconds, as kubectl and helm take a timeout."""
-    text = value.strip()
-    try:
-        seconds = float(text)
-    except ValueError:
-        match = _DURATION.fullmatch(text)
-        if not text or match is None or not any(match.groups()):
-            raise typer.BadParameter(
-                f"expected a duration such as 90s, 10m or 1h30m, got {printable(value, 80)!r}"
-            ) from None
-        hours, minutes, secs = (float(g) if g else 0.0 for g in match.groups())
-        seconds = hours * 3600 + minutes * 60 + secs
-    if seconds <= 0:
-        raise typer.BadParameter(f"expected a positive duration, got {printable(value, 80)!r}")
-    return seconds
-
-
-# -- the person's kubeconfig as the session's credentials ------------------
-
-# Fields that name a file, relative to the kubeconfig's own directory (as
-# kubectl reads them). The helm run gets a copy of the kubeconfig in a
-# private file elsewhere, so they are made absolute first.
-_CLUSTER_FILES = ("certificate-authority",)
-_USER_FILES = ("client-certificate", "client-key", "tokenFile", "token-file")
-
-
-def local_kubeconfig(path: Path, context: str | None) -> str:
-    """The one context of ``path`` to use, self-contained: its cluster, user and context.
-
-    The person's own kubeconfig: its exec plugins and files are theirs to
-    use (``--allow-unsafe-kubeconfig`` is the operator's guard against a
-    Secret's author, not against the person running this).
-    """
-    try:
-        doc = load_untrusted_yaml(path.read_bytes())
-    except (OSError, UntrustedInputError) as err:
-        raise CheckError(f"kubeconfig {path} cannot be read: {err}") from err
-    if not isinstance(doc, dict):
-        raise CheckError(f"kubeconfig {path} is not a YAML mapping")
-    name = context or doc.get("current-context")
-    ctx = _entry(doc, "contexts", "context", name, path)
-    cluster = dict(_entry(doc, "clusters", "cluster", ctx.get("cluster"), path))
-    user = dict(_entry(doc, "users", "user", ctx.get("user"), path))
-    base = path.resolve().parent
-    for fields, section in ((_CLUSTER_FILES, cluster), (_USER_FILES, user)):
-        for f in fields:
-            if isinstance(section.get(f), str) and section[f]:
-                section[f] = str(base / Path(section[f]).expanduser())
-    exec_ = user.get("exec")
-    if isinstance(exec_, dict) and isinstance(exec_.get("command"), str):
-        command = exec_["command"]
-        # kubectl resolves a command with a path separator against the kubeconfig's directory.
-        if "/" in command and not Path(command).is_absolute():
-            user["exec"] = {**exec_, "command": str(base / command)}
-    return yaml.safe_dump(
-        {
-            "apiVersion": "v1",
-            "kind": "Config",
-            "clusters": [{"name": ctx["cluster"], "cluster": cluster}],
-            "users": [{"name": ctx["user"], "user": user}],
-            "contexts": [{"name": name, "context": ctx}],
-            "current-context": name,
-        }
-    )
-
-
-def _entry(doc: dict[str, Any], section: str, inner: str, name: Any, path: Path) -> dict[str, Any]:
-    for entry in doc.get(section) or []:
-        if isinstance(entry, dict) and entry.get("name") == name:
-            value = entry.get(inner)
-            if isinstance(value, dict):
-                return value
-    raise CheckError(f"kubeconfig {path} has no {inner} {printable(str(name), 253)!r}")
-
-
-@dataclass(frozen=True)
-class LocalCredentials:
-    """The session's credentials: the person's kubeconfig and identity, not the stack's Secrets."""
-
-    kubeconfig: str
-    identity: Identity | None = None
-
-    async def __call__(self, stack: ServingStack) -> Credentials:
-        return Credentials(self.kubeconfig, self.identity)
 
 
 # -- setting up ------------------------------------------------------------
@@ -204,68 +126,35 @@ def _fail(message: str) -> NoReturn:
     raise typer.Exit(EXIT_USAGE)
 
 
-def _prepare(
-    file: Path,
-    kubeconfig: Path,
-    context: str | None,
-    identity_type: str | None,
-    identity_file: Path | None,
-    deny_target_cidr: list[str] | None,
-    chart_repository: str | None,
-    chart_repository_for: list[str] | None,
-    gaie_manifests_url: str | None,
-    manifests_url_for: list[str] | None,
-    helm_timeout: int,
-    aws_sts_endpoint: str | None,
-    aws_region: str | None,
-    nebius_token_endpoint: str | None,
-    image_registry_mirror: list[str] | None = None,
-    image_pull_secret: list[str] | None = None,
-) -> Run:
+def _prepare(file: Path, target: TargetOptions, sources: SourceOptions, helm: HelmOptions) -> Run:
     """Read every input; exit 2 naming the first that is wrong."""
-    charts = component_urls(chart_repository_for or [], "--chart-repository-for", "chart")
-    manifests = component_urls(manifests_url_for or [], "--manifests-url-for", "manifests")
-    try:
-        deny = deny_list(deny_target_cidr)
-    except ValueError as err:
-        raise typer.BadParameter(str(err), param_hint="--deny-target-cidr") from None
     try:
         body = load_yaml(file)
         stack = parse(ServingStack, body, str(file))
     except InputError as err:
         _fail(str(err))
     try:
-        config = load_config(kubeconfig, context)
-        endpoints = endpoints_of(aws_sts_endpoint, aws_region, nebius_token_endpoint, deny)
-        # Built here only to say a bad identity flag or file before anything is sent.
-        load_identity(config, identity_type, identity_file, deny, endpoints)
-        text = local_kubeconfig(kubeconfig, context)
-    except CheckError as err:
+        local = read_target(target)
+    except CommandError as err:
         _fail(str(err))
-    identity = None
-    if identity_type is not None and identity_file is not None:
-        identity = Identity(
-            SecretType(identity_type),
-            identity_file.read_bytes(),
-            f"--identity-file {identity_file}",
-        )
+    endpoints = target.endpoints
     options = OperatorOptions(
-        chart_repository=chart_repository,
-        chart_repository_for=charts,
-        gaie_manifests_url=gaie_manifests_url,
-        manifests_url_for=manifests,
-        # The person's own kubeconfig and identity file (see local_kubeconfig).
+        chart_repository=sources.chart_repository,
+        chart_repository_for=sources.chart_repository_for,
+        gaie_manifests_url=sources.gaie_manifests_url,
+        manifests_url_for=sources.manifests_url_for,
+        image_mirrors=sources.image_mirrors,
+        image_pull_secrets=sources.image_pull_secrets,
+        # The person's own kubeconfig and identity file (see cli.target).
         allow_unsafe_kubeconfig=True,
-        allow_operator_identity=True,
-        deny_target_cidrs=deny,
-        helm_timeout_seconds=helm_timeout,
-        image_mirrors=mirror_rules(image_registry_mirror),
-        image_pull_secrets=pull_secrets(image_pull_secret),
-        aws_sts_endpoint=aws_sts_endpoint,
-        aws_region=aws_region,
-        nebius_token_endpoint=nebius_token_endpoint,
+        allow_operator_identity=endpoints.allow_operator_identity,
+        deny_target_cidrs=endpoints.deny,
+        aws_sts_endpoint=endpoints.aws_sts,
+        aws_region=endpoints.aws_region,
+        nebius_token_endpoint=endpoints.nebius_token_exchange,
+        helm_timeout_seconds=helm.timeout_seconds,
     )
-    return Run(stack, body, options, LocalCredentials(text, identity), config.cluster.server)
+    return Run(stack, body, options, credentials_of(local), local.server)
 
 
 def _helm(run: Run, home: Path) -> TargetHelm:
@@ -398,13 +287,6 @@ def _run(
         helm.kill_running()
 
 
-KubeconfigFlag = Annotated[
-    Path, typer.Option("--kubeconfig", help="Kubeconfig of the target cluster.")
-]
-ContextFlag = Annotated[
-    str | None, typer.Option("--context", help="Kubeconfig context (default: current).")
-]
-FileFlag = Annotated[Path, typer.Option("-f", "--file", help="The ServingStack manifest.")]
 OutputFlag = Annotated[
     OutputFormat,
     typer.Option(
@@ -413,49 +295,19 @@ OutputFlag = Annotated[
         help="text: a live view on a terminal, lines in a pipe; json: one JSON object per line.",
     ),
 ]
-DenyFlag = Annotated[
-    list[str] | None,
-    typer.Option(
-        "--deny-target-cidr",
-        help="Never connect (or let helm connect) to an address in this range (repeatable; "
-        "replaces the default: link-local and the cloud metadata addresses; 'default' "
-        "stands for that list, 'none' for no range).",
-    ),
-]
-IdentityTypeFlag = Annotated[
-    str | None,
-    typer.Option(
-        "--identity-type",
-        help="Authenticate as this cloud identity instead of the kubeconfig's user "
-        "(as check takes it).",
-    ),
-]
-IdentityFileFlag = Annotated[
-    Path | None,
-    typer.Option("--identity-file", help="The identity's credential, as its Secret would hold it."),
-]
-VerboseFlag = Annotated[
-    bool, typer.Option("--verbose", "-v", help="Also log what the reconciler does, to stderr.")
-]
 
 
 def _logging(verbose: bool) -> None:
     """The operator's log on stderr with -v; otherwise its errors only: the view says the rest."""
-    logs.configure(verbose)
+    configure_logging(verbose)
     if not verbose:
         logging.getLogger().setLevel(logging.ERROR)
 
 
-TimeoutFlag = Annotated[
-    str,
-    typer.Option("--timeout", help="Give up after this long (90s, 10m, 1h30m)."),
-]
-
-
 def apply(
-    file: FileFlag,
-    kubeconfig: KubeconfigFlag,
-    context: ContextFlag = None,
+    file: StackFile,
+    kubeconfig: Kubeconfig,
+    context: Context = None,
     wait: Annotated[
         bool,
         typer.Option(
@@ -464,7 +316,7 @@ def apply(
             "(a controller, a retried action), up to --timeout.",
         ),
     ] = False,
-    timeout: TimeoutFlag = "10m",
+    timeout: RunTimeout = "10m",
     output: OutputFlag = OutputFormat.TEXT,
     chart_repository: ChartRepository = None,
     chart_repository_for: ChartRepositoryFor = None,
@@ -473,13 +325,13 @@ def apply(
     image_registry_mirror: ImageRegistryMirror = None,
     image_pull_secret: ImagePullSecret = None,
     helm_timeout: HelmTimeout = 600,
-    deny_target_cidr: DenyFlag = None,
-    identity_type: IdentityTypeFlag = None,
-    identity_file: IdentityFileFlag = None,
+    deny_target_cidr: DenyTargetCidr = None,
+    identity_type: IdentityType = None,
+    identity_file: IdentityFile = None,
     aws_sts_endpoint: AwsStsEndpoint = None,
     aws_region: AwsRegion = None,
     nebius_token_endpoint: NebiusTokenEndpoint = None,
-    verbose: VerboseFlag = False,
+    verbose: Verbose = False,
 ) -> None:
     """Install a ServingStack onto one cluster, without a hub, and follow it to Ready.
 
@@ -488,10 +340,16 @@ def apply(
     _logging(verbose)
     seconds = parse_duration(timeout)
     run = _prepare(
-        file, kubeconfig, context, identity_type, identity_file, deny_target_cidr,
-        chart_repository, chart_repository_for, gaie_manifests_url, manifests_url_for,
-        helm_timeout, aws_sts_endpoint, aws_region, nebius_token_endpoint,
-        image_registry_mirror, image_pull_secret,
+        file,
+        target_options(
+            kubeconfig, context, identity_type, identity_file, deny_target_cidr,
+            aws_sts_endpoint, aws_region, nebius_token_endpoint,
+        ),
+        source_options(
+            chart_repository, chart_repository_for, gaie_manifests_url, manifests_url_for,
+            image_registry_mirror, image_pull_secret,
+        ),
+        helm_options(helm_timeout),
     )  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="modelplane-helm-") as home:
         helm = _helm(run, Path(home))
@@ -557,10 +415,10 @@ async def _delete(run: Run, helm: TargetHelm, progress: Progress) -> Verdict:
 
 
 def delete(
-    file: FileFlag,
-    kubeconfig: KubeconfigFlag,
-    context: ContextFlag = None,
-    timeout: TimeoutFlag = "10m",
+    file: StackFile,
+    kubeconfig: Kubeconfig,
+    context: Context = None,
+    timeout: RunTimeout = "10m",
     output: OutputFlag = OutputFormat.TEXT,
     chart_repository: ChartRepository = None,
     chart_repository_for: ChartRepositoryFor = None,
@@ -569,13 +427,13 @@ def delete(
     image_registry_mirror: ImageRegistryMirror = None,
     image_pull_secret: ImagePullSecret = None,
     helm_timeout: HelmTimeout = 600,
-    deny_target_cidr: DenyFlag = None,
-    identity_type: IdentityTypeFlag = None,
-    identity_file: IdentityFileFlag = None,
+    deny_target_cidr: DenyTargetCidr = None,
+    identity_type: IdentityType = None,
+    identity_file: IdentityFile = None,
     aws_sts_endpoint: AwsStsEndpoint = None,
     aws_region: AwsRegion = None,
     nebius_token_endpoint: NebiusTokenEndpoint = None,
-    verbose: VerboseFlag = False,
+    verbose: Verbose = False,
 ) -> None:
     """Remove what apply installed, in order, and release the claim last.
 
@@ -584,10 +442,16 @@ def delete(
     _logging(verbose)
     seconds = parse_duration(timeout)
     run = _prepare(
-        file, kubeconfig, context, identity_type, identity_file, deny_target_cidr,
-        chart_repository, chart_repository_for, gaie_manifests_url, manifests_url_for,
-        helm_timeout, aws_sts_endpoint, aws_region, nebius_token_endpoint,
-        image_registry_mirror, image_pull_secret,
+        file,
+        target_options(
+            kubeconfig, context, identity_type, identity_file, deny_target_cidr,
+            aws_sts_endpoint, aws_region, nebius_token_endpoint,
+        ),
+        source_options(
+            chart_repository, chart_repository_for, gaie_manifests_url, manifests_url_for,
+            image_registry_mirror, image_pull_secret,
+        ),
+        helm_options(helm_timeout),
     )  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="modelplane-helm-") as home:
         helm = _helm(run, Path(home))

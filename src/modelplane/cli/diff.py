@@ -25,7 +25,6 @@ from typing import Annotated, Any
 import typer
 import yaml
 from lightkube import AsyncClient
-from lightkube.config.kubeconfig import SingleConfig
 from lightkube.core.exceptions import ApiError
 from rich.console import Console
 from rich.text import Text
@@ -42,38 +41,38 @@ from modelplane.actions.helm import Helm, HelmError, TargetHelm
 from modelplane.api.models import ServingStack
 from modelplane.api.status_limits import TERMINAL
 from modelplane.catalog.components import BY_NAME
-from modelplane.cli.check import (
-    IDENTITY_TYPES,
-    CheckError,
-    endpoints_of,
-    load_config,
-    load_identity,
-    on_target,
-)
 from modelplane.cli.inputs import InputError, load_yaml, parse
 from modelplane.cli.options import (
     AwsRegion,
     AwsStsEndpoint,
     ChartRepository,
     ChartRepositoryFor,
+    Context,
+    DenyTargetCidr,
+    DeprecatedRequestTimeout,
     GaieManifestsUrl,
+    IdentityFile,
+    IdentityType,
     ImagePullSecret,
     ImageRegistryMirror,
+    Kubeconfig,
     ManifestsUrlFor,
     NebiusTokenEndpoint,
-    component_urls,
-    mirror_rules,
-    pull_secrets,
+    RequestTimeout,
+    StackFile,
+    TargetOptions,
+    source_options,
+    target_options,
 )
-from modelplane.credentials.identity.cache import TokenSource
-from modelplane.kube.address import AddressDenied, IPNetwork, deny_list
+from modelplane.cli.options import request_timeout as request_timeout_of
+from modelplane.cli.target import CommandError, LocalTarget, on_target, open_local, read_target
+from modelplane.kube.address import AddressDenied, IPNetwork
 from modelplane.kube.answers import describe_error
-from modelplane.kube.client import TargetError, get_json, open_target
+from modelplane.kube.client import TargetError, get_json
 from modelplane.kube.discovery import Served, served
 from modelplane.kube.resources import KindNotServed
 from modelplane.observe.releases import ReleaseReadError, deployed_release, release_secret
 from modelplane.observe.state import Listed, read_listed, to_observed, wanted
-from modelplane.operator.options import OperatorOptions
 from modelplane.plan import plan
 from modelplane.plan.diff import DeployedRelease, Diff, ObjectChange, Reads, diff
 from modelplane.plan.model import (
@@ -288,32 +287,33 @@ async def gather_reads(
 
 
 async def read_diff(
-    config: SingleConfig,
+    target: LocalTarget,
+    options: TargetOptions,
     stack: ServingStack,
     sources: Sources,
     timeout: float,
-    deny: tuple[IPNetwork, ...],
-    identity: TokenSource | None,
 ) -> Diff:
-    """Read the target ``config`` names, plan ``stack`` for it, and compare."""
-    server = config.cluster.server
-    target = await open_target(
-        config, deny=deny, timeout=timeout, trust_env=False, identity=identity
-    )
-    async with target:
-        if identity is not None:
-            await identity.token()
-        found = await served(target.client)
-        listed = await read_listed(target.client, wanted(stack.spec), found)
+    """Read the target, plan ``stack`` for it, and compare."""
+    deny = options.deny
+    async with await open_local(target, options, timeout) as opened:
+        found = await served(opened.client)
+        listed = await read_listed(opened.client, wanted(stack.spec), found)
         observed = to_observed(listed)
         p = plan(stack, observed, sources)
         # helm's caches for this run only: charts are fetched afresh, as the operator does.
         with tempfile.TemporaryDirectory(prefix="modelplane-diff-") as home:
             helm = TargetHelm.guarding(Helm.find(Path(home)), deny)
             reads = await gather_reads(
-                target.client, p, listed, observed, found, helm, template_kubeconfig(server), deny
+                opened.client,
+                p,
+                listed,
+                observed,
+                found,
+                helm,
+                template_kubeconfig(target.server),
+                deny,
             )
-        return diff(p, reads, server)
+        return diff(p, reads, target.server)
 
 
 # ---- output -------------------------------------------------------------------------
@@ -403,38 +403,15 @@ def print_text(d: Diff, console: Console) -> None:
 
 
 def diff_command(
-    file: Annotated[Path, typer.Option("-f", "--file", help="The ServingStack manifest.")],
-    kubeconfig: Annotated[
-        Path, typer.Option("--kubeconfig", help="Kubeconfig of the target cluster.")
-    ],
-    context: Annotated[
-        str | None, typer.Option("--context", help="Kubeconfig context (default: current).")
-    ] = None,
+    file: StackFile,
+    kubeconfig: Kubeconfig,
+    context: Context = None,
     output: Annotated[DiffFormat, typer.Option("-o", "--output")] = DiffFormat.TEXT,
-    timeout: Annotated[
-        float, typer.Option("--timeout", help="Seconds to wait for each API request.", min=0.1)
-    ] = 10.0,
-    deny_target_cidr: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--deny-target-cidr",
-            help="Never connect (nor let helm connect) to an address in this range "
-            "(repeatable; replaces the default: link-local and the cloud metadata "
-            "addresses; 'default' stands for that list, 'none' for no range).",
-        ),
-    ] = None,
-    identity_type: Annotated[
-        str | None,
-        typer.Option(
-            "--identity-type",
-            help="Authenticate as this cloud identity instead of the kubeconfig's user: "
-            f"{', '.join(IDENTITY_TYPES)}. The kubeconfig then gives only server and CA.",
-        ),
-    ] = None,
-    identity_file: Annotated[
-        Path | None,
-        typer.Option("--identity-file", help="The identity's credential, as for check."),
-    ] = None,
+    request_timeout: RequestTimeout = None,
+    timeout: DeprecatedRequestTimeout = None,
+    deny_target_cidr: DenyTargetCidr = None,
+    identity_type: IdentityType = None,
+    identity_file: IdentityFile = None,
     aws_sts_endpoint: AwsStsEndpoint = None,
     aws_region: AwsRegion = None,
     nebius_token_endpoint: NebiusTokenEndpoint = None,
@@ -449,40 +426,28 @@ def diff_command(
 
     Exit 0 when nothing would change, 1 when something would, 2 on errors.
     """
-    try:
-        deny = deny_list(deny_target_cidr)
-    except ValueError as err:
-        _fail(f"--deny-target-cidr: {err}")
-        return
-    sources = OperatorOptions(
-        chart_repository=chart_repository,
-        chart_repository_for=component_urls(
-            chart_repository_for or [], "--chart-repository-for", "chart"
-        ),
-        gaie_manifests_url=gaie_manifests_url,
-        manifests_url_for=component_urls(
-            manifests_url_for or [], "--manifests-url-for", "manifests"
-        ),
-        # The operator's image rules change the releases' values, so a diff
-        # without them would show every mirrored value as a change.
-        image_mirrors=mirror_rules(image_registry_mirror),
-        image_pull_secrets=pull_secrets(image_pull_secret),
-    ).sources()
+    options = target_options(
+        kubeconfig, context, identity_type, identity_file, deny_target_cidr,
+        aws_sts_endpoint, aws_region, nebius_token_endpoint,
+    )  # fmt: skip
+    seconds = request_timeout_of(request_timeout, timeout)
+    # The operator's image rules change the releases' values, so a diff
+    # without them would show every mirrored value as a change.
+    sources = source_options(
+        chart_repository, chart_repository_for, gaie_manifests_url, manifests_url_for,
+        image_registry_mirror, image_pull_secret,
+    ).sources()  # fmt: skip
     try:
         stack = parse(ServingStack, load_yaml(file), str(file))
     except InputError as err:
         _fail(str(err))
         return
     try:
-        config = load_config(kubeconfig, context)
-        endpoints = endpoints_of(aws_sts_endpoint, aws_region, nebius_token_endpoint, deny)
-        identity = load_identity(config, identity_type, identity_file, deny, endpoints)
+        target = read_target(options)
         d = on_target(
-            config.cluster.server,
-            read_diff(config, stack, sources, timeout, deny, identity),
-            doing="read",
+            target.server, read_diff(target, options, stack, sources, seconds), doing="read"
         )
-    except CheckError as err:
+    except CommandError as err:
         _fail(str(err))
         return
     if output is DiffFormat.JSON:

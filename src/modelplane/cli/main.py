@@ -14,7 +14,13 @@ from modelplane.api.crd import servingstack_crd
 from modelplane.api.models import ServingStack
 from modelplane.cli import render as present
 from modelplane.cli.inputs import InputError, load_yaml, parse
-from modelplane.cli.options import ImagePullSecret, ImageRegistryMirror, mirror_rules, pull_secrets
+from modelplane.cli.options import (
+    ImagePullSecret,
+    ImageRegistryMirror,
+    StackFile,
+    mirror_rules,
+    pull_secrets,
+)
 from modelplane.pins import Stack
 from modelplane.plan import Observed, plan
 from modelplane.plan.planner import Sources
@@ -40,7 +46,7 @@ def fail(message: str, code: int = 2) -> None:
 
 @app.command()
 def render(
-    file: Annotated[Path, typer.Option("-f", "--file", help="The ServingStack manifest.")],
+    file: StackFile,
     observed: Annotated[
         Path | None,
         typer.Option(

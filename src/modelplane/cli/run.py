@@ -20,20 +20,26 @@ from modelplane.cli.options import (
     AwsStsEndpoint,
     ChartRepository,
     ChartRepositoryFor,
+    DenyTargetCidr,
     GaieManifestsUrl,
+    HelmTimeout,
     ImagePullSecret,
     ImageRegistryMirror,
     ManifestsUrlFor,
     NebiusTokenEndpoint,
-    component_urls,
-    mirror_rules,
-    pull_secrets,
+    Verbose,
+    deny_ranges,
+    source_options,
 )
-from modelplane.kube.address import deny_list
-from modelplane.operator import logs
-from modelplane.operator.leader import LeaderElection, default_namespace, lease_name
-from modelplane.operator.options import OperatorOptions
-from modelplane.operator.shard import normalize_selector
+from modelplane.operator import (
+    LeaderElection,
+    OperatorOptions,
+    configure_logging,
+    default_namespace,
+    lease_name,
+    normalize_selector,
+    serve,
+)
 from modelplane.plan.release_health import DriftMode
 
 
@@ -69,17 +75,7 @@ def run(
             "Secret the operator reads can then run code as the operator.",
         ),
     ] = False,
-    deny_target_cidr: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--deny-target-cidr",
-            help="Never send a target's requests (or run helm) to an address in this range "
-            "(repeatable). Replaces the default: link-local (169.254.0.0/16, fe80::/10), "
-            "the cloud metadata addresses and the unspecified ones (0.0.0.0/8, ::); "
-            "'default' stands for that list, 'none' for no "
-            "range. Add the hub's own networks to keep kubeconfigs from reaching them.",
-        ),
-    ] = None,
+    deny_target_cidr: DenyTargetCidr = None,
     resync: Annotated[
         float, typer.Option("--resync", help="Seconds between full re-checks.")
     ] = 300.0,
@@ -94,9 +90,7 @@ def run(
     watch_timeout: Annotated[
         float, typer.Option("--watch-timeout", hidden=True, help="Target watch timeoutSeconds.")
     ] = 300.0,
-    helm_timeout: Annotated[
-        int, typer.Option("--helm-timeout", help="Seconds one helm action may take.")
-    ] = 600,
+    helm_timeout: HelmTimeout = 600,
     release_drift: Annotated[
         DriftMode,
         typer.Option(
@@ -197,14 +191,15 @@ def run(
             "IAM role.",
         ),
     ] = False,
-    verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
+    verbose: Verbose = False,
 ) -> None:
     """Run the operator: reconcile every ServingStack onto its target cluster."""
-    logs.configure(verbose)
-    try:
-        deny = deny_list(deny_target_cidr)
-    except ValueError as err:
-        raise typer.BadParameter(str(err), param_hint="--deny-target-cidr") from None
+    configure_logging(verbose)
+    deny = deny_ranges(deny_target_cidr)
+    sources = source_options(
+        chart_repository, chart_repository_for, gaie_manifests_url, manifests_url_for,
+        image_registry_mirror, image_pull_secret,
+    )  # fmt: skip
     try:
         ipaddress.ip_address(metrics_address)
     except ValueError:
@@ -237,16 +232,12 @@ def run(
         all_namespaces=all_namespaces,
         selector=shard_selector,
         leader_election=election,
-        chart_repository=chart_repository,
-        chart_repository_for=component_urls(
-            chart_repository_for or [], "--chart-repository-for", "chart"
-        ),
-        gaie_manifests_url=gaie_manifests_url,
-        manifests_url_for=component_urls(
-            manifests_url_for or [], "--manifests-url-for", "manifests"
-        ),
-        image_mirrors=mirror_rules(image_registry_mirror),
-        image_pull_secrets=pull_secrets(image_pull_secret),
+        chart_repository=sources.chart_repository,
+        chart_repository_for=sources.chart_repository_for,
+        gaie_manifests_url=sources.gaie_manifests_url,
+        manifests_url_for=sources.manifests_url_for,
+        image_mirrors=sources.image_mirrors,
+        image_pull_secrets=sources.image_pull_secrets,
         allow_unsafe_kubeconfig=allow_unsafe_kubeconfig,
         deny_target_cidrs=deny,
         resync_seconds=resync,
@@ -272,7 +263,5 @@ def run(
         logging.getLogger("modelplane.operator").warning(
             "%s: Managed components fail until one is given; Provided ones need none", NO_HELM
         )
-    from modelplane.operator.handlers import run as run_operator
-
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(run_operator(options))
+        asyncio.run(serve(options))

@@ -27,25 +27,21 @@ from modelplane.kube.address import DEFAULT_DENIED, AddressDenied, IPNetwork
 from modelplane.kube.answers import bounded
 from modelplane.kube.client import Target, open_target
 from modelplane.kube.errors import ErrorKind, KnownError
+from modelplane.plan.decisions import BlockedReason
 from modelplane.untrusted import load_yaml
 
 
 class CredentialsError(KnownError):
-    """The credentials cannot be read or used. ``reason`` is a condition reason."""
+    """The credentials cannot be read or used. ``reason`` is the Ready condition's."""
 
     kind = ErrorKind.CREDENTIALS
 
-    def __init__(self, reason: str, message: str) -> None:
+    def __init__(self, reason: BlockedReason, message: str) -> None:
         super().__init__(message)
         self.reason = reason
 
     def condition_reason(self) -> str:
-        return self.reason
-
-
-ADDRESS_DENIED = "TargetAddressDenied"
-# The hub refused the operator a request its RBAC should allow.
-HUB_FORBIDDEN = "HubForbidden"
+        return str(self.reason)
 
 
 def hub_forbidden(err: ApiError, verb: str, resource: str, where: str, group: str = "") -> str:
@@ -64,8 +60,6 @@ def hub_forbidden(err: ApiError, verb: str, resource: str, where: str, group: st
 
 
 ALLOWED_NAMESPACES_ANNOTATION = "modelplane.ai/allowed-namespaces"
-CROSS_NAMESPACE_DENIED = "CrossNamespaceRefDenied"
-IDENTITY_UNSUPPORTED = "CloudIdentityUnsupported"
 
 
 @dataclass(frozen=True)
@@ -103,24 +97,26 @@ async def _get_secret(
             if missing is not None:
                 raise missing from None
             raise CredentialsError(
-                "SecretNotFound",
+                BlockedReason.SECRET_NOT_FOUND,
                 f"Secret {namespace}/{name} named by the {entry} entry does not exist",
             ) from err
         if err.status.code == 403:
             # A gap in the operator's RBAC, not a fault of the stack: said in
             # Ready like any missing credential, rather than a traceback.
             message = hub_forbidden(err, "get", "secrets", f"Secret {namespace}/{name}")
-            raise CredentialsError(HUB_FORBIDDEN, message) from err
+            raise CredentialsError(BlockedReason.HUB_FORBIDDEN, message) from err
         raise
 
 
-def _value(secret: Secret, namespace: str, key: str, reason: str, *, text: bool) -> bytes:
+def _value(secret: Secret, namespace: str, key: str, reason: BlockedReason, *, text: bool) -> bytes:
     name = secret.metadata.name if secret.metadata else "?"
     data = secret.data or {}
     if key not in data:
         # The key asked for only: the names of the others are the Secret's
         # owner's to tell, and go to a status many can read.
-        raise CredentialsError("SecretKeyMissing", f"Secret {namespace}/{name} has no key {key!r}")
+        raise CredentialsError(
+            BlockedReason.SECRET_KEY_MISSING, f"Secret {namespace}/{name} has no key {key!r}"
+        )
     try:
         value = base64.b64decode(data[key])
         if text:
@@ -158,7 +154,9 @@ async def read_credentials(
     # The Kubeconfig entry may not name another namespace (the CRD refuses
     # it); only cloud identities may, as the spec says.
     secret = await _get_secret(hub, namespace, ref.name, "Kubeconfig")
-    kubeconfig = _value(secret, namespace, ref.key, "KubeconfigInvalid", text=True).decode()
+    kubeconfig = _value(
+        secret, namespace, ref.key, BlockedReason.KUBECONFIG_INVALID, text=True
+    ).decode()
     entry = spec.cloud_identity
     if entry is None:
         return Credentials(kubeconfig)
@@ -166,7 +164,7 @@ async def read_credentials(
     source = f"Secret {where}/{entry.name} key {entry.key!r}"
     if where != namespace and not cross_namespace_refs:
         raise CredentialsError(
-            CROSS_NAMESPACE_DENIED,
+            BlockedReason.CROSS_NAMESPACE_REF_DENIED,
             f"the {entry.type} entry names {source} in another namespace, and this "
             "operator runs with --no-cross-namespace-refs: put the identity Secret in "
             f"{namespace}",
@@ -175,7 +173,7 @@ async def read_credentials(
     # this namespace are one refusal: whoever writes this stack learns
     # nothing of what another namespace holds.
     denied = CredentialsError(
-        CROSS_NAMESPACE_DENIED,
+        BlockedReason.CROSS_NAMESPACE_REF_DENIED,
         f"the {entry.type} entry names {source}, which does not exist or does not grant "
         f"namespace {namespace}: its owner may create it and annotate it "
         f"{ALLOWED_NAMESPACES_ANNOTATION}={namespace} (a comma-separated list, or *)",
@@ -187,7 +185,7 @@ async def read_credentials(
     # The grant is checked before anything else of the Secret is read or said.
     if where != namespace and not granted(annotations, namespace):
         raise denied
-    credential = _value(secret, where, entry.key, "IdentityInvalid", text=False)
+    credential = _value(secret, where, entry.key, BlockedReason.IDENTITY_INVALID, text=False)
     return Credentials(kubeconfig, Identity(entry.type, credential, source))
 
 
@@ -216,11 +214,11 @@ async def connect(
     try:
         config = parse_kubeconfig(kubeconfig, allow_unsafe=allow_unsafe)
     except KubeconfigError as err:
-        raise CredentialsError("KubeconfigRefused", str(err)) from err
+        raise CredentialsError(BlockedReason.KUBECONFIG_REFUSED, str(err)) from err
     if identity is not None and config.cluster.insecure:
         # The identity's tokens would go to whoever answers: refused, not warned.
         raise CredentialsError(
-            "KubeconfigRefused",
+            BlockedReason.KUBECONFIG_REFUSED,
             f"cluster {config.context.cluster!r} sets insecure-skip-tls-verify, so the "
             f"server's certificate would not be checked and the {identity.type} identity's "
             "tokens would go to whoever answers at its address; remove it and give "
@@ -230,7 +228,7 @@ async def connect(
         # Over plain HTTP the token is readable on the way, and anyone on
         # the path can answer for the target: the same refusal.
         raise CredentialsError(
-            "KubeconfigRefused",
+            BlockedReason.KUBECONFIG_REFUSED,
             f"cluster {config.context.cluster!r} is served over plain HTTP, so the "
             f"{identity.type} identity's tokens would cross the network readable by anyone "
             "on the path; give an https:// server",
@@ -252,12 +250,12 @@ async def connect(
             identity=source,
         )
     except AddressDenied as err:
-        raise CredentialsError(ADDRESS_DENIED, str(err)) from err
+        raise CredentialsError(BlockedReason.TARGET_ADDRESS_DENIED, str(err)) from err
     except (ssl.SSLError, ValueError) as err:
         # Certificate data that is not base64 or not PEM; its text could
         # quote the data, so only the kind of failure is named.
         raise CredentialsError(
-            "KubeconfigRefused",
+            BlockedReason.KUBECONFIG_REFUSED,
             "the kubeconfig's certificate-authority-data, client-certificate-data or "
             f"client-key-data cannot be loaded ({type(err).__name__})",
         ) from err
@@ -276,7 +274,8 @@ async def connect(
 def identity_refused(err: IdentityError, identity: Identity) -> CredentialsError:
     """An identity's failure as the condition it gives, naming where the key came from."""
     return CredentialsError(
-        err.failure.value, f"the {identity.type} identity ({identity.source}): {err.message}"
+        BlockedReason(err.failure.value),
+        f"the {identity.type} identity ({identity.source}): {err.message}",
     )
 
 
@@ -287,7 +286,7 @@ def token_source(
     make = providers.factory(identity.type)
     if make is None:
         raise CredentialsError(
-            IDENTITY_UNSUPPORTED,
+            BlockedReason.CLOUD_IDENTITY_UNSUPPORTED,
             f"the {identity.type} identity in secrets is not supported by this operator: "
             "the kubeconfig's own credentials are not used in its place",
         )

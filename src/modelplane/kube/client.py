@@ -29,9 +29,9 @@ from lightkube.config.kubeconfig import SingleConfig
 from lightkube.config.models import User
 from lightkube.core.exceptions import ApiError
 
+from modelplane.backoff import Backoff, retry
 from modelplane.kube.address import DEFAULT_DENIED, AddressDenied, IPNetwork, host_and_port, vet
 from modelplane.kube.answers import describe_answer, describe_error, status_message
-from modelplane.kube.backoff import Backoff, retry
 from modelplane.kube.transport import AuthTransport, GuardedTransport, TokenAuth, Tokens
 from modelplane.untrusted import Limits, UntrustedInputError, load_json
 from modelplane.wire import FIELD_MANAGER, ApiRef

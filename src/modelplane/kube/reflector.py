@@ -39,8 +39,8 @@ from typing import Any
 
 import httpx2
 
+from modelplane.backoff import Attempts, Backoff
 from modelplane.kube.answers import describe_error
-from modelplane.kube.backoff import Attempts, Backoff
 from modelplane.kube.client import (
     CRD_STORAGE_TRIES,
     CRD_STORAGE_WAIT,

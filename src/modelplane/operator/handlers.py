@@ -31,11 +31,7 @@ from lightkube.types import PatchType
 from modelplane.actions.helm import Helm, TargetHelm
 from modelplane.api.models import API_GROUP, API_VERSION, KIND, PLURAL
 from modelplane.api.status_limits import EVENT_MESSAGE, LOG_MESSAGE
-from modelplane.credentials.connect import (
-    ADDRESS_DENIED,
-    HUB_FORBIDDEN,
-    hub_forbidden,
-)
+from modelplane.credentials.connect import hub_forbidden
 from modelplane.credentials.identity.base import IdentityError
 from modelplane.credentials.identity.cache import TokenCache
 from modelplane.kube.answers import describe_error
@@ -516,9 +512,9 @@ def teardown_message(fault: Fault, err: BaseException) -> str:
             )
         case ErrorKind.ADDRESS_DENIED:
             return f"{err}. Teardown does not reach a refused address: {_SKIP}"
-        case ErrorKind.CREDENTIALS if fault.reason == HUB_FORBIDDEN:
+        case ErrorKind.CREDENTIALS if fault.reason == BlockedReason.HUB_FORBIDDEN:
             return f"{err}. Teardown needs the target's credentials, or {_SKIP}"
-        case ErrorKind.CREDENTIALS if fault.reason == ADDRESS_DENIED:
+        case ErrorKind.CREDENTIALS if fault.reason == BlockedReason.TARGET_ADDRESS_DENIED:
             return f"{err}. Teardown does not reach a refused address: {_SKIP}"
         case ErrorKind.CREDENTIALS:
             return f"{err}. Teardown needs the target's credentials: restore the Secret, or {_SKIP}"

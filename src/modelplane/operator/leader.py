@@ -46,8 +46,8 @@ from lightkube.resources.coordination_v1 import Lease
 from prometheus_client import Gauge
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from modelplane.backoff import Attempts, Backoff
 from modelplane.kube.answers import describe_error
-from modelplane.kube.backoff import Attempts, Backoff
 from modelplane.wire import MANAGED_BY, MANAGED_BY_LABEL
 
 log = logging.getLogger("modelplane.operator.leader")

@@ -2,41 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from modelplane.catalog.components import COMPONENTS
+from modelplane.catalog.overrides import manifests_base_urls, unknown_components
 from modelplane.credentials.identity.base import Endpoints
 from modelplane.kube.address import DEFAULT_DENIED, IPNetwork
 from modelplane.operator.leader import LeaderElection
 from modelplane.plan.images import MirrorRule
 from modelplane.plan.planner import Sources
 from modelplane.plan.release_health import DriftMode
-
-
-def components_of_kind(kind: str) -> list[str]:
-    """The names of the catalog's components made of a chart, or of fetched manifests."""
-    return [c.name for c in COMPONENTS if c.kind == kind]
-
-
-def unknown_components(names: Iterable[str], kind: str) -> str | None:
-    """What is wrong with a per-component override's names, or None when all are known.
-
-    A name the catalog does not know (or one of another kind) would be
-    ignored, and that component's chart or manifests fetched from the public
-    upstream the override was meant to replace.
-    """
-    known = components_of_kind(kind)
-    unknown = [n for n in names if n not in known]
-    if not unknown:
-        return None
-    what = "a chart" if kind == "chart" else "fetched manifests"
-    return (
-        f"no component made of {what} is named "
-        f"{', '.join(repr(n[:80]) for n in unknown)}; known: {', '.join(known)}"
-    )
 
 
 class OperatorOptions(BaseModel):
@@ -120,9 +96,7 @@ class OperatorOptions(BaseModel):
         )
 
     def sources(self) -> Sources:
-        manifests = dict(self.manifests_url_for)
-        if self.gaie_manifests_url:
-            manifests.setdefault("gaie-crds", self.gaie_manifests_url)
+        manifests = manifests_base_urls(self.gaie_manifests_url, self.manifests_url_for)
         return Sources(
             chart_repository=self.chart_repository,
             chart_repository_for=dict(self.chart_repository_for),

@@ -169,14 +169,6 @@ def kubernetes_version(version_info: object) -> str:
     return ""
 
 
-def gpus_column(summary: TargetSummary | None) -> str:
-    """The ``GPUS`` printer column: the GPU count, or "?" when the target was not read.
-
-    A string, so that "not read" is not shown as 0 GPUs.
-    """
-    return "?" if summary is None else str(summary.gpus)
-
-
 def _obj(value: object) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
 

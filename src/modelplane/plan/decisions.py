@@ -13,8 +13,8 @@ import random
 from collections.abc import Callable, Mapping
 from enum import StrEnum
 
-from modelplane.kube.backoff import Backoff
-from modelplane.kube.errors import ErrorKind, Fault
+from modelplane.backoff import Backoff
+from modelplane.faults import ErrorKind, Fault
 
 
 class BlockedReason(StrEnum):

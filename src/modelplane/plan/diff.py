@@ -18,9 +18,10 @@ from enum import StrEnum
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, computed_field
+from pydantic import Field, computed_field
 
 from modelplane.catalog.configuration import Hold
+from modelplane.plan.frozen import Frozen
 from modelplane.plan.model import ObjectAction, Plan, ReleaseAction
 from modelplane.untrusted import printable
 from modelplane.wire import object_key
@@ -36,11 +37,7 @@ MAX_LINE = 1024
 VOLATILE_METADATA = ("managedFields", "resourceVersion", "generation", "uid", "creationTimestamp")
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
-
-class DeployedRelease(_Frozen):
+class DeployedRelease(Frozen):
     """The revision of a release Helm's storage holds, as far as a diff reads it."""
 
     name: str
@@ -53,7 +50,7 @@ class DeployedRelease(_Frozen):
     manifest: str = ""
 
 
-class Reads(_Frozen):
+class Reads(Frozen):
     """What was read from the target (and rendered) for one plan, beyond the plan's facts."""
 
     # Release name -> its stored revision, for the releases the plan acts on
@@ -88,7 +85,7 @@ class ObjectChangeKind(StrEnum):
     UPDATE = "update"
 
 
-class ReleaseChange(_Frozen):
+class ReleaseChange(Frozen):
     component: str
     release: str
     namespace: str
@@ -104,7 +101,7 @@ class ReleaseChange(_Frozen):
     problem: str | None = None
 
 
-class ObjectChange(_Frozen):
+class ObjectChange(Frozen):
     key: str
     object: str  # Kind namespace/name
     component: str
@@ -115,7 +112,7 @@ class ObjectChange(_Frozen):
     problem: str | None = None
 
 
-class ManifestsChange(_Frozen):
+class ManifestsChange(Frozen):
     component: str
     url: str
     version: str
@@ -125,7 +122,7 @@ class ManifestsChange(_Frozen):
     problem: str | None = None
 
 
-class HeldObject(_Frozen):
+class HeldObject(Frozen):
     key: str
     object: str
     component: str
@@ -133,7 +130,7 @@ class HeldObject(_Frozen):
     reason: str
 
 
-class Drift(_Frozen):
+class Drift(Frozen):
     """Fields the product owns that someone changed by hand on the target."""
 
     key: str
@@ -141,7 +138,7 @@ class Drift(_Frozen):
     fields: list[str]
 
 
-class Diff(_Frozen):
+class Diff(Frozen):
     name: str
     namespace: str
     server: str

@@ -58,9 +58,10 @@ from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from modelplane.api.status_limits import string_limit
+from modelplane.plan.frozen import Frozen
 from modelplane.untrusted import DEFAULT, Limits, UntrustedInputError, load_yaml_all, printable
 
 # A name as it lands in a component's status; a namespace is a DNS label.
@@ -86,10 +87,6 @@ SCHEDULE_WINDOW = timedelta(seconds=15)
 # How long a workload short of its target is Progressing before Degraded,
 # when no pod says why. A rollout of a few images takes well under this.
 GRACE = timedelta(minutes=2)
-
-
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True)
 
 
 class Kind(StrEnum):
@@ -210,7 +207,7 @@ def _time(value: object) -> datetime | None:
     return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
 
 
-class WorkloadKey(_Frozen):
+class WorkloadKey(Frozen):
     kind: Kind
     namespace: str
     name: str
@@ -221,7 +218,7 @@ class WorkloadKey(_Frozen):
         return f"{self.kind} {self.namespace}/{self.name}"
 
 
-class Condition(_Frozen):
+class Condition(Frozen):
     type: str
     status: str
     reason: str = ""
@@ -275,7 +272,7 @@ def _workload_kind(obj: Mapping[str, Any]) -> Kind | None:
     return known if group == GROUPS[known] else None
 
 
-class WorkloadStatus(_Frozen):
+class WorkloadStatus(Frozen):
     """The fields of a Deployment, DaemonSet, StatefulSet or Job that the rules read.
 
     A count the object does not carry (or carries with the wrong type) is
@@ -347,7 +344,7 @@ class WorkloadStatus(_Frozen):
         )
 
 
-class ContainerSignal(_Frozen):
+class ContainerSignal(Frozen):
     """What one container of a pod says about why it does not run."""
 
     container: str
@@ -358,7 +355,7 @@ class ContainerSignal(_Frozen):
     last_exit_code: int | None = None
 
 
-class PodSignal(_Frozen):
+class PodSignal(Frozen):
     """A pod of a workload, reduced to what says why it does not serve."""
 
     namespace: str
@@ -420,7 +417,7 @@ def _container(obj: object) -> ContainerSignal | None:
 # ---- the verdict --------------------------------------------------------------------------
 
 
-class Health(_Frozen):
+class Health(Frozen):
     key: WorkloadKey
     state: State
     reason: Reason
@@ -431,7 +428,7 @@ class Health(_Frozen):
         return self.state is State.HEALTHY
 
 
-class _Signal(_Frozen):
+class _Signal(Frozen):
     reason: Reason
     words: str
     # Whether it is a failure yet (an unschedulable pod within its window is not).
@@ -686,20 +683,10 @@ def _duration(span: timedelta) -> str:
     return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
 
 
-def available(obj: object) -> bool:
-    """Whether a raw workload object is available by the rules above, pods aside.
-
-    The one rule of "a workload is available", for callers that hold a
-    listed object and no pods (the Provided mode advisories).
-    """
-    workload = WorkloadStatus.from_object(obj)
-    return workload is not None and _shortfall(workload) is None
-
-
 # ---- a component ----------------------------------------------------------------------------
 
 
-class ComponentHealth(_Frozen):
+class ComponentHealth(Frozen):
     component: str
     state: State
     reason: Reason
@@ -749,7 +736,7 @@ def component_health(component: str, judged: Sequence[Health]) -> ComponentHealt
 # ---- what a release runs ---------------------------------------------------------------------
 
 
-class ManifestWorkload(_Frozen):
+class ManifestWorkload(Frozen):
     key: WorkloadKey
     # spec.replicas as the release's manifest gives it; None when unset
     # (the chart leaves it to an autoscaler, or the kind has none).

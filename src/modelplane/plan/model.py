@@ -5,7 +5,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
 from modelplane.catalog.configuration import Hold, TeardownWave
 
@@ -13,14 +13,11 @@ from modelplane.catalog.configuration import Hold, TeardownWave
 from modelplane.catalog.types import RequirementStatus as RequirementStatus
 from modelplane.catalog.types import Severity as Severity
 from modelplane.plan.capacity import GpuAvailability, TargetSummary
+from modelplane.plan.frozen import Frozen
 from modelplane.plan.health import ComponentHealth, State
 from modelplane.plan.images import ImageUse
 from modelplane.plan.pull_secrets import MissingPullSecret
 from modelplane.plan.release_health import ReleaseDrift
-
-
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True)
 
 
 class ReleaseState(StrEnum):
@@ -52,7 +49,7 @@ class ObjectAction(StrEnum):
     HOLD = "hold"
 
 
-class PlannedRelease(_Frozen):
+class PlannedRelease(Frozen):
     component: str
     name: str
     chart: str
@@ -70,7 +67,7 @@ class PlannedRelease(_Frozen):
     images: list[ImageUse] = Field(default_factory=list)
 
 
-class PlannedManifests(_Frozen):
+class PlannedManifests(Frozen):
     """Manifests fetched from a URL and applied object by object."""
 
     component: str
@@ -84,7 +81,7 @@ class PlannedManifests(_Frozen):
     teardown: bool  # whether teardown deletes them (config role in Managed/Provided, or Managed)
 
 
-class PlannedObject(_Frozen):
+class PlannedObject(Frozen):
     key: str
     component: str  # "configuration" or the substrate component that is made of objects
     object: dict[str, Any]
@@ -115,7 +112,7 @@ class PlannedObject(_Frozen):
         return f"{self.object['kind']} {where}{meta['name']}"
 
 
-class RequirementResult(_Frozen):
+class RequirementResult(Frozen):
     component: str
     requirement: str
     status: RequirementStatus
@@ -123,7 +120,7 @@ class RequirementResult(_Frozen):
     severity: Severity = Severity.REQUIRED
 
 
-class VersionWarning(_Frozen):
+class VersionWarning(Frozen):
     """A component's pinned version outside its supported range: accepted, and reported."""
 
     component: str
@@ -131,7 +128,7 @@ class VersionWarning(_Frozen):
     message: str
 
 
-class ComponentPlan(_Frozen):
+class ComponentPlan(Frozen):
     name: str
     mode: str  # Managed or Provided (config-role components are always Managed)
     kind: str  # chart, manifests, objects
@@ -143,7 +140,7 @@ class ComponentPlan(_Frozen):
     message: str = ""
 
 
-class Work(_Frozen):
+class Work(Frozen):
     """One thing that still stands between a component and done."""
 
     component: str
@@ -188,7 +185,7 @@ def work_left(
     return out
 
 
-class GatewayReport(_Frozen):
+class GatewayReport(Frozen):
     address: str | None = None
     ca_certificate: str | None = None
     # Why the Bundle's CA is not published (e.g. its ConfigMap holds more than
@@ -196,12 +193,12 @@ class GatewayReport(_Frozen):
     ca_problem: str | None = None
 
 
-class NotServing(_Frozen):
+class NotServing(Frozen):
     reason: str
     message: str
 
 
-class Plan(_Frozen):
+class Plan(Frozen):
     name: str
     namespace: str
     stack: str

@@ -32,9 +32,10 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from modelplane.plan.drift import drifted_fields
+from modelplane.plan.frozen import Frozen
 from modelplane.plan.health import (
     ComponentHealth,
     Kind,
@@ -61,17 +62,13 @@ class DriftMode(StrEnum):
     CORRECT = "correct"
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
-
-class Taint(_Frozen):
+class Taint(Frozen):
     key: str
     value: str = ""
     effect: str = ""
 
 
-class NodeFacts(_Frozen):
+class NodeFacts(Frozen):
     """A node, as far as DaemonSet placement goes."""
 
     name: str
@@ -79,7 +76,7 @@ class NodeFacts(_Frozen):
     taints: list[Taint] = Field(default_factory=list)
 
 
-class ReleaseWorkload(_Frozen):
+class ReleaseWorkload(Frozen):
     """One workload of a release: what the stored manifest says, and what the target holds."""
 
     component: str
@@ -98,7 +95,7 @@ class ReleaseWorkload(_Frozen):
     autoscaled: bool = False
 
 
-class ReleaseDrift(_Frozen):
+class ReleaseDrift(Frozen):
     component: str
     release: str
     shown: str  # "Deployment ns/name"
@@ -121,7 +118,7 @@ class ReleaseDrift(_Frozen):
         return f"{self.shown} of release {self.release} {what}; {verb}"
 
 
-class ReleaseReport(_Frozen):
+class ReleaseReport(Frozen):
     health: list[ComponentHealth] = Field(default_factory=list)
     drift: list[ReleaseDrift] = Field(default_factory=list)
 

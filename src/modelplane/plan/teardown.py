@@ -27,21 +27,18 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from modelplane.catalog.configuration import TeardownWave
 from modelplane.pins import ComponentsMode
+from modelplane.plan.frozen import Frozen
 from modelplane.plan.model import Plan, PlannedRelease
 from modelplane.plan.observed import Observed
 from modelplane.plan.planner import crd_stub
 from modelplane.wire import object_key
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
-
-class ObjectRef(_Frozen):
+class ObjectRef(Frozen):
     """Enough of an object to find it on the target."""
 
     api_version: str
@@ -67,7 +64,7 @@ class ObjectRef(_Frozen):
         return f"{self.kind} {self.name}"
 
 
-class DeleteObjects(_Frozen):
+class DeleteObjects(Frozen):
     """Delete the objects; with ``wait``, the next step waits until they are gone."""
 
     step: Literal["delete"] = "delete"
@@ -75,7 +72,7 @@ class DeleteObjects(_Frozen):
     wait: bool
 
 
-class UninstallRelease(_Frozen):
+class UninstallRelease(Frozen):
     """Uninstall one Helm release."""
 
     step: Literal["uninstall"] = "uninstall"
