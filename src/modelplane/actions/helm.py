@@ -35,6 +35,7 @@ from modelplane.kube.address import DEFAULT_DENIED, AddressDenied, IPNetwork
 from modelplane.kube.client import check_server
 from modelplane.kube.errors import ErrorKind, KnownError
 from modelplane.kube.proxy import ConnectProxy
+from modelplane.kube.scrub import scrub, url_secrets
 from modelplane.plan.model import PlannedRelease, ReleaseAction
 from modelplane.untrusted import load_yaml
 from modelplane.wire import RELEASE_DIGEST_LABEL
@@ -49,7 +50,7 @@ NO_HELM = "no helm binary: set MODELPLANE_HELM to its path, or put helm on PATH"
 
 
 class HelmError(KnownError):
-    """helm failed; the message is helm's own stderr, trimmed."""
+    """helm failed; the message is helm's own stderr, trimmed and scrubbed (kube/scrub.py)."""
 
     kind = ErrorKind.HELM_FAILED
 
@@ -161,7 +162,9 @@ class Helm:
         kubeconfig: str,
         stdin: bytes | None = None,
         proxy: ConnectProxy | None = None,
+        secrets: Iterable[str] = (),
     ) -> str:
+        """helm's stdout; ``HelmError`` with its last words, without ``secrets``, if it fails."""
         if not self.binary:
             raise HelmError(NO_HELM)
         async with _private_file(kubeconfig) as path:
@@ -202,7 +205,9 @@ class Helm:
                     raise
         if proc.returncode != 0:
             message = err.decode(errors="replace").strip().splitlines()
-            raise HelmError(" ".join(message[-3:]) or f"helm {args[0]} failed")
+            # helm quotes the repository it was given, userinfo and all.
+            said = scrub(" ".join(message[-3:]), secrets)
+            raise HelmError(said or f"helm {args[0]} failed")
         return out.decode()
 
     async def apply(self, release: PlannedRelease, kubeconfig: str) -> None:
@@ -244,7 +249,9 @@ class Helm:
         if release.wait:
             args.append("--wait")
         values = yaml.safe_dump(release.values).encode()
-        await self.run(*args, kubeconfig=kubeconfig, stdin=values)
+        await self.run(
+            *args, kubeconfig=kubeconfig, stdin=values, secrets=url_secrets(release.repository)
+        )
 
     async def template(
         self,
@@ -272,7 +279,9 @@ class Helm:
         if is_upgrade:
             args.append("--is-upgrade")
         values = yaml.safe_dump(release.values).encode()
-        return await self.run(*args, kubeconfig=kubeconfig, stdin=values)
+        return await self.run(
+            *args, kubeconfig=kubeconfig, stdin=values, secrets=url_secrets(release.repository)
+        )
 
     async def uninstall(self, name: str, namespace: str, kubeconfig: str) -> None:
         try:
@@ -348,12 +357,17 @@ class TargetHelm(Helm):
         kubeconfig: str,
         stdin: bytes | None = None,
         proxy: ConnectProxy | None = None,
+        secrets: Iterable[str] = (),
     ) -> str:
         await kubeconfig_allowed(kubeconfig, self.deny)
         async with ConnectProxy(self.deny) as own:
             try:
                 return await super().run(
-                    *args, kubeconfig=through_proxy(kubeconfig, own.url), stdin=stdin, proxy=own
+                    *args,
+                    kubeconfig=through_proxy(kubeconfig, own.url),
+                    stdin=stdin,
+                    proxy=own,
+                    secrets=secrets,
                 )
             except HelmError as err:
                 if own.refused:

@@ -1,0 +1,70 @@
+"""A chart repository's user and password are shown nowhere: helm's errors, messages, plans.
+
+helm here is a script that fails quoting its whole command line, as the
+real helm quotes the repository it was given
+(tests/integration/test_chart_credentials.py runs the real one).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from modelplane.actions.helm import Helm, HelmError
+from modelplane.api.models import ServingStack
+from modelplane.cli import render
+from modelplane.kube.answers import describe_error
+from modelplane.plan import Observed, plan
+from modelplane.plan.model import Plan
+from modelplane.plan.planner import Sources
+
+from .conftest import manifest
+from .test_helm_connections import kubeconfig
+
+PASSWORD = "s3cret-t0ken-of-the-mirror"
+MIRROR = f"https://mirror-user:{PASSWORD}@mirror.example/charts"
+
+
+def _quoting_helm(tmp: Path) -> Path:
+    script = tmp / "helm"
+    script.write_text('#!/bin/sh\necho "Error: cannot reach $*" >&2\nexit 1\n')
+    script.chmod(0o755)
+    return script
+
+
+def _plan() -> Plan:
+    stack = ServingStack.model_validate(manifest())
+    return plan(stack, Observed(), Sources(chart_repository=MIRROR, manifests_base_url_for={}))
+
+
+async def test_helms_error_has_no_password_of_the_repository(tmp_path: Path) -> None:
+    helm = Helm(str(_quoting_helm(tmp_path)), tmp_path / "home")
+    release = _plan().releases[0]
+    with pytest.raises(HelmError) as caught:
+        await helm.template(release, kubeconfig("https://127.0.0.1:1"))
+    said = str(caught.value)
+    assert said.startswith("Error: cannot reach template")
+    assert "https://mirror.example/charts" in said
+    assert PASSWORD not in said and "mirror-user" not in said
+
+
+def test_an_error_quoting_a_url_is_described_without_its_userinfo() -> None:
+    said = describe_error(ValueError(f"failed to fetch {MIRROR}/index.yaml"))
+    assert said == "failed to fetch https://mirror.example/charts/index.yaml"
+
+
+@pytest.mark.parametrize("output", ["text", "json"])
+def test_a_plan_shows_the_repository_without_its_userinfo(output: str) -> None:
+    p = _plan()
+    assert p.releases and all(r.repository == MIRROR for r in p.releases)
+    if output == "json":
+        shown = json.dumps(render.plan_document(p))
+    else:
+        out = io.StringIO()
+        render.print_text(p, render.text_console(out))
+        shown = out.getvalue()
+    assert "mirror.example/charts" in shown
+    assert PASSWORD not in shown and "mirror-user" not in shown
