@@ -9,6 +9,9 @@ user can read in /proc.
   (``--chart-repository-for``) that holds no chart it asks for, so helm
   fails and quotes the repository it was given. The password is in no
   status message, no event, no line of the operator's log.
+- ``TargetHelm`` renders a chart from such a repository: the credentials
+  reach it, yet neither is on any command line helm was started with, and
+  the repository file that carried them is private and gone after the run.
 - ``TargetHelm`` told a wrong password says the repository refused it,
   without the password.
 """
@@ -98,11 +101,23 @@ def auth_repo(helm: PackagingHelm, tmp_path: Path) -> Iterator[AuthRepo]:
 
 @pytest.fixture
 def recorded_helm(testbin: dict[str, Path], tmp_path: Path) -> tuple[Path, Path]:
-    """(a helm that appends its command line to a file and runs the built helm, that file)."""
+    """(a helm that appends its command line to a file and runs the built helm, that file).
+
+    For a ``--repository-config`` it also appends that file's mode and path.
+    """
     argv = tmp_path / "helm-argv"
     argv.touch()
     wrapper = tmp_path / "recorded-helm"
-    wrapper.write_text(f'#!/bin/sh\necho "$@" >> {argv}\nexec {testbin["helm"]} "$@"\n')
+    wrapper.write_text(
+        "#!/bin/sh\n"
+        f'echo "$@" >> {argv}\n'
+        "prev=\n"
+        'for a in "$@"; do\n'
+        f'  [ "$prev" = --repository-config ] && stat -c "mode %a %n" "$a" >> {argv}\n'
+        '  prev="$a"\n'
+        "done\n"
+        f'exec {testbin["helm"]} "$@"\n'
+    )
     wrapper.chmod(0o755)
     return wrapper, argv
 
@@ -169,7 +184,28 @@ def test_a_failing_chart_repository_with_credentials_keeps_the_password_out_of_e
     log = harness.log.read_text()
     assert "not found" in log
     assert PASSWORD not in log
-    assert "cert-manager" in argv.read_text()
+    # Nor on helm's command lines, which any local user reads in /proc.
+    started = argv.read_text()
+    assert "cert-manager" in started
+    assert PASSWORD not in started and USER not in started
+
+
+async def test_a_chart_comes_from_a_repository_with_credentials_kept_off_helms_command_line(
+    auth_repo: AuthRepo, recorded_helm: tuple[Path, Path], tmp_path: Path
+) -> None:
+    wrapper, argv = recorded_helm
+    helm = _target_helm(wrapper, tmp_path / "home")
+    rendered = await helm.template(_release(auth_repo.url_with()), KUBECONFIG)
+    assert "kind: ConfigMap" in rendered
+    # The index and the chart, each asked for with the credentials.
+    assert auth_repo.authorizations == [_basic(USER, PASSWORD)] * 2
+    started = argv.read_text()
+    assert PASSWORD not in started and USER not in started
+    # One private file for the run's two helms (the index, then the chart), gone after.
+    modes = {tuple(line.split()[1:]) for line in started.splitlines() if line.startswith("mode ")}
+    ((mode, path),) = modes
+    assert mode == "600"
+    assert not Path(path).exists()
 
 
 async def test_a_wrong_password_is_said_as_refused_without_the_password(

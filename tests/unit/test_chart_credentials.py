@@ -1,8 +1,8 @@
 """A chart repository's user and password are shown nowhere: helm's errors, messages, plans.
 
-helm here is a script that fails quoting its whole command line, as the
-real helm quotes the repository it was given
-(tests/integration/test_chart_credentials.py runs the real one).
+helm here is a script: one that fails quoting its whole command line, as
+the real helm quotes the repository it was given, and one that records what
+it was given (tests/integration/test_chart_credentials.py runs the real one).
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 
 from modelplane.actions.helm import Helm, HelmError
 from modelplane.api.models import ServingStack
@@ -26,6 +27,8 @@ from .test_helm_connections import kubeconfig
 
 PASSWORD = "s3cret-t0ken-of-the-mirror"
 MIRROR = f"https://mirror-user:{PASSWORD}@mirror.example/charts"
+# helm's repository file sends no user without a password: this one reaches helm as it is.
+TOKEN_AS_USER = f"https://{PASSWORD}@mirror.example/charts"
 
 
 def _quoting_helm(tmp: Path) -> Path:
@@ -35,20 +38,65 @@ def _quoting_helm(tmp: Path) -> Path:
     return script
 
 
-def _plan() -> Plan:
+def _recording_helm(tmp: Path) -> Path:
+    """A helm that appends its command line to argv and copies the repository file it is given."""
+    script = tmp / "helm"
+    script.write_text(
+        "#!/bin/sh\n"
+        f'echo "$@" >> {tmp}/argv\n'
+        "prev=\n"
+        'for a in "$@"; do\n'
+        f'  [ "$prev" = --repository-config ] && cp "$a" {tmp}/repositories.yaml\n'
+        '  prev="$a"\n'
+        "done\n"
+    )
+    script.chmod(0o755)
+    return script
+
+
+def _plan(repository: str = MIRROR) -> Plan:
     stack = ServingStack.model_validate(manifest())
-    return plan(stack, Observed(), Sources(chart_repository=MIRROR, manifests_base_url_for={}))
+    return plan(stack, Observed(), Sources(chart_repository=repository))
 
 
-async def test_helms_error_has_no_password_of_the_repository(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "repository",
+    [MIRROR, TOKEN_AS_USER],
+    ids=["user-and-password", "token-as-user"],
+)
+async def test_helms_error_has_no_password_of_the_repository(
+    repository: str, tmp_path: Path
+) -> None:
     helm = Helm(str(_quoting_helm(tmp_path)), tmp_path / "home")
-    release = _plan().releases[0]
+    release = _plan(repository).releases[0]
     with pytest.raises(HelmError) as caught:
         await helm.template(release, kubeconfig("https://127.0.0.1:1"))
     said = str(caught.value)
-    assert said.startswith("Error: cannot reach template")
-    assert "https://mirror.example/charts" in said
+    assert said.startswith("Error: cannot reach ")
     assert PASSWORD not in said and "mirror-user" not in said
+
+
+async def test_the_repositorys_credentials_reach_helm_in_a_file_not_its_command_line(
+    tmp_path: Path,
+) -> None:
+    helm = Helm(str(_recording_helm(tmp_path)), tmp_path / "home")
+    release = _plan().releases[0]
+    await helm.apply(release, kubeconfig("https://127.0.0.1:1"))
+    update, install = (tmp_path / "argv").read_text().splitlines()
+    assert update.startswith("repo update chart-repository --fail-on-repo-update-fail ")
+    assert install.startswith(f"install {release.name} chart-repository/{release.chart} ")
+    assert "--repo " not in install
+    for line in (update, install):
+        assert PASSWORD not in line and "mirror-user" not in line
+    given = yaml.safe_load((tmp_path / "repositories.yaml").read_text())
+    assert given["repositories"] == [
+        {
+            "name": "chart-repository",
+            "url": "https://mirror.example/charts",
+            "username": "mirror-user",
+            "password": PASSWORD,
+        }
+    ]
 
 
 def test_an_error_quoting_a_url_is_described_without_its_userinfo() -> None:
