@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import ipaddress
 import json
+import logging
 import os
 import sys
 from collections.abc import AsyncIterator
@@ -236,6 +237,29 @@ async def test_requests_a_proxy_does_not_take_are_bad_requests(head: str) -> Non
     async with ConnectProxy(DENIED) as proxy:
         assert (await ask(proxy, head)).startswith(b"HTTP/1.1 400 ")
     assert proxy.admitted == 0
+
+
+@pytest.mark.parametrize(
+    ("head", "answer"),
+    [
+        # a request line longer than the stream's buffer (64 KiB) ...
+        ("GET http://127.0.0.1/" + "a" * 70_000 + " HTTP/1.1\r\n\r\n", b"HTTP/1.1 414 "),
+        # ... or longer than a head may be, yet within that buffer
+        ("CONNECT " + "a" * 20_000 + ":443 HTTP/1.1\r\n\r\n", b"HTTP/1.1 414 "),
+        # one header longer than the buffer, and a head of many short headers
+        ("CONNECT h:443 HTTP/1.1\r\nX: " + "a" * 70_000 + "\r\n\r\n", b"HTTP/1.1 431 "),
+        ("CONNECT h:443 HTTP/1.1\r\n" + "X: aaaaaaaa\r\n" * 2_000 + "\r\n", b"HTTP/1.1 431 "),
+    ],
+    ids=["line-over-buffer", "line-over-head", "header-over-buffer", "many-headers"],
+)
+async def test_a_head_too_long_is_answered_as_such_without_a_traceback(
+    head: str, answer: bytes, caplog: pytest.LogCaptureFixture
+) -> None:
+    async with ConnectProxy(DENIED) as proxy:
+        got = await ask(proxy, head)
+    assert got.startswith(answer), got[:100]
+    assert proxy.admitted == 0
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]
 
 
 async def test_the_proxy_is_gone_when_the_block_ends() -> None:

@@ -67,12 +67,25 @@ MAX_HEAD = 16 * 1024
 HEAD_TIMEOUT_SECONDS = 30.0
 CONNECT_TIMEOUT_SECONDS = 10.0
 CHUNK = 64 * 1024
+# How long, and how much, a client told its head is too long may go on sending.
+LINGER_SECONDS = 1.0
+LINGER_BYTES = 1024 * 1024
 # Hop-by-hop headers, and the ones meant for the proxy, are not forwarded.
 _DROPPED = {"connection", "keep-alive", "proxy-connection", "proxy-authorization", "te"}
 
 
 class BadRequest(ValueError):
     """A request head this proxy does not take."""
+
+    code, reason = 400, "Bad Request"
+
+
+class RequestLineTooLong(BadRequest):
+    code, reason = 414, "URI Too Long"
+
+
+class HeadTooLong(BadRequest):
+    code, reason = 431, "Request Header Fields Too Large"
 
 
 class ConnectProxy:
@@ -152,7 +165,12 @@ class ConnectProxy:
         try:
             head = await asyncio.wait_for(_read_head(reader), HEAD_TIMEOUT_SECONDS)
             method, host, port, forwarded = _parse(head)
-        except (BadRequest, TimeoutError):
+        except BadRequest as err:
+            await _reply(writer, err.code, err.reason)
+            if isinstance(err, HeadTooLong | RequestLineTooLong):
+                await _linger(reader)
+            return
+        except TimeoutError:
             await _reply(writer, 400, "Bad Request")
             return
         try:
@@ -199,15 +217,43 @@ class ConnectProxy:
 
 
 async def _read_head(reader: asyncio.StreamReader) -> bytes:
+    """The request line and headers, at most ``MAX_HEAD`` bytes of them.
+
+    A line longer than the stream's buffer is a ``LimitOverrunError`` of
+    ``readuntil`` (``readline`` turns it into a bare ValueError): either is
+    a head too long, answered as such, never an error of the proxy's own.
+    """
     head = bytearray()
     while not head.endswith(b"\r\n\r\n"):
-        line = await reader.readline()
-        if not line:
-            raise BadRequest("the connection closed mid-request")
+        try:
+            line = await reader.readuntil(b"\n")
+        except asyncio.LimitOverrunError:
+            raise _too_long(head) from None
+        except asyncio.IncompleteReadError:
+            raise BadRequest("the connection closed mid-request") from None
+        if len(head) + len(line) > MAX_HEAD:
+            raise _too_long(head)
         head += line
-        if len(head) > MAX_HEAD:
-            raise BadRequest("the request head is too long")
     return bytes(head)
+
+
+def _too_long(head: bytearray) -> BadRequest:
+    if not head:
+        return RequestLineTooLong("the request line is too long")
+    return HeadTooLong("the request head is too long")
+
+
+async def _linger(reader: asyncio.StreamReader) -> None:
+    """Read and drop what the client still sends, for a little while.
+
+    Closed with unread input, the socket would answer with a reset, which
+    can reach the client before it has read the reply it was just sent.
+    """
+    with contextlib.suppress(OSError, TimeoutError):
+        async with asyncio.timeout(LINGER_SECONDS):
+            dropped = 0
+            while dropped < LINGER_BYTES and (data := await reader.read(CHUNK)):
+                dropped += len(data)
 
 
 def _parse(head: bytes) -> tuple[str, str, int, bytes]:
