@@ -215,7 +215,8 @@ class Helm:
             said_on = (out + err) if said_on_stdout else err
             message = said_on.decode(errors="replace").strip().splitlines()
             # helm quotes the repository it was given, userinfo and all.
-            said = scrub(" ".join(message[-3:]), secrets)
+            known = [*secrets, *(proxy.secrets if proxy is not None else ())]
+            said = scrub(" ".join(message[-3:]), known)
             raise HelmError(said or f"helm {args[0]} failed")
         return out.decode()
 
