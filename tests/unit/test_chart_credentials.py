@@ -12,11 +12,13 @@ import json
 from pathlib import Path
 
 import pytest
+import typer
 import yaml
 
 from modelplane.actions.helm import Helm, HelmError
 from modelplane.api.models import ServingStack
 from modelplane.cli import render
+from modelplane.cli.options import component_urls
 from modelplane.kube.answers import describe_error
 from modelplane.plan import Observed, plan
 from modelplane.plan.model import Plan
@@ -116,3 +118,11 @@ def test_a_plan_shows_the_repository_without_its_userinfo(output: str) -> None:
         shown = out.getvalue()
     assert "mirror.example/charts" in shown
     assert PASSWORD not in shown and "mirror-user" not in shown
+
+
+def test_a_repository_flag_without_its_component_is_quoted_without_the_password() -> None:
+    with pytest.raises(typer.BadParameter) as caught:
+        component_urls([MIRROR], "--chart-repository-for", "chart")
+    said = str(caught.value)
+    assert "expected COMPONENT=URL, got 'https://mirror.example/charts'" in said
+    assert PASSWORD not in said

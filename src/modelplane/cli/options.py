@@ -10,6 +10,7 @@ import typer
 from modelplane.catalog.images import ImageError
 from modelplane.credentials.identity import nebius
 from modelplane.credentials.identity.base import IdentityError
+from modelplane.kube.scrub import scrub
 from modelplane.operator.options import unknown_components
 from modelplane.plan.images import MirrorRule, check_secret_names, parse_rules
 
@@ -119,7 +120,9 @@ def component_urls(values: list[str], flag: str, kind: str) -> dict[str, str]:
     for value in values:
         name, sep, url = value.partition("=")
         if not sep or not name or not url:
-            raise typer.BadParameter(f"expected COMPONENT=URL, got {value!r}", param_hint=flag)
+            # A URL given without its COMPONENT= is quoted without its userinfo.
+            got = scrub(value)
+            raise typer.BadParameter(f"expected COMPONENT=URL, got {got!r}", param_hint=flag)
         out[name] = url
     problem = unknown_components(out, kind)
     if problem:
