@@ -14,6 +14,10 @@ user can read in /proc.
   the repository file that carried them is private and gone after the run.
 - ``TargetHelm`` told a wrong password says the repository refused it,
   without the password.
+- An ``oci://user:password@registry`` reference (a registry over TLS on
+  loopback that asks for basic auth): helm sends the credentials from a
+  registry file, and neither they nor the password are on its command line
+  or in its error.
 """
 
 from __future__ import annotations
@@ -22,6 +26,8 @@ import base64
 import functools
 import http.server
 import json
+import ssl
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +38,7 @@ import yaml
 from tests.integration import substrate as substrate_module
 from tests.integration.hubs import Harness
 from tests.integration.substrate import Helm as PackagingHelm
+from tests.integration.test_helm_connections import _self_signed
 from tests.serving import serve_requests
 from tests.testenv import find_binaries
 from tests.waiting import wait_for
@@ -220,3 +227,68 @@ async def test_a_wrong_password_is_said_as_refused_without_the_password(
     assert "401" in said
     assert wrong not in said and PASSWORD not in said
     assert auth_repo.authorizations == [_basic(USER, wrong)]
+
+
+@dataclass
+class AuthRegistry:
+    """An OCI registry over TLS on loopback: 401 without USER:PASSWORD, else 404 for all."""
+
+    url: str
+    authorizations: list[str | None]
+
+
+@pytest.fixture
+def auth_registry(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[AuthRegistry]:
+    cert, key = _self_signed()
+    (tmp_path / "registry.pem").write_bytes(cert)
+    (tmp_path / "registry.key").write_bytes(key)
+    # helm trusts it as the operator's helm trusts a mirror's private CA.
+    monkeypatch.setenv("SSL_CERT_FILE", str(tmp_path / "registry.pem"))
+    seen: list[str | None] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+        def do_GET(self) -> None:
+            seen.append(self.headers.get("Authorization"))
+            if self.headers.get("Authorization") != _basic(USER, PASSWORD):
+                self.send_response(401)
+                self.send_header("WWW-Authenticate", 'Basic realm="registry"')
+            else:
+                self.send_response(404)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        do_HEAD = do_GET
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(tmp_path / "registry.pem", tmp_path / "registry.key")
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    try:
+        yield AuthRegistry(f"oci://127.0.0.1:{server.server_address[1]}/charts", seen)
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+
+
+async def test_an_oci_registry_gets_the_credentials_from_a_file_not_helms_command_line(
+    auth_registry: AuthRegistry, recorded_helm: tuple[Path, Path], tmp_path: Path
+) -> None:
+    wrapper, argv = recorded_helm
+    helm = _target_helm(wrapper, tmp_path / "home")
+    reference = auth_registry.url.replace("oci://", f"oci://{USER}:{PASSWORD}@", 1)
+    with pytest.raises(HelmError) as caught:
+        await helm.template(_release(reference), KUBECONFIG)
+    # The registry was asked with the credentials, and answered that it has no such chart.
+    assert _basic(USER, PASSWORD) in auth_registry.authorizations
+    said = str(caught.value)
+    assert "not found" in said
+    assert PASSWORD not in said
+    started = argv.read_text()
+    assert f"{auth_registry.url}/mp-demo" in started
+    assert PASSWORD not in started and USER not in started

@@ -7,6 +7,7 @@ it was given (tests/integration/test_chart_credentials.py runs the real one).
 
 from __future__ import annotations
 
+import base64
 import io
 import json
 from pathlib import Path
@@ -49,6 +50,7 @@ def _recording_helm(tmp: Path) -> Path:
         "prev=\n"
         'for a in "$@"; do\n'
         f'  [ "$prev" = --repository-config ] && cp "$a" {tmp}/repositories.yaml\n'
+        f'  [ "$prev" = --registry-config ] && cp "$a" {tmp}/registry.json\n'
         '  prev="$a"\n'
         "done\n"
     )
@@ -126,3 +128,17 @@ def test_a_repository_flag_without_its_component_is_quoted_without_the_password(
     said = str(caught.value)
     assert "expected COMPONENT=URL, got 'https://mirror.example/charts'" in said
     assert PASSWORD not in said
+
+
+async def test_an_oci_registrys_credentials_reach_helm_in_a_registry_file(tmp_path: Path) -> None:
+    helm = Helm(str(_recording_helm(tmp_path)), tmp_path / "home")
+    release = _plan(f"oci://mirror-user:{PASSWORD}@registry.example:5000/charts").releases[0]
+    await helm.apply(release, kubeconfig("https://127.0.0.1:1"))
+    (install,) = (tmp_path / "argv").read_text().splitlines()
+    chart = f"oci://registry.example:5000/charts/{release.chart}"
+    assert install.startswith(f"install {release.name} {chart} ")
+    assert "--registry-config " in install
+    assert PASSWORD not in install and "mirror-user" not in install
+    given = json.loads((tmp_path / "registry.json").read_text())
+    auth = base64.b64encode(f"mirror-user:{PASSWORD}".encode()).decode()
+    assert given == {"auths": {"registry.example:5000": {"auth": auth}}}

@@ -1,6 +1,9 @@
-"""A chart repository URL's credentials, taken out for helm's repository file."""
+"""A chart repository URL's credentials, taken out for helm's repository or registry file."""
 
 from __future__ import annotations
+
+import base64
+import json
 
 import pytest
 import yaml
@@ -8,6 +11,7 @@ import yaml
 from modelplane.actions.chart_repository import (
     ALIAS,
     RepositoryLogin,
+    registry_file,
     repository_file,
     repository_login,
 )
@@ -30,8 +34,13 @@ from modelplane.actions.chart_repository import (
         ("https://token@m.example/c", None),
         ("https://:t0ken@m.example/c", None),
         ("https://m.example/c", None),
-        # not an HTTP repository
-        ("oci://user:t0ken@registry.example/charts", None),
+        # an OCI registry's, which helm takes in no reference at all
+        (
+            "oci://user:t0ken@registry.example:5000/charts",
+            RepositoryLogin("oci://registry.example:5000/charts", "user", "t0ken"),
+        ),
+        ("oci://registry.example/charts", None),
+        ("ftp://u:p@m.example/x", None),
         ("http://u:p@[not-v6/x", None),
     ],
 )
@@ -45,3 +54,10 @@ def test_the_repository_file_holds_the_one_repository_quoted() -> None:
     assert doc["repositories"] == [
         {"name": ALIAS, "url": login.url, "username": "user", "password": login.password}
     ]
+
+
+def test_the_registry_file_holds_the_registrys_basic_credentials() -> None:
+    login = RepositoryLogin("oci://registry.example:5000/charts", "user", "t0:ken")
+    doc = json.loads(registry_file(login))
+    assert doc == {"auths": {"registry.example:5000": {"auth": "dXNlcjp0MDprZW4="}}}
+    assert base64.b64decode(doc["auths"]["registry.example:5000"]["auth"]) == b"user:t0:ken"

@@ -9,10 +9,18 @@ password, in a file of the run's own (0600, in a private directory), whose
 index ``helm repo update`` fetches before the chart is named as
 ``<alias>/<chart>``. helm then sends the credentials itself, to the
 repository's host only, as it would from the URL.
+
+An ``oci://user:password@registry/path`` reference, which helm does not
+take at all (its userinfo is no part of an OCI reference), goes the same
+way: the credentials in a registry file of the run's own
+(``--registry-config``, Docker's config.json format), the reference
+without them.
 """
 
 from __future__ import annotations
 
+import base64
+import json
 from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit, urlunsplit
 
@@ -29,20 +37,23 @@ class RepositoryLogin:
     username: str
     password: str
 
+    @property
+    def oci(self) -> bool:
+        return self.url.startswith("oci://")
+
 
 def repository_login(repository: str) -> RepositoryLogin | None:
-    """The user and password of an http(s) repository URL, and the URL without them.
+    """The user and password of a repository URL (http, https, oci), and the URL without them.
 
     None for a URL without both: helm's repository file sends credentials
     only when it has a user and a password, so a URL with a user alone (a
     token as the user) goes to helm as it is, and its errors are scrubbed.
-    An ``oci://`` reference is not an HTTP repository and is left alone too.
     """
     try:
         parsed = urlsplit(repository)
     except ValueError:
         return None
-    if parsed.scheme not in ("http", "https") or "@" not in parsed.netloc:
+    if parsed.scheme not in ("http", "https", "oci") or "@" not in parsed.netloc:
         return None
     userinfo, _, host = parsed.netloc.rpartition("@")
     username, _, password = userinfo.partition(":")
@@ -63,3 +74,10 @@ def repository_file(login: RepositoryLogin) -> str:
         "password": login.password,
     }
     return str(yaml.safe_dump({"apiVersion": "", "repositories": [entry]}))
+
+
+def registry_file(login: RepositoryLogin) -> str:
+    """helm's registry file (``--registry-config``) with the credentials of ``login``'s registry."""
+    registry = urlsplit(login.url).netloc
+    auth = base64.b64encode(f"{login.username}:{login.password}".encode()).decode()
+    return json.dumps({"auths": {registry: {"auth": auth}}})

@@ -32,7 +32,12 @@ from pathlib import Path
 
 import yaml
 
-from modelplane.actions.chart_repository import ALIAS, repository_file, repository_login
+from modelplane.actions.chart_repository import (
+    ALIAS,
+    registry_file,
+    repository_file,
+    repository_login,
+)
 from modelplane.credentials.kubeconfig import parse_kubeconfig
 from modelplane.kube.address import DEFAULT_DENIED, AddressDenied, IPNetwork
 from modelplane.kube.client import check_server
@@ -305,14 +310,23 @@ class Helm:
         """helm's arguments for the release's chart, with no credentials among them.
 
         A repository URL with a user and password is given as a repository
-        file of this block's own, whose index is fetched first; see
-        actions/chart_repository.py.
+        file of this block's own, whose index is fetched first, or for an
+        OCI registry as a registry file; see actions/chart_repository.py.
         """
         login = repository_login(release.repository)
         if login is None:
-            yield _chart_args(release, release.chart)
+            yield _chart_args(release, release.chart, release.repository)
             return
         with _private_directory() as directory:
+            if login.oci:
+                config = directory / "registry.json"
+                _write_private(config, registry_file(login))
+                yield [
+                    *_chart_args(release, release.chart, login.url),
+                    "--registry-config",
+                    str(config),
+                ]
+                return
             config = directory / "repositories.yaml"
             _write_private(config, repository_file(login))
             files = ["--repository-config", str(config), "--repository-cache", str(directory)]
@@ -328,7 +342,7 @@ class Helm:
                 said_on_stdout=True,
             )
             try:
-                yield [*_chart_args(release, f"{ALIAS}/{release.chart}", repo=False), *files]
+                yield [*_chart_args(release, f"{ALIAS}/{release.chart}", None), *files]
             except HelmError as err:
                 if ALIAS not in str(err):
                     raise
@@ -359,19 +373,19 @@ class Helm:
         self.groups.kill_all()
 
 
-def _chart_args(release: PlannedRelease, chart: str, *, repo: bool = True) -> list[str]:
+def _chart_args(release: PlannedRelease, chart: str, repository: str | None) -> list[str]:
     """Release name, chart source, namespace, version and values from stdin, as helm takes them.
 
-    ``repo``: whether ``chart`` is found in the release's repository
-    (``--repo``); without, ``chart`` names it alone (``<alias>/<chart>``).
+    ``chart`` is found in ``repository`` (``--repo``, or under an ``oci://``
+    prefix); without one, ``chart`` names it alone (``<alias>/<chart>``).
     """
     args = [release.name]
-    if not repo:
+    if repository is None:
         args.append(chart)
-    elif release.repository.startswith("oci://"):
-        args.append(f"{release.repository.rstrip('/')}/{chart}")
+    elif repository.startswith("oci://"):
+        args.append(f"{repository.rstrip('/')}/{chart}")
     else:
-        args += [chart, "--repo", release.repository]
+        args += [chart, "--repo", repository]
     return [
         *args,
         "--namespace",
