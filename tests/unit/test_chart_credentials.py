@@ -142,3 +142,23 @@ async def test_an_oci_registrys_credentials_reach_helm_in_a_registry_file(tmp_pa
     given = json.loads((tmp_path / "registry.json").read_text())
     auth = base64.b64encode(f"mirror-user:{PASSWORD}".encode()).decode()
     assert given == {"auths": {"registry.example:5000": {"auth": auth}}}
+
+
+NAMES = (
+    "CRD inferencepools.inference.networking.x-k8s.io is not served; "
+    "webhook vaigatewayroute-v1alpha1.aigateway.envoyproxy.io failed"
+)
+
+
+def test_long_dotted_resource_names_survive_the_redaction() -> None:
+    assert describe_error(ValueError(NAMES)) == NAMES
+
+
+async def test_helms_error_keeps_the_resources_it_names(tmp_path: Path) -> None:
+    script = tmp_path / "helm"
+    script.write_text(f'#!/bin/sh\necho "Error: {NAMES}" >&2\nexit 1\n')
+    script.chmod(0o755)
+    helm = Helm(str(script), tmp_path / "home")
+    with pytest.raises(HelmError) as caught:
+        await helm.run("list", kubeconfig=kubeconfig("https://127.0.0.1:1"))
+    assert str(caught.value) == f"Error: {NAMES}"

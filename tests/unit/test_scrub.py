@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from modelplane.kube.scrub import REDACTED, scrub, shown_url, url_secrets
+from modelplane.kube.scrub import REDACTED, redact, scrub, shown_url, url_secrets
 
 JWT = "eyJhbGciOiJSUzI1NiJ9.eyJpc3MiOiJ4In0.c2lnbmF0dXJlLWJ5dGVz"
 KEY = "-----BEGIN PRIVATE KEY-----\nMIIEvQIBADANBgkqhkiG9w0BAQEFAASC\n-----END PRIVATE KEY-----"
@@ -79,3 +79,12 @@ def test_url_secrets_are_the_userinfo_and_password_as_written_and_decoded() -> N
     mangled = "failed: invalid port in user:tok@en@mirror.example"
     assert "tok@en" not in scrub(mangled, secrets)
     assert url_secrets("https://mirror.example/x") == ()
+
+
+def test_redact_takes_known_secrets_and_userinfo_and_leaves_dotted_names() -> None:
+    text = (
+        "https://u:t0ken@m.example/c: t0ken refused for inferencepools.inference.networking.k8s.io"
+    )
+    assert redact(text, ["t0ken"]) == (
+        f"https://m.example/c: {REDACTED} refused for inferencepools.inference.networking.k8s.io"
+    )

@@ -43,7 +43,7 @@ from modelplane.kube.address import DEFAULT_DENIED, AddressDenied, IPNetwork
 from modelplane.kube.client import check_server
 from modelplane.kube.errors import ErrorKind, KnownError
 from modelplane.kube.proxy import ConnectProxy
-from modelplane.kube.scrub import scrub, url_secrets
+from modelplane.kube.scrub import redact, url_secrets
 from modelplane.plan.model import PlannedRelease, ReleaseAction
 from modelplane.untrusted import load_yaml
 from modelplane.wire import RELEASE_DIGEST_LABEL
@@ -58,7 +58,7 @@ NO_HELM = "no helm binary: set MODELPLANE_HELM to its path, or put helm on PATH"
 
 
 class HelmError(KnownError):
-    """helm failed; the message is helm's own stderr, trimmed and scrubbed (kube/scrub.py)."""
+    """helm failed; the message is helm's own stderr, trimmed and redacted (kube/scrub.py)."""
 
     kind = ErrorKind.HELM_FAILED
 
@@ -221,7 +221,7 @@ class Helm:
             message = said_on.decode(errors="replace").strip().splitlines()
             # helm quotes the repository it was given, userinfo and all.
             known = [*secrets, *(proxy.secrets if proxy is not None else ())]
-            said = scrub(" ".join(message[-3:]), known)
+            said = redact(" ".join(message[-3:]), known)
             raise HelmError(said or f"helm {args[0]} failed")
         return out.decode()
 

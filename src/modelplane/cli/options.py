@@ -10,7 +10,7 @@ import typer
 from modelplane.catalog.images import ImageError
 from modelplane.credentials.identity import nebius
 from modelplane.credentials.identity.base import IdentityError
-from modelplane.kube.scrub import scrub
+from modelplane.kube.scrub import redact
 from modelplane.operator.options import unknown_components
 from modelplane.plan.images import MirrorRule, check_secret_names, parse_rules
 
@@ -121,7 +121,7 @@ def component_urls(values: list[str], flag: str, kind: str) -> dict[str, str]:
         name, sep, url = value.partition("=")
         if not sep or not name or not url:
             # A URL given without its COMPONENT= is quoted without its userinfo.
-            got = scrub(value)
+            got = redact(value)
             raise typer.BadParameter(f"expected COMPONENT=URL, got {got!r}", param_hint=flag)
         out[name] = url
     problem = unknown_components(out, kind)

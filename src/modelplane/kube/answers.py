@@ -21,7 +21,7 @@ from typing import Any
 import httpx2
 from lightkube.core.exceptions import ApiError
 
-from modelplane.kube.scrub import scrub
+from modelplane.kube.scrub import redact
 from modelplane.untrusted import UntrustedInputError, load_json, printable
 
 MAX_MESSAGE = 500
@@ -165,10 +165,10 @@ _LOCAL_TEXT = (httpx2.ConnectError, httpx2.TimeoutException, httpx2.NetworkError
 def describe_error(err: BaseException) -> str:
     """A message about ``err`` that repeats nothing a target's server chose, nor a secret.
 
-    Whatever the error quotes passes ``scrub``: a URL's user and password
-    (a mirror's, as helm and the fetchers quote it), a token, a key.
+    Whatever the error quotes loses any URL's user and password (a
+    mirror's, as helm and the fetchers quote it): ``redact``.
     """
-    return scrub(_describe(err))
+    return redact(_describe(err))
 
 
 def _describe(err: BaseException) -> str:

@@ -138,7 +138,7 @@ class ConnectProxy:
 
     @property
     def secrets(self) -> tuple[str, ...]:
-        """What of it is secret: for ``scrub``, should helm ever quote its URL."""
+        """What of it is secret: for ``redact``, should helm ever quote its URL."""
         return (self._token,)
 
     def environment(self) -> dict[str, str]:

@@ -5,8 +5,11 @@ assertion, a key, a token) in its error text, and that text goes to a log, an
 Event or a status. Every message built from such text passes ``scrub``, with
 the same rules wherever it is called: the secrets the caller knows, anything
 shaped like a JWT, any PEM block (a private key a service quotes back), and
-the user and password of any URL (a mirror's URL may carry them, and helm
-quotes the repository it was given in its errors).
+the user and password of any URL. Text that names Kubernetes objects
+(helm's errors, any error the operator reports) passes ``redact``: the
+secrets the caller knows and URLs' userinfo (a mirror's URL may carry them,
+and helm quotes the repository it was given), without the JWT shape, which
+a long dotted resource name matches.
 
 ``shown_url`` is the same rule for one URL the operator names itself: the
 URL without its userinfo, which is how every URL of a mirror is shown.
@@ -36,13 +39,24 @@ _USERINFO = re.compile(r"(\b[A-Za-z][A-Za-z0-9+.-]*://)[^\s/?#\"'<>]*@")
 
 
 def scrub(text: str, secrets: Iterable[str] = ()) -> str:
-    """``text`` without the given secrets, PEM blocks, JWT-shaped text or URLs' userinfo."""
+    """``text`` without the given secrets, URLs' userinfo, PEM blocks or JWT-shaped text.
+
+    For what a token service says, where a token or key is what it may
+    quote back. The JWT shape also matches a dotted name of three long
+    parts (``inferencepools.inference.networking``), so text that names
+    Kubernetes resources passes ``redact`` instead.
+    """
+    text = redact(text, secrets)
+    text = _PEM.sub(REDACTED, text)
+    text = _JWT.sub(REDACTED, text)
+    return _JWT_SHAPED.sub(REDACTED, text)
+
+
+def redact(text: str, secrets: Iterable[str] = ()) -> str:
+    """``text`` without the given secrets and without any URL's user and password."""
     # Longest first, so a secret that holds another is replaced whole.
     for secret in sorted({s for s in secrets if len(s) >= MIN_SECRET}, key=len, reverse=True):
         text = text.replace(secret, REDACTED)
-    text = _PEM.sub(REDACTED, text)
-    text = _JWT.sub(REDACTED, text)
-    text = _JWT_SHAPED.sub(REDACTED, text)
     return _USERINFO.sub(r"\1", text)
 
 
@@ -58,7 +72,7 @@ def shown_url(url: str) -> str:
 
 
 def url_secrets(url: str) -> tuple[str, ...]:
-    """What of ``url`` is secret, as written and decoded: for ``scrub``'s ``secrets``.
+    """What of ``url`` is secret, as written and decoded: for ``redact``'s ``secrets``.
 
     The userinfo whole and the password alone, so that a message that
     quotes either (or quotes the URL so mangled that no URL rule finds it)
