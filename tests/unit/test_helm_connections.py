@@ -9,14 +9,17 @@ runs the real helm through it.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import ipaddress
 import json
+import logging
 import os
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 import yaml
@@ -95,7 +98,10 @@ async def test_helm_gets_its_homes_and_the_proxy_and_nothing_else_of_the_pod(
         "HTTP_PROXY": proxy,
         "NO_PROXY": "",
     }
-    assert proxy.startswith("http://127.0.0.1:")
+    split = urlsplit(proxy)
+    assert (split.scheme, split.hostname) == ("http", "127.0.0.1")
+    # With the run's own credential, which the proxy asks of every request.
+    assert split.username and split.password and len(split.password) >= 32
     # client-go takes the proxy from the kubeconfig, for every cluster.
     doc = yaml.safe_load((tmp_path / "kubeconfig").read_text())
     assert [c["cluster"]["proxy-url"] for c in doc["clusters"]] == [proxy]
@@ -108,7 +114,7 @@ async def test_a_kubeconfigs_own_proxy_url_is_replaced_by_the_operators(tmp_path
     doc["clusters"][0]["cluster"]["proxy-url"] = "http://169.254.169.254:80"
     await helm.run("version", kubeconfig=yaml.safe_dump(doc))
     written = yaml.safe_load((tmp_path / "kubeconfig").read_text())
-    assert written["clusters"][0]["cluster"]["proxy-url"].startswith("http://127.0.0.1:")
+    assert urlsplit(written["clusters"][0]["cluster"]["proxy-url"]).hostname == "127.0.0.1"
 
 
 # ---- the proxy ---------------------------------------------------------------------
@@ -149,9 +155,22 @@ async def listening(host: str) -> AsyncIterator[tuple[Listener, int]]:
         await listener.close()
 
 
-async def ask(proxy: ConnectProxy, head: str) -> bytes:
+def authorization(proxy_url: str) -> str:
+    """The Proxy-Authorization header Go's clients send for a proxy URL with userinfo."""
+    split = urlsplit(proxy_url)
+    credential = base64.b64encode(f"{split.username}:{split.password}".encode()).decode()
+    return f"Proxy-Authorization: Basic {credential}\r\n"
+
+
+def authorized(proxy: ConnectProxy, head: str) -> str:
+    """``head`` with the proxy's credential, after its request line."""
+    line, _, rest = head.partition("\r\n")
+    return f"{line}\r\n{authorization(proxy.url)}{rest}"
+
+
+async def ask(proxy: ConnectProxy, head: str, *, credential: bool = True) -> bytes:
     reader, writer = await asyncio.open_connection("127.0.0.1", proxy.port)
-    writer.write(head.encode())
+    writer.write((authorized(proxy, head) if credential else head).encode())
     await writer.drain()
     answer = await reader.read(65536)
     writer.close()
@@ -196,7 +215,9 @@ async def test_a_name_is_resolved_once_and_its_checked_address_dialled() -> None
         ConnectProxy(DENIED, resolver=resolve) as proxy,
     ):
         reader, writer = await asyncio.open_connection("127.0.0.1", proxy.port)
-        writer.write(f"CONNECT api.west.example:{port} HTTP/1.1\r\n\r\n".encode())
+        writer.write(
+            authorized(proxy, f"CONNECT api.west.example:{port} HTTP/1.1\r\n\r\n").encode()
+        )
         established = await reader.readuntil(b"\r\n\r\n")
         writer.write(b"GET / HTTP/1.1\r\nHost: api.west.example\r\n\r\n")
         answer = await reader.read(65536)
@@ -238,6 +259,89 @@ async def test_requests_a_proxy_does_not_take_are_bad_requests(head: str) -> Non
     assert proxy.admitted == 0
 
 
+@pytest.mark.parametrize(
+    ("head", "answer"),
+    [
+        # a request line longer than the stream's buffer (64 KiB) ...
+        ("GET http://127.0.0.1/" + "a" * 70_000 + " HTTP/1.1\r\n\r\n", b"HTTP/1.1 414 "),
+        # ... or longer than a head may be, yet within that buffer
+        ("CONNECT " + "a" * 20_000 + ":443 HTTP/1.1\r\n\r\n", b"HTTP/1.1 414 "),
+        # one header longer than the buffer, and a head of many short headers
+        ("CONNECT h:443 HTTP/1.1\r\nX: " + "a" * 70_000 + "\r\n\r\n", b"HTTP/1.1 431 "),
+        ("CONNECT h:443 HTTP/1.1\r\n" + "X: aaaaaaaa\r\n" * 2_000 + "\r\n", b"HTTP/1.1 431 "),
+    ],
+    ids=["line-over-buffer", "line-over-head", "header-over-buffer", "many-headers"],
+)
+async def test_a_head_too_long_is_answered_as_such_without_a_traceback(
+    head: str, answer: bytes, caplog: pytest.LogCaptureFixture
+) -> None:
+    async with ConnectProxy(DENIED) as proxy:
+        got = await ask(proxy, head)
+    assert got.startswith(answer), got[:100]
+    assert proxy.admitted == 0
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]
+
+
+@pytest.mark.parametrize(
+    "credential",
+    [
+        None,
+        "Basic " + base64.b64encode(b"modelplane:a-guess").decode(),
+        "Bearer a-guess",
+        "another-proxys",
+    ],
+    ids=["none", "wrong-password", "not-basic", "another-proxys"],
+)
+async def test_a_request_without_the_runs_credential_is_refused_before_any_lookup(
+    credential: str | None,
+) -> None:
+    calls: list[str] = []
+    resolve = resolver_of({"api.west.example": ["127.0.0.1"]}, calls)
+    async with (
+        listening("127.0.0.1") as (listener, port),
+        ConnectProxy(DENIED) as other,
+        ConnectProxy(DENIED, resolver=resolve) as proxy,
+    ):
+        if credential == "another-proxys":
+            header = authorization(other.url)
+        else:
+            header = f"Proxy-Authorization: {credential}\r\n" if credential else ""
+        answers = [
+            await ask(proxy, f"{line}\r\n{header}\r\n", credential=False)
+            for line in (
+                f"CONNECT api.west.example:{port} HTTP/1.1",
+                f"GET http://api.west.example:{port}/index.yaml HTTP/1.1",
+            )
+        ]
+    for answer in answers:
+        assert answer.startswith(b"HTTP/1.1 407 "), answer
+        assert b'Proxy-Authenticate: Basic realm="modelplane"' in answer
+    assert calls == [] and listener.accepted == 0
+    assert (proxy.admitted, proxy.unauthorized) == (0, 2)
+    # Each proxy has a credential of its own.
+    assert urlsplit(proxy.url).password != urlsplit(other.url).password
+
+
+async def test_a_helm_that_quotes_its_proxy_credential_does_not_give_it_away(
+    tmp_path: Path,
+) -> None:
+    # The URL, and the password alone, as no URL rule would find it.
+    script = tmp_path / "helm"
+    script.write_text(
+        "#!/bin/sh\n"
+        'p="${HTTPS_PROXY#http://modelplane:}"\n'
+        'echo "Error: proxyconnect $HTTPS_PROXY refused token ${p%@*}" >&2\n'
+        "exit 1\n"
+    )
+    script.chmod(0o755)
+    helm = TargetHelm.guarding(Helm(str(script), tmp_path / "home"), DENIED)
+    with pytest.raises(HelmError) as caught:
+        await helm.run("list", kubeconfig=kubeconfig("https://127.0.0.1:1"))
+    said = str(caught.value)
+    assert said.startswith("Error: proxyconnect http://127.0.0.1:")
+    assert said.endswith(" refused token [redacted]")
+
+
 async def test_the_proxy_is_gone_when_the_block_ends() -> None:
     async with ConnectProxy(DENIED) as proxy:
         port = proxy.port
@@ -252,15 +356,22 @@ async def test_a_refused_connection_is_the_runs_error_and_reads_as_a_denied_addr
     tmp_path: Path,
 ) -> None:
     port = 9  # never dialled: the proxy refuses before it connects
-    # A helm that is redirected to the denied address: it asks its proxy, then fails.
+    # A helm that is redirected to the denied address: it asks its proxy, with
+    # the credential of its URL as Go sends it, then fails.
+    connect = tmp_path / "connect.py"
+    connect.write_text(
+        "import base64, os, socket, urllib.parse\n"
+        "u = urllib.parse.urlsplit(os.environ['HTTPS_PROXY'])\n"
+        "c = base64.b64encode(f'{u.username}:{u.password}'.encode()).decode()\n"
+        "s = socket.create_connection((u.hostname, u.port))\n"
+        f"s.sendall(f'CONNECT 127.0.0.2:{port} HTTP/1.1\\r\\n"
+        "Proxy-Authorization: Basic {c}\\r\\n\\r\\n'.encode())\n"
+        "s.recv(100)\n"
+    )
     script = tmp_path / "helm"
     script.write_text(
         "#!/bin/sh\n"
-        f"printf 'CONNECT 127.0.0.2:{port} HTTP/1.1\\r\\n\\r\\n' | "
-        f"{json.dumps(sys.executable)} -c "
-        "\"import os,socket,sys,urllib.parse; u=urllib.parse.urlsplit(os.environ['HTTPS_PROXY']); "
-        "s=socket.create_connection((u.hostname,u.port)); s.sendall(sys.stdin.buffer.read()); "
-        's.recv(100)"\n'
+        f"{json.dumps(sys.executable)} {connect}\n"
         "echo 'Error: Kubernetes cluster unreachable: Forbidden' >&2\n"
         "exit 1\n"
     )

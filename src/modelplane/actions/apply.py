@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Collection, Iterable
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import httpx2
 from lightkube import AsyncClient
@@ -21,6 +20,7 @@ from modelplane.kube.client import waiting_out_429
 from modelplane.kube.errors import ErrorKind, KnownError
 from modelplane.kube.fetch import FetchError, fetch
 from modelplane.kube.resources import resource_of, unless_missing
+from modelplane.kube.scrub import shown_url
 from modelplane.untrusted import Limits, UntrustedInputError, load_yaml_all, printable
 from modelplane.wire import FIELD_MANAGER, stamp
 
@@ -190,14 +190,6 @@ class ManifestError(ValueError):
 
     A ValueError, so the reconciler's guard reports it as the component's failure.
     """
-
-
-def shown_url(url: str) -> str:
-    """``url`` without user and password, which a mirror's URL may carry."""
-    parsed = urlsplit(url)
-    if "@" not in parsed.netloc:
-        return url
-    return urlunsplit(parsed._replace(netloc=parsed.netloc.rpartition("@")[2]))
 
 
 async def fetch_manifests(

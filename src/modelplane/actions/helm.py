@@ -12,7 +12,9 @@ acting this instant (see operator/leader.py).
 
 helm's environment is built from nothing (``Helm._env``), and a
 ``TargetHelm`` connects only through a loopback proxy of its own run that
-applies the deny list to every connection helm opens (kube/proxy.py).
+applies the deny list to every connection helm opens (kube/proxy.py). A
+chart repository's credentials reach helm in a repository file of the run's
+own, never on its command line (actions/chart_repository.py).
 """
 
 from __future__ import annotations
@@ -30,11 +32,18 @@ from pathlib import Path
 
 import yaml
 
+from modelplane.actions.chart_repository import (
+    ALIAS,
+    registry_file,
+    repository_file,
+    repository_login,
+)
 from modelplane.credentials.kubeconfig import parse_kubeconfig
 from modelplane.kube.address import DEFAULT_DENIED, AddressDenied, IPNetwork
 from modelplane.kube.client import check_server
 from modelplane.kube.errors import ErrorKind, KnownError
 from modelplane.kube.proxy import ConnectProxy
+from modelplane.kube.scrub import redact, url_secrets
 from modelplane.plan.model import PlannedRelease, ReleaseAction
 from modelplane.untrusted import load_yaml
 from modelplane.wire import RELEASE_DIGEST_LABEL
@@ -49,7 +58,7 @@ NO_HELM = "no helm binary: set MODELPLANE_HELM to its path, or put helm on PATH"
 
 
 class HelmError(KnownError):
-    """helm failed; the message is helm's own stderr, trimmed."""
+    """helm failed; the message is helm's own stderr, trimmed and redacted (kube/scrub.py)."""
 
     kind = ErrorKind.HELM_FAILED
 
@@ -161,7 +170,14 @@ class Helm:
         kubeconfig: str,
         stdin: bytes | None = None,
         proxy: ConnectProxy | None = None,
+        secrets: Iterable[str] = (),
+        said_on_stdout: bool = False,
     ) -> str:
+        """helm's stdout; ``HelmError`` with its last words, without ``secrets``, if it fails.
+
+        ``said_on_stdout``: for a command (``repo update``) that gives the
+        reason it failed on stdout and only its summary on stderr.
+        """
         if not self.binary:
             raise HelmError(NO_HELM)
         async with _private_file(kubeconfig) as path:
@@ -201,8 +217,12 @@ class Helm:
                     await _end(proc)
                     raise
         if proc.returncode != 0:
-            message = err.decode(errors="replace").strip().splitlines()
-            raise HelmError(" ".join(message[-3:]) or f"helm {args[0]} failed")
+            said_on = (out + err) if said_on_stdout else err
+            message = said_on.decode(errors="replace").strip().splitlines()
+            # helm quotes the repository it was given, userinfo and all.
+            known = [*secrets, *(proxy.secrets if proxy is not None else ())]
+            said = redact(" ".join(message[-3:]), known)
+            raise HelmError(said or f"helm {args[0]} failed")
         return out.decode()
 
     async def apply(self, release: PlannedRelease, kubeconfig: str) -> None:
@@ -229,7 +249,13 @@ class Helm:
     async def _install_or_upgrade(
         self, release: PlannedRelease, verb: str, kubeconfig: str
     ) -> None:
-        args = [verb, *_chart_args(release)]
+        async with self._chart(release, kubeconfig) as chart:
+            await self._install_or_upgrade_chart(release, verb, chart, kubeconfig)
+
+    async def _install_or_upgrade_chart(
+        self, release: PlannedRelease, verb: str, chart: list[str], kubeconfig: str
+    ) -> None:
+        args = [verb, *chart]
         args += [
             "--labels",
             f"{RELEASE_DIGEST_LABEL}={release.digest}",
@@ -244,7 +270,9 @@ class Helm:
         if release.wait:
             args.append("--wait")
         values = yaml.safe_dump(release.values).encode()
-        await self.run(*args, kubeconfig=kubeconfig, stdin=values)
+        await self.run(
+            *args, kubeconfig=kubeconfig, stdin=values, secrets=url_secrets(release.repository)
+        )
 
     async def template(
         self,
@@ -264,15 +292,62 @@ class Helm:
         an install would learn from it, so a chart that renders by
         ``.Capabilities`` renders as it would there.
         """
-        args = ["template", *_chart_args(release), "--no-hooks"]
-        if kube_version:
-            args += ["--kube-version", kube_version]
-        if api_versions:
-            args += ["--api-versions", ",".join(api_versions)]
-        if is_upgrade:
-            args.append("--is-upgrade")
-        values = yaml.safe_dump(release.values).encode()
-        return await self.run(*args, kubeconfig=kubeconfig, stdin=values)
+        async with self._chart(release, kubeconfig) as chart:
+            args = ["template", *chart, "--no-hooks"]
+            if kube_version:
+                args += ["--kube-version", kube_version]
+            if api_versions:
+                args += ["--api-versions", ",".join(api_versions)]
+            if is_upgrade:
+                args.append("--is-upgrade")
+            values = yaml.safe_dump(release.values).encode()
+            return await self.run(
+                *args, kubeconfig=kubeconfig, stdin=values, secrets=url_secrets(release.repository)
+            )
+
+    @asynccontextmanager
+    async def _chart(self, release: PlannedRelease, kubeconfig: str) -> AsyncIterator[list[str]]:
+        """helm's arguments for the release's chart, with no credentials among them.
+
+        A repository URL with a user and password is given as a repository
+        file of this block's own, whose index is fetched first, or for an
+        OCI registry as a registry file; see actions/chart_repository.py.
+        """
+        login = repository_login(release.repository)
+        if login is None:
+            yield _chart_args(release, release.chart, release.repository)
+            return
+        with _private_directory() as directory:
+            if login.oci:
+                config = directory / "registry.json"
+                _write_private(config, registry_file(login))
+                yield [
+                    *_chart_args(release, release.chart, login.url),
+                    "--registry-config",
+                    str(config),
+                ]
+                return
+            config = directory / "repositories.yaml"
+            _write_private(config, repository_file(login))
+            files = ["--repository-config", str(config), "--repository-cache", str(directory)]
+            await self.run(
+                "repo",
+                "update",
+                ALIAS,
+                # Without it, a repository that cannot be read is only a warning.
+                "--fail-on-repo-update-fail",
+                *files,
+                kubeconfig=kubeconfig,
+                secrets=url_secrets(release.repository),
+                said_on_stdout=True,
+            )
+            try:
+                yield [*_chart_args(release, f"{ALIAS}/{release.chart}", None), *files]
+            except HelmError as err:
+                if ALIAS not in str(err):
+                    raise
+                # helm names the repository by its alias alone: say which it is.
+                raise HelmError(f"{err} ({ALIAS}: {login.url})") from err
 
     async def uninstall(self, name: str, namespace: str, kubeconfig: str) -> None:
         try:
@@ -298,13 +373,19 @@ class Helm:
         self.groups.kill_all()
 
 
-def _chart_args(release: PlannedRelease) -> list[str]:
-    """Release name, chart source, namespace, version and values from stdin, as helm takes them."""
+def _chart_args(release: PlannedRelease, chart: str, repository: str | None) -> list[str]:
+    """Release name, chart source, namespace, version and values from stdin, as helm takes them.
+
+    ``chart`` is found in ``repository`` (``--repo``, or under an ``oci://``
+    prefix); without one, ``chart`` names it alone (``<alias>/<chart>``).
+    """
     args = [release.name]
-    if release.repository.startswith("oci://"):
-        args.append(f"{release.repository.rstrip('/')}/{release.chart}")
+    if repository is None:
+        args.append(chart)
+    elif repository.startswith("oci://"):
+        args.append(f"{repository.rstrip('/')}/{chart}")
     else:
-        args += [release.chart, "--repo", release.repository]
+        args += [chart, "--repo", repository]
     return [
         *args,
         "--namespace",
@@ -348,12 +429,19 @@ class TargetHelm(Helm):
         kubeconfig: str,
         stdin: bytes | None = None,
         proxy: ConnectProxy | None = None,
+        secrets: Iterable[str] = (),
+        said_on_stdout: bool = False,
     ) -> str:
         await kubeconfig_allowed(kubeconfig, self.deny)
         async with ConnectProxy(self.deny) as own:
             try:
                 return await super().run(
-                    *args, kubeconfig=through_proxy(kubeconfig, own.url), stdin=stdin, proxy=own
+                    *args,
+                    kubeconfig=through_proxy(kubeconfig, own.url),
+                    stdin=stdin,
+                    proxy=own,
+                    secrets=secrets,
+                    said_on_stdout=said_on_stdout,
                 )
             except HelmError as err:
                 if own.refused:
@@ -394,12 +482,24 @@ def through_proxy(kubeconfig: str, proxy_url: str) -> str:
 
 @asynccontextmanager
 async def _private_file(content: str) -> AsyncIterator[Path]:
-    # mkstemp creates the file 0600; the directory is ours alone too.
+    with _private_directory() as directory:
+        path = directory / "target.kubeconfig"
+        _write_private(path, content)
+        yield path
+
+
+@contextlib.contextmanager
+def _private_directory() -> Iterator[Path]:
+    # mkdtemp creates it 0700: no other user lists or opens what it holds.
     directory = tempfile.mkdtemp(prefix="modelplane-")
-    fd, name = tempfile.mkstemp(dir=directory, suffix=".kubeconfig")
     try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(content)
-        yield Path(name)
+        yield Path(directory)
     finally:
         shutil.rmtree(directory, ignore_errors=True)
+
+
+def _write_private(path: Path, content: str) -> None:
+    # 0600 from its creation, not chmod-ed after: never readable by another.
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(content)

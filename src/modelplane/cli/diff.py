@@ -71,6 +71,7 @@ from modelplane.kube.answers import describe_error
 from modelplane.kube.client import TargetError, get_json
 from modelplane.kube.discovery import Served, served
 from modelplane.kube.resources import KindNotServed
+from modelplane.kube.scrub import shown_url
 from modelplane.observe.releases import ReleaseReadError, deployed_release, release_secret
 from modelplane.observe.state import Listed, read_listed, to_observed, wanted
 from modelplane.plan import plan
@@ -369,9 +370,8 @@ def print_text(d: Diff, console: Console) -> None:
         _print_diff(console, r.values_diff)
         _print_diff(console, r.manifest_diff)
     for m in d.manifests:
-        console.print(
-            Text(_line(f"manifests of {m.component} {m.version}: apply {m.url}"), style="bold")
-        )
+        applied = f"manifests of {m.component} {m.version}: apply {shown_url(m.url)}"
+        console.print(Text(_line(applied), style="bold"))
         if m.problem:
             console.print(Text(_line(f"  error: {m.problem}"), style="red"))
         for o in m.objects:

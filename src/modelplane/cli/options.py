@@ -25,6 +25,7 @@ from modelplane.catalog.overrides import manifests_base_urls, unknown_components
 from modelplane.credentials.identity import nebius
 from modelplane.credentials.identity.base import Endpoints, IdentityError
 from modelplane.kube.address import IPNetwork, deny_list
+from modelplane.kube.scrub import redact
 from modelplane.plan.images import MirrorRule, check_secret_names, parse_rules
 from modelplane.plan.planner import Sources
 from modelplane.plan.release_health import DriftMode
@@ -283,7 +284,9 @@ def component_urls(values: list[str] | None, flag: str, kind: str) -> dict[str, 
     for value in values or []:
         name, sep, url = value.partition("=")
         if not sep or not name or not url:
-            raise typer.BadParameter(f"expected COMPONENT=URL, got {value!r}", param_hint=flag)
+            # A URL given without its COMPONENT= is quoted without its userinfo.
+            got = redact(value)
+            raise typer.BadParameter(f"expected COMPONENT=URL, got {got!r}", param_hint=flag)
         out[name] = url
     problem = unknown_components(out, kind)
     if problem:

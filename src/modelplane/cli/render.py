@@ -15,6 +15,7 @@ from rich.text import Text
 from modelplane.api.status_limits import TERMINAL
 from modelplane.catalog.configuration import Hold
 from modelplane.catalog.images import Runs
+from modelplane.kube.scrub import shown_url
 from modelplane.plan.images import ImageUse
 from modelplane.plan.model import ObjectAction, Plan, PlannedObject, Severity
 from modelplane.untrusted import printable
@@ -27,8 +28,15 @@ def plan_document(p: Plan) -> dict[str, Any]:
         "namespace": p.namespace,
         "stack": p.stack,
         "components": p.mode,
-        "releases": [r.model_dump(mode="json") for r in p.releases],
-        "manifests": [m.model_dump(mode="json") for m in p.manifests],
+        # A mirror's URL is shown without its user and password, as everywhere.
+        "releases": [
+            r.model_copy(update={"repository": shown_url(r.repository)}).model_dump(mode="json")
+            for r in p.releases
+        ],
+        "manifests": [
+            m.model_copy(update={"url": shown_url(m.url)}).model_dump(mode="json")
+            for m in p.manifests
+        ],
         "objects": [o.object for o in p.objects],
         "heldBack": [
             {"object": o.key, "reason": o.hold_reason}
@@ -228,9 +236,9 @@ def print_text(p: Plan, console: Console, *, observed: bool = False) -> None:
     manifests = {m.component: m for m in p.manifests}
     sources: dict[str, str] = {}
     for name, r in releases.items():
-        sources[name] = f"{r.chart} ({r.repository})"
+        sources[name] = f"{r.chart} ({shown_url(r.repository)})"
     for name, m in manifests.items():
-        sources[name] = m.url
+        sources[name] = shown_url(m.url)
     # A component whose mode differs from the stack's (a config-role one in
     # Provided mode) gets a MODE column where there is room; narrow, its PLAN
     # (install, apply against check) says it.

@@ -21,6 +21,7 @@ from typing import Any
 import httpx2
 from lightkube.core.exceptions import ApiError
 
+from modelplane.kube.scrub import redact
 from modelplane.untrusted import UntrustedInputError, load_json, printable
 
 MAX_MESSAGE = 500
@@ -162,7 +163,15 @@ _LOCAL_TEXT = (httpx2.ConnectError, httpx2.TimeoutException, httpx2.NetworkError
 
 
 def describe_error(err: BaseException) -> str:
-    """A message about ``err`` that repeats nothing a target's server chose."""
+    """A message about ``err`` that repeats nothing a target's server chose, nor a secret.
+
+    Whatever the error quotes loses any URL's user and password (a
+    mirror's, as helm and the fetchers quote it): ``redact``.
+    """
+    return redact(_describe(err))
+
+
+def _describe(err: BaseException) -> str:
     if isinstance(err, ApiError):
         return _describe_api_error(err)
     if isinstance(err, httpx2.HTTPStatusError):

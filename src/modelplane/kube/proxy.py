@@ -31,9 +31,16 @@ What was chosen, and why:
   which connection was refused rather than only helm's words.
 - **Per helm run, on 127.0.0.1, on a port the kernel picks.** Its life is the
   run's, so nothing listens between runs, every tunnel closes with the run,
-  and what it refused belongs to that run's error. It admits nothing the
-  operator's own connections would not be admitted to, so another process
-  on the pod's loopback gains nothing by using it.
+  and what it refused belongs to that run's error.
+- **Only for the helm it was made for.** Any local process can connect to a
+  loopback port, and a connection through the proxy comes from the
+  operator's address (a NetworkPolicy allowing the operator allows it). So
+  each proxy makes a random credential and its URL carries it as userinfo;
+  Go sends it as ``Proxy-Authorization: Basic`` on every CONNECT and plain
+  request, and a request without it (compared in constant time) gets a 407
+  before anything is resolved or dialled. The credential is in helm's
+  environment and its private kubeconfig only, never on a command line,
+  and dies with the run.
 
 A plain ``http://`` request is forwarded with ``Connection: close``: a
 client that reused the connection for another host would otherwise reach
@@ -43,9 +50,12 @@ the first host's address.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
+import hmac
 import logging
 from collections.abc import Iterable
+from secrets import token_urlsafe
 from types import TracebackType
 from urllib.parse import urlsplit
 
@@ -67,6 +77,11 @@ MAX_HEAD = 16 * 1024
 HEAD_TIMEOUT_SECONDS = 30.0
 CONNECT_TIMEOUT_SECONDS = 10.0
 CHUNK = 64 * 1024
+# How long, and how much, a client told its head is too long may go on sending.
+LINGER_SECONDS = 1.0
+LINGER_BYTES = 1024 * 1024
+# The user of every proxy's credential; the password is each proxy's own.
+PROXY_USER = "modelplane"
 # Hop-by-hop headers, and the ones meant for the proxy, are not forwarded.
 _DROPPED = {"connection", "keep-alive", "proxy-connection", "proxy-authorization", "te"}
 
@@ -74,14 +89,25 @@ _DROPPED = {"connection", "keep-alive", "proxy-connection", "proxy-authorization
 class BadRequest(ValueError):
     """A request head this proxy does not take."""
 
+    code, reason = 400, "Bad Request"
+
+
+class RequestLineTooLong(BadRequest):
+    code, reason = 414, "URI Too Long"
+
+
+class HeadTooLong(BadRequest):
+    code, reason = 431, "Request Header Fields Too Large"
+
 
 class ConnectProxy:
     """An HTTP proxy on loopback that connects only to addresses the deny list admits.
 
     ``async with ConnectProxy(deny) as proxy``: ``proxy.url`` is where it
-    listens; ``refused`` holds every refusal, in order; ``admitted`` counts the
-    connections it made. Leaving the block closes the listener and every
-    tunnel.
+    listens, its credential in it; ``refused`` holds every refusal, in order;
+    ``admitted`` counts the connections it made and ``unauthorized`` the
+    requests without the credential. Leaving the block closes the listener
+    and every tunnel.
     """
 
     def __init__(
@@ -98,11 +124,22 @@ class ConnectProxy:
         self._tasks: set[asyncio.Task[None]] = set()
         self.refused: list[AddressDenied] = []
         self.admitted = 0
+        self.unauthorized = 0
         self.port = 0
+        # URL-safe, so it needs no escaping as a URL's password.
+        self._token = token_urlsafe(32)
+        credential = f"{PROXY_USER}:{self._token}".encode()
+        self._authorization = base64.b64encode(credential)
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        """Where it listens, with the credential it asks of every request (a secret)."""
+        return f"http://{PROXY_USER}:{self._token}@127.0.0.1:{self.port}"
+
+    @property
+    def secrets(self) -> tuple[str, ...]:
+        """What of it is secret: for ``redact``, should helm ever quote its URL."""
+        return (self._token,)
 
     def environment(self) -> dict[str, str]:
         """The variables that send Go's HTTP clients (helm's chart downloads) through it."""
@@ -152,8 +189,23 @@ class ConnectProxy:
         try:
             head = await asyncio.wait_for(_read_head(reader), HEAD_TIMEOUT_SECONDS)
             method, host, port, forwarded = _parse(head)
-        except (BadRequest, TimeoutError):
+        except BadRequest as err:
+            await _reply(writer, err.code, err.reason)
+            if isinstance(err, HeadTooLong | RequestLineTooLong):
+                await _linger(reader)
+            return
+        except TimeoutError:
             await _reply(writer, 400, "Bad Request")
+            return
+        if not self._authorized(head):
+            # Said to no log: any local process can make as many as it likes.
+            self.unauthorized += 1
+            await _reply(
+                writer,
+                407,
+                "Proxy Authentication Required",
+                'Proxy-Authenticate: Basic realm="modelplane"\r\n',
+            )
             return
         try:
             addresses = await vet(host, port, self._deny, self._resolve)
@@ -184,6 +236,15 @@ class ConnectProxy:
             with contextlib.suppress(OSError, asyncio.CancelledError):
                 await up_writer.wait_closed()
 
+    def _authorized(self, head: bytes) -> bool:
+        given = _header(head, "proxy-authorization")
+        if given is None:
+            return False
+        scheme, _, credential = given.partition(" ")
+        # Constant time: how much of a guess matched must not show in the timing.
+        matched = hmac.compare_digest(credential.strip().encode(), self._authorization)
+        return matched and scheme.lower() == "basic"
+
     async def _dial(
         self, addresses: list[IPAddress], port: int
     ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter] | None:
@@ -199,15 +260,43 @@ class ConnectProxy:
 
 
 async def _read_head(reader: asyncio.StreamReader) -> bytes:
+    """The request line and headers, at most ``MAX_HEAD`` bytes of them.
+
+    A line longer than the stream's buffer is a ``LimitOverrunError`` of
+    ``readuntil`` (``readline`` turns it into a bare ValueError): either is
+    a head too long, answered as such, never an error of the proxy's own.
+    """
     head = bytearray()
     while not head.endswith(b"\r\n\r\n"):
-        line = await reader.readline()
-        if not line:
-            raise BadRequest("the connection closed mid-request")
+        try:
+            line = await reader.readuntil(b"\n")
+        except asyncio.LimitOverrunError:
+            raise _too_long(head) from None
+        except asyncio.IncompleteReadError:
+            raise BadRequest("the connection closed mid-request") from None
+        if len(head) + len(line) > MAX_HEAD:
+            raise _too_long(head)
         head += line
-        if len(head) > MAX_HEAD:
-            raise BadRequest("the request head is too long")
     return bytes(head)
+
+
+def _too_long(head: bytearray) -> BadRequest:
+    if not head:
+        return RequestLineTooLong("the request line is too long")
+    return HeadTooLong("the request head is too long")
+
+
+async def _linger(reader: asyncio.StreamReader) -> None:
+    """Read and drop what the client still sends, for a little while.
+
+    Closed with unread input, the socket would answer with a reset, which
+    can reach the client before it has read the reply it was just sent.
+    """
+    with contextlib.suppress(OSError, TimeoutError):
+        async with asyncio.timeout(LINGER_SECONDS):
+            dropped = 0
+            while dropped < LINGER_BYTES and (data := await reader.read(CHUNK)):
+                dropped += len(data)
 
 
 def _parse(head: bytes) -> tuple[str, str, int, bytes]:
@@ -250,10 +339,18 @@ def _parse(head: bytes) -> tuple[str, str, int, bytes]:
     return method, split.hostname, port, forwarded.encode("ascii")
 
 
-async def _reply(writer: asyncio.StreamWriter, code: int, reason: str) -> None:
-    writer.write(
-        f"HTTP/1.1 {code} {reason}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n".encode()
-    )
+def _header(head: bytes, name: str) -> str | None:
+    """The value of the head's first header ``name`` (lower case); the head is ASCII."""
+    for line in head.decode("ascii").split("\r\n")[1:]:
+        field, colon, value = line.partition(":")
+        if colon and field.strip().lower() == name:
+            return value.strip()
+    return None
+
+
+async def _reply(writer: asyncio.StreamWriter, code: int, reason: str, headers: str = "") -> None:
+    status = f"HTTP/1.1 {code} {reason}\r\n"
+    writer.write(f"{status}{headers}Content-Length: 0\r\nConnection: close\r\n\r\n".encode())
     with contextlib.suppress(OSError):
         await writer.drain()
 
