@@ -326,12 +326,19 @@ def _yaml_problem(err: yaml.YAMLError) -> str:
     return printable(str(problem), 200) + where
 
 
+# Control, format, surrogate, private and unassigned characters, and the
+# line and paragraph separators (U+2028, U+2029): editors, browsers and
+# JavaScript's JSON readers break a line at those.
+_ESCAPED = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"})
+
+
 def printable(text: object, limit: int, *, newlines: bool = False) -> str:
     """``text`` made safe to show: control and format characters escaped, cut to ``limit``.
 
     Newlines and tabs become spaces; any other control or format character
-    (ESC, bidi overrides, NUL) becomes its ``\\uXXXX`` escape, so nothing a
-    target wrote can move a terminal's cursor or hide text from a reader.
+    (ESC, bidi overrides, NUL) or line separator becomes its ``\\uXXXX``
+    escape, so nothing a target wrote can move a terminal's cursor, start a
+    line of its own or hide text from a reader.
     ``limit`` counts characters, as the CRD's ``maxLength`` does, and a cut
     value ends with ``…``. With ``newlines`` a newline is kept (a traceback
     in a log line reads as one); a carriage return is still a space, since
@@ -344,7 +351,7 @@ def printable(text: object, limit: int, *, newlines: bool = False) -> str:
             piece = char
         elif char in "\n\t\r":
             piece = " "
-        elif unicodedata.category(char) in ("Cc", "Cf", "Cs", "Co", "Cn"):
+        elif unicodedata.category(char) in _ESCAPED:
             piece = f"\\u{ord(char):04x}"
         else:
             piece = char

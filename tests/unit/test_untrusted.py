@@ -154,6 +154,11 @@ def test_printable_escapes_control_and_format_characters() -> None:
     assert shown == "red\\u001b[31m\\u202eflip\\u0000 next"
 
 
+def test_printable_escapes_the_unicode_line_and_paragraph_separators() -> None:
+    # Editors, browsers and JavaScript break a line at both: a forged line.
+    assert printable("ok\u2028ERROR forged\u2029x", 100) == "ok\\u2028ERROR forged\\u2029x"
+
+
 @pytest.mark.parametrize(("limit", "shown"), [(0, ""), (1, "…"), (5, "abcd…"), (8, "abcdefgh")])
 def test_printable_cuts_to_the_limit_with_a_marker(limit: int, shown: str) -> None:
     assert printable("abcdefgh", limit) == shown
