@@ -318,7 +318,7 @@ def _chart_args(release: PlannedRelease) -> list[str]:
 
 async def kubeconfig_allowed(kubeconfig: str, deny: Iterable[IPNetwork]) -> None:
     """Raise ``AddressDenied`` if the kubeconfig's server is refused: the rule of every request."""
-    config = parse_kubeconfig(kubeconfig, allow_unsafe=True)
+    config = await asyncio.to_thread(parse_kubeconfig, kubeconfig, allow_unsafe=True)
     await check_server(config.cluster.server, deny)
 
 
@@ -353,7 +353,11 @@ class TargetHelm(Helm):
         async with ConnectProxy(self.deny) as own:
             try:
                 return await super().run(
-                    *args, kubeconfig=through_proxy(kubeconfig, own.url), stdin=stdin, proxy=own
+                    *args,
+                    # The kubeconfig is parsed again: off the event loop.
+                    kubeconfig=await asyncio.to_thread(through_proxy, kubeconfig, own.url),
+                    stdin=stdin,
+                    proxy=own,
                 )
             except HelmError as err:
                 if own.refused:
