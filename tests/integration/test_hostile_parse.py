@@ -5,19 +5,28 @@ named ``envoy-gateway-config`` in any namespace, and the Provided advisory
 parses every one of them each reconcile. Parsing a MiB of YAML in the
 pure-Python parser takes seconds; on the event loop it stalled the leader
 Lease's renewal and ``/healthz`` (seen live: 8 of a minute's probes
-failed). A date that is no date (``2001-13-01``) failed every reconcile.
+failed). A date that is no date (``2001-13-01``) failed every reconcile. A release's
+stored manifest over the parse's bound was skipped with a log line alone.
 """
 
 from __future__ import annotations
 
+import base64
+import gzip
+import json
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx2
-from lightkube.resources.core_v1 import ConfigMap, Namespace
+from lightkube.resources.core_v1 import ConfigMap, Namespace, Secret
+from lightkube.types import PatchType
 from tests.integration.hubs import Harness, HarnessOptions
 from tests.integration.test_hostile_target import _provided_substrate
+from tests.waiting import wait_for
+
+from modelplane.catalog import components as catalog
 
 HARNESS = HarnessOptions(prefix="hp", kubeconfig_secret=True)
 TENANT = "tenant-slow"
@@ -94,3 +103,55 @@ def test_a_slow_tenant_configmap_is_a_warning_and_healthz_answers_meanwhile(
     log = harness.log.read_text()
     assert "ReconcileError" not in log
     assert "k4000: v4000" not in log
+
+
+def _component(h: Harness, name: str) -> dict[str, Any]:
+    return next((c for c in h.status().get("components", []) if c["name"] == name), {})
+
+
+def _inflate_stored_manifest(h: Harness, namespace: str, release: str) -> str:
+    """Pad the deployed revision's stored manifest past 1 MiB (gzip keeps the Secret small)."""
+    (secret,) = [
+        s
+        for s in h.target.list(
+            Secret, namespace=namespace, labels={"owner": "helm", "name": release}
+        )
+        if s.metadata is not None and (s.metadata.labels or {}).get("status") == "deployed"
+    ]
+    assert secret.metadata is not None and secret.data is not None
+    stored = base64.b64decode(base64.b64decode(secret.data["release"]))
+    doc = json.loads(gzip.decompress(stored))
+    doc["manifest"] += "# " + "x" * (1100 * 1024) + "\n"
+    packed = base64.b64encode(gzip.compress(json.dumps(doc).encode()))
+    h.target.patch(
+        Secret,
+        str(secret.metadata.name),
+        {"data": {"release": base64.b64encode(packed).decode()}},
+        namespace=namespace,
+        patch_type=PatchType.MERGE,
+    )
+    return str((secret.metadata.labels or {}).get("version"))
+
+
+def test_a_stored_manifest_over_the_bound_is_said_in_the_components_status(
+    harness: Harness,
+) -> None:
+    component = catalog.BY_NAME["trust-manager"]
+    harness.create({})
+    harness.start("--resync", "2")
+    harness.wait_condition("Ready", "True", deadline=180)
+    revision = _inflate_stored_manifest(harness, component.namespace, component.release_name)
+    said = (
+        f"release {component.release_name} revision {revision}: its stored manifest is "
+        "refused, so its workloads are not judged: "
+    )
+    wait_for(
+        "the refusal in the component's status",
+        lambda: said in _component(harness, component.name).get("message", ""),
+        deadline=60,
+    )
+    shown = _component(harness, component.name)
+    assert "over the limit of 1048576" in shown["message"], shown
+    assert "xxxx" not in shown["message"]
+    # Nothing installed is lost: the release is not upgraded or reinstalled.
+    assert str(harness.helm_releases()[component.release_name]["revision"]) == revision

@@ -50,6 +50,7 @@ from modelplane.observe.release_objects import (
     ReleaseManifests,
     node_facts,
     release_workloads,
+    unjudged_releases,
     watches_for,
 )
 from modelplane.observe.state import (
@@ -327,6 +328,7 @@ class StackReconciler:
             await read_release_objects(target.client, want, listed)
         update = {
             "release_workloads": release_workloads(manifests, listed),
+            "unjudged_releases": unjudged_releases(manifests),
             "nodes": node_facts(listed.nodes),
             "observed_at": datetime.now(UTC),
         }
