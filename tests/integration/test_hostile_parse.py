@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx2
+import yaml
 from lightkube.resources.core_v1 import ConfigMap, Namespace, Secret
 from lightkube.types import PatchType
 from tests.integration.hubs import Harness, HarnessOptions
@@ -155,3 +156,23 @@ def test_a_stored_manifest_over_the_bound_is_said_in_the_components_status(
     assert "xxxx" not in shown["message"]
     # Nothing installed is lost: the release is not upgraded or reinstalled.
     assert str(harness.helm_releases()[component.release_name]["revision"]) == revision
+
+
+def test_a_kubeconfig_whose_context_looks_like_a_date_connects(harness: Harness) -> None:
+    # Seen live: "ReconcileError: ValueError: month must be in 1..12", on
+    # every reconcile, for a context a hub user named 2001-13-01.
+    config = dict(harness.target_env.kubeconfig)
+    name = config["current-context"]
+    config["current-context"] = "DATE"
+    config["contexts"] = [
+        {**c, "name": "DATE"} if c.get("name") == name else c for c in config["contexts"]
+    ]
+    text = yaml.safe_dump(config).replace("DATE", "2001-13-01")
+    assert "current-context: 2001-13-01\n" in text  # unquoted, as a person writes it
+    harness.put_secret({"kubeconfig": text})
+    _provided_substrate(harness)
+    harness.create({"components": "Provided"})
+    harness.start("--resync", "2")
+    harness.wait_condition("RequirementsMet", "True", deadline=120)
+    assert harness.condition("Ready").get("reason") != "ReconcileError"
+    assert "ValueError" not in harness.log.read_text()
