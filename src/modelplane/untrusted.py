@@ -2,16 +2,25 @@
 
 A target's tenants write ConfigMaps, Secrets and custom objects the operator
 reads, and a spec's author writes the spec: both are hostile input. Every
-parse of such text goes through here, bounded three ways (bytes in, nesting
-depth, and nodes after YAML aliases are expanded), and every value derived
-from it passes ``printable`` before it reaches a status, an event, a log or a
-terminal. A leaf: it imports nothing of the product.
+parse of such text goes through here, bounded four ways (bytes in, nesting
+depth, nodes after YAML aliases are expanded, and characters in a number),
+and every value derived from it passes ``printable`` before it reaches a
+status, an event, a log or a terminal. A leaf: it imports nothing of the
+product.
 
 The alias bound is the one that matters most: a few hundred bytes of nested
 aliases compose into a graph that is small in memory but expands to
 gigabytes the moment anything walks it (a diff, a message, a JSON dump).
 Counting each alias as the size of what it names refuses that graph before
 anything walks it.
+
+Time is bounded as well as size. No one scalar costs more than its length
+to build (a YAML 1.1 base-60 integer cost the square of it), a constructor's
+own error is a refusal like any other, and the async callers run the step
+that parses (the plan, a kubeconfig's vetting, a stored manifest's
+decoding) in a worker thread: a MiB of ordinary YAML takes seconds in the
+pure-Python parser, and the event loop renews the leader Lease and answers
+``/healthz`` meanwhile.
 """
 
 from __future__ import annotations
@@ -19,6 +28,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import re
 import unicodedata
 import zlib
 from collections.abc import Iterator
@@ -43,6 +53,9 @@ class Limits:
     max_depth: int = 64
     # Nodes after expanding aliases: the size of what a walk will visit.
     max_nodes: int = 200_000
+    # Characters in one number scalar. An int64 or a float64 is written in
+    # under 30; Python refuses to convert an int of more than 4,300 digits.
+    max_number: int = 256
 
 
 DEFAULT = Limits()
@@ -125,15 +138,53 @@ def gunzip(data: bytes, max_bytes: int) -> bytes:
     return out
 
 
+_INT = "tag:yaml.org,2002:int"
+_FLOAT = "tag:yaml.org,2002:float"
+_TIMESTAMP = "tag:yaml.org,2002:timestamp"
+# The safe loader's implicit int and float, less YAML 1.1's base-60 forms
+# (``1:59:59`` is an int there). YAML 1.2 has none, nor has the reader the
+# API server parses YAML with (sigs.k8s.io/yaml), so to it ``1:59`` is a
+# string; and building one cost the square of its length.
+_IMPLICIT_INT = re.compile(
+    r"""^(?:[-+]?0b[0-1_]+
+    |[-+]?0[0-7_]+
+    |[-+]?(?:0|[1-9][0-9_]*)
+    |[-+]?0x[0-9a-fA-F_]+)$""",
+    re.X,
+)
+_IMPLICIT_FLOAT = re.compile(
+    r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+][0-9]+)?
+    |\.[0-9][0-9_]*(?:[eE][-+][0-9]+)?
+    |[-+]?\.(?:inf|Inf|INF)
+    |\.(?:nan|NaN|NAN))$""",
+    re.X,
+)
+# Python's errors while building a value from a well-formed node: a date
+# out of range, an int past the conversion limit, ``!!bool maybe``.
+_BUILD_ERRORS = (ValueError, TypeError, KeyError, AttributeError, OverflowError, IndexError)
+
+
 class BoundedLoader(yaml.SafeLoader):
     """A safe loader that counts every node it composes, aliases at full size.
 
     The pure-Python loader, because the bound must hold while composing: the
-    C loader gives no hook there. Untrusted text is small, so its speed does
-    not matter.
+    C loader gives no hook there. Untrusted text is small, but a MiB of it
+    still takes seconds: async callers parse in a worker thread.
+
+    An unquoted date stays the string it was written as, and so does a
+    base-60 number. That is what the API server makes of both (a date
+    reaches JSON as a string), where PyYAML's YAML 1.1 built a ``datetime``
+    (which no JSON dump or diff of the document can take, and whose
+    ``2001-13-01`` raised) or an int at a quadratic cost.
     """
 
     limits: Limits = DEFAULT
+
+    # Only this class's own resolvers change: the table is copied first.
+    yaml_implicit_resolvers = {  # noqa: RUF012 (PyYAML's own class table)
+        first: [(tag, regexp) for tag, regexp in resolvers if tag not in (_INT, _FLOAT, _TIMESTAMP)]
+        for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+    }
 
     def __init__(self, stream: str | bytes) -> None:
         super().__init__(stream)
@@ -174,6 +225,49 @@ class BoundedLoader(yaml.SafeLoader):
             self._weights[id(node)] = self._nodes - before
         return node
 
+    def construct_object(self, node: Node, deep: bool = False) -> Any:
+        # Every caller catches ``UntrustedInputError`` alone: an error of
+        # Python's own would fail each reconcile for as long as the text
+        # stands. Said with the node's place, never its text.
+        try:
+            return super().construct_object(node, deep)
+        except UntrustedInputError:
+            raise
+        except _BUILD_ERRORS as err:
+            kind = printable(str(node.tag).rpartition(":")[2], 40)
+            mark = node.start_mark
+            raise UntrustedInputError(
+                f"not YAML: the {kind} value at line {mark.line + 1}, column {mark.column + 1} "
+                f"cannot be read ({type(err).__name__})"
+            ) from err
+
+    def construct_number(self, node: ScalarNode) -> Any:
+        """An explicit or implicit ``!!int`` or ``!!float``, refused past ``max_number``."""
+        # A tag on a mapping or a sequence reaches here too; PyYAML refuses it.
+        if isinstance(node.value, str) and len(node.value) > self.limits.max_number:
+            mark = node.start_mark
+            raise UntrustedInputError(
+                f"the number at line {mark.line + 1}, column {mark.column + 1} is longer "
+                f"than {self.limits.max_number} characters"
+            )
+        if node.tag == _INT:
+            return self.construct_yaml_int(node)
+        return self.construct_yaml_float(node)
+
+    def construct_timestamp(self, node: ScalarNode) -> Any:
+        """An explicit ``!!timestamp``: checked to be one, then kept as its text, as JSON has it."""
+        self.construct_yaml_timestamp(node)
+        return self.construct_scalar(node)
+
+
+for _first in "-+0123456789":
+    BoundedLoader.add_implicit_resolver(_INT, _IMPLICIT_INT, [_first])
+for _first in "-+0123456789.":
+    BoundedLoader.add_implicit_resolver(_FLOAT, _IMPLICIT_FLOAT, [_first])
+BoundedLoader.add_constructor(_INT, BoundedLoader.construct_number)
+BoundedLoader.add_constructor(_FLOAT, BoundedLoader.construct_number)
+BoundedLoader.add_constructor(_TIMESTAMP, BoundedLoader.construct_timestamp)
+
 
 def _loader(limits: Limits, base: type[BoundedLoader]) -> type[BoundedLoader]:
     if limits == base.limits:
@@ -210,6 +304,13 @@ def load_yaml_all(
         raise UntrustedInputError(f"nested deeper than {limits.max_depth} levels") from err
     except yaml.YAMLError as err:
         raise UntrustedInputError(f"not YAML: {_yaml_problem(err)}") from err
+    except UntrustedInputError:
+        raise
+    except _BUILD_ERRORS as err:
+        # A mapping or sequence built after its children (the loader names
+        # a scalar's own failure with its place).
+        problem = f"a value cannot be read ({type(err).__name__})"
+        raise UntrustedInputError(f"not YAML: {problem}") from err
     finally:
         if loader is not None:
             loader.dispose()
@@ -225,12 +326,19 @@ def _yaml_problem(err: yaml.YAMLError) -> str:
     return printable(str(problem), 200) + where
 
 
+# Control, format, surrogate, private and unassigned characters, and the
+# line and paragraph separators (U+2028, U+2029): editors, browsers and
+# JavaScript's JSON readers break a line at those.
+_ESCAPED = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"})
+
+
 def printable(text: object, limit: int, *, newlines: bool = False) -> str:
     """``text`` made safe to show: control and format characters escaped, cut to ``limit``.
 
     Newlines and tabs become spaces; any other control or format character
-    (ESC, bidi overrides, NUL) becomes its ``\\uXXXX`` escape, so nothing a
-    target wrote can move a terminal's cursor or hide text from a reader.
+    (ESC, bidi overrides, NUL) or line separator becomes its ``\\uXXXX``
+    escape, so nothing a target wrote can move a terminal's cursor, start a
+    line of its own or hide text from a reader.
     ``limit`` counts characters, as the CRD's ``maxLength`` does, and a cut
     value ends with ``…``. With ``newlines`` a newline is kept (a traceback
     in a log line reads as one); a carriage return is still a space, since
@@ -243,7 +351,7 @@ def printable(text: object, limit: int, *, newlines: bool = False) -> str:
             piece = char
         elif char in "\n\t\r":
             piece = " "
-        elif unicodedata.category(char) in ("Cc", "Cf", "Cs", "Co", "Cn"):
+        elif unicodedata.category(char) in _ESCAPED:
             piece = f"\\u{ord(char):04x}"
         else:
             piece = char

@@ -398,6 +398,9 @@ def _issue17_docs() -> list[Doc]:
         if name.endswith(("-int", "-bool", "-map", "-list", "-string")):
             # Refused while decoding, naming the Go field: ObjectMeta.labels.
             says = "ObjectMeta." + next(iter(fields))
+        if name.startswith("owner-"):
+            # Whether refused decoding, strictly or by validation: named so.
+            says = "ownerReferences"
         docs.append(Doc(f"metadata-{name}", _meta(fields), field, server_says=says))
     # Hostile strings where metadata takes names: every one is refused.
     for i, value in enumerate(HOSTILE_STRINGS):

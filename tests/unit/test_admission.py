@@ -121,6 +121,13 @@ def test_a_good_ca_gives_no_warning() -> None:
 LONG_NAME = "a" * 63
 PREFIX_254 = ("a" * 63 + ".") * 3 + "b" * 62
 # (id, metadata fields over name+namespace, the field a refusal names or None)
+OWNER = {"apiVersion": "apps/v1", "kind": "Deployment", "name": "a", "uid": "u1"}
+
+
+def _without(fields: dict[str, Any], key: str) -> dict[str, Any]:
+    return {k: v for k, v in fields.items() if k != key}
+
+
 METADATA_CASES: list[tuple[str, dict[str, Any], str | None]] = [
     ("namespace-null", {"namespace": None}, None),
     ("labels-ok", {"labels": {"app": "x", "example.com/a": "", "a.b_c-D": "A.b_c-1"}}, None),
@@ -165,6 +172,35 @@ METADATA_CASES: list[tuple[str, dict[str, Any], str | None]] = [
     ("snake-case-field", {"creation_timestamp": "x"}, "metadata"),
     ("uid-int", {"uid": 5}, "metadata"),
     ("hub-fields", {"uid": "u", "resourceVersion": "1", "managedFields": [{}]}, None),
+    # ownerReferences, as ValidateOwnerReferences and the strict decoder read them.
+    ("owner-ok", {"ownerReferences": [OWNER | {"controller": True}]}, None),
+    ("owner-core", {"ownerReferences": [OWNER | {"apiVersion": "v1"}]}, None),
+    ("owner-nulls", {"ownerReferences": [OWNER | {"blockOwnerDeletion": None}]}, None),
+    ("owner-garbage", {"ownerReferences": [{"foo": 1}]}, "metadata"),
+    ("owner-unknown-field", {"ownerReferences": [OWNER | {"foo": 1}]}, "metadata"),
+    ("owner-scalar", {"ownerReferences": ["me"]}, "metadata"),
+    ("owner-no-uid", {"ownerReferences": [_without(OWNER, "uid")]}, "metadata"),
+    ("owner-no-name", {"ownerReferences": [OWNER | {"name": ""}]}, "metadata"),
+    ("owner-no-kind", {"ownerReferences": [_without(OWNER, "kind")]}, "metadata"),
+    ("owner-no-version", {"ownerReferences": [OWNER | {"apiVersion": "apps/"}]}, "metadata"),
+    ("owner-bad-version", {"ownerReferences": [OWNER | {"apiVersion": "a/b/c"}]}, "metadata"),
+    ("owner-name-number", {"ownerReferences": [OWNER | {"name": 1}]}, "metadata"),
+    ("owner-controller-text", {"ownerReferences": [OWNER | {"controller": "yes"}]}, "metadata"),
+    (
+        "owner-event",
+        {"ownerReferences": [OWNER | {"apiVersion": "v1", "kind": "Event"}]},
+        "metadata",
+    ),
+    (
+        "owner-two-controllers",
+        {
+            "ownerReferences": [
+                OWNER | {"controller": True},
+                OWNER | {"name": "b", "uid": "u2", "controller": True},
+            ]
+        },
+        "metadata",
+    ),
     ("namespace-64", {"namespace": LONG_NAME + "a"}, "metadata.namespace"),
     ("namespace-dot", {"namespace": "a.b"}, "metadata.namespace"),
 ]

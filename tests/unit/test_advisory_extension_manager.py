@@ -127,3 +127,28 @@ def test_exact_compares_json_values_not_python_equality() -> None:
     assert differences({"a": [1]}, {"a": [1, 1]}, exact=frozenset({"a"})) == [
         "a repeats items (expected [1], got [1, 1])"
     ]
+
+
+def _wiring_text(text: str) -> RequirementResult:
+    cm = ObservedConfigMap(
+        namespace="tenant-a", name="envoy-gateway-config", data={"envoy-gateway.yaml": text}
+    )
+    observed = Observed(cluster=ClusterFacts(config_maps=[cm]))
+    (found,) = [r for r in check_results(Stack.STANDARD, observed) if r.requirement == TITLE]
+    return found
+
+
+def test_a_tenant_date_that_is_no_date_is_a_warning_not_a_crash() -> None:
+    # Seen live: a Provided stack's ReconcileError for as long as it stood.
+    result = _wiring_text("a: 2001-13-01\n")
+    assert result.status is RequirementStatus.WARNING
+    assert "extensionManager" in result.message
+
+
+def test_a_tenant_value_no_constructor_builds_is_a_warning_naming_the_configmap() -> None:
+    result = _wiring_text("a: !!timestamp 'zz'\n")
+    assert result.status is RequirementStatus.WARNING
+    assert "ConfigMap tenant-a/envoy-gateway-config key envoy-gateway.yaml cannot be read" in (
+        result.message
+    )
+    assert "zz" not in result.message

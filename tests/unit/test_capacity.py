@@ -215,6 +215,9 @@ def test_qualified_attribute_names_are_read() -> None:
         ("memory", "1" * 100, H100, "", "580.159.4"),
         ("memory", "80Gi", H100, "80Gi", "580.159.4"),
         ("memory", "8.5e10", H100, "8.5e10", "580.159.4"),
+        # Digits of other scripts are \d to Python, never to the API server.
+        ("memory", "\u0668\u0660Gi", H100, "", "580.159.4"),
+        ("memory", "80e\u0661\u0660", H100, "", "580.159.4"),
         ("driver_version", {"x": 1}, H100, "81559Mi", ""),
         ("driver_version", "9" * 1000, H100, "81559Mi", "9" * (MAX_DRIVER_VERSION - 1) + "…"),
     ],

@@ -92,3 +92,15 @@ def test_broken_kubeconfigs_say_what_is_wrong(text: str, words: str) -> None:
     with pytest.raises(KubeconfigError) as err:
         parse_kubeconfig(text)
     assert words in str(err.value)
+
+
+def test_a_context_named_like_a_date_is_a_name() -> None:
+    # Seen live: ReconcileError "ValueError: month must be in 1..12".
+    text = kubeconfig().replace("target", "2001-13-01")
+    assert parse_kubeconfig(text).context_name == "2001-13-01"
+
+
+def test_a_kubeconfig_no_constructor_can_build_is_refused_as_such() -> None:
+    text = kubeconfig().replace("current-context: target", "current-context: !!int twelve")
+    with pytest.raises(KubeconfigError, match="not valid YAML"):
+        parse_kubeconfig(text)

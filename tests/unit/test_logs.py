@@ -53,3 +53,44 @@ def test_the_operator_logs_through_the_formatter() -> None:
     finally:
         root.handlers[:] = handlers
         root.setLevel(level)
+
+
+def test_a_newline_in_a_message_cannot_forge_a_record() -> None:
+    formatter = PrintableFormatter("%(levelname)s %(message)s")
+    line = formatter.format(_record("reconcile failed: x\nINFO modelplane Ready"))
+    assert line == "ERROR reconcile failed: x INFO modelplane Ready"
+
+
+def test_a_newline_in_an_exception_text_cannot_forge_a_record() -> None:
+    formatter = PrintableFormatter("%(levelname)s %(message)s")
+    error = _raised("the target said x\nINFO modelplane Ready\u2028INFO again")
+    error.add_note("a note\nINFO forged")
+    lines = formatter.format(_record("reconcile failed", error)).splitlines()
+    assert lines[1] == "Traceback (most recent call last):"
+    assert lines[2].startswith('  File "')
+    # The frames keep their lines; the target's text is on one line of its own.
+    assert lines[-1] == (
+        "RuntimeError: the target said x INFO modelplane Ready\\u2028INFO again a note INFO forged"
+    )
+    assert not any(line.startswith("INFO") for line in lines)
+
+
+def test_a_chained_traceback_keeps_its_headings() -> None:
+    try:
+        try:
+            raise ValueError("first\nINFO forged")
+        except ValueError as inner:
+            raise RuntimeError("second") from inner
+    except RuntimeError as err:
+        error = err
+    lines = PrintableFormatter("%(message)s").format(_record("failed", error)).splitlines()
+    assert "The above exception was the direct cause of the following exception:" in lines
+    assert lines.count("Traceback (most recent call last):") == 2
+    assert not any(line.startswith("INFO") for line in lines)
+
+
+def test_an_exception_text_another_formatter_cached_is_one_line() -> None:
+    record = _record("failed")
+    record.exc_text = "Traceback\nINFO forged"
+    line = PrintableFormatter("%(message)s").format(record)
+    assert line == "failed\nTraceback INFO forged"

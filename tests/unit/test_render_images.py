@@ -224,3 +224,27 @@ def test_on_a_terminal_the_listing_fits_the_width(columns: int) -> None:
     flat = re.sub(r"\s+", "", out)
     # Folded or not, each moved image is there whole.
     assert "tomirror.internal/quay/jetstack/cert-manager-controller:v1.20.2[1]" in flat
+
+
+def test_a_version_with_build_metadata_pulls_its_release_images(tmp_path: Path) -> None:
+    # The held-out render corpus: the CRD's pattern takes v1.8.4+build (a
+    # chart version may carry build metadata), and render crashed building
+    # the image docker.io/envoyproxy/gateway:v1.8.4+build, which no OCI tag
+    # can be.
+    doc = load_yaml(EXAMPLE)
+    doc["spec"]["versions"] = {"envoyGateway": "v1.8.4+build.7", "certManager": "v1.20.2+x"}
+    path = tmp_path / "stack.yaml"
+    path.write_text(json.dumps(doc))
+    p = _plan(path, RULES)
+    (gateway,) = [r for r in p.releases if r.component == "envoy-gateway"]
+    assert gateway.version == "v1.8.4+build.7"  # helm is asked for the chart as pinned
+    images = {use.image for use in p.images}
+    assert "docker.io/envoyproxy/gateway:v1.8.4" in images
+    assert "quay.io/jetstack/cert-manager-controller:v1.20.2" in images
+    assert "mirror.internal/quay/jetstack/cert-manager-controller:v1.20.2" in {
+        use.mirrored for use in p.images
+    }
+    assert not [image for image in images if "+" in image]
+    result = CliRunner().invoke(app, ["render", "-f", str(path)])
+    assert result.exit_code == 0, result.output
+    assert "docker.io/envoyproxy/gateway:v1.8.4" in result.output

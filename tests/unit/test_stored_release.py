@@ -5,11 +5,13 @@ from __future__ import annotations
 import base64
 import gzip
 import json
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
 from modelplane.kube.discovery import Served
+from modelplane.observe.release_objects import ReleaseManifests, unjudged_releases
 from modelplane.observe.releases import (
     MAX_RELEASE_BYTES,
     ReleaseReadError,
@@ -17,7 +19,10 @@ from modelplane.observe.releases import (
     release_secret,
 )
 from modelplane.observe.state import Listed
+from modelplane.plan.model import ComponentPlan
 from modelplane.plan.observed import ObservedRelease
+from modelplane.plan.planner import with_health
+from modelplane.plan.release_health import DriftMode, release_report
 from modelplane.wire import RELEASE_DIGEST_LABEL
 
 NAME, NS = "mp-cert-manager", "cert-manager"
@@ -103,3 +108,43 @@ def test_only_the_secret_of_the_known_revision_is_taken() -> None:
     right = _secret(gzip.compress(b"{}"))
     listed.release_secrets.append(right)
     assert release_secret(listed, RELEASE) is right
+
+
+def test_a_stored_manifest_over_its_bound_is_said_in_the_component_not_skipped() -> None:
+    # Over the 1 MiB a parse takes: before, the release's workloads were
+    # left out with a log line alone, and the component read as healthy.
+    big = STORED | {"manifest": "---\nkind: ConfigMap\ndata:\n  a: " + "x" * 1024 * 1024 + "\n"}
+    listed = Listed(
+        apis=Served().apis, release_secrets=[_secret(gzip.compress(json.dumps(big).encode()))]
+    )
+    manifests = ReleaseManifests().read(listed, {NAME: RELEASE})
+    (unjudged,) = unjudged_releases(manifests)
+    assert (unjudged.component, unjudged.release) == ("cert-manager", NAME)
+    assert unjudged.message.startswith(
+        f"release {NAME} revision 2: its stored manifest is refused, so its workloads are "
+        "not judged: "
+    )
+    assert "over the limit of 1048576" in unjudged.message
+    assert "xxxx" not in unjudged.message
+
+    component = ComponentPlan(
+        name="cert-manager",
+        mode="Managed",
+        kind="chart",
+        version="v1.20.2",
+        namespace=NS,
+        state="Ready",
+        message="installed",
+    )
+    report = release_report([], [], datetime.now(UTC), DriftMode.WARN, [unjudged])
+    shown = with_health(component, report)
+    assert shown.message == f"{unjudged.message}; installed"
+    other = component.model_copy(update={"name": "trust-manager"})
+    assert with_health(other, report) == other
+
+
+def test_a_readable_stored_manifest_is_not_unjudged() -> None:
+    listed = Listed(
+        apis=Served().apis, release_secrets=[_secret(gzip.compress(json.dumps(STORED).encode()))]
+    )
+    assert unjudged_releases(ReleaseManifests().read(listed, {NAME: RELEASE})) == []

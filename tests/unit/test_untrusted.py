@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from modelplane.untrusted import (
@@ -82,9 +84,79 @@ def test_more_than_one_document_where_one_is_expected_is_refused() -> None:
         load_yaml("a: 1\n---\nb: 2\n")
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        "a: 2001-13-01\n",  # a date that is no date: ValueError from datetime
+        "a: !!timestamp 'zz'\n",  # AttributeError from PyYAML's own constructor
+        "a: !!timestamp 2001-02-30\n",
+        "a: !!bool maybe\n",  # KeyError
+        "a: !!int twelve\n",  # ValueError quoting the text
+        "a: !!float x\n",
+        "a: " + "1" * 4301 + "\n",  # past Python's int conversion limit
+        "a: !!int '" + "1" * 4301 + "'\n",
+        "a: " + "1" * 5000 + ".5\n",
+    ],
+)
+def test_a_value_no_constructor_can_build_is_refused_never_raised(text: str) -> None:
+    try:
+        doc = load_yaml(text)
+    except UntrustedInputError as err:
+        assert "twelve" not in str(err) and "zz" not in str(err)
+    else:
+        # Only a date's text may load, and then as that text.
+        assert doc == {"a": "2001-13-01"}, doc
+
+
+def test_a_date_is_its_text_as_the_api_server_has_it() -> None:
+    doc = load_yaml("a: 2001-12-14\nb: 2001-12-14t21:59:43.10-05:00\nc: !!timestamp 2001-12-14\n")
+    assert doc == {"a": "2001-12-14", "b": "2001-12-14t21:59:43.10-05:00", "c": "2001-12-14"}
+
+
+def test_a_base_60_number_is_a_string_and_cheap() -> None:
+    assert load_yaml("a: 1:59\nb: -1:30.5\nc: 190\nd: 0x1f\ne: 1.5\n") == {
+        "a": "1:59",
+        "b": "-1:30.5",
+        "c": 190,
+        "d": 31,
+        "e": 1.5,
+    }
+    # 180 KB of it took 3.8 s as a YAML 1.1 int (the cost is the square of
+    # the length); as a string it is a scan.
+    text = "a: 1" + ":59" * 60_000 + "\n"
+    started = time.perf_counter()
+    doc = load_yaml(text)
+    assert time.perf_counter() - started < 1.0
+    assert isinstance(doc["a"], str)
+
+
+def test_an_explicit_base_60_int_is_bounded_by_the_number_limit() -> None:
+    assert load_yaml("a: !!int 1:59\n") == {"a": 119}
+    with pytest.raises(UntrustedInputError, match="longer than 256 characters"):
+        load_yaml("a: !!int " + "1" + ":59" * 60_000 + "\n")
+
+
+def test_the_number_limit_is_a_limit() -> None:
+    assert load_yaml("a: " + "9" * 20) == {"a": int("9" * 20)}
+    with pytest.raises(UntrustedInputError, match="line 2, column 4 is longer than 10"):
+        load_yaml("b: 1\na: " + "9" * 11, Limits(max_number=10))
+
+
+def test_a_constructor_error_in_a_stream_is_refused_at_its_document() -> None:
+    docs = load_yaml_all("a: 1\n---\nb: !!int x\n")
+    assert next(docs) == {"a": 1}
+    with pytest.raises(UntrustedInputError, match="int value at line 3, column 4"):
+        next(docs)
+
+
 def test_printable_escapes_control_and_format_characters() -> None:
     shown = printable("red\x1b[31m\u202eflip\x00\nnext", 100)
     assert shown == "red\\u001b[31m\\u202eflip\\u0000 next"
+
+
+def test_printable_escapes_the_unicode_line_and_paragraph_separators() -> None:
+    # Editors, browsers and JavaScript break a line at both: a forged line.
+    assert printable("ok\u2028ERROR forged\u2029x", 100) == "ok\\u2028ERROR forged\\u2029x"
 
 
 @pytest.mark.parametrize(("limit", "shown"), [(0, ""), (1, "…"), (5, "abcd…"), (8, "abcdefgh")])

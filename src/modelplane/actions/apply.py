@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Collection, Iterable
 from typing import Any
@@ -201,7 +202,8 @@ async def fetch_manifests(
         data = await fetch(url, deny=deny, limit=MAX_MANIFEST_BYTES, timeout=timeout)
     except FetchError as err:
         raise ManifestError(f"{shown} {err}") from None
-    return parse_manifests(bytes(data), shown)
+    # Up to MAX_MANIFEST_BYTES of YAML: seconds to parse, off the event loop.
+    return await asyncio.to_thread(parse_manifests, bytes(data), shown)
 
 
 def parse_manifests(data: bytes, shown: str) -> list[dict[str, Any]]:

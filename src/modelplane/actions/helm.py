@@ -399,7 +399,7 @@ def _chart_args(release: PlannedRelease, chart: str, repository: str | None) -> 
 
 async def kubeconfig_allowed(kubeconfig: str, deny: Iterable[IPNetwork]) -> None:
     """Raise ``AddressDenied`` if the kubeconfig's server is refused: the rule of every request."""
-    config = parse_kubeconfig(kubeconfig, allow_unsafe=True)
+    config = await asyncio.to_thread(parse_kubeconfig, kubeconfig, allow_unsafe=True)
     await check_server(config.cluster.server, deny)
 
 
@@ -437,7 +437,8 @@ class TargetHelm(Helm):
             try:
                 return await super().run(
                     *args,
-                    kubeconfig=through_proxy(kubeconfig, own.url),
+                    # The kubeconfig is parsed again: off the event loop.
+                    kubeconfig=await asyncio.to_thread(through_proxy, kubeconfig, own.url),
                     stdin=stdin,
                     proxy=own,
                     secrets=secrets,

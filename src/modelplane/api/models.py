@@ -713,6 +713,65 @@ _META_EXTRAS: dict[str, type] = {
 }
 
 
+# metav1.OwnerReference's fields and their JSON types, and the one kind
+# that may own nothing (BannedOwners, objectmeta.go: core v1 Event).
+_OWNER_FIELDS: dict[str, type] = {
+    "apiVersion": str,
+    "kind": str,
+    "name": str,
+    "uid": str,
+    "controller": bool,
+    "blockOwnerDeletion": bool,
+}
+_BANNED_OWNERS = frozenset({("", "v1", "Event")})
+
+
+def owner_references_problem(references: list[Any]) -> str | None:
+    """Why the API server refuses ``ownerReferences``, or None if it takes them.
+
+    ValidateOwnerReferences (objectmeta.go): a version, a kind, a name and
+    a uid in each, no banned owner, and at most one controller; the strict
+    decoder refuses any other field, and a value of another JSON type.
+    """
+    controller = None
+    for index, reference in enumerate(references):
+        where = f"ownerReferences[{index}]"
+        if not isinstance(reference, dict):
+            return f"{where} must be an object"
+        for key, value in reference.items():
+            expected = _OWNER_FIELDS.get(key)
+            if expected is None:
+                return f"{where}: unknown field {_shown(key)}"
+            if value is not None and not isinstance(value, expected):
+                return f"{where}.{key} must be a {'boolean' if expected is bool else 'string'}"
+        # schema.FromAPIVersionAndKind: "group/version", or "version" alone.
+        parts = str(reference.get("apiVersion") or "").split("/")
+        group, version = ("", parts[0]) if len(parts) == 1 else (parts[0], parts[1])
+        if len(parts) > 2:
+            group, version = "", ""
+        kind = str(reference.get("kind") or "")
+        required = (
+            ("apiVersion", "version", version),
+            ("kind", "kind", kind),
+            ("name", "name", reference.get("name")),
+            ("uid", "uid", reference.get("uid")),
+        )
+        for key, said, value in required:
+            if not value:
+                return f"{where}.{key}: {said} must not be empty"
+        if (group, version, kind) in _BANNED_OWNERS:
+            return f"{where}: a {kind} of {version} is disallowed from being an owner"
+        if reference.get("controller") is True:
+            this = f"{printable(kind, _FIELD_LIMIT)}/{printable(reference['name'], _FIELD_LIMIT)}"
+            if controller is not None:
+                return (
+                    f"only one reference can have controller set to true: found it in "
+                    f"{controller} and {this}"
+                )
+            controller = this
+    return None
+
+
 class ObjectMeta(_Model):
     """A ServingStack's metadata: what a manifest may hold, and what the hub adds."""
 
@@ -735,6 +794,9 @@ class ObjectMeta(_Model):
                 raise ValueError(f"unknown field {_shown(key)}")
             if not isinstance(value, expected) or isinstance(value, bool):
                 raise ValueError(f"{key} must be a {expected.__name__}")
+        problem = owner_references_problem((self.model_extra or {}).get("ownerReferences") or [])
+        if problem:
+            raise ValueError(problem)
         return self
 
     @field_validator("labels")

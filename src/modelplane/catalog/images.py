@@ -191,7 +191,19 @@ class ImageSite:
     note: str = ""  # why it runs only sometimes, or what else it needs
 
     def default(self, version: str) -> ImageRef:
-        return ImageRef.parse(self.image.format(version=version))
+        return ImageRef.parse(self.image.format(version=image_tag(version)))
+
+
+def image_tag(version: str) -> str:
+    """The tag of the images a chart at ``version`` runs: the version less its build metadata.
+
+    A chart version may carry SemVer build metadata (``v1.8.4+build``); an
+    OCI tag cannot hold a ``+``. Build metadata names a build of the same
+    release (semver.org, item 10: it plays no part in precedence), and a
+    chart rebuilt so keeps running that release's images, so its tag is
+    the version before the ``+``.
+    """
+    return version.partition("+")[0]
 
 
 @dataclass(frozen=True)

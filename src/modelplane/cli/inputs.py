@@ -63,12 +63,6 @@ class _Loader(BoundedLoader):
 
     limits = _LIMITS
 
-    # PyYAML reads this per class; a copy without the timestamp resolver.
-    yaml_implicit_resolvers = {  # noqa: RUF012
-        first: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:timestamp"]
-        for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
-    }
-
     def construct_mapping(self, node: MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: set[str] = set()
         for key_node, _ in node.value:

@@ -8,6 +8,7 @@ cloud identity's token source, and has ``kube.client`` open the connection
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import ssl
 from collections.abc import Iterable
@@ -209,10 +210,11 @@ async def connect(
         credentials = Credentials(credentials)
     identity = credentials.identity
     kubeconfig = credentials.kubeconfig
+    # A hub user's Secret holds up to 1 MiB: parsed off the event loop.
     if identity is not None:
-        kubeconfig = without_credentials(kubeconfig)
+        kubeconfig = await asyncio.to_thread(without_credentials, kubeconfig)
     try:
-        config = parse_kubeconfig(kubeconfig, allow_unsafe=allow_unsafe)
+        config = await asyncio.to_thread(parse_kubeconfig, kubeconfig, allow_unsafe=allow_unsafe)
     except KubeconfigError as err:
         raise CredentialsError(BlockedReason.KUBECONFIG_REFUSED, str(err)) from err
     if identity is not None and config.cluster.insecure:
@@ -246,7 +248,7 @@ async def connect(
             config,
             deny=deny,
             timeout=timeout,
-            kubeconfig=_normalise(kubeconfig),
+            kubeconfig=await asyncio.to_thread(_normalise, kubeconfig),
             identity=source,
         )
     except AddressDenied as err:

@@ -32,7 +32,7 @@ from modelplane.plan.health import (
     manifest_workloads,
 )
 from modelplane.plan.observed import ObservedRelease
-from modelplane.plan.release_health import NodeFacts, ReleaseWorkload, Taint
+from modelplane.plan.release_health import NodeFacts, ReleaseWorkload, Taint, UnjudgedRelease
 from modelplane.untrusted import UntrustedInputError, load_yaml_all, printable
 from modelplane.wire import FIELD_MANAGER, ApiRef
 
@@ -53,6 +53,8 @@ MAX_WORKLOADS = 64
 MAX_PODS = 256
 MAX_NODES = 5000
 MAX_LABELS = 64
+# Why a stored manifest was refused, in a component's message (4096 in all).
+MAX_REFUSED = 512
 _API: Mapping[Kind, ApiRef] = {
     kind: ApiRef(GROUPS[kind], "v1", resource)
     for kind, resource in (
@@ -83,6 +85,7 @@ class ReleaseManifest:
     component: str
     release: str
     entries: tuple[ManifestEntry, ...]
+    refused: str = ""  # why the stored manifest was refused (then no entries)
 
 
 def pod_selector(body: Mapping[str, Any]) -> str | None:
@@ -190,10 +193,25 @@ def _decode(
         deployed = deployed_release(secret, release)
         entries = manifest_entries(deployed.manifest, release.namespace)
     except (ReleaseReadError, UntrustedInputError) as err:
-        # Its workloads are not judged; said once per revision.
+        # Its workloads are not judged: logged once per revision, and said
+        # in the component's status for as long as the revision stands.
         log.warning("release %s revision %d: %s", release.name, release.revision, err)
-        return None
+        why = printable(
+            f"release {release.name} revision {release.revision}: its stored manifest is "
+            f"refused, so its workloads are not judged: {err}",
+            MAX_REFUSED,
+        )
+        return ReleaseManifest(component, release.name, (), refused=why)
     return ReleaseManifest(component, release.name, entries[:MAX_WORKLOADS])
+
+
+def unjudged_releases(manifests: list[ReleaseManifest]) -> list[UnjudgedRelease]:
+    """The releases whose stored manifest was refused, and why."""
+    return [
+        UnjudgedRelease(component=m.component, release=m.release, message=m.refused)
+        for m in manifests
+        if m.refused
+    ]
 
 
 def watches_for(manifests: list[ReleaseManifest]) -> tuple[ReleaseWatch, ...]:

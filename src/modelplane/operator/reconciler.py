@@ -50,6 +50,7 @@ from modelplane.observe.release_objects import (
     ReleaseManifests,
     node_facts,
     release_workloads,
+    unjudged_releases,
     watches_for,
 )
 from modelplane.observe.state import (
@@ -262,7 +263,10 @@ class StackReconciler:
                 )
                 facts_read = facts_read or direct
                 observed = observed.model_copy(update={"cluster": facts, "target": summary})
-                current = plan(stack, observed, self.options.sources())
+                # In a worker thread: the plan parses a tenant's ConfigMaps
+                # (a MiB of YAML takes seconds), and the loop renews the
+                # leader Lease and answers /healthz meanwhile.
+                current = await asyncio.to_thread(plan, stack, observed, self.options.sources())
                 if self.on_plan is not None:
                     self.on_plan(current)
                 if not await self._act(current, target):
@@ -315,7 +319,8 @@ class StackReconciler:
         first reconcile, an upgrade) has them read now, and followed from
         this reconcile's end (``session.watch``).
         """
-        manifests = self.release_manifests.read(listed, observed.releases)
+        # Stored manifests are up to 1 MiB of YAML each: parsed off the loop.
+        manifests = await asyncio.to_thread(self.release_manifests.read, listed, observed.releases)
         watches = watches_for(manifests)
         if watches != want.release_objects:
             want = dataclasses.replace(want, release_objects=watches)
@@ -323,6 +328,7 @@ class StackReconciler:
             await read_release_objects(target.client, want, listed)
         update = {
             "release_workloads": release_workloads(manifests, listed),
+            "unjudged_releases": unjudged_releases(manifests),
             "nodes": node_facts(listed.nodes),
             "observed_at": datetime.now(UTC),
         }
@@ -551,7 +557,7 @@ class StackReconciler:
                 return None  # another stack's target: this one installed nothing there
 
             observed = await observe(target.client, stack.spec)
-            current = plan(stack, observed, self.options.sources())
+            current = await asyncio.to_thread(plan, stack, observed, self.options.sources())
             if self.on_plan is not None:
                 self.on_plan(current)
             steps = teardown_steps(current, observed)

@@ -74,8 +74,11 @@ GPU_DEVICE_TYPE = "gpu"
 TIMES = "\u00d7"
 
 # A Kubernetes quantity (apimachinery resource.ParseQuantity): a signed
-# decimal number, then a binary or decimal SI suffix or an exponent.
-_QUANTITY = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]|[eE][+-]?\d+)?")
+# decimal number, then a binary or decimal SI suffix or an exponent. ASCII
+# digits only: Python's \d takes any script's, which the API server refuses.
+_QUANTITY = re.compile(
+    r"[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]|[eE][+-]?[0-9]+)?"
+)
 
 
 class _Model(BaseModel):

@@ -274,13 +274,17 @@ def _release_report(
         return ReleaseReport()
     in_sync = {r.name for r in releases if r.state is ReleaseState.IN_SYNC}
     workloads = [w for w in observed.release_workloads if w.release in in_sync]
-    return release_report(workloads, observed.nodes, observed.observed_at, sources.release_drift)
+    unjudged = [u for u in observed.unjudged_releases if u.release in in_sync]
+    return release_report(
+        workloads, observed.nodes, observed.observed_at, sources.release_drift, unjudged
+    )
 
 
 def with_health(c: ComponentPlan, report: ReleaseReport) -> ComponentPlan:
     """A component with no work left is as healthy as its workloads, and names its drift."""
     health = next((h for h in report.health if h.component == c.name), None)
     drift = [d.message for d in report.drift if d.component == c.name]
+    drift += [u.message for u in report.unjudged if u.component == c.name]
     if c.state != "Ready" or (drift == [] and (health is None or health.state == "Healthy")):
         return c
     state = str(health.state) if health is not None and health.state != "Healthy" else c.state

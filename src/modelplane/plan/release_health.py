@@ -118,9 +118,18 @@ class ReleaseDrift(Frozen):
         return f"{self.shown} of release {self.release} {what}; {verb}"
 
 
+class UnjudgedRelease(Frozen):
+    """A release whose stored manifest was refused: its workloads are not judged, and why."""
+
+    component: str
+    release: str
+    message: str  # why, made printable and cut where it was made
+
+
 class ReleaseReport(Frozen):
     health: list[ComponentHealth] = Field(default_factory=list)
     drift: list[ReleaseDrift] = Field(default_factory=list)
+    unjudged: list[UnjudgedRelease] = Field(default_factory=list)
 
     def unhealthy(self) -> list[ComponentHealth]:
         return [h for h in self.health if h.state is not State.HEALTHY]
@@ -203,8 +212,12 @@ def release_report(
     nodes: Sequence[NodeFacts] | None,
     now: datetime,
     mode: DriftMode,
+    unjudged: Sequence[UnjudgedRelease] = (),
 ) -> ReleaseReport:
-    """Each component's health from its releases' workloads, and every drift found."""
+    """Each component's health from its releases' workloads, every drift found, and what is not.
+
+    ``unjudged`` are the releases whose stored manifest was refused.
+    """
     judged: dict[str, list[Any]] = {}
     drift: list[ReleaseDrift] = []
     for w in workloads:
@@ -229,4 +242,8 @@ def release_report(
         found = drift_of(w, mode)
         if found is not None:
             drift.append(found)
-    return ReleaseReport(health=[component_health(c, hs) for c, hs in judged.items()], drift=drift)
+    return ReleaseReport(
+        health=[component_health(c, hs) for c, hs in judged.items()],
+        drift=drift,
+        unjudged=list(unjudged),
+    )
