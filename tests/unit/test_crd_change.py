@@ -6,7 +6,14 @@ from typing import Any
 
 import pytest
 
-from modelplane.plan.crds import CrdAction, crd_change
+from modelplane.plan.crds import (
+    CHART_CRDS_LABEL,
+    ChartCrdsRefused,
+    CrdAction,
+    chart_crds,
+    crd_change,
+    no_longer_shipped,
+)
 from modelplane.wire import DIGEST_ANNOTATION, stamp
 
 NAME = "widgets.example.com"
@@ -105,3 +112,36 @@ def test_a_refusal_names_the_crd_the_version_and_what_to_do() -> None:
 def test_an_edit_of_the_desired_crd_changes_its_digest() -> None:
     edited = stamp(_crd("v1", "v2"))
     assert crd_change(edited, _crd("v1", stored=("v1",), digest=OURS)).action is CrdAction.UPDATE
+
+
+def test_a_charts_crds_are_stamped_and_marked_as_the_releases() -> None:
+    (out,) = chart_crds([None, _crd("v1")], "mp-lws")
+    assert out["metadata"]["labels"][CHART_CRDS_LABEL] == "mp-lws"
+    assert DIGEST_ANNOTATION in out["metadata"]["annotations"]
+    # Stamped as crd_change expects: applied once, the same chart costs no write.
+    assert crd_change(out, out).action is CrdAction.UNCHANGED
+
+
+@pytest.mark.parametrize(
+    "doc",
+    [
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}},
+        {
+            "apiVersion": "apiextensions.k8s.io/v1beta1",
+            "kind": "CustomResourceDefinition",
+            "metadata": {"name": NAME},
+        },
+        {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition"},
+        "a string",
+    ],
+    ids=["another kind", "an old API", "no name", "not an object"],
+)
+def test_anything_but_a_crd_in_crds_refuses_the_whole_set(doc: Any) -> None:
+    with pytest.raises(ChartCrdsRefused, match="nothing of it is applied"):
+        chart_crds([_crd("v1"), doc], "mp-lws")
+
+
+def test_a_crd_no_longer_shipped_is_named_to_be_kept() -> None:
+    applied = chart_crds([_crd("v1")], "mp-lws")
+    assert no_longer_shipped(applied, [NAME, "gone.example.com"]) == ["gone.example.com"]
+    assert no_longer_shipped(applied, [NAME]) == []

@@ -274,6 +274,14 @@ class Helm:
         values = yaml.safe_dump(release.values).encode()
         return await self.run(*args, kubeconfig=kubeconfig, stdin=values)
 
+    async def show_crds(self, release: PlannedRelease, kubeconfig: str) -> str:
+        """The CRDs of the chart's crds/ directories (its own and its subcharts'), as YAML.
+
+        Those Helm installs once and never upgrades; nothing is sent to the
+        cluster.
+        """
+        return await self.run("show", "crds", *_chart_ref(release), kubeconfig=kubeconfig)
+
     async def uninstall(self, name: str, namespace: str, kubeconfig: str) -> None:
         try:
             await self.run(
@@ -298,22 +306,18 @@ class Helm:
         self.groups.kill_all()
 
 
+def _chart_ref(release: PlannedRelease) -> list[str]:
+    """The chart at its version, as every helm command that fetches it takes them."""
+    if release.repository.startswith("oci://"):
+        ref = [f"{release.repository.rstrip('/')}/{release.chart}"]
+    else:
+        ref = [release.chart, "--repo", release.repository]
+    return [*ref, "--version", release.version]
+
+
 def _chart_args(release: PlannedRelease) -> list[str]:
     """Release name, chart source, namespace, version and values from stdin, as helm takes them."""
-    args = [release.name]
-    if release.repository.startswith("oci://"):
-        args.append(f"{release.repository.rstrip('/')}/{release.chart}")
-    else:
-        args += [release.chart, "--repo", release.repository]
-    return [
-        *args,
-        "--namespace",
-        release.namespace,
-        "--version",
-        release.version,
-        "--values",
-        "-",
-    ]
+    return [release.name, *_chart_ref(release), "--namespace", release.namespace, "--values", "-"]
 
 
 async def kubeconfig_allowed(kubeconfig: str, deny: Iterable[IPNetwork]) -> None:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from modelplane.wire import DIGEST_ANNOTATION
+from modelplane.wire import DIGEST_ANNOTATION, stamp
 
 
 class CrdAction(StrEnum):
@@ -84,3 +84,47 @@ def crd_change(desired: Mapping[str, Any], live: Mapping[str, Any] | None) -> Cr
     if still_stored:
         return CrdChange(name, CrdAction.REFUSE, removed, still_stored)
     return CrdChange(name, CrdAction.UPDATE, removed)
+
+
+# Marks a CRD the product applied from a chart's crds/, with the release's
+# name: a later version that no longer ships it is then found, and named.
+CHART_CRDS_LABEL = "modelplane.ai/chart-crds"
+
+
+class ChartCrdsRefused(ValueError):
+    """A chart's crds/ holds something other than CRDs: nothing of it is applied."""
+
+
+def chart_crds(docs: list[Any], release: str) -> list[dict[str, Any]]:
+    """A chart's crds/ as the product applies them: stamped, and marked as the release's.
+
+    A document that is not a CustomResourceDefinition refuses the whole set:
+    crds/ is applied before Helm and outside the release, so nothing else may
+    ride along with it.
+    """
+    out: list[dict[str, Any]] = []
+    for doc in docs:
+        if doc is None:
+            continue
+        if (
+            not isinstance(doc, dict)
+            or doc.get("apiVersion") != "apiextensions.k8s.io/v1"
+            or doc.get("kind") != "CustomResourceDefinition"
+            or not isinstance(doc.get("metadata"), dict)
+            or not isinstance(doc["metadata"].get("name"), str)
+        ):
+            raise ChartCrdsRefused(
+                f"the chart of release {release} holds something other than an "
+                "apiextensions.k8s.io/v1 CustomResourceDefinition in crds/; nothing of it "
+                "is applied"
+            )
+        meta = dict(doc["metadata"])
+        meta["labels"] = {**(meta.get("labels") or {}), CHART_CRDS_LABEL: release}
+        out.append(stamp({**doc, "metadata": meta}))
+    return out
+
+
+def no_longer_shipped(applied: list[dict[str, Any]], labelled: list[str]) -> list[str]:
+    """CRDs marked as the release's that its chart no longer ships: kept, and named."""
+    shipped = {c["metadata"]["name"] for c in applied}
+    return sorted(n for n in labelled if n not in shipped)
