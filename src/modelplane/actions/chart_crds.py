@@ -56,7 +56,18 @@ class ChartCrdsApplied:
         return [c for c in self.changes if c.writes]
 
 
-async def _live(client: AsyncClient, name: str) -> dict[str, Any] | None:
+async def desired_chart_crds(
+    helm: Helm, release: PlannedRelease, kubeconfig: str
+) -> list[dict[str, Any]]:
+    """The CRDs of the release's chart version's crds/, as the apply sends them."""
+    text = await helm.show_crds(release, kubeconfig)
+    # Megabytes of YAML: parsed off the event loop, which renews the Lease.
+    docs = await asyncio.to_thread(lambda: list(load_yaml_all(text, _CRD_LIMITS)))
+    return chart_crds(docs, release.name)
+
+
+async def live_crd(client: AsyncClient, name: str) -> dict[str, Any] | None:
+    """The CRD ``name`` as the cluster holds it, or None."""
     try:
         body: dict[str, Any] = (await client.get(CustomResourceDefinition, name)).to_dict()
     except ApiError as err:
@@ -74,11 +85,8 @@ async def apply_chart_crds(
     Every change is decided before the first is sent: one refused CRD stops
     the release with nothing of its set applied.
     """
-    text = await helm.show_crds(release, kubeconfig)
-    # Megabytes of YAML: parsed off the event loop, which renews the Lease.
-    docs = await asyncio.to_thread(lambda: list(load_yaml_all(text, _CRD_LIMITS)))
-    desired = chart_crds(docs, release.name)
-    lives = await asyncio.gather(*(_live(client, c["metadata"]["name"]) for c in desired))
+    desired = await desired_chart_crds(helm, release, kubeconfig)
+    lives = await asyncio.gather(*(live_crd(client, c["metadata"]["name"]) for c in desired))
     changes = [crd_change(c, live) for c, live in zip(desired, lives, strict=True)]
     refused = [c for c in changes if c.action is CrdAction.REFUSE]
     if refused:
