@@ -25,7 +25,7 @@ from tests.serving import serve_directory
 from tests.testenv import find_binaries, helm_environ
 
 from modelplane.catalog import components as catalog
-from modelplane.catalog.types import Component, CRDServes, ObjectExists
+from modelplane.catalog.types import Component, CrdPlacement, CRDServes, ObjectExists
 
 # CRDs each fixture chart brings: (group, version, plural, kind, namespaced).
 Crd = tuple[str, str, str, str, bool]
@@ -82,9 +82,37 @@ _CHART_OBJECTS: dict[str, list[dict[str, Any]]] = {
 }
 # Versions besides the pins, for upgrade tests.
 EXTRA_VERSIONS = {"kube-prometheus-stack": ["84.5.0"]}
+# Where each real chart keeps its CRDs (the catalog's, from upstream-facts.md).
+CRD_PLACEMENT: dict[str, CrdPlacement] = {
+    c.chart.chart: c.chart.crds for c in catalog.COMPONENTS if c.chart is not None
+}
+# The field every fixture CRD declares under its top-level ``fixture`` object:
+# the version before the pin declares only the first, so an object's
+# ``fixture.after`` is pruned for as long as the cluster keeps that CRD.
+FIXTURE_FIELDS = ("before", "after")
 
 
-def crd(group: str, version: str, plural: str, kind: str, namespaced: bool) -> dict[str, Any]:
+def previous_version(pin: str) -> str:
+    """A fixture version before ``pin``: a patch down, else a minor, else a major."""
+    prefix = "v" if pin.startswith("v") else ""
+    major, minor, patch = (int(p) for p in pin.removeprefix("v").split("-")[0].split(".")[:3])
+    if patch:
+        return f"{prefix}{major}.{minor}.{patch - 1}"
+    if minor:
+        return f"{prefix}{major}.{minor - 1}.0"
+    return f"{prefix}{major - 1}.0.0"
+
+
+def crd(
+    group: str,
+    version: str,
+    plural: str,
+    kind: str,
+    namespaced: bool,
+    *,
+    fields: tuple[str, ...] = FIXTURE_FIELDS,
+) -> dict[str, Any]:
+    """A fixture CRD: anything goes, but under ``fixture``, only ``fields``."""
     metadata: dict[str, Any] = {"name": f"{plural}.{group}"}
     if group.endswith(".k8s.io"):
         # The API server protects *.k8s.io groups; upstream CRDs carry this.
@@ -112,6 +140,12 @@ def crd(group: str, version: str, plural: str, kind: str, namespaced: bool) -> d
                         "openAPIV3Schema": {
                             "type": "object",
                             "x-kubernetes-preserve-unknown-fields": True,
+                            "properties": {
+                                "fixture": {
+                                    "type": "object",
+                                    "properties": {f: {"type": "string"} for f in fields},
+                                }
+                            },
                         }
                     },
                 }
@@ -1046,11 +1080,23 @@ STAND_INS: dict[str, StandIn] = {
 }
 
 
-def write_chart(root: Path, name: str, version: str, standin: StandIn | None = None) -> Path:
+def write_chart(
+    root: Path,
+    name: str,
+    version: str,
+    standin: StandIn | None = None,
+    *,
+    upstream_crds: bool = False,
+    previous: bool = False,
+) -> Path:
     """The fixture chart ``name`` at ``version``; with ``standin``, its images and workloads.
 
     Without one its values.yaml is empty, so the values ConfigMap holds
-    exactly the values the operator passed.
+    exactly the values the operator passed. With ``upstream_crds`` its CRDs
+    are where the real chart keeps them (``CRD_PLACEMENT``: crds/, a crds
+    subchart's crds/, or templates/), else among the templates, which Helm
+    upgrades and uninstalls with the release. A ``previous`` chart's CRDs
+    declare one field fewer (``FIXTURE_FIELDS``).
     """
     chart = root / f"{name}-{version}"
     (chart / "templates").mkdir(parents=True)
@@ -1068,7 +1114,22 @@ def write_chart(root: Path, name: str, version: str, standin: StandIn | None = N
     (chart / "templates" / "values.yaml").write_text(_VALUES_CONFIGMAP)
     # A chart the catalog does not know has no entry: an error, not a chart
     # that quietly serves nothing and leaves its stack short of Ready.
-    docs = [crd(*c) for c in CHART_CRDS[name]] + _CHART_OBJECTS[name]
+    fields = FIXTURE_FIELDS[:1] if previous else FIXTURE_FIELDS
+    crds = [crd(*c, fields=fields) for c in CHART_CRDS[name]]
+    placement = CRD_PLACEMENT[name] if upstream_crds else CrdPlacement.TEMPLATES
+    if crds and placement is CrdPlacement.CRDS_DIR:
+        (chart / "crds").mkdir()
+        (chart / "crds" / "apis.yaml").write_text(yaml.safe_dump_all(crds))
+        crds = []
+    elif crds and placement is CrdPlacement.SUBCHART:
+        sub = chart / "charts" / "crds"
+        (sub / "crds").mkdir(parents=True)
+        (sub / "Chart.yaml").write_text(
+            yaml.safe_dump({"apiVersion": "v2", "name": "crds", "version": version})
+        )
+        (sub / "crds" / "apis.yaml").write_text(yaml.safe_dump_all(crds))
+        crds = []
+    docs = crds + _CHART_OBJECTS[name]
     if docs:
         (chart / "templates" / "apis.yaml").write_text(yaml.safe_dump_all(docs))
     if standin is not None:
@@ -1132,7 +1193,9 @@ class Helm:
         return proc
 
 
-def serve_substrate(helm: Any, workdir: Path, *, workloads: bool = False) -> Iterator[Substrate]:
+def serve_substrate(
+    helm: Any, workdir: Path, *, workloads: bool = False, upstream_crds: bool = False
+) -> Iterator[Substrate]:
     """Package every catalog chart and the manifests, and serve them on loopback.
 
     With ``workloads``, each chart is its stand-in (``STAND_INS``): it runs
@@ -1146,12 +1209,17 @@ def serve_substrate(helm: Any, workdir: Path, *, workloads: bool = False) -> Ite
     served.mkdir(parents=True)
     for component in catalog.COMPONENTS:
         if component.chart is not None:
-            for version in [component.version, *EXTRA_VERSIONS.get(component.name, [])]:
+            versions = [component.version, *EXTRA_VERSIONS.get(component.name, [])]
+            if upstream_crds:
+                versions.append(previous_version(component.version))
+            for version in versions:
                 chart = write_chart(
                     sources,
                     component.chart.chart,
                     version,
                     stand_in_for(component) if workloads else None,
+                    upstream_crds=upstream_crds,
+                    previous=version == previous_version(component.version),
                 )
                 helm.run("package", str(chart), "--destination", str(served / "charts"))
     with serve_directory(served) as url:

@@ -106,12 +106,38 @@ def test_helm_lint_passes_in_both_namespace_modes(helm_binary: tuple[Path, dict[
         assert "1 chart(s) linted, 0 chart(s) failed" in proc.stdout
 
 
-def test_named_namespaces_get_a_role_each_and_nothing_cluster_wide(
+# The one cluster-wide grant a namespaced install holds, while crds.manage is
+# on: reading and patching the ServingStack CRD, and no other.
+CRD_RULES = {
+    (
+        ("apiextensions.k8s.io",),
+        ("customresourcedefinitions",),
+        ("servingstacks.infrastructure.modelplane.ai",),
+        ("get", "patch"),
+    )
+}
+
+
+def crd_grant(docs: list[dict[str, Any]]) -> list[Any]:
+    """The ClusterRole of the CRD's upkeep, with its rules, and the binding's roleRef."""
+    roles = [
+        r for r in of_kind(docs, "ClusterRole") if r["metadata"]["name"] == "mp-modelplane-crd"
+    ]
+    bindings = [
+        b
+        for b in of_kind(docs, "ClusterRoleBinding")
+        if b["metadata"]["name"] == "mp-modelplane-crd"
+    ]
+    return [rules(r) for r in roles] + [b["roleRef"]["name"] for b in bindings]
+
+
+def test_named_namespaces_get_a_role_each_and_nothing_cluster_wide_but_the_crd(
     helm_binary: tuple[Path, dict[str, str]],
 ) -> None:
     docs = render(helm_binary, "watchNamespaces={platform,west}", "replicaCount=1")
-    assert of_kind(docs, "ClusterRole") == []
-    assert of_kind(docs, "ClusterRoleBinding") == []
+    assert [r["metadata"]["name"] for r in of_kind(docs, "ClusterRole")] == ["mp-modelplane-crd"]
+    assert crd_grant(docs) == [CRD_RULES, "mp-modelplane-crd"]
+    assert "--no-manage-crd" not in container(docs)["args"]
     # Beside the leader election Role in the release namespace (below).
     roles = {r["metadata"]["namespace"]: r for r in of_kind(docs, "Role") if r in stack_roles(docs)}
     assert set(roles) == {"platform", "west"}
@@ -139,9 +165,14 @@ def test_all_namespaces_get_one_cluster_role(helm_binary: tuple[Path, dict[str, 
     assert [(r["metadata"]["namespace"], r["metadata"]["name"]) for r in of_kind(docs, "Role")] == [
         ("modelplane", "mp-modelplane-leader-election")
     ]
-    (cluster_role,) = of_kind(docs, "ClusterRole")
+    (cluster_role,) = [
+        r for r in of_kind(docs, "ClusterRole") if r["metadata"]["name"] == "mp-modelplane"
+    ]
     assert rules(cluster_role) == STACK_RULES
-    (binding,) = of_kind(docs, "ClusterRoleBinding")
+    assert crd_grant(docs) == [CRD_RULES, "mp-modelplane-crd"]
+    (binding,) = [
+        b for b in of_kind(docs, "ClusterRoleBinding") if b["metadata"]["name"] == "mp-modelplane"
+    ]
     assert binding["roleRef"] == {
         "apiGroup": "rbac.authorization.k8s.io",
         "kind": "ClusterRole",
@@ -149,6 +180,18 @@ def test_all_namespaces_get_one_cluster_role(helm_binary: tuple[Path, dict[str, 
     }
     args = of_kind(docs, "Deployment")[0]["spec"]["template"]["spec"]["containers"][0]["args"]
     assert "--all-namespaces" in args
+
+
+@pytest.mark.parametrize("watch", [[], ["watchNamespaces={platform}"]])
+def test_crds_manage_off_leaves_the_crd_alone_and_grants_nothing_for_it(
+    helm_binary: tuple[Path, dict[str, str]], watch: list[str]
+) -> None:
+    docs = render(helm_binary, "replicaCount=1", "crds.manage=false", *watch)
+    assert crd_grant(docs) == []
+    assert "--no-manage-crd" in container(docs)["args"]
+    if watch:
+        assert of_kind(docs, "ClusterRole") == []
+        assert of_kind(docs, "ClusterRoleBinding") == []
 
 
 def container(docs: list[dict[str, Any]]) -> dict[str, Any]:

@@ -306,7 +306,9 @@ class Helm:
             )
 
     @asynccontextmanager
-    async def _chart(self, release: PlannedRelease, kubeconfig: str) -> AsyncIterator[list[str]]:
+    async def _chart(
+        self, release: PlannedRelease, kubeconfig: str, *, show: bool = False
+    ) -> AsyncIterator[list[str]]:
         """helm's arguments for the release's chart, with no credentials among them.
 
         A repository URL with a user and password is given as a repository
@@ -315,14 +317,14 @@ class Helm:
         """
         login = repository_login(release.repository)
         if login is None:
-            yield _chart_args(release, release.chart, release.repository)
+            yield _chart_args(release, release.chart, release.repository, show=show)
             return
         with _private_directory() as directory:
             if login.oci:
                 config = directory / "registry.json"
                 _write_private(config, registry_file(login))
                 yield [
-                    *_chart_args(release, release.chart, login.url),
+                    *_chart_args(release, release.chart, login.url, show=show),
                     "--registry-config",
                     str(config),
                 ]
@@ -342,12 +344,27 @@ class Helm:
                 said_on_stdout=True,
             )
             try:
-                yield [*_chart_args(release, f"{ALIAS}/{release.chart}", None), *files]
+                yield [*_chart_args(release, f"{ALIAS}/{release.chart}", None, show=show), *files]
             except HelmError as err:
                 if ALIAS not in str(err):
                     raise
                 # helm names the repository by its alias alone: say which it is.
                 raise HelmError(f"{err} ({ALIAS}: {login.url})") from err
+
+    async def show_crds(self, release: PlannedRelease, kubeconfig: str) -> str:
+        """The CRDs of the chart's crds/ directories (its own and its subcharts'), as YAML.
+
+        Those Helm installs once and never upgrades; nothing is sent to the
+        cluster.
+        """
+        async with self._chart(release, kubeconfig, show=True) as chart:
+            return await self.run(
+                "show",
+                "crds",
+                *chart,
+                kubeconfig=kubeconfig,
+                secrets=url_secrets(release.repository),
+            )
 
     async def uninstall(self, name: str, namespace: str, kubeconfig: str) -> None:
         try:
@@ -373,28 +390,28 @@ class Helm:
         self.groups.kill_all()
 
 
-def _chart_args(release: PlannedRelease, chart: str, repository: str | None) -> list[str]:
+def _chart_source(chart: str, repository: str | None) -> list[str]:
+    """The chart as helm fetches it: under an ``oci://`` prefix, with ``--repo``, or by alias."""
+    if repository is None:
+        return [chart]
+    if repository.startswith("oci://"):
+        return [f"{repository.rstrip('/')}/{chart}"]
+    return [chart, "--repo", repository]
+
+
+def _chart_args(
+    release: PlannedRelease, chart: str, repository: str | None, *, show: bool = False
+) -> list[str]:
     """Release name, chart source, namespace, version and values from stdin, as helm takes them.
 
     ``chart`` is found in ``repository`` (``--repo``, or under an ``oci://``
-    prefix); without one, ``chart`` names it alone (``<alias>/<chart>``).
+    prefix); without one, ``chart`` names it alone (``<alias>/<chart>``). For
+    ``helm show`` (``show``): the chart and its version alone.
     """
-    args = [release.name]
-    if repository is None:
-        args.append(chart)
-    elif repository.startswith("oci://"):
-        args.append(f"{repository.rstrip('/')}/{chart}")
-    else:
-        args += [chart, "--repo", repository]
-    return [
-        *args,
-        "--namespace",
-        release.namespace,
-        "--version",
-        release.version,
-        "--values",
-        "-",
-    ]
+    source = [*_chart_source(chart, repository), "--version", release.version]
+    if show:
+        return source
+    return [release.name, *source, "--namespace", release.namespace, "--values", "-"]
 
 
 async def kubeconfig_allowed(kubeconfig: str, deny: Iterable[IPNetwork]) -> None:

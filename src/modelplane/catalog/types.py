@@ -173,12 +173,32 @@ class VersionRange:
         return " and ".join(parts) or "any version"
 
 
+class CrdPlacement(StrEnum):
+    """Where a chart ships its CRDs, which decides whether ``helm upgrade`` upgrades them.
+
+    Helm installs a chart's ``crds/`` directory (and its subcharts') once and
+    never upgrades it; CRDs among the templates are upgraded as any object.
+    """
+
+    NONE = "none"
+    CRDS_DIR = "crds/"
+    # A subchart (named crds) whose own crds/ holds them: Helm treats them alike.
+    SUBCHART = "a crds subchart's crds/"
+    TEMPLATES = "templates/"
+
+    @property
+    def helm_upgrades(self) -> bool:
+        return self in (CrdPlacement.NONE, CrdPlacement.TEMPLATES)
+
+
 @dataclass(frozen=True)
 class ChartSource:
     """Where a chart comes from: a classic HTTP repository or an OCI registry."""
 
     chart: str
     repository: str  # https://... (index.yaml) or oci://registry/path (without the chart)
+    # Where the chart keeps its CRDs (upstream-facts.md, per component).
+    crds: CrdPlacement = CrdPlacement.NONE
 
 
 @dataclass(frozen=True)

@@ -37,6 +37,7 @@ from modelplane.actions.apply import (
     normalized,
     vet_manifests,
 )
+from modelplane.actions.chart_crds import desired_chart_crds, live_crd
 from modelplane.actions.helm import Helm, HelmError, TargetHelm
 from modelplane.api.models import ServingStack
 from modelplane.api.status_limits import TERMINAL
@@ -206,6 +207,22 @@ async def _release_reads(
     return deployed, rendered, problems
 
 
+async def _chart_crd_reads(
+    client: AsyncClient, release: PlannedRelease, helm: Helm, kubeconfig: str
+) -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]]]:
+    """The CRDs of the chart's crds/ the apply would send, and those of them that exist."""
+    chart = BY_NAME[release.component].chart
+    if chart is None or chart.crds.helm_upgrades:
+        return [], {}
+    desired = await desired_chart_crds(helm, release, kubeconfig)
+    live: dict[str, dict[str, Any]] = {}
+    for body in desired:
+        found = await live_crd(client, body["metadata"]["name"])
+        if found is not None:
+            live[body["metadata"]["name"]] = found
+    return desired, live
+
+
 async def gather_reads(
     client: AsyncClient,
     p: Plan,
@@ -236,6 +253,22 @@ async def gather_reads(
             rendered[r.name] = text
         if problems:
             release_problems[r.name] = "; ".join(problems)
+    chart_crd_sets: dict[str, list[dict[str, Any]]] = {}
+    live_crds: dict[str, dict[str, Any]] = {}
+    for r in acting:
+        if r.action is ReleaseAction.ROLLBACK:
+            continue
+        try:
+            desired, existing = await _chart_crd_reads(client, r, helm, kubeconfig)
+        except (HelmError, AddressDenied, ApiError, ValueError) as err:
+            problem = f"the chart's CRDs: {describe_error(err)}"
+            release_problems[r.name] = "; ".join(
+                p for p in (release_problems.get(r.name), problem) if p
+            )
+            continue
+        if desired:
+            chart_crd_sets[r.name] = desired
+            live_crds.update(existing)
 
     everything = _live(listed)
     live: dict[str, dict[str, Any]] = {}
@@ -284,6 +317,8 @@ async def gather_reads(
         object_problems=object_problems,
         manifest_objects=manifest_objects,
         manifest_problems=manifest_problems,
+        chart_crds=chart_crd_sets,
+        live_crds=live_crds,
     )
 
 
@@ -367,6 +402,10 @@ def print_text(d: Diff, console: Console) -> None:
             console.print(Text(_line(f"  after {', '.join(r.waiting_for)}")))
         if r.problem:
             console.print(Text(_line(f"  error: {r.problem}"), style="red"))
+        if r.crds:
+            console.print(Text(_line(f"  CRDs of crds/ first: {', '.join(r.crds)}")))
+        for what in r.destructive:
+            console.print(Text(_line(f"  destructive: {what}"), style="bold red"))
         _print_diff(console, r.values_diff)
         _print_diff(console, r.manifest_diff)
     for m in d.manifests:
@@ -400,6 +439,10 @@ def print_text(d: Diff, console: Console) -> None:
         ]
         shown = ", ".join(f"{n} {what}{'s' if n != 1 else ''}" for n, what in counts if n)
         console.print(Text(f"Would change: {shown}.", style="bold"))
+        if d.destructive:
+            console.print(
+                Text("Some changes are destructive: read the lines marked so.", style="bold red")
+            )
 
 
 def diff_command(

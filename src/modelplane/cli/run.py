@@ -91,6 +91,15 @@ def run(
         float, typer.Option("--watch-timeout", hidden=True, help="Target watch timeoutSeconds.")
     ] = 300.0,
     helm_timeout: HelmTimeout = 600,
+    manage_crd: Annotated[
+        bool,
+        typer.Option(
+            "--manage-crd/--no-manage-crd",
+            help="At start, bring the hub's ServingStack CRD to this operator's with "
+            "server-side apply (Helm never upgrades a chart's crds/). The CRD is never "
+            "deleted.",
+        ),
+    ] = True,
     release_drift: Annotated[
         DriftMode,
         typer.Option(
@@ -244,6 +253,7 @@ def run(
         relist_seconds=relist,
         watch_timeout_seconds=watch_timeout,
         helm_timeout_seconds=helm_timeout,
+        manage_crd=manage_crd,
         release_drift=release_drift,
         metrics_port=metrics_port,
         metrics_address=metrics_address,

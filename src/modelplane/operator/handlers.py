@@ -38,7 +38,14 @@ from modelplane.kube.answers import describe_error
 from modelplane.kube.client import open_targets
 from modelplane.kube.errors import ErrorKind, Fault, classify
 from modelplane.operator import metrics
-from modelplane.operator.hub import CHECK_RETRY_SECONDS, Watched, connection_info, load_config
+from modelplane.operator.hub import (
+    CHECK_RETRY_SECONDS,
+    CrdRefused,
+    Watched,
+    connection_info,
+    ensure_servingstack_crd,
+    load_config,
+)
 from modelplane.operator.leader import Elector, exit_now
 from modelplane.operator.options import OperatorOptions
 from modelplane.operator.reconciler import StackReconciler
@@ -729,9 +736,18 @@ async def run(options: OperatorOptions) -> None:
 
         @kopf.on.startup(registry=registry)
         async def check_hub(**_: Any) -> None:
-            # kopf raises its ready flag once this has passed.
+            # kopf raises its ready flag once this has passed. Only a leader
+            # gets here: a standby writes nothing, the CRD included.
             try:
+                if options.manage_crd:
+                    change = await ensure_servingstack_crd(hub)
+                    watched.crd_problem = None
+                    if change.writes:
+                        log.info("the hub's ServingStack CRD: %s", change.message)
                 await watched.check(hub, ServingStackResource)
+            except CrdRefused as err:
+                watched.crd_problem = str(err)
+                raise kopf.TemporaryError(str(err), delay=CHECK_RETRY_SECONDS) from err
             except (ApiError, httpx2.HTTPError) as err:
                 raise kopf.TemporaryError(describe_error(err), delay=CHECK_RETRY_SECONDS) from err
 
@@ -779,6 +795,8 @@ def _readiness(
                 ready=False, detail=f"the Lease {elector.lease} cannot be read: {elector.error}"
             )
         return metrics.Readiness(ready=False, detail="the operator is starting")
+    if watched.crd_problem is not None:
+        return metrics.Readiness(ready=False, detail=watched.crd_problem)
     if not started.is_set():
         return metrics.Readiness(ready=False, detail="the operator is starting")
     if not watched.served:

@@ -14,12 +14,17 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import kopf
 from lightkube import AsyncClient, KubeConfig
 from lightkube.config.kubeconfig import SingleConfig
 from lightkube.core.exceptions import ApiError
+from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
+
+from modelplane.api.crd import servingstack_crd
+from modelplane.plan.crds import CrdAction, CrdChange, crd_change
+from modelplane.wire import FIELD_MANAGER, stamp
 
 # kopf's rule for the namespace names it can watch without listing
 # namespaces (scanning is off, see handlers.settings): a name with any of
@@ -81,6 +86,42 @@ def connection_info(config: SingleConfig, *, trust_env: bool = False) -> kopf.Co
     )
 
 
+class CrdRefused(Exception):
+    """The hub's ServingStack CRD cannot be brought up to date as it stands."""
+
+
+async def ensure_servingstack_crd(hub: AsyncClient) -> CrdChange:
+    """Bring the hub's ServingStack CRD to this operator's, with server-side apply.
+
+    Helm installs a chart's ``crds/`` once and never upgrades them, so after
+    ``helm upgrade`` of the operator the hub would keep serving the old
+    schema and prune the new status fields as they are written. The CRD is
+    never deleted: that would delete every ServingStack with it. A CRD that
+    already carries this operator's digest costs one GET and no write.
+    """
+    desired = stamp(servingstack_crd())
+    name = desired["metadata"]["name"]
+    try:
+        live: dict[str, Any] | None = (await hub.get(CustomResourceDefinition, name)).to_dict()
+    except ApiError as err:
+        if err.status.code != 404:
+            raise
+        live = None
+    change = crd_change(desired, live)
+    if change.action is CrdAction.REFUSE:
+        raise CrdRefused(change.message)
+    if change.writes:
+        body = cast(CustomResourceDefinition, CustomResourceDefinition.from_dict(desired))
+        await hub.apply(
+            body,
+            field_manager=FIELD_MANAGER,
+            # The chart's crds/ left the fields to Helm's own manager (or
+            # kubectl's, after `modelplane crds | kubectl apply`): ours now.
+            force=True,
+        )
+    return change
+
+
 def exact_namespaces(namespaces: Iterable[str]) -> list[str]:
     """The names among ``namespaces`` kopf watches as given: those that are no pattern."""
     return [n for n in namespaces if not any(mark in n for mark in _PATTERN_MARKS)]
@@ -94,6 +135,8 @@ class Watched:
     namespaces: list[str] | None
     # None until the startup check has answered.
     served: bool | None = None
+    # Why the hub's CRD cannot be brought up to date, while it cannot.
+    crd_problem: str | None = None
 
     @classmethod
     def of(cls, namespaces: list[str], clusterwide: bool) -> Watched:

@@ -48,6 +48,10 @@ class OperatorOptions(BaseModel):
     # after between one and two times this; it is re-armed at once).
     watch_timeout_seconds: float = 300.0
     helm_timeout_seconds: int = 600
+    # Bring the hub's ServingStack CRD to this operator's at start (Helm
+    # never upgrades a chart's crds/). Off where the CRD is someone else's to
+    # apply, a GitOps repository's for one.
+    manage_crd: bool = True
     # --release-drift: a release's object deleted or changed by hand is
     # restored from its stored manifest (correct), only reported (warn), or
     # not looked for (off).

@@ -34,6 +34,7 @@ from modelplane.actions.apply import (
     fetch_manifests,
     vet_manifests,
 )
+from modelplane.actions.chart_crds import CrdUpgradeRefused, apply_chart_crds
 from modelplane.actions.helm import Helm, HelmError
 from modelplane.api.models import ServingStack
 from modelplane.api.status_limits import LOG_MESSAGE
@@ -95,6 +96,7 @@ INSECURE_TARGET = "InsecureTarget"
 ACTION_ERRORS = (
     WebhookNotReady,
     HelmError,
+    CrdUpgradeRefused,
     ApiError,
     # Fetching manifests from an upstream release or a mirror.
     httpx2.HTTPError,
@@ -473,6 +475,8 @@ class StackReconciler:
                 # as ours, so that teardown removes the namespace with the
                 # release; one that is there already is the owner's and stays.
                 await create_namespace(target.client, release.namespace)
+            if release.action is not ReleaseAction.ROLLBACK:
+                await self._chart_crds(release, target, kubeconfig)
             await self.helm.apply(release, kubeconfig)
 
         ok = await self._guard(
@@ -486,6 +490,28 @@ class StackReconciler:
                 f"in {release.namespace} succeeded",
             )
         return ok
+
+    async def _chart_crds(self, release: PlannedRelease, target: Target, kubeconfig: str) -> None:
+        """Apply the CRDs Helm would leave at their first version, before Helm runs."""
+        chart = BY_NAME[release.component].chart
+        if chart is None or chart.crds.helm_upgrades:
+            return
+        applied = await apply_chart_crds(self.helm, target.client, release, kubeconfig)
+        written = applied.written
+        if written:
+            self.emit(
+                "Normal",
+                "CRDsApplied",
+                f"{release.chart} {release.version}: "
+                + ", ".join(f"{c.name} ({c.action.value.lower()})" for c in written),
+            )
+        for name in applied.kept:
+            self.emit(
+                "Warning",
+                "CRDKept",
+                f"{release.chart} {release.version} no longer ships CRD {name}; it is kept, "
+                "since deleting it would delete every object of its kind",
+            )
 
     def _due(self, component: str) -> bool:
         return decisions.due(self.not_before.get(component), self.clock())

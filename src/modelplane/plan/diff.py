@@ -21,9 +21,10 @@ import yaml
 from pydantic import Field, computed_field
 
 from modelplane.catalog.configuration import Hold
+from modelplane.plan.crds import CrdAction, crd_change
 from modelplane.plan.frozen import Frozen
 from modelplane.plan.model import ObjectAction, Plan, ReleaseAction
-from modelplane.untrusted import printable
+from modelplane.untrusted import UntrustedInputError, load_yaml_all, printable
 from modelplane.wire import object_key
 
 # A diff is shown whole; this only keeps a hostile target's megabytes of
@@ -71,6 +72,11 @@ class Reads(Frozen):
     manifest_objects: dict[str, list[dict[str, Any]]] = Field(default_factory=dict)
     # Component -> why its manifests could not be fetched or were refused.
     manifest_problems: dict[str, str] = Field(default_factory=dict)
+    # Release name -> the CRDs of its chart's crds/ as the apply sends them
+    # (plan/crds.chart_crds), for the charts Helm leaves them to the product.
+    chart_crds: dict[str, list[dict[str, Any]]] = Field(default_factory=dict)
+    # CRD name -> the live CRD, for those CRDs that exist.
+    live_crds: dict[str, dict[str, Any]] = Field(default_factory=dict)
 
 
 class ReleaseChangeKind(StrEnum):
@@ -98,6 +104,10 @@ class ReleaseChange(Frozen):
     waiting_for: list[str] = Field(default_factory=list)
     values_diff: str = ""
     manifest_diff: str = ""
+    # CRDs of its chart's crds/ that the apply would create or update.
+    crds: list[str] = Field(default_factory=list)
+    # What the change would destroy or cannot do in place, each for a person.
+    destructive: list[str] = Field(default_factory=list)
     problem: str | None = None
 
 
@@ -154,6 +164,86 @@ class Diff(Frozen):
         """Whether a reconcile would change anything (held objects change nothing)."""
         return bool(self.releases or self.manifests or self.objects)
 
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def destructive(self) -> bool:
+        """Whether a change would destroy something, or fail half-way."""
+        return any(r.destructive for r in self.releases)
+
+
+# Fields the API server refuses to change on a live object: an upgrade that
+# changes one fails half-way, with some of the release's objects updated.
+# (kind -> paths under spec).
+IMMUTABLE: dict[str, tuple[tuple[str, ...], ...]] = {
+    "Deployment": (("selector",),),
+    "ReplicaSet": (("selector",),),
+    "DaemonSet": (("selector",),),
+    "StatefulSet": (
+        ("selector",),
+        ("serviceName",),
+        ("podManagementPolicy",),
+        ("volumeClaimTemplates",),
+    ),
+    "Job": (("selector",), ("template",)),
+}
+
+
+def _objects(manifest: str, namespace: str) -> dict[tuple[str, str, str], dict[str, Any]]:
+    """The manifest's objects of the kinds ``IMMUTABLE`` names, by (kind, namespace, name)."""
+    out: dict[tuple[str, str, str], dict[str, Any]] = {}
+    try:
+        docs = list(load_yaml_all(manifest))
+    except UntrustedInputError:
+        return out  # a stored manifest that cannot be read is the release health's to judge
+    for doc in docs:
+        if not isinstance(doc, dict) or doc.get("kind") not in IMMUTABLE:
+            continue
+        meta = doc.get("metadata")
+        if not isinstance(meta, dict) or not isinstance(meta.get("name"), str):
+            continue
+        out[(doc["kind"], str(meta.get("namespace") or namespace), meta["name"])] = doc
+    return out
+
+
+def _field(doc: dict[str, Any], path: tuple[str, ...]) -> Any:
+    value: Any = doc.get("spec")
+    for key in path:
+        value = value.get(key) if isinstance(value, dict) else None
+    return value
+
+
+def immutable_changes(before: str, after: str, namespace: str) -> list[str]:
+    """The fields an upgrade from manifest ``before`` to ``after`` would change that cannot be."""
+    old, new = _objects(before, namespace), _objects(after, namespace)
+    out: list[str] = []
+    for key in sorted(old.keys() & new.keys()):
+        kind, ns, name = key
+        for path in IMMUTABLE[kind]:
+            if _field(old[key], path) != _field(new[key], path):
+                out.append(
+                    printable(
+                        f"{kind} {ns}/{name}: spec.{'.'.join(path)} would change, which the "
+                        "API server refuses in place: helm upgrade would fail half-way "
+                        "(delete the object first, or reinstall the release)",
+                        MAX_LINE,
+                    )
+                )
+    return out
+
+
+def _crds_of(release: str, reads: Reads) -> tuple[list[str], list[str]]:
+    """CRDs of the release's crds/ the apply would write, and what of them destroys."""
+    written: list[str] = []
+    destructive: list[str] = []
+    for body in reads.chart_crds.get(release, []):
+        name = body["metadata"]["name"]
+        change = crd_change(body, reads.live_crds.get(name))
+        if change.writes:
+            written.append(f"{name} ({change.action.value.lower()})")
+        if change.action is CrdAction.REFUSE or change.removed:
+            destructive.append(printable(change.message, MAX_LINE))
+    return written, destructive
+
 
 def unified(before: str, after: str, name: str) -> str:
     """A unified diff of two texts, ``a/name`` against ``b/name``; "" when they agree."""
@@ -208,6 +298,15 @@ def diff(plan: Plan, reads: Reads, server: str) -> Diff:
         before = deployed if change is not ReleaseChangeKind.REINSTALL else None
         name = f"{r.namespace}/{r.name}"
         problem = reads.release_problems.get(r.name)
+        crds, destructive = _crds_of(r.name, reads)
+        if change is ReleaseChangeKind.REINSTALL and deployed is not None:
+            destructive.insert(
+                0,
+                f"release {r.name} would be uninstalled and installed again: every object "
+                "of it is deleted first",
+            )
+        if before is not None and r.name in reads.rendered:
+            destructive += immutable_changes(before.manifest, reads.rendered[r.name], r.namespace)
         releases.append(
             ReleaseChange(
                 component=r.component,
@@ -241,6 +340,8 @@ def diff(plan: Plan, reads: Reads, server: str) -> Diff:
                     if r.name in reads.rendered
                     else ""
                 ),
+                crds=crds,
+                destructive=destructive,
                 problem=printable(problem, MAX_LINE) if problem else None,
             )
         )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from modelplane.catalog.components._common import AI_GATEWAY_NAMESPACE, BOTH, ENVOY_OCI
-from modelplane.catalog.types import ChartSource, Component, CRDServes
+from modelplane.catalog.types import ChartSource, Component, CrdPlacement, CRDServes
 
 # The AI Gateway release: these CRDs and the controller (ai_gateway) share it.
 VERSION = "v1.1.0"
@@ -15,7 +15,7 @@ COMPONENT = Component(
     version=VERSION,
     order=70,
     stacks=BOTH,
-    chart=ChartSource("ai-gateway-crds-helm", ENVOY_OCI),
+    chart=ChartSource("ai-gateway-crds-helm", ENVOY_OCI, crds=CrdPlacement.TEMPLATES),
     wait=True,
     requirements=(
         CRDServes(

@@ -7,7 +7,14 @@ from typing import TYPE_CHECKING
 from modelplane.catalog.advisories import WorkloadsAvailable
 from modelplane.catalog.components._common import BOTH, JETSTACK
 from modelplane.catalog.images import Images, ImageSite, PullSecrets, Repository, Runs
-from modelplane.catalog.types import ChartSource, Component, CRDServes, Values, Workloads
+from modelplane.catalog.types import (
+    ChartSource,
+    Component,
+    CrdPlacement,
+    CRDServes,
+    Values,
+    Workloads,
+)
 
 if TYPE_CHECKING:
     from modelplane.api.models import ServingStackSpec
@@ -74,7 +81,7 @@ COMPONENT = Component(
     version_field="versions.certManager",
     version_description="cert-manager chart version.",
     stacks=BOTH,
-    chart=ChartSource("cert-manager", JETSTACK),
+    chart=ChartSource("cert-manager", JETSTACK, crds=CrdPlacement.TEMPLATES),
     values=_values,
     images=IMAGES,
     wait=True,

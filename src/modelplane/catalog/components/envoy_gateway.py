@@ -25,6 +25,7 @@ from modelplane.catalog.images import (
 from modelplane.catalog.types import (
     ChartSource,
     Component,
+    CrdPlacement,
     CRDServes,
     Values,
     VersionRange,
@@ -145,7 +146,7 @@ COMPONENT = Component(
         "v1.8 cannot route to an InferencePool",
     ),
     stacks=BOTH,
-    chart=ChartSource("gateway-helm", ENVOY_OCI),
+    chart=ChartSource("gateway-helm", ENVOY_OCI, crds=CrdPlacement.SUBCHART),
     values=_values,
     images=IMAGES,
     depends_on=(cert_manager.COMPONENT.name,),

@@ -6,7 +6,14 @@ from modelplane.catalog.advisories import ImageTag, WorkloadsAvailable
 from modelplane.catalog.components import kai_scheduler
 from modelplane.catalog.components._common import DYNAMO
 from modelplane.catalog.images import EnvEntry, Images, ImageSite, PullSecrets, Repository, Runs
-from modelplane.catalog.types import ChartSource, Component, CRDServes, VersionRange, Workloads
+from modelplane.catalog.types import (
+    ChartSource,
+    Component,
+    CrdPlacement,
+    CRDServes,
+    VersionRange,
+    Workloads,
+)
 
 VERSION = "v0.1.0-alpha.12-rc2"
 
@@ -56,7 +63,7 @@ COMPONENT = Component(
         "prepending them (grove#753), so MODELPLANE_LEADER_ADDRESS cannot be aliased to them",
     ),
     stacks=DYNAMO,
-    chart=ChartSource("grove-charts", "oci://ghcr.io/ai-dynamo/grove"),
+    chart=ChartSource("grove-charts", "oci://ghcr.io/ai-dynamo/grove", crds=CrdPlacement.CRDS_DIR),
     images=IMAGES,
     depends_on=(kai_scheduler.COMPONENT.name,),
     requirements=(

@@ -16,7 +16,14 @@ from modelplane.catalog.advisories import (
 from modelplane.catalog.components._common import DYNAMO
 from modelplane.catalog.facts import ClusterFacts, Fact
 from modelplane.catalog.images import Images, ImageSite, Prefix, PullSecrets, Runs
-from modelplane.catalog.types import ChartSource, Component, CRDServes, Finding, Workloads
+from modelplane.catalog.types import (
+    ChartSource,
+    Component,
+    CrdPlacement,
+    CRDServes,
+    Finding,
+    Workloads,
+)
 
 if TYPE_CHECKING:
     from modelplane.api.models import ServingStackSpec
@@ -120,7 +127,9 @@ COMPONENT = Component(
     version_field="dynamo.kaiScheduler",
     version_description="KAI Scheduler chart version.",
     stacks=DYNAMO,
-    chart=ChartSource("kai-scheduler", "oci://ghcr.io/kai-scheduler/kai-scheduler"),
+    chart=ChartSource(
+        "kai-scheduler", "oci://ghcr.io/kai-scheduler/kai-scheduler", crds=CrdPlacement.CRDS_DIR
+    ),
     images=IMAGES,
     wait=True,
     requirements=(

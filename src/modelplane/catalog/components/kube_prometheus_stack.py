@@ -27,6 +27,7 @@ from modelplane.catalog.images import (
 from modelplane.catalog.types import (
     ChartSource,
     Component,
+    CrdPlacement,
     CRDServes,
     Finding,
     Values,
@@ -293,7 +294,9 @@ COMPONENT = Component(
     version_description="kube-prometheus-stack chart version.",
     stacks=BOTH,
     chart=ChartSource(
-        "kube-prometheus-stack", "https://prometheus-community.github.io/helm-charts"
+        "kube-prometheus-stack",
+        "https://prometheus-community.github.io/helm-charts",
+        crds=CrdPlacement.SUBCHART,
     ),
     values=_values,
     images=IMAGES,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from modelplane.catalog.advisories import WorkloadsAvailable
 from modelplane.catalog.components._common import STANDARD
 from modelplane.catalog.images import Images, ImageSite, PullSecrets, Repository
-from modelplane.catalog.types import ChartSource, Component, CRDServes, Workloads
+from modelplane.catalog.types import ChartSource, Component, CrdPlacement, CRDServes, Workloads
 
 VERSION = "v0.8.0"
 
@@ -27,7 +27,7 @@ COMPONENT = Component(
     version_field="standard.leaderWorkerSet",
     version_description="LeaderWorkerSet chart version.",
     stacks=STANDARD,
-    chart=ChartSource("lws", "oci://registry.k8s.io/lws/charts"),
+    chart=ChartSource("lws", "oci://registry.k8s.io/lws/charts", crds=CrdPlacement.CRDS_DIR),
     images=IMAGES,
     requirements=(
         CRDServes(

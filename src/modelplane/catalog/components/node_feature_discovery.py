@@ -16,6 +16,7 @@ from modelplane.catalog.images import Images, ImageSite, PullSecrets, Repository
 from modelplane.catalog.types import (
     ChartSource,
     Component,
+    CrdPlacement,
     CRDServes,
     Finding,
     GpuNodes,
@@ -99,7 +100,9 @@ COMPONENT = Component(
     version_description="Node Feature Discovery chart version.",
     stacks=BOTH,
     chart=ChartSource(
-        "node-feature-discovery", "https://kubernetes-sigs.github.io/node-feature-discovery/charts"
+        "node-feature-discovery",
+        "https://kubernetes-sigs.github.io/node-feature-discovery/charts",
+        crds=CrdPlacement.CRDS_DIR,
     ),
     values=_values,
     images=IMAGES,

@@ -38,6 +38,7 @@ from modelplane.catalog.images import Images, ImageSite, PullSecrets, Repository
 from modelplane.catalog.types import (
     ChartSource,
     Component,
+    CrdPlacement,
     Finding,
     GpuNodes,
     ObjectExists,
@@ -283,7 +284,11 @@ COMPONENT = Component(
     version_field="versions.nvidiaDraDriver",
     version_description="NVIDIA DRA driver chart version.",
     stacks=BOTH,
-    chart=ChartSource("dra-driver-nvidia-gpu", "oci://registry.k8s.io/dra-driver-nvidia/charts"),
+    chart=ChartSource(
+        "dra-driver-nvidia-gpu",
+        "oci://registry.k8s.io/dra-driver-nvidia/charts",
+        crds=CrdPlacement.CRDS_DIR,
+    ),
     values=_values,
     images=IMAGES,
     # By name: the quota's module takes its version from this one.

@@ -8,7 +8,14 @@ from modelplane.catalog.advisories import WorkloadArg, WorkloadsAvailable
 from modelplane.catalog.components import cert_manager
 from modelplane.catalog.components._common import BOTH, JETSTACK, MODELPLANE_NAMESPACE
 from modelplane.catalog.images import Images, ImageSite, PullSecrets, Repository, Runs
-from modelplane.catalog.types import ChartSource, Component, CRDServes, Values, Workloads
+from modelplane.catalog.types import (
+    ChartSource,
+    Component,
+    CrdPlacement,
+    CRDServes,
+    Values,
+    Workloads,
+)
 
 if TYPE_CHECKING:
     from modelplane.api.models import ServingStackSpec
@@ -59,7 +66,7 @@ COMPONENT = Component(
     version_field="versions.trustManager",
     version_description="trust-manager chart version.",
     stacks=BOTH,
-    chart=ChartSource("trust-manager", JETSTACK),
+    chart=ChartSource("trust-manager", JETSTACK, crds=CrdPlacement.TEMPLATES),
     values=_values,
     images=IMAGES,
     depends_on=(cert_manager.COMPONENT.name,),

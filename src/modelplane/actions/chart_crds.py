@@ -1,0 +1,107 @@
+"""A chart's crds/ applied before Helm installs or upgrades its release.
+
+Helm installs the CRDs of a chart's crds/ directory (and its subcharts') once
+and never upgrades them, so a new controller version would run against the
+old CRD, and the API server would prune every field the new version added.
+Before each install or upgrade of a chart the catalog marks so
+(``CrdPlacement``), its CRDs are applied with server-side apply under the
+product's field manager. What to apply and whether a change is safe are the
+plan's (``plan/crds.py``); this only carries it out. A CRD is never deleted:
+one a newer chart no longer ships is named, and kept.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any
+
+from lightkube import AsyncClient
+from lightkube.core.exceptions import ApiError
+from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
+
+from modelplane.actions.apply import apply_object
+from modelplane.actions.helm import Helm
+from modelplane.faults import ErrorKind, KnownError
+from modelplane.plan.crds import (
+    CHART_CRDS_LABEL,
+    CrdAction,
+    CrdChange,
+    chart_crds,
+    crd_change,
+    no_longer_shipped,
+)
+from modelplane.plan.model import PlannedRelease
+from modelplane.untrusted import Limits, load_yaml_all
+
+# A chart's CRDs are large: kube-prometheus-stack's ten are about 6 MiB of
+# YAML, its Prometheus CRD alone over 1 MiB, and CRD schemas nest deeply.
+_CRD_LIMITS = Limits(max_bytes=32 * 1024 * 1024, max_depth=256, max_nodes=4_000_000)
+
+
+class CrdUpgradeRefused(KnownError):
+    """A CRD update the API server would refuse: the release's upgrade stops before Helm."""
+
+    kind = ErrorKind.INVALID
+
+
+@dataclass(frozen=True)
+class ChartCrdsApplied:
+    changes: tuple[CrdChange, ...]
+    # Marked as the release's on the cluster, no longer in its chart: kept.
+    kept: tuple[str, ...]
+
+    @property
+    def written(self) -> list[CrdChange]:
+        return [c for c in self.changes if c.writes]
+
+
+async def desired_chart_crds(
+    helm: Helm, release: PlannedRelease, kubeconfig: str
+) -> list[dict[str, Any]]:
+    """The CRDs of the release's chart version's crds/, as the apply sends them."""
+    text = await helm.show_crds(release, kubeconfig)
+    # Megabytes of YAML: parsed off the event loop, which renews the Lease.
+    docs = await asyncio.to_thread(lambda: list(load_yaml_all(text, _CRD_LIMITS)))
+    return chart_crds(docs, release.name)
+
+
+async def live_crd(client: AsyncClient, name: str) -> dict[str, Any] | None:
+    """The CRD ``name`` as the cluster holds it, or None."""
+    try:
+        body: dict[str, Any] = (await client.get(CustomResourceDefinition, name)).to_dict()
+    except ApiError as err:
+        if err.status.code == 404:
+            return None
+        raise
+    return body
+
+
+async def apply_chart_crds(
+    helm: Helm, client: AsyncClient, release: PlannedRelease, kubeconfig: str
+) -> ChartCrdsApplied:
+    """Bring the cluster's CRDs to those of the release's chart version, or refuse, before Helm.
+
+    Every change is decided before the first is sent: one refused CRD stops
+    the release with nothing of its set applied.
+    """
+    desired = await desired_chart_crds(helm, release, kubeconfig)
+    lives = await asyncio.gather(*(live_crd(client, c["metadata"]["name"]) for c in desired))
+    changes = [crd_change(c, live) for c, live in zip(desired, lives, strict=True)]
+    refused = [c for c in changes if c.action is CrdAction.REFUSE]
+    if refused:
+        raise CrdUpgradeRefused(
+            f"{release.chart} {release.version} is not installed: "
+            + "; ".join(c.message for c in refused)
+        )
+    for body, change in zip(desired, changes, strict=True):
+        if change.writes:
+            await apply_object(client, body)
+    labelled = [
+        c.metadata.name
+        async for c in client.list(
+            CustomResourceDefinition, labels={CHART_CRDS_LABEL: release.name}
+        )
+        if c.metadata is not None and c.metadata.name
+    ]
+    return ChartCrdsApplied(tuple(changes), tuple(no_longer_shipped(desired, labelled)))
