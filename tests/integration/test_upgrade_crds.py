@@ -40,7 +40,9 @@ from modelplane.catalog.types import Component
 STANDARD = [c for c in catalog.components_of_stack(catalog.Stack.STANDARD) if c.chart is not None]
 # The charts whose CRDs Helm would leave at their first version.
 CRDS_OUTSIDE_TEMPLATES = [
-    c for c in STANDARD if c.chart is not None and not c.chart.crds.helm_upgrades
+    c
+    for c in STANDARD
+    if c.chart is not None and not c.chart.crds.helm_upgrades and CHART_CRDS[c.chart.chart]
 ]
 PROBES = "upgrade-probes"
 
@@ -165,15 +167,16 @@ def test_the_whole_stack_upgrades_from_the_previous_versions_with_its_crds(
             charts = _charts(h)
             if any(charts.get(c.release_name) != _at(c, c.version) for c in STANDARD):
                 return False
-            ready = [c for c in h.status().get("conditions", []) if c["type"] == "Ready"]
+            status = h.status()
+            reported = {c["name"]: c.get("version") for c in status.get("components", [])}
+            if any(reported.get(c.name) != c.version for c in STANDARD):
+                return False
+            ready = [c for c in status.get("conditions", []) if c["type"] == "Ready"]
             return bool(ready) and ready[0]["status"] == "True"
 
         wait_for(
             "every release at its pin and Ready", upgraded, deadline=600, detail=lambda: _log(h)
         )
-        components = {c["name"]: c for c in h.status()["components"]}
-        for c in STANDARD:
-            assert components[c.name]["version"] == c.version, components[c.name]
 
         for c in CRDS_OUTSIDE_TEMPLATES:
             assert c.chart is not None

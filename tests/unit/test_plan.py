@@ -310,8 +310,18 @@ def test_dependency_in_sync_releases_the_wait(make_stack: StackFactory) -> None:
     assert _release(p, "mp-ai-gateway-helm").waiting_for == ["ai-gateway-crds", "envoy-gateway"]
 
 
-def test_installed_release_is_reconciled_even_while_a_dependency_is_not(
-    make_stack: StackFactory,
+@pytest.mark.parametrize(
+    ("status", "action"),
+    [
+        # An upgrade goes in dependency order, as a first install does.
+        ("deployed", ReleaseAction.WAIT),
+        # A release to recover is recovered at once, whatever its dependencies do.
+        ("failed", ReleaseAction.UPGRADE),
+        ("pending-upgrade", ReleaseAction.ROLLBACK),
+    ],
+)
+def test_an_upgrade_waits_for_its_dependencies_but_a_recovery_does_not(
+    make_stack: StackFactory, status: str, action: ReleaseAction
 ) -> None:
     observed = Observed(
         releases={
@@ -319,13 +329,15 @@ def test_installed_release_is_reconciled_even_while_a_dependency_is_not(
                 name="mp-gateway-helm",
                 namespace="envoy-gateway-system",
                 revision=2,
-                status="deployed",
+                status=status,
                 digest="old",
             )
         }
     )
     p = plan(make_stack(), observed)
-    assert _release(p, "mp-gateway-helm").action is ReleaseAction.UPGRADE
+    release = _release(p, "mp-gateway-helm")
+    assert release.action is action
+    assert release.waiting_for == (["cert-manager"] if action is ReleaseAction.WAIT else [])
 
 
 def test_release_records(make_stack: StackFactory) -> None:

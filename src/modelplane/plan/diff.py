@@ -23,7 +23,7 @@ from pydantic import Field, computed_field
 from modelplane.catalog.configuration import Hold
 from modelplane.plan.crds import CrdAction, crd_change
 from modelplane.plan.frozen import Frozen
-from modelplane.plan.model import ObjectAction, Plan, ReleaseAction
+from modelplane.plan.model import ObjectAction, Plan, ReleaseAction, ReleaseState
 from modelplane.untrusted import UntrustedInputError, load_yaml_all, printable
 from modelplane.wire import object_key
 
@@ -293,6 +293,9 @@ def diff(plan: Plan, reads: Reads, server: str) -> Diff:
         change = _RELEASE_CHANGE.get(r.action)
         if change is None:
             continue
+        if r.action is ReleaseAction.WAIT and r.state is not ReleaseState.ABSENT:
+            # An upgrade held back until its dependencies have theirs.
+            change = ReleaseChangeKind.UPGRADE
         deployed = reads.deployed.get(r.name)
         # A reinstall starts from nothing: the old revision is uninstalled first.
         before = deployed if change is not ReleaseChangeKind.REINSTALL else None

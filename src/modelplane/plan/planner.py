@@ -497,9 +497,12 @@ def _release(
     state = release_state(desired, seen)
     action = release_action(state, seen)
     waiting = [d for d in component.depends_on if d in enabled and d not in ready]
-    # A release already installed keeps being reconciled; only a first
-    # install waits for its dependencies.
-    if waiting and state is ReleaseState.ABSENT:
+    # A first install waits for its dependencies, and so does an upgrade: a
+    # stack moves from one tested combination to the next in dependency
+    # order, since a dependent's new version may need its dependency's. A
+    # failed or locked release is recovered at once, whatever its
+    # dependencies do.
+    if waiting and state in (ReleaseState.ABSENT, ReleaseState.OUT_OF_SYNC):
         action = ReleaseAction.WAIT
     return PlannedRelease(
         component=component.name,
