@@ -336,6 +336,15 @@ class Collection:
     resource_version: str
 
 
+def _page(doc: Any, path: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """A LIST answer's objects and metadata; TargetError for an answer of another shape."""
+    items = doc.get("items") if isinstance(doc, dict) else None
+    metadata = (doc.get("metadata") or {}) if isinstance(doc, dict) else None
+    if not isinstance(items or [], list) or not isinstance(metadata, dict):
+        raise TargetError(f"GET {path}: the answer is not a list of objects")
+    return [i for i in items or [] if isinstance(i, dict)], metadata
+
+
 async def list_pages(
     http: httpx2.AsyncClient,
     api: ApiRef,
@@ -359,9 +368,8 @@ async def list_pages(
         params["fieldSelector"] = fields
     items: list[dict[str, Any]] = []
     while True:
-        doc = await get_answer(http, path, params=params, accept=accept)
-        items += [i for i in doc.get("items") or [] if isinstance(i, dict)]
-        metadata = doc.get("metadata") or {}
+        page, metadata = _page(await get_answer(http, path, params=params, accept=accept), path)
+        items += page
         if not metadata.get("continue"):
             return Collection(items, str(metadata.get("resourceVersion") or ""))
         params["continue"] = str(metadata["continue"])
