@@ -22,7 +22,7 @@ import httpx2
 from lightkube.core.exceptions import ApiError
 
 from modelplane.kube.address import AddressDenied
-from modelplane.kube.client import ApiStatusError, TargetError
+from modelplane.kube.client import ApiStatusError, OverBudget, TargetError
 
 
 class ErrorKind(StrEnum):
@@ -39,6 +39,9 @@ class ErrorKind(StrEnum):
     CONFLICT = "conflict"  # 409
     SETTLING = "settling"  # 429: the server asks to come back later
     ANSWERED = "answered"  # any other error status
+    # A collection past its budget of objects or bytes (``kube.budget``):
+    # the target holds more than the operator reads, which waiting will not mend.
+    OVER_BUDGET = "over-budget"
     ADDRESS_DENIED = "address-denied"
     WEBHOOK_NOT_READY = "webhook-not-ready"
     HELM_FAILED = "helm-failed"
@@ -118,6 +121,9 @@ def classify(err: BaseException) -> Fault:
     if isinstance(err, httpx2.HTTPStatusError):
         code = err.response.status_code
         return Fault(by_status(code), status=code)
+    # Before the other TargetErrors: the target answered, and too much.
+    if isinstance(err, OverBudget):
+        return Fault(ErrorKind.OVER_BUDGET)
     if isinstance(err, (TargetError, httpx2.HTTPError, OSError, asyncio.TimeoutError)):
         return Fault(ErrorKind.UNREACHABLE)
     return Fault(ErrorKind.UNEXPECTED)

@@ -28,7 +28,9 @@ resume within a probe of the server being back.
 A target's server may be anyone's, so a reflector survives whatever it
 answers, and waits before each try that follows a failure: a watch that
 ends soon after it starts is re-armed with a backoff, reset only by a watch
-that stayed open.
+that stayed open. Its copy has a budget (``kube.budget``) over the LIST's
+pages and the watch's life; past it the copy is dropped and the collection
+refused until a later try finds it within the budget again.
 """
 
 from __future__ import annotations
@@ -46,13 +48,16 @@ import httpx2
 
 from modelplane.kube.answers import describe_error
 from modelplane.kube.backoff import Attempts, Backoff
+from modelplane.kube.budget import Budget, budget_for
 from modelplane.kube.client import (
     CRD_STORAGE_TRIES,
     CRD_STORAGE_WAIT,
     METADATA_LIST,
     METADATA_OBJECT,
     ApiStatusError,
+    OverBudget,
     collection_path,
+    describe_collection,
     list_pages,
 )
 from modelplane.untrusted import Limits, UntrustedInputError, load_json
@@ -82,6 +87,9 @@ HEALTHY_WATCH_SECONDS = 10.0
 # requests a second into one reflector. Jittered, so that a stack's dozen
 # reflectors do not re-arm in step.
 REARM_BACKOFF = Backoff(first=0.5, cap=30.0, jitter=0.5)
+# After a collection was refused over its budget: it does not shrink in a
+# moment, and each try reads up to the budget again.
+BUDGET_BACKOFF = Backoff(first=5.0, cap=300.0, jitter=0.5)
 
 
 @dataclass(frozen=True, order=True)
@@ -190,6 +198,7 @@ class Reflector:
         *,
         label: str = "",
         watch_timeout: float = WATCH_TIMEOUT_SECONDS,
+        budget: Budget | None = None,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         rand: Callable[[], float] = random.random,
@@ -198,7 +207,13 @@ class Reflector:
         self._label = label
         self._watch_timeout = watch_timeout
         self._clock, self._sleep, self._rand = clock, sleep, rand
+        # What the copy may hold, over the LIST's pages and the watch's life.
+        self.budget = budget or budget_for(key.api, metadata_only=key.metadata_only)
+        self._collection = describe_collection(key.api, key.namespace, key.labels, key.fields)
         self.items: dict[str, dict[str, Any]] = {}
+        # Each object's weight on the wire, and their sum, against the budget.
+        self._sizes: dict[str, int] = {}
+        self.held = 0
         # True while ``items`` is known current: after a LIST, until the watch breaks.
         self.synced = False
         # False after a 404: the API is not served (``items`` is then empty).
@@ -207,6 +222,7 @@ class Reflector:
         self.watches = 0
         self.bookmarks = 0
         self.expired = 0
+        self.refusals = 0
         self._retry = asyncio.Event()
         self._listed_at = 0.0
         self._armed_at: float | None = None
@@ -220,10 +236,11 @@ class Reflector:
         """LIST and WATCH until cancelled: every error is waited out, none ends the reflector."""
         failures = Attempts(WATCH_BACKOFF, rand=self._rand)
         rearms = Attempts(REARM_BACKOFF, rand=self._rand)
+        refusals = Attempts(BUDGET_BACKOFF, rand=self._rand)
         outages = Attempts(WATCH_BACKOFF, rand=self._rand)
         settling = Attempts(CRD_STORAGE_WAIT)
-        runs = (failures, rearms, outages)
-        failing = False
+        runs = (failures, rearms, refusals, outages)
+        failing = refused = False
 
         def ran_its_course() -> bool:
             # Only a watch that stayed open ends a run of failures: a LIST
@@ -240,9 +257,9 @@ class Reflector:
                 await self._link.up.wait()
                 rv = await self._list()
                 settling.reset()
-                if failing:
+                if failing or refused:
                     log.info("target of %s: watch of %s resumed", self._label, self.key)
-                    failing = False
+                    failing = refused = False
                 self._changed(self.key, "LIST")
                 while True:
                     rv = await self._watch(rv)
@@ -251,6 +268,19 @@ class Reflector:
                         # (one bookmark, one event): re-armed at once, that is
                         # a loop of requests.
                         await self._sleep(rearms.fail())
+            except OverBudget as err:
+                # Dropped at once: a refused collection costs no memory while
+                # it waits, and is not read again before the backoff is over.
+                self._forget()
+                self.synced = False
+                self.refusals += 1
+                ran_its_course()
+                if not refused:
+                    log.warning("target of %s: watch of %s refused: %s", self._label, self.key, err)
+                    refused = True
+                    # The reconcile finds out by its own read, and says so.
+                    self._changed(self.key, "REFUSED")
+                await self._sleep(refusals.fail())
             except Unreadable as err:
                 self.synced = False
                 self.expired += 1
@@ -279,7 +309,8 @@ class Reflector:
                 ran_its_course()
                 if err.code == 404:
                     # Not served (yet): try again when a CRD changes, or later.
-                    self.items, self.served, self.synced = {}, False, True
+                    self._forget()
+                    self.served, self.synced = False, True
                     self._changed(self.key, "GONE")
                     self._retry.clear()
                     with contextlib.suppress(TimeoutError):
@@ -317,7 +348,7 @@ class Reflector:
                 # Anything else the target made of an answer (a page over the
                 # bound, a list that is no list, an object of another shape):
                 # this collection waits and tries again, and only it.
-                self.items = {}
+                self._forget()
                 self.synced = False
                 ran_its_course()
                 if not failing:
@@ -336,10 +367,26 @@ class Reflector:
         armed, self._armed_at = self._armed_at, None
         return armed is not None and self._clock() - armed >= self._healthy_after
 
+    def _forget(self) -> None:
+        self.items, self._sizes, self.held = {}, {}, 0
+
+    def _keep(self, key: str, obj: dict[str, Any], size: int) -> None:
+        """Keep ``obj`` under ``key`` in the copy, if the copy stays within its budget."""
+        held = self.held - self._sizes.get(key, 0) + size
+        count = len(self.items) + (key not in self.items)
+        passed = self.budget.exceeded(count, held)
+        if passed is not None:
+            raise OverBudget(self._collection, passed, self.budget)
+        self.items[key], self._sizes[key], self.held = obj, size, held
+
+    def _drop(self, key: str) -> None:
+        self.items.pop(key, None)
+        self.held -= self._sizes.pop(key, 0)
+
     async def _list(self) -> str:
         # The copy is not read while a LIST replaces it (it is not synced):
         # dropped first, so a reflector never holds two of them.
-        self.items = {}
+        self._forget()
         try:
             found = await list_pages(
                 self._http,
@@ -348,10 +395,16 @@ class Reflector:
                 labels=self.key.labels,
                 fields=self.key.fields,
                 accept=METADATA_LIST if self.key.metadata_only else "application/json",
+                budget=self.budget,
             )
         except ApiStatusError as err:
             raise Gone() if err.status == 410 else Refused(err.status) from err
         self.items = {object_name_key(item): item for item in found.items}
+        # Each object's share of what the pages weighed: a watch event that
+        # replaces it later weighs in by its own line.
+        share = found.bytes // max(len(self.items), 1)
+        self._sizes = dict.fromkeys(self.items, share)
+        self.held = share * len(self.items)
         self.served, self.synced = True, True
         self.lists += 1
         self._listed_at = self._clock()
@@ -404,9 +457,9 @@ class Reflector:
                     self.bookmarks += 1
                     continue
                 if kind == "DELETED":
-                    self.items.pop(object_name_key(obj), None)
+                    self._drop(object_name_key(obj))
                 else:
-                    self.items[object_name_key(obj)] = obj
+                    self._keep(object_name_key(obj), obj, len(line))
                 self._changed(self.key, str(kind))
         return rv
 
