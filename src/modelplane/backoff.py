@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import random
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -55,10 +55,12 @@ class Attempts:
 
     policy: Backoff
     count: int = 0
+    # The jitter's draw; a test gives one of its own.
+    rand: Callable[[], float] = field(default=random.random, repr=False)
 
     def fail(self) -> float:
         self.count += 1
-        return self.policy.delay(self.count)
+        return self.policy.delay(self.count, self.rand)
 
     def reset(self) -> None:
         self.count = 0

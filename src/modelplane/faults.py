@@ -28,6 +28,9 @@ class ErrorKind(StrEnum):
     CONFLICT = "conflict"  # 409
     SETTLING = "settling"  # 429: the server asks to come back later
     ANSWERED = "answered"  # any other error status
+    # A collection past its budget of objects or bytes (``kube.budget``):
+    # the target holds more than the operator reads, which waiting will not mend.
+    OVER_BUDGET = "over-budget"
     ADDRESS_DENIED = "address-denied"
     WEBHOOK_NOT_READY = "webhook-not-ready"
     HELM_FAILED = "helm-failed"

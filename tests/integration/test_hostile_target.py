@@ -9,6 +9,8 @@ before-and-after figures are bench/bench_alias_bomb.py's.
 
 from __future__ import annotations
 
+import base64
+import os
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +18,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat
 from lightkube.generic_resource import create_global_resource, create_namespaced_resource
 from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
-from lightkube.resources.core_v1 import ConfigMap, Namespace, Secret
+from lightkube.resources.core_v1 import ConfigMap, Event, Namespace, Secret
 from lightkube.types import PatchType
 from tests.integration.hubs import Harness, HarnessOptions
 from tests.integration.substrate import CHART_CRDS, MANIFEST_CRDS, crd
@@ -246,3 +248,69 @@ def test_an_alias_bomb_configmap_in_a_tenant_namespace_is_a_warning(harness: Har
     _resyncs(harness, 3)
     assert harness.proc is not None and harness.proc.poll() is None, "the operator died"
     assert _peak_rss_kib(harness) < MEMORY_CEILING_KIB
+
+
+# Past the release Secrets' budget of 32 MiB (kube.budget): 40 Secrets of
+# some 900 KiB each, which the API server stores (under etcd's 1.5 MiB).
+TENANT_SECRETS = 40
+TENANT_SECRET_BYTES = 675 * 1024  # base64 on the wire: 900 KiB
+
+
+def _release_like_secret(i: int) -> dict[str, Any]:
+    # The labels the operator's release-Secret LIST selects on, and data
+    # as large as a Secret may hold: what a tenant can write in its own
+    # namespace.
+    return {
+        "metadata": {
+            "name": f"sh.helm.release.v1.filler-{i}.v1",
+            "namespace": TENANT,
+            "labels": {"owner": "helm", RELEASE_DIGEST_LABEL: "forged"},
+        },
+        "type": "helm.sh/release.v1",
+        "data": {"release": base64.b64encode(os.urandom(TENANT_SECRET_BYTES)).decode()},
+    }
+
+
+def _warning_events(h: Harness, reason: str) -> list[Event]:
+    return [
+        e
+        for e in h.hub.list(Event, namespace=h.ns)
+        if e.involvedObject.kind == "ServingStack" and e.reason == reason and e.type == "Warning"
+    ]
+
+
+def test_release_like_secrets_past_the_budget_are_refused_and_lose_nothing(
+    harness: Harness,
+) -> None:
+    harness.create({"gateway": {"hostname": "west.example.com"}})
+    harness.start("--resync", "2")
+    harness.wait_condition("Ready", "True", deadline=180)
+    before = _release_revisions(harness)
+    assert all(before.values()), before
+
+    _tenant(harness)
+    for i in range(TENANT_SECRETS):
+        harness.target.create(Secret.from_dict(_release_like_secret(i)))
+    # The watch's copy passes the budget and is dropped; the reconcile's
+    # own LIST stops reading at it. Said in Ready and in one event, naming
+    # the collection and the budget, not as an unreachable target.
+    ready = harness.wait_condition("Ready", "False", "TargetCollectionTooLarge", deadline=120)
+    assert ready["message"].startswith("the target's secrets (every namespace, labels owner=helm")
+    assert "over the budget of 1000 objects and 32 MiB" in ready["message"], ready
+    wait_for(
+        "one event",
+        lambda: len(_warning_events(harness, "TargetCollectionTooLarge")) == 1,
+        deadline=30,
+    )
+    _resyncs(harness, 3)
+    assert len(_warning_events(harness, "TargetCollectionTooLarge")) == 1
+    assert harness.proc is not None and harness.proc.poll() is None, "the operator died"
+    assert _peak_rss_kib(harness) < MEMORY_CEILING_KIB
+    # Nothing installed was touched while the releases could not be read.
+    assert _release_revisions(harness) == before
+
+    # The tenant's Secrets gone, the stack is Ready again by itself.
+    for i in range(TENANT_SECRETS):
+        harness.target.delete(Secret, _release_like_secret(i)["metadata"]["name"], namespace=TENANT)
+    harness.wait_condition("Ready", "True", deadline=120)
+    assert _release_revisions(harness) == before

@@ -74,6 +74,12 @@ REASONS = [
         BlockedReason.TARGET_ERROR,
     ),
     ReasonCase(
+        "a collection past its budget",
+        Fault(ErrorKind.OVER_BUDGET),
+        BlockedReason.TARGET_COLLECTION_TOO_LARGE,
+        BlockedReason.TARGET_COLLECTION_TOO_LARGE,
+    ),
+    ReasonCase(
         "refused address",
         Fault(ErrorKind.ADDRESS_DENIED),
         BlockedReason.TARGET_ADDRESS_DENIED,

@@ -20,7 +20,8 @@ from modelplane.actions.helm import HelmError
 from modelplane.credentials.connect import CredentialsError
 from modelplane.credentials.identity.base import IdentityError, IdentityFailure
 from modelplane.kube.address import AddressDenied
-from modelplane.kube.client import ApiStatusError, TargetError
+from modelplane.kube.budget import Budget
+from modelplane.kube.client import ApiStatusError, OverBudget, TargetError
 from modelplane.kube.errors import ErrorKind, Fault, classify
 from modelplane.operator.handlers import teardown_message
 from modelplane.operator.reconciler import InvalidSpecError, explain
@@ -152,6 +153,12 @@ def test_an_http_answer_that_is_not_a_status_is_classified_by_its_code() -> None
     assert classify(err) == Fault(ErrorKind.NOT_FOUND, status=404)
 
 
+OVER_BUDGET = OverBudget(
+    "the target's secrets (every namespace, labels owner=helm)",
+    "more than 32 MiB",
+    Budget(items=1000, bytes=32 << 20),
+)
+
 CASES: list[tuple[BaseException, Fault]] = [
     (HelmError("Error: uninstall: timed out"), Fault(ErrorKind.HELM_FAILED)),
     (ClaimContendedError("freed and taken"), Fault(ErrorKind.CLAIM_CONTENDED)),
@@ -179,6 +186,8 @@ CASES: list[tuple[BaseException, Fault]] = [
     (ApiStatusError(403, "/apis", "forbidden"), Fault(ErrorKind.FORBIDDEN, status=403)),
     (ApiStatusError(401, "/apis", "Unauthorized"), Fault(ErrorKind.UNAUTHORIZED, status=401)),
     (TargetError("answered with an object that is not that Lease"), Fault(ErrorKind.UNREACHABLE)),
+    # A TargetError too, but one the target answered: not said as unreachable.
+    (OVER_BUDGET, Fault(ErrorKind.OVER_BUDGET)),
     (httpx2.ConnectError("connection refused"), Fault(ErrorKind.UNREACHABLE)),
     (httpx2.ReadTimeout("timed out"), Fault(ErrorKind.UNREACHABLE)),
     (OSError("network is unreachable"), Fault(ErrorKind.UNREACHABLE)),
@@ -204,6 +213,15 @@ def test_a_namespace_being_deleted_is_said_as_a_wait(make_stack: StackFactory) -
     assert "modelplane-system because it is being terminated" in message
     teardown = teardown_message(fault, err)
     assert teardown.startswith("waiting for a namespace on the target to finish terminating")
+
+
+def test_a_collection_past_its_budget_says_which_and_by_what(make_stack: StackFactory) -> None:
+    fault = classify(OVER_BUDGET)
+    message = explain(fault, OVER_BUDGET, make_stack())
+    assert decisions.blocked_reason(fault) is BlockedReason.TARGET_COLLECTION_TOO_LARGE
+    assert message.startswith("the target's secrets (every namespace, labels owner=helm) holds")
+    assert "more than 32 MiB" in message and "1000 objects and 32 MiB" in message
+    assert "cannot reach" not in message
 
 
 def test_a_refusal_is_not_said_as_a_wait(make_stack: StackFactory) -> None:

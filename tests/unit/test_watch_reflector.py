@@ -124,10 +124,10 @@ async def test_410_relists_and_watches_from_the_new_resource_version(gone: str) 
 
 async def test_a_server_that_answers_every_watch_with_410_is_not_a_loop() -> None:
     # Every LIST followed by a watch answered 410: a server at fault. The
-    # reflector pauses before each relist instead of relisting at once (the
-    # LIST that succeeded starts the backoff over, so the pause is the first
-    # one each time). Its clock stands still, so every 410 comes "right after"
-    # its LIST; its sleeps are recorded, not slept.
+    # reflector pauses before each relist instead of relisting at once, and
+    # longer each time: only a watch that stayed open starts the backoff
+    # over, not the LIST that succeeded. Its clock stands still, so every
+    # 410 comes "right after" its LIST; its sleeps are recorded, not slept.
     rounds = 8
     answers: list[httpx2.Response] = []
     for i in range(rounds):
@@ -154,7 +154,8 @@ async def test_a_server_that_answers_every_watch_with_410_is_not_a_loop() -> Non
     lists = sum(not _is_watch(r) for r in script.requests)
     assert lists == rounds + 1 and reflector.expired == rounds
     # One pause after every 410, none between a LIST and its watch.
-    assert slept == [WATCH_BACKOFF.delay(1)] * rounds == [0.5] * rounds
+    assert slept == [WATCH_BACKOFF.delay(i) for i in range(1, rounds + 1)]
+    assert slept[:4] == [0.5, 1.0, 2.0, 4.0] and slept[-1] == WATCH_BACKOFF.cap
 
 
 async def test_a_lone_wake_up_is_not_held_for_the_whole_coalescing_period() -> None:

@@ -31,7 +31,8 @@ from lightkube.core.exceptions import ApiError
 
 from modelplane.backoff import Backoff, retry
 from modelplane.kube.address import DEFAULT_DENIED, AddressDenied, IPNetwork, host_and_port, vet
-from modelplane.kube.answers import describe_answer, describe_error, status_message
+from modelplane.kube.answers import bounded, describe_answer, describe_error, status_message
+from modelplane.kube.budget import Budget, budget_for
 from modelplane.kube.transport import AuthTransport, GuardedTransport, TokenAuth, Tokens
 from modelplane.untrusted import Limits, UntrustedInputError, load_json
 from modelplane.wire import FIELD_MANAGER, ApiRef
@@ -73,6 +74,23 @@ class ApiStatusError(TargetError):
         self.status = status
         self.path = path
         self.reason = message
+
+
+class OverBudget(TargetError):
+    """A collection on the target holds more than its budget (``kube.budget``): not read further.
+
+    ``collection`` names it by our own request (resource, namespace,
+    selectors), never by anything the target answered.
+    """
+
+    def __init__(self, collection: str, passed: str, budget: Budget) -> None:
+        super().__init__(
+            f"{collection} holds {passed}: over the budget of {budget} the operator "
+            "reads of one collection, so it is not read; what it holds that is not the "
+            "operator's must go"
+        )
+        self.collection = collection
+        self.budget = budget
 
 
 class OpenCount:
@@ -270,20 +288,50 @@ def collection_path(api: ApiRef, namespace: str | None = None) -> str:
     return f"{base}/{api.resource}"
 
 
+class Meter:
+    """What one LIST has read so far, over all its pages, against the collection's budget.
+
+    Bytes are counted as they stream, so a read past the budget stops there
+    and holds no more than the budget.
+    """
+
+    def __init__(self, collection: str, budget: Budget) -> None:
+        self.collection, self.budget = collection, budget
+        self.items = 0
+        self.bytes = 0
+
+    def read(self, size: int) -> None:
+        self.bytes += size
+        self._check()
+
+    def listed(self, items: int) -> None:
+        self.items += items
+        self._check()
+
+    def _check(self) -> None:
+        passed = self.budget.exceeded(self.items, self.bytes)
+        if passed is not None:
+            raise OverBudget(self.collection, passed, self.budget)
+
+
 async def get_answer(
     http: httpx2.AsyncClient,
     path: str,
     *,
     params: dict[str, str] | None = None,
     accept: str = "application/json",
+    meter: Meter | None = None,
 ) -> Any:
     """GET ``path`` and decode the JSON answer; ``ApiStatusError`` for an error status.
 
     Transport errors are raised as they are: a watch tells an outage by them.
+    ``meter`` counts the answer's bytes against a collection's budget as they arrive.
     """
     async with http.stream("GET", path, params=params, headers={"Accept": accept}) as response:
         body = bytearray()
         async for chunk in response.aiter_bytes():
+            if meter is not None:
+                meter.read(len(chunk))
             body += chunk
             if len(body) > MAX_ANSWER_BYTES:
                 raise TargetError(
@@ -297,8 +345,12 @@ async def get_answer(
             # server's free text, and are not repeated.
             message = describe_answer(content_type)
         raise ApiStatusError(response.status_code, path, message)
+    data = bytes(body)
+    # Let go of the buffer before the parse, which holds the text and the
+    # objects at once: a page's peak is then the fewer copies of it.
+    del body
     try:
-        return load_json(bytes(body), _ANSWER_LIMITS)
+        return load_json(data, _ANSWER_LIMITS)
     except UntrustedInputError as err:
         raise TargetError(f"GET {path}: the answer is not readable JSON ({err})") from err
 
@@ -330,10 +382,43 @@ METADATA_OBJECT = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
 
 @dataclass
 class Collection:
-    """Every object of one LIST, and the resourceVersion a watch starts from."""
+    """Every object of one LIST, and the resourceVersion a watch starts from.
+
+    ``bytes``: what its pages weighed on the wire, as counted against its budget.
+    """
 
     items: list[dict[str, Any]]
     resource_version: str
+    bytes: int = 0
+
+
+def describe_collection(
+    api: ApiRef,
+    namespace: str | None = None,
+    labels: str | None = None,
+    fields: str | None = None,
+) -> str:
+    """One collection as a message names it: the resource, where, and by which selectors."""
+    where = f"namespace {namespace}" if namespace else "every namespace"
+    selectors = "".join(
+        f", {name} {value}" for name, value in (("labels", labels), ("fields", fields)) if value
+    )
+    return bounded(f"the target's {api.resource} ({where}{selectors})", 300)
+
+
+# Pages past those the budget's objects fill: a real API server fills every
+# page but the last (it reads on until ``limit`` objects pass the
+# selectors), so more pages are a server that sends empty ones without end.
+_SPARE_PAGES = 4
+
+
+def _page(doc: Any, path: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """A LIST answer's objects and metadata; TargetError for an answer of another shape."""
+    items = doc.get("items") if isinstance(doc, dict) else None
+    metadata = (doc.get("metadata") or {}) if isinstance(doc, dict) else None
+    if not isinstance(items or [], list) or not isinstance(metadata, dict):
+        raise TargetError(f"GET {path}: the answer is not a list of objects")
+    return [i for i in items or [] if isinstance(i, dict)], metadata
 
 
 async def list_pages(
@@ -344,13 +429,19 @@ async def list_pages(
     labels: str | None = None,
     fields: str | None = None,
     accept: str = "application/json",
+    budget: Budget | None = None,
 ) -> Collection:
     """One paginated LIST of a resource, as plain JSON: no model decoding, no resource class.
 
     One request, more only past ``PAGE_SIZE`` objects. Transport errors are
     raised as they are (see ``get_answer``). ``accept`` ``METADATA_LIST``
-    reads the objects' metadata only.
+    reads the objects' metadata only. All the pages together stay within
+    ``budget`` (the kind's default, ``kube.budget.budget_for``), or
+    ``OverBudget`` is raised as soon as they pass it.
     """
+    if budget is None:
+        budget = budget_for(api, metadata_only=accept == METADATA_LIST)
+    meter = Meter(describe_collection(api, namespace, labels, fields), budget)
     path = collection_path(api, namespace)
     params: dict[str, str] = {"limit": str(PAGE_SIZE)}
     if labels:
@@ -358,12 +449,17 @@ async def list_pages(
     if fields:
         params["fieldSelector"] = fields
     items: list[dict[str, Any]] = []
+    pages = 0
     while True:
-        doc = await get_answer(http, path, params=params, accept=accept)
-        items += [i for i in doc.get("items") or [] if isinstance(i, dict)]
-        metadata = doc.get("metadata") or {}
+        pages += 1
+        if pages > budget.items // PAGE_SIZE + _SPARE_PAGES:
+            raise OverBudget(meter.collection, f"more than {pages - 1} pages", budget)
+        answer = await get_answer(http, path, params=params, accept=accept, meter=meter)
+        page, metadata = _page(answer, path)
+        meter.listed(len(page))
+        items += page
         if not metadata.get("continue"):
-            return Collection(items, str(metadata.get("resourceVersion") or ""))
+            return Collection(items, str(metadata.get("resourceVersion") or ""), meter.bytes)
         params["continue"] = str(metadata["continue"])
 
 
@@ -375,11 +471,18 @@ async def list_objects(
     labels: str | None = None,
     fields: str | None = None,
     accept: str = "application/json",
+    budget: Budget | None = None,
 ) -> list[dict[str, Any]]:
-    """Every object of one resource, across all namespaces unless one is given."""
+    """Every object of one resource, in every namespace unless one is given, within ``budget``."""
     try:
         found = await list_pages(
-            raw_http(client), api, namespace=namespace, labels=labels, fields=fields, accept=accept
+            raw_http(client),
+            api,
+            namespace=namespace,
+            labels=labels,
+            fields=fields,
+            accept=accept,
+            budget=budget,
         )
     except AddressDenied:
         raise

@@ -23,7 +23,7 @@ from modelplane.faults import ErrorKind as ErrorKind
 from modelplane.faults import Fault as Fault
 from modelplane.faults import KnownError as KnownError
 from modelplane.kube.address import AddressDenied
-from modelplane.kube.client import ApiStatusError, TargetError
+from modelplane.kube.client import ApiStatusError, OverBudget, TargetError
 
 # The StatusCause the API server's NamespaceLifecycle admission adds to its
 # 403 for a write into a namespace that is being deleted (k8s.io/api
@@ -69,6 +69,9 @@ def classify(err: BaseException) -> Fault:
     if isinstance(err, httpx2.HTTPStatusError):
         code = err.response.status_code
         return Fault(by_status(code), status=code)
+    # Before the other TargetErrors: the target answered, and too much.
+    if isinstance(err, OverBudget):
+        return Fault(ErrorKind.OVER_BUDGET)
     if isinstance(err, (TargetError, httpx2.HTTPError, OSError, asyncio.TimeoutError)):
         return Fault(ErrorKind.UNREACHABLE)
     return Fault(ErrorKind.UNEXPECTED)

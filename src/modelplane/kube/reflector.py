@@ -24,6 +24,13 @@ When the target stops answering, one ``Link`` probe per target (``/readyz``,
 every ``PROBE_SECONDS``) stands in for every watch's retries, so an outage
 costs one connection attempt per probe, is logged once, and the watches
 resume within a probe of the server being back.
+
+A target's server may be anyone's, so a reflector survives whatever it
+answers, and waits before each try that follows a failure: a watch that
+ends soon after it starts is re-armed with a backoff, reset only by a watch
+that stayed open. Its copy has a budget (``kube.budget``) over the LIST's
+pages and the watch's life; past it the copy is dropped and the collection
+refused until a later try finds it within the budget again.
 """
 
 from __future__ import annotations
@@ -41,13 +48,16 @@ import httpx2
 
 from modelplane.backoff import Attempts, Backoff
 from modelplane.kube.answers import describe_error
+from modelplane.kube.budget import Budget, budget_for
 from modelplane.kube.client import (
     CRD_STORAGE_TRIES,
     CRD_STORAGE_WAIT,
     METADATA_LIST,
     METADATA_OBJECT,
     ApiStatusError,
+    OverBudget,
     collection_path,
+    describe_collection,
     list_pages,
 )
 from modelplane.untrusted import Limits, UntrustedInputError, load_json
@@ -68,6 +78,18 @@ MAX_WATCH_LINE = 4 * 1024 * 1024
 _EVENT_LIMITS = Limits(max_bytes=MAX_WATCH_LINE, max_depth=256)
 # Between tries of a watch the server refused, or that keeps expiring.
 WATCH_BACKOFF = Backoff(first=0.5, cap=30.0)
+# A watch open this long (or half its timeoutSeconds, if less) ran its
+# course: a real API server keeps one open for the timeoutSeconds asked, so
+# only a good watch ends a run of failures and re-arms at once.
+HEALTHY_WATCH_SECONDS = 10.0
+# Between re-arms of watches that end soon after they start: a server (or a
+# proxy in front of it) that closes each after a bookmark drove hundreds of
+# requests a second into one reflector. Jittered, so that a stack's dozen
+# reflectors do not re-arm in step.
+REARM_BACKOFF = Backoff(first=0.5, cap=30.0, jitter=0.5)
+# After a collection was refused over its budget: it does not shrink in a
+# moment, and each try reads up to the budget again.
+BUDGET_BACKOFF = Backoff(first=5.0, cap=300.0, jitter=0.5)
 
 
 @dataclass(frozen=True, order=True)
@@ -176,14 +198,22 @@ class Reflector:
         *,
         label: str = "",
         watch_timeout: float = WATCH_TIMEOUT_SECONDS,
+        budget: Budget | None = None,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        rand: Callable[[], float] = random.random,
     ) -> None:
         self.key, self._http, self._link, self._changed = key, http, link, changed
         self._label = label
         self._watch_timeout = watch_timeout
-        self._clock, self._sleep = clock, sleep
+        self._clock, self._sleep, self._rand = clock, sleep, rand
+        # What the copy may hold, over the LIST's pages and the watch's life.
+        self.budget = budget or budget_for(key.api, metadata_only=key.metadata_only)
+        self._collection = describe_collection(key.api, key.namespace, key.labels, key.fields)
         self.items: dict[str, dict[str, Any]] = {}
+        # Each object's weight on the wire, and their sum, against the budget.
+        self._sizes: dict[str, int] = {}
+        self.held = 0
         # True while ``items`` is known current: after a LIST, until the watch breaks.
         self.synced = False
         # False after a 404: the API is not served (``items`` is then empty).
@@ -192,59 +222,99 @@ class Reflector:
         self.watches = 0
         self.bookmarks = 0
         self.expired = 0
+        self.refusals = 0
         self._retry = asyncio.Event()
         self._listed_at = 0.0
+        self._armed_at: float | None = None
+        self._healthy_after = HEALTHY_WATCH_SECONDS
 
     def retry_now(self) -> None:
         """Try again at once a collection whose API was not served (a CRD changed)."""
         self._retry.set()
 
     async def run(self) -> None:
-        backoff = Attempts(WATCH_BACKOFF)
-        failing = False
+        """LIST and WATCH until cancelled: every error is waited out, none ends the reflector."""
+        failures = Attempts(WATCH_BACKOFF, rand=self._rand)
+        rearms = Attempts(REARM_BACKOFF, rand=self._rand)
+        refusals = Attempts(BUDGET_BACKOFF, rand=self._rand)
+        outages = Attempts(WATCH_BACKOFF, rand=self._rand)
         settling = Attempts(CRD_STORAGE_WAIT)
+        runs = (failures, rearms, refusals, outages)
+        failing = refused = False
+
+        def ran_its_course() -> bool:
+            # Only a watch that stayed open ends a run of failures: a LIST
+            # that succeeds does not, or a server that refuses every watch
+            # right after its LIST would be listed at the first delay forever.
+            if not self._ran_its_course():
+                return False
+            for run in runs:
+                run.reset()
+            return True
+
         while True:
             try:
                 await self._link.up.wait()
                 rv = await self._list()
-                backoff.reset()
                 settling.reset()
-                if failing:
+                if failing or refused:
                     log.info("target of %s: watch of %s resumed", self._label, self.key)
-                    failing = False
+                    failing = refused = False
                 self._changed(self.key, "LIST")
                 while True:
                     rv = await self._watch(rv)
+                    if not ran_its_course():
+                        # Ended soon after it started, with whatever it sent
+                        # (one bookmark, one event): re-armed at once, that is
+                        # a loop of requests.
+                        await self._sleep(rearms.fail())
+            except OverBudget as err:
+                # Dropped at once: a refused collection costs no memory while
+                # it waits, and is not read again before the backoff is over.
+                self._forget()
+                self.synced = False
+                self.refusals += 1
+                ran_its_course()
+                if not refused:
+                    log.warning("target of %s: watch of %s refused: %s", self._label, self.key, err)
+                    refused = True
+                    # The reconcile finds out by its own read, and says so.
+                    self._changed(self.key, "REFUSED")
+                await self._sleep(refusals.fail())
             except Unreadable as err:
                 self.synced = False
                 self.expired += 1
+                ran_its_course()
                 log.warning(
                     "target of %s: watch of %s sent %s; listing again", self._label, self.key, err
                 )
                 if self._clock() - self._listed_at < 1.0:
-                    await self._sleep(backoff.fail())
+                    await self._sleep(failures.fail())
             except Gone:
                 # Compacted away while we were not looking: LIST again now.
                 # A 410 right after a fresh LIST cannot repeat without a
                 # server at fault; the backoff keeps that from spinning.
                 self.synced = False
                 self.expired += 1
+                ran_its_course()
                 log.info(
                     "target of %s: watch of %s expired (410 Gone); listing again",
                     self._label,
                     self.key,
                 )
                 if self._clock() - self._listed_at < 1.0:
-                    await self._sleep(backoff.fail())
+                    await self._sleep(failures.fail())
             except Refused as err:
                 self.synced = False
+                ran_its_course()
                 if err.code == 404:
                     # Not served (yet): try again when a CRD changes, or later.
-                    self.items, self.served, self.synced = {}, False, True
+                    self._forget()
+                    self.served, self.synced = False, True
                     self._changed(self.key, "GONE")
                     self._retry.clear()
                     with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(self._retry.wait(), backoff.fail())
+                        await asyncio.wait_for(self._retry.wait(), failures.fail())
                     continue
                 if err.code == 429 and settling.count < CRD_STORAGE_TRIES:
                     # A CRD's storage still starting (after an install, or
@@ -260,14 +330,63 @@ class Reflector:
                         err,
                     )
                     failing = True
-                await self._sleep(backoff.fail())
+                await self._sleep(failures.fail())
             except httpx2.TransportError as err:
                 self.synced = False
+                ran_its_course()
+                delay = outages.fail()
                 if self._link.lost(err):
                     # The reconcile finds out and says the target is unreachable.
                     self._changed(self.key, "LOST")
+                if outages.count > 1:
+                    # Lost again before a watch stayed open: a server that
+                    # answers the probe and drops the watches. The first
+                    # loss waits for the probe alone, so an outage ends
+                    # within a probe of the server answering.
+                    await self._sleep(delay)
+            except Exception as err:
+                # Anything else the target made of an answer (a page over the
+                # bound, a list that is no list, an object of another shape):
+                # this collection waits and tries again, and only it.
+                self._forget()
+                self.synced = False
+                ran_its_course()
+                if not failing:
+                    log.warning(
+                        "target of %s: watch of %s failed (%s); retrying with backoff",
+                        self._label,
+                        self.key,
+                        describe_error(err),
+                    )
+                    failing = True
+                    self._changed(self.key, "FAILED")
+                await self._sleep(failures.fail())
+
+    def _ran_its_course(self) -> bool:
+        """Whether the last watch stayed open long enough to count as a good one (once)."""
+        armed, self._armed_at = self._armed_at, None
+        return armed is not None and self._clock() - armed >= self._healthy_after
+
+    def _forget(self) -> None:
+        self.items, self._sizes, self.held = {}, {}, 0
+
+    def _keep(self, key: str, obj: dict[str, Any], size: int) -> None:
+        """Keep ``obj`` under ``key`` in the copy, if the copy stays within its budget."""
+        held = self.held - self._sizes.get(key, 0) + size
+        count = len(self.items) + (key not in self.items)
+        passed = self.budget.exceeded(count, held)
+        if passed is not None:
+            raise OverBudget(self._collection, passed, self.budget)
+        self.items[key], self._sizes[key], self.held = obj, size, held
+
+    def _drop(self, key: str) -> None:
+        self.items.pop(key, None)
+        self.held -= self._sizes.pop(key, 0)
 
     async def _list(self) -> str:
+        # The copy is not read while a LIST replaces it (it is not synced):
+        # dropped first, so a reflector never holds two of them.
+        self._forget()
         try:
             found = await list_pages(
                 self._http,
@@ -276,10 +395,16 @@ class Reflector:
                 labels=self.key.labels,
                 fields=self.key.fields,
                 accept=METADATA_LIST if self.key.metadata_only else "application/json",
+                budget=self.budget,
             )
         except ApiStatusError as err:
             raise Gone() if err.status == 410 else Refused(err.status) from err
         self.items = {object_name_key(item): item for item in found.items}
+        # Each object's share of what the pages weighed: a watch event that
+        # replaces it later weighs in by its own line.
+        share = found.bytes // max(len(self.items), 1)
+        self._sizes = dict.fromkeys(self.items, share)
+        self.held = share * len(self.items)
         self.served, self.synced = True, True
         self.lists += 1
         self._listed_at = self._clock()
@@ -299,7 +424,8 @@ class Reflector:
         # without closing (a lost network path) is given up, not waited on forever.
         timeout = httpx2.Timeout(10.0, read=seconds + 30.0)
         path = collection_path(self.key.api, self.key.namespace)
-        started, events = self._clock(), 0
+        self._armed_at = self._clock()
+        self._healthy_after = min(HEALTHY_WATCH_SECONDS, seconds / 2)
         self.watches += 1
         accept = METADATA_OBJECT if self.key.metadata_only else "application/json"
         async with self._http.stream(
@@ -323,20 +449,18 @@ class Reflector:
                     code = obj.get("code")
                     code = code if isinstance(code, int) and 100 <= code < 600 else 500
                     raise Gone() if code == 410 else Refused(code)
-                rv = str((obj.get("metadata") or {}).get("resourceVersion") or rv)
-                events += 1
+                metadata = obj.get("metadata") or {}
+                if not isinstance(metadata, dict):
+                    raise Unreadable("a line that is not an event (metadata not an object)")
+                rv = str(metadata.get("resourceVersion") or rv)
                 if kind == "BOOKMARK":
                     self.bookmarks += 1
                     continue
                 if kind == "DELETED":
-                    self.items.pop(object_name_key(obj), None)
+                    self._drop(object_name_key(obj))
                 else:
-                    self.items[object_name_key(obj)] = obj
+                    self._keep(object_name_key(obj), obj, len(line))
                 self._changed(self.key, str(kind))
-        if not events and self._clock() - started < 1.0:
-            # A server (or a proxy in front of it) that ends watches at once:
-            # do not turn that into a loop of requests.
-            await self._sleep(1.0)
         return rv
 
 
@@ -363,5 +487,7 @@ async def _lines(chunks: AsyncIterator[bytes], limit: int) -> AsyncIterator[byte
 
 
 def object_name_key(obj: dict[str, Any]) -> str:
-    metadata = obj.get("metadata") or {}
+    metadata = obj.get("metadata")
+    if not isinstance(metadata, dict):
+        return "/"
     return f"{metadata.get('namespace') or ''}/{metadata.get('name') or ''}"

@@ -137,6 +137,8 @@ class StackReconciler:
     round_connection_warnings: tuple[str, ...] | None = None
     # The spec error last reported by event, likewise.
     invalid_spec: str | None = None
+    # The last collection refused over its budget, said in an event once.
+    refused_collection: str | None = None
     # When the target was last read directly, for the full relist; and
     # whether the last reconcile acted on nothing. The watch copy is
     # trusted only then: right after a write its events may still be on
@@ -208,9 +210,22 @@ class StackReconciler:
         outcome = await self._reconcile(stack, body, acted_on_nothing)
         outcome.connection_warnings = self.round_connection_warnings
         self.went_wrong = outcome.blocked_reason is not None or bool(outcome.failures)
+        if outcome.blocked_reason is None:
+            self.refused_collection = None
         if outcome.blocked_reason is None and self.session.kept and self.session.target is not None:
             await self.session.watch(self._wanted(stack))
         return outcome
+
+    def _report_refused(self, fault: Fault, err: BaseException) -> None:
+        """An event when a collection on the target is first refused over its budget.
+
+        A target that holds more than the operator reads is someone's doing,
+        not an outage: said once, as long as the same collection stays refused.
+        """
+        refused = describe_error(err) if fault.kind is ErrorKind.OVER_BUDGET else None
+        if refused is not None and decisions.is_new(self.refused_collection, refused):
+            self.emit("Warning", decisions.blocked_reason(fault), refused)
+        self.refused_collection = refused
 
     async def _reconcile(
         self, stack: ServingStack, body: dict[str, Any], acted_on_nothing: bool
@@ -280,6 +295,7 @@ class StackReconciler:
             fault = classify(err)
             if fault.kind is ErrorKind.UNEXPECTED:
                 raise  # the daemon reports it, with its traceback
+            self._report_refused(fault, err)
             return Outcome(
                 # A plan made before the target answered so is still what it
                 # is; one made before an address or an identity gave out is not.

@@ -28,6 +28,8 @@ class BlockedReason(StrEnum):
     # A write into a namespace the target is deleting: a wait until it is gone.
     TARGET_NAMESPACE_TERMINATING = "TargetNamespaceTerminating"
     TARGET_ERROR = "TargetError"
+    # A collection on the target past the budget the operator reads of one.
+    TARGET_COLLECTION_TOO_LARGE = "TargetCollectionTooLarge"
     TARGET_ADDRESS_DENIED = "TargetAddressDenied"
     WEBHOOK_NOT_READY = "WebhookNotReady"
     ACTION_FAILED = "ActionFailed"
@@ -57,6 +59,7 @@ _BY_KIND = {
     ErrorKind.CONFLICT: BlockedReason.TARGET_ERROR,
     ErrorKind.SETTLING: BlockedReason.TARGET_ERROR,
     ErrorKind.ANSWERED: BlockedReason.TARGET_ERROR,
+    ErrorKind.OVER_BUDGET: BlockedReason.TARGET_COLLECTION_TOO_LARGE,
     ErrorKind.ADDRESS_DENIED: BlockedReason.TARGET_ADDRESS_DENIED,
     ErrorKind.WEBHOOK_NOT_READY: BlockedReason.WEBHOOK_NOT_READY,
     ErrorKind.HELM_FAILED: BlockedReason.HELM_FAILED,

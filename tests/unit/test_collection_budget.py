@@ -1,0 +1,238 @@
+"""A collection's budget across a LIST's pages and a watch's life (issue 27, item 2).
+
+Against a loopback server that streams what no API server would: pages
+without end, a page without end, watch events without end. Memory is the
+process's own, as tracemalloc counts it while the client reads; the server
+writes in small pieces from buffers it made beforehand, so what is counted
+is what the client kept.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import tracemalloc
+from collections.abc import Awaitable, Callable, Iterator
+
+import httpx2
+import pytest
+from tests.hostile_server import Answer, HostileServer
+
+from modelplane.kube import client as client_module
+from modelplane.kube.budget import DEFAULT_BUDGET, METADATA_BUDGET, Budget, budget_for
+from modelplane.kube.client import PAGE_SIZE, OverBudget, list_pages
+from modelplane.kube.reflector import (
+    BUDGET_BACKOFF,
+    REARM_BACKOFF,
+    Link,
+    Reflector,
+    WatchKey,
+)
+from modelplane.wire import ApiRef
+
+SECRETS = ApiRef("", "v1", "secrets")
+CONFIGMAPS = ApiRef("", "v1", "configmaps")
+KEY = WatchKey(CONFIGMAPS, namespace="ns")
+MiB = 1 << 20
+BUDGET = Budget(items=2_000, bytes=4 * MiB)
+# The peak of reading a collection, in budgets: the pages within it are
+# parsed, and a parse holds the answer, a copy of it and the objects at once.
+# Without a budget, every test here reads to the server's fuse, 64 budgets.
+PARSE_PEAK = 8
+
+
+def _object(i: int, size: int) -> bytes:
+    return json.dumps(
+        {
+            "metadata": {"name": f"cm-{i}", "namespace": "ns", "resourceVersion": str(i)},
+            "data": {"k": "x" * size},
+        }
+    ).encode()
+
+
+def _page(objects: list[bytes], rv: str = "1", more: bool = False) -> bytes:
+    metadata = {"resourceVersion": rv, **({"continue": "next"} if more else {})}
+    return b'{"metadata": %s, "items": [%s]}' % (json.dumps(metadata).encode(), b",".join(objects))
+
+
+def endless_pages(size: int) -> Callable[[dict[str, str], Answer], Awaitable[None]]:
+    """Every LIST page full (``size`` bytes of data per object, none for empty pages), and more."""
+    page = _page([_object(i, size) for i in range(PAGE_SIZE)] if size else [], more=True)
+
+    async def script(params: dict[str, str], answer: Answer) -> None:
+        await answer.send(page)
+        await answer.end()
+
+    return script
+
+
+async def endless_page(params: dict[str, str], answer: Answer) -> None:
+    """One LIST page whose items never end."""
+    item = b"," + _object(0, 4096)
+    await answer.send(b'{"metadata": {"resourceVersion": "1"}, "items": [' + item[1:])
+    while await answer.send(item * 64):
+        pass
+    await answer.end()
+
+
+def _lines(objects: Iterator[bytes]) -> Iterator[bytes]:
+    for obj in objects:
+        yield b'{"type": "ADDED", "object": %s}\n' % obj
+
+
+async def endless_events(params: dict[str, str], answer: Answer) -> None:
+    """An empty LIST; then a watch that adds objects of new names without end."""
+    if params.get("watch") != "true":
+        await answer.send(_page([]))
+        await answer.end()
+        return
+    i = 0
+    while True:
+        batch = b"".join(_lines(_object(n, 1024) for n in range(i, i + 256)))
+        i += 256
+        if not await answer.send(batch):
+            break
+    await answer.end()
+
+
+@pytest.fixture
+def traced() -> Iterator[Callable[[], int]]:
+    """The peak of memory allocated since the test began, in bytes."""
+    tracemalloc.start()
+    try:
+        yield lambda: tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+# ---- a LIST: all its pages within one budget -------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("size", "passed"),
+    [(8192, "more than 4 MiB"), (16, "more than 2000 objects"), (0, "more than 8 pages")],
+    ids=["large objects", "small objects", "empty pages"],
+)
+async def test_a_list_without_end_is_refused_at_its_budget(
+    size: int, passed: str, traced: Callable[[], int]
+) -> None:
+    async with HostileServer(endless_pages(size)) as server, server.client() as http:
+        with pytest.raises(OverBudget) as err:
+            await list_pages(http, CONFIGMAPS, namespace="ns", budget=BUDGET)
+    assert passed in str(err.value)
+    assert str(err.value).startswith("the target's configmaps (namespace ns) holds")
+    # Refused as it streamed: no more was kept than the budget, however
+    # much the server had to send (up to its fuse of 256 MiB). A page
+    # within the budget is parsed, which takes a few times its bytes at
+    # its peak (the answer, its copy, the objects).
+    assert traced() < PARSE_PEAK * BUDGET.bytes
+    assert server.lists() <= BUDGET.items // PAGE_SIZE + 4
+
+
+async def test_a_page_without_end_is_read_only_to_the_budget(traced: Callable[[], int]) -> None:
+    async with HostileServer(endless_page) as server, server.client() as http:
+        with pytest.raises(OverBudget, match="more than 4 MiB"):
+            await list_pages(http, CONFIGMAPS, budget=BUDGET)
+    assert traced() < PARSE_PEAK * BUDGET.bytes
+    # Before the budget, the page was read to its own bound of 128 MiB.
+    assert server.sent < client_module.MAX_ANSWER_BYTES // 4
+
+
+@pytest.mark.parametrize(
+    ("api", "metadata_only", "budget"),
+    [
+        (SECRETS, False, Budget(items=1_000, bytes=32 * MiB)),
+        (SECRETS, True, METADATA_BUDGET),
+        (
+            ApiRef("apiextensions.k8s.io", "v1", "customresourcedefinitions"),
+            False,
+            Budget(items=4_000, bytes=128 * MiB),
+        ),
+        (CONFIGMAPS, False, DEFAULT_BUDGET),
+    ],
+    ids=["release secrets", "metadata only", "crds", "anything else"],
+)
+def test_each_kind_has_its_default_budget(api: ApiRef, metadata_only: bool, budget: Budget) -> None:
+    assert budget_for(api, metadata_only=metadata_only) == budget
+    # No default lets one page past the bound each page is read to.
+    assert budget.bytes <= client_module.MAX_ANSWER_BYTES
+
+
+# ---- a reflector: within its budget over its watch's life, and alive ----------------
+
+
+async def _reflect(
+    server: HostileServer,
+    http: httpx2.AsyncClient,
+    until: Callable[[Reflector], bool],
+    *,
+    sleeps: list[float],
+    budget: Budget | None = BUDGET,
+    deadline: float = 20.0,
+) -> tuple[Reflector, list[str], bool]:
+    """Run a reflector until ``until`` holds; its first backoff sleep hangs (and is recorded)."""
+    changes: list[str] = []
+
+    async def sleep(seconds: float) -> None:
+        sleeps.append(seconds)
+        await asyncio.Event().wait()
+
+    reflector = Reflector(
+        http,
+        KEY,
+        Link(http, "test"),
+        lambda _k, kind: changes.append(kind),
+        budget=budget,
+        sleep=sleep,
+        rand=lambda: 0.0,
+    )
+    task = asyncio.create_task(reflector.run())
+    try:
+        async with asyncio.timeout(deadline):
+            while not until(reflector) and not task.done():
+                await asyncio.sleep(0.01)
+        alive = not task.done()
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    return reflector, changes, alive
+
+
+@pytest.mark.parametrize(
+    "script",
+    [endless_pages(8192), endless_page, endless_events],
+    ids=["pages without end", "a page without end", "watch events without end"],
+)
+async def test_a_reflector_refuses_a_collection_past_its_budget_and_keeps_nothing(
+    script: Callable[[dict[str, str], Answer], Awaitable[None]], traced: Callable[[], int]
+) -> None:
+    sleeps: list[float] = []
+    async with HostileServer(script) as server, server.client() as http:
+        reflector, changes, alive = await _reflect(
+            server, http, lambda r: bool(sleeps), sleeps=sleeps
+        )
+    assert alive, "the reflector died"
+    assert reflector.refusals == 1
+    # Dropped, and said so (the stack is woken to read, and to report it).
+    assert reflector.items == {} and reflector.held == 0 and not reflector.synced
+    assert changes[-1] == "REFUSED"
+    # Tried again only after the budget's backoff, not at once.
+    assert sleeps == [BUDGET_BACKOFF.first]
+    assert traced() < PARSE_PEAK * BUDGET.bytes
+
+
+async def test_a_reflector_within_its_budget_keeps_what_it_watched() -> None:
+    # The same endless events, under a budget they never pass before the
+    # fuse: nothing refused, every object kept.
+    sleeps: list[float] = []
+    budget = Budget(items=100_000, bytes=64 * MiB)
+    async with HostileServer(endless_events, fuse=2 * MiB) as server, server.client() as http:
+        reflector, _, alive = await _reflect(
+            server, http, lambda r: bool(sleeps), sleeps=sleeps, budget=budget
+        )
+    assert alive and reflector.refusals == 0
+    assert len(reflector.items) > 1000
+    assert 0 < reflector.held <= server.sent
+    # The fuse ended that watch soon after it started: re-armed after a
+    # backoff, not at once.
+    assert sleeps == [REARM_BACKOFF.first]

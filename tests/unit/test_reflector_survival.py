@@ -1,0 +1,139 @@
+"""A reflector outlives whatever a target's server answers, and re-arms with backoff.
+
+Issue 27, item 3: a watch that ended after one bookmark was re-opened at
+once (a hostile server drove 648 WATCH requests a second into one
+reflector), and an answer the reflector could not use (a page over the
+bound, a list that is no list) ended its task until the operator
+restarted. The re-arm rate is measured against a loopback server, over
+real sockets and the real clock; the answers it cannot use are scripted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import httpx2
+import pytest
+from tests.hostile_server import Answer, HostileServer
+
+from modelplane.kube import client as client_module
+from modelplane.kube.reflector import WATCH_BACKOFF, Link, Reflector, WatchKey
+from modelplane.wire import ApiRef
+
+KEY = WatchKey(ApiRef("", "v1", "configmaps"), namespace="ns")
+EMPTY_LIST = b'{"metadata": {"resourceVersion": "1"}, "items": []}'
+BOOKMARK = b'{"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "7"}}}\n'
+
+
+async def one_bookmark(params: dict[str, str], answer: Answer) -> None:
+    """An empty LIST; then watches that each send one bookmark and end."""
+    await answer.send(EMPTY_LIST if params.get("watch") != "true" else BOOKMARK)
+    await answer.end()
+
+
+async def test_a_watch_that_ends_after_one_bookmark_is_rearmed_with_backoff() -> None:
+    # The hostile server of issue 27 drove 648 WATCH requests a second into
+    # one reflector this way. Real clock, real sleeps.
+    changes: list[str] = []
+    async with HostileServer(one_bookmark) as server, server.client() as http:
+        reflector = Reflector(http, KEY, Link(http, "test"), lambda _k, kind: changes.append(kind))
+        task = asyncio.create_task(reflector.run())
+        await asyncio.sleep(3.0)
+        alive = not task.done()
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    assert alive
+    # Backoff of 0.5 s doubling, less up to half of it as jitter: the
+    # shortest waits, 0.25 + 0.5 + 1 s, fit into 3 s, and 2 s more do not:
+    # at most 4 watches (the code before re-armed at once, hundreds).
+    assert 2 <= server.watches() <= 4, server.watches()
+    assert server.lists() == 1 and reflector.bookmarks == server.watches()
+
+
+# ---- a reflector survives what a target makes of an answer ---------------------------
+
+
+class Script:
+    """Answers requests in order; past the script, holds the request open until cancelled."""
+
+    def __init__(self, answers: list[httpx2.Response]) -> None:
+        self.answers = answers
+        self.requests: list[dict[str, str]] = []
+        self.done = asyncio.Event()
+
+    async def __call__(self, request: httpx2.Request) -> httpx2.Response:
+        self.requests.append(dict(request.url.params))
+        if len(self.requests) <= len(self.answers):
+            return self.answers[len(self.requests) - 1]
+        self.done.set()
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")
+
+
+def _list(rv: str, *names: str) -> httpx2.Response:
+    items = [{"metadata": {"name": n, "namespace": "ns", "resourceVersion": rv}} for n in names]
+    return httpx2.Response(200, json={"metadata": {"resourceVersion": rv}, "items": items})
+
+
+def _events(*events: dict[str, Any]) -> httpx2.Response:
+    return httpx2.Response(200, content="".join(json.dumps(e) + "\n" for e in events).encode())
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        httpx2.Response(200, content=b'{"items": []}' + b" " * (1 << 18)),
+        httpx2.Response(200, json=[]),
+        httpx2.Response(200, json={"items": {"a": 1}}),
+        httpx2.Response(200, json={"items": [], "metadata": "none"}),
+    ],
+    ids=["a page over the bound", "a list", "items not a list", "metadata not an object"],
+)
+async def test_a_reflector_survives_an_answer_it_cannot_use(
+    answer: httpx2.Response, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(client_module, "MAX_ANSWER_BYTES", 1 << 17)
+    script = Script([answer, _list("10", "a")])
+    reflector, slept, changes = await _scripted(script)
+    # Waited out, and listed again: the watch is not dead until a restart.
+    assert slept == [WATCH_BACKOFF.first]
+    assert reflector.lists == 1 and list(reflector.items) == ["ns/a"] and reflector.synced
+    assert changes[:2] == ["FAILED", "LIST"]
+
+
+async def test_a_watch_event_of_another_shape_relists() -> None:
+    script = Script(
+        [
+            _list("10", "a"),
+            _events({"type": "ADDED", "object": {"metadata": ["not", "an", "object"]}}),
+            _list("20", "b"),
+        ]
+    )
+    reflector, _, _ = await _scripted(script)
+    assert reflector.lists == 2 and list(reflector.items) == ["ns/b"]
+
+
+async def _scripted(script: Script) -> tuple[Reflector, list[float], list[str]]:
+    http = httpx2.AsyncClient(
+        base_url="https://target.invalid", transport=httpx2.MockTransport(script)
+    )
+    slept: list[float] = []
+    changes: list[str] = []
+
+    async def sleep(seconds: float) -> None:
+        slept.append(seconds)
+
+    reflector = Reflector(
+        http, KEY, Link(http, "test"), lambda _k, kind: changes.append(kind), sleep=sleep
+    )
+    task = asyncio.create_task(reflector.run())
+    try:
+        await asyncio.wait_for(script.done.wait(), 10.0)
+        assert not task.done(), "the reflector died"
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await http.aclose()
+    return reflector, slept, changes
