@@ -37,6 +37,7 @@ from modelplane.catalog.types import ObjectExists
 from modelplane.kube.client import METADATA_LIST, list_objects, waiting_out_429
 from modelplane.kube.discovery import APIS, PLURALS, Served, served
 from modelplane.kube.resources import unless_missing
+from modelplane.observe.storage_name import parse_storage_name
 from modelplane.plan.drift import owned_fields
 from modelplane.plan.observed import Observed, ObservedCondition, ObservedRelease
 from modelplane.wire import (
@@ -59,8 +60,6 @@ RELEASE_SECRETS = f"owner=helm,{RELEASE_DIGEST_LABEL}"
 # listed in every namespace (one LIST, one watch) and filtered here, so a
 # tenant's look-alike elsewhere is never the release.
 RELEASE_NAMESPACES = {c.release_name: c.namespace for c in COMPONENTS if c.chart is not None}
-# The name Helm's Secret storage gives a revision (pkg/storage/driver,
-# makeKey: "sh.helm.release.v1." + name + ".v" + version).
 # The Gateway API caps status.addresses at 16 items.
 MAX_ADDRESSES = 16
 # The conditions the plan reads of the product's Gateway and Bundle, and how
@@ -73,7 +72,6 @@ MAX_CONDITION_MESSAGE = 4096
 # A namespace is a DNS-1123 label.
 MAX_NAMESPACE = 63
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
-_RELEASE_SECRET = re.compile(r"sh\.helm\.release\.v1\.(.+)\.v([1-9][0-9]{0,8})")
 
 
 def _kinds(spec: ServingStackSpec) -> set[tuple[str, str, bool]]:
@@ -380,19 +378,19 @@ def release_of(secret: dict[str, Any]) -> ObservedRelease | None:
     """The revision a release Secret stores, or None unless Helm would read it as ours."""
     metadata = secret.get("metadata") or {}
     labels = metadata.get("labels") or {}
-    match = _RELEASE_SECRET.fullmatch(str(metadata.get("name") or ""))
-    if match is None:
+    found = parse_storage_name(str(metadata.get("name") or ""))
+    if found is None:
         return None
-    name, revision = match.group(1), match.group(2)
+    name, revision = found
     if RELEASE_NAMESPACES.get(name) != metadata.get("namespace"):
         return None
-    if labels.get("name") != name or labels.get("version") != revision:
+    if labels.get("name") != name or labels.get("version") != str(revision):
         return None
     digest = labels.get(RELEASE_DIGEST_LABEL)
     return ObservedRelease(
         name=name,
         namespace=str(metadata["namespace"]),
-        revision=int(revision),
+        revision=revision,
         # Labels are at most 63 characters; a status Helm does not write
         # reads as out of sync, never as deployed.
         status=str(labels.get("status") or "unknown")[:63],
