@@ -24,6 +24,7 @@ from lightkube import AsyncClient
 from lightkube.resources.core_v1 import ConfigMap
 
 from modelplane.api.models import ServingStackSpec
+from modelplane.api.status_limits import OBSERVED_CONDITION_MESSAGE, OBSERVED_CONDITION_REASON
 from modelplane.catalog.components import COMPONENTS, components_for
 from modelplane.catalog.configuration import (
     BUNDLES,
@@ -62,13 +63,10 @@ RELEASE_SECRETS = f"owner=helm,{RELEASE_DIGEST_LABEL}"
 RELEASE_NAMESPACES = {c.release_name: c.namespace for c in COMPONENTS if c.chart is not None}
 # The Gateway API caps status.addresses at 16 items.
 MAX_ADDRESSES = 16
-# The conditions the plan reads of the product's Gateway and Bundle, and how
-# much of each is kept: metav1.Condition's reason limit, and of a message
-# (32768 there) what the plan could ever show.
+# The conditions the plan reads of the product's Gateway and Bundle; how
+# much of each is kept is status_limits' (OBSERVED_CONDITION_*).
 GATEWAY_CONDITIONS = frozenset({"Accepted", "Programmed"})
 BUNDLE_CONDITIONS = frozenset({"Synced"})
-MAX_REASON = 1024
-MAX_CONDITION_MESSAGE = 4096
 # A namespace is a DNS-1123 label.
 MAX_NAMESPACE = 63
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
@@ -295,8 +293,8 @@ def _conditions(body: dict[str, Any], types: frozenset[str]) -> list[ObservedCon
         out[c["type"]] = ObservedCondition(
             type=c["type"],
             status=c["status"],
-            reason=reason[:MAX_REASON] if isinstance(reason, str) else "",
-            message=message[:MAX_CONDITION_MESSAGE] if isinstance(message, str) else "",
+            reason=reason[:OBSERVED_CONDITION_REASON] if isinstance(reason, str) else "",
+            message=message[:OBSERVED_CONDITION_MESSAGE] if isinstance(message, str) else "",
         )
     return [out[t] for t in sorted(out)]
 
