@@ -2,9 +2,9 @@
 
 Reads: API discovery (two requests, whatever the number of CRDs), one LIST
 per kind the product applies (filtered to its own objects by label), one
-LIST of Helm's release Secrets that carry the product's label, the
-DeviceClasses, and the CA ConfigMap when a hostname is set. Never one GET
-per object.
+LIST of Helm's release Secrets that carry the product's label per release
+namespace (in that namespace only), the DeviceClasses, and the CA ConfigMap
+when a hostname is set. Never one GET per object.
 
 A label is no proof: a target's tenants may label their own objects as the
 product's. ``to_observed`` (one conversion for these reads and the watches)
@@ -53,14 +53,24 @@ from modelplane.wire import (
 
 CRD_API_VERSION = "apiextensions.k8s.io/v1"
 SECRETS = ApiRef("", "v1", "secrets")
-# The product's own objects, and Helm's release Secrets that carry its digest.
+# The product's own objects.
 OURS = f"{MANAGED_BY_LABEL}={MANAGED_BY}"
-RELEASE_SECRETS = f"owner=helm,{RELEASE_DIGEST_LABEL}"
 # Where each release the catalog installs lives: Helm reads a release only
-# from its release namespace, and so does the operator. The Secrets are
-# listed in every namespace (one LIST, one watch) and filtered here, so a
-# tenant's look-alike elsewhere is never the release.
+# from its release namespace, and so does the operator. Its Secrets are
+# listed there and nowhere else (one LIST, or one watch, per namespace): a
+# label selector is no scope, since a tenant can set any label, and one
+# over every namespace had the API server send every tenant look-alike,
+# data and all, to be thrown away here.
 RELEASE_NAMESPACES = {c.release_name: c.namespace for c in COMPONENTS if c.chart is not None}
+
+
+def release_secret_selector(namespace: str) -> str:
+    """The label selector of Helm's Secrets, carrying the product's digest, of the
+    catalog's releases in ``namespace``."""
+    names = sorted(r for r, ns in RELEASE_NAMESPACES.items() if ns == namespace)
+    return f"owner=helm,name in ({','.join(names)}),{RELEASE_DIGEST_LABEL}"
+
+
 # The Gateway API caps status.addresses at 16 items.
 MAX_ADDRESSES = 16
 # The conditions the plan reads of the product's Gateway and Bundle; how
@@ -139,6 +149,8 @@ class Wanted:
     # Managed mode: the workloads the releases' stored manifests install, as
     # the last reconcile read them (observe.release_objects).
     release_objects: tuple[ReleaseWatch, ...] = ()
+    # The namespaces of the spec's releases, where Helm's Secrets are read.
+    release_namespaces: tuple[str, ...] = ()
 
     @property
     def nodes(self) -> bool:
@@ -158,6 +170,9 @@ def wanted(spec: ServingStackSpec, pull_secrets: Sequence[str] = ()) -> Wanted:
         frozenset(objects),
         bool(spec.gateway.hostname),
         tuple(pull_secrets),
+        release_namespaces=tuple(
+            sorted({c.namespace for c in components_for(spec) if c.chart is not None})
+        ),
     )
 
 
@@ -330,7 +345,10 @@ async def read_listed(client: AsyncClient, want: Wanted, found: Served | None = 
     for api, _ in sorted(want.objects, key=lambda o: (o[0].key, o[1])):
         if api.served_in(listed.apis):
             listed.objects[api.key] = await list_objects(client, api)
-    listed.release_secrets = await list_objects(client, SECRETS, labels=RELEASE_SECRETS)
+    for namespace in want.release_namespaces:
+        listed.release_secrets += await list_objects(
+            client, SECRETS, namespace=namespace, labels=release_secret_selector(namespace)
+        )
     if want.bundle_ca:
         cm = await unless_missing(lambda: client.get(ConfigMap, CLUSTER_CA, namespace=NS))
         listed.ca_configmap = _as_dict(cm) if cm is not None else None

@@ -34,13 +34,13 @@ from modelplane.observe.state import (
     NODES,
     OURS,
     PODS,
-    RELEASE_SECRETS,
     SECRETS,
     Listed,
     ReleaseWatch,
     Wanted,
     api_of,
     pull_secret_selector,
+    release_secret_selector,
 )
 from modelplane.wire import ApiRef
 
@@ -59,8 +59,8 @@ def watch_keys(want: Wanted, plurals: PLURALS) -> frozenset[WatchKey]:
     keys = {
         # Every CRD, not only ours: its events tell when the served APIs change.
         WatchKey(CRDS),
-        WatchKey(SECRETS, labels=RELEASE_SECRETS),
     }
+    keys |= {release_secrets_key(namespace) for namespace in want.release_namespaces}
     for api_version, kind, _ in want.kinds:
         api = api_of(api_version, kind, plurals)
         if api is not None and api_version != CRD_API_VERSION:
@@ -79,6 +79,11 @@ def watch_keys(want: Wanted, plurals: PLURALS) -> frozenset[WatchKey]:
 
 
 NODES_KEY = WatchKey(NODES)
+
+
+def release_secrets_key(namespace: str) -> WatchKey:
+    """Helm's Secrets of the catalog's releases in one release namespace, and nowhere else."""
+    return WatchKey(SECRETS, namespace=namespace, labels=release_secret_selector(namespace))
 
 
 def release_object_key(w: ReleaseWatch) -> WatchKey:
@@ -305,10 +310,11 @@ class WatchCache:
                 if found is None:
                     return None
                 listed.objects[api.key] = found
-        secrets = items(WatchKey(SECRETS, labels=RELEASE_SECRETS))
-        if secrets is None:
-            return None
-        listed.release_secrets = secrets
+        for namespace in self.want.release_namespaces:
+            secrets = items(release_secrets_key(namespace))
+            if secrets is None:
+                return None
+            listed.release_secrets += secrets
         if self.want.bundle_ca:
             cms = items(WatchKey(CONFIGMAPS, namespace=NS, fields=f"metadata.name={CLUSTER_CA}"))
             if cms is None:
