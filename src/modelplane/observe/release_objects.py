@@ -32,7 +32,13 @@ from modelplane.plan.health import (
     manifest_workloads,
 )
 from modelplane.plan.observed import ObservedRelease
-from modelplane.plan.release_health import NodeFacts, ReleaseWorkload, Taint
+from modelplane.plan.release_health import (
+    NodeFacts,
+    RefusedRevision,
+    ReleaseWorkload,
+    Taint,
+    outside_namespace,
+)
 from modelplane.untrusted import UntrustedInputError, load_yaml_all, printable
 from modelplane.wire import FIELD_MANAGER, ApiRef
 
@@ -83,6 +89,9 @@ class ReleaseManifest:
     component: str
     release: str
     entries: tuple[ManifestEntry, ...]
+    # Set when the revision reaches outside its namespace: ``entries`` is
+    # then empty, and nothing of it is read or restored.
+    refused: RefusedRevision | None = None
 
 
 def pod_selector(body: Mapping[str, Any]) -> str | None:
@@ -193,7 +202,24 @@ def _decode(
         # Its workloads are not judged; said once per revision.
         log.warning("release %s revision %d: %s", release.name, release.revision, err)
         return None
+    # Checked before anything of it is followed: a body outside the
+    # release's namespace would be watched, then applied there by a restore.
+    outside = outside_namespace([e.workload.key for e in entries], release.namespace)
+    if outside:
+        refused = RefusedRevision(
+            component=component,
+            release=release.name,
+            revision=release.revision,
+            namespace=release.namespace,
+            outside=outside,
+        )
+        log.warning("%s", refused.message)
+        return ReleaseManifest(component, release.name, (), refused)
     return ReleaseManifest(component, release.name, entries[:MAX_WORKLOADS])
+
+
+def refused_revisions(manifests: list[ReleaseManifest]) -> list[RefusedRevision]:
+    return [m.refused for m in manifests if m.refused is not None]
 
 
 def watches_for(manifests: list[ReleaseManifest]) -> tuple[ReleaseWatch, ...]:

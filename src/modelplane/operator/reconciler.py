@@ -49,6 +49,7 @@ from modelplane.observe.facts import observe_target
 from modelplane.observe.release_objects import (
     ReleaseManifests,
     node_facts,
+    refused_revisions,
     release_workloads,
     watches_for,
 )
@@ -69,6 +70,7 @@ from modelplane.pins import ComponentsMode
 from modelplane.plan import Plan, decisions, plan
 from modelplane.plan.capacity import TargetSummary
 from modelplane.plan.decisions import BlockedReason
+from modelplane.plan.health import Reason
 from modelplane.plan.model import ObjectAction, PlannedManifests, PlannedRelease, ReleaseAction
 from modelplane.plan.observed import Observed
 from modelplane.plan.teardown import DeleteObjects, TeardownStep, UninstallRelease, teardown_steps
@@ -88,6 +90,8 @@ INVALID_SPEC = BlockedReason.INVALID_SPEC
 DRIFT_CORRECTED = "DriftCorrected"
 # A release's object deleted or changed by hand (restored, or only reported).
 RELEASE_DRIFT = "ReleaseDrift"
+# A release revision refused: it installs workloads outside its namespace.
+RELEASE_REFUSED = "ReleaseRevisionRefused"
 # A Warning event: the target connection is allowed but unsafe (Target.warnings).
 INSECURE_TARGET = "InsecureTarget"
 # The errors one component's action may end in; anything else stops the reconcile.
@@ -164,6 +168,8 @@ class StackReconciler:
     release_watches: tuple[ReleaseWatch, ...] = ()
     # The release drift last reported by event (--release-drift=warn).
     release_drift_reported: frozenset[str] = frozenset()
+    # The refused release revisions last reported by event.
+    refused_reported: frozenset[str] = frozenset()
     # Without a hub: where the target's credentials come from, and who
     # claims it (``claim.LocalRun``); None for the stack's own Secrets and
     # the stack itself.
@@ -291,6 +297,7 @@ class StackReconciler:
             self._report_versions(current)
             self._report_client_cas(current)
             self._report_release_drift(current)
+            self._report_refused(current)
         return Outcome(
             plan=current,
             failures=dict(self.failures),
@@ -323,6 +330,7 @@ class StackReconciler:
             await read_release_objects(target.client, want, listed)
         update = {
             "release_workloads": release_workloads(manifests, listed),
+            "refused_revisions": refused_revisions(manifests),
             "nodes": node_facts(listed.nodes),
             "observed_at": datetime.now(UTC),
         }
@@ -392,6 +400,15 @@ class StackReconciler:
         for message in sorted(messages - self.release_drift_reported):
             self.emit("Warning", RELEASE_DRIFT, message)
         self.release_drift_reported = messages
+
+    def _report_refused(self, p: Plan) -> None:
+        """One Warning event per refused release revision, when it appears."""
+        messages = frozenset(
+            h.message for h in p.health if h.reason is Reason.RELEASE_OUTSIDE_NAMESPACE
+        )
+        for message in sorted(messages - self.refused_reported):
+            self.emit("Warning", RELEASE_REFUSED, message)
+        self.refused_reported = messages
 
     def _report_client_cas(self, p: Plan) -> None:
         """One Warning event per doubtful clientCAs entry, when it appears."""

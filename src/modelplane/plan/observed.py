@@ -21,7 +21,7 @@ from modelplane.catalog.facts import ObservedQuota as ObservedQuota
 from modelplane.catalog.facts import ObservedService as ObservedService
 from modelplane.catalog.facts import ObservedWorkload as ObservedWorkload
 from modelplane.plan.capacity import TargetSummary
-from modelplane.plan.release_health import NodeFacts, ReleaseWorkload
+from modelplane.plan.release_health import NodeFacts, RefusedRevision, ReleaseWorkload
 from modelplane.wire import ApiRef
 
 
@@ -90,6 +90,8 @@ class Observed(BaseModel):
     # the nodes, when a release runs a DaemonSet (None: not observed); and
     # when all this was observed, the "now" of the health rules.
     release_workloads: list[ReleaseWorkload] = Field(default_factory=list)
+    # The revisions whose workloads reach outside their release's namespace.
+    refused_revisions: list[RefusedRevision] = Field(default_factory=list)
     nodes: list[NodeFacts] | None = None
     observed_at: datetime | None = None
     # Facts for the advisory checks; None when they were not gathered (the

@@ -274,7 +274,10 @@ def _release_report(
         return ReleaseReport()
     in_sync = {r.name for r in releases if r.state is ReleaseState.IN_SYNC}
     workloads = [w for w in observed.release_workloads if w.release in in_sync]
-    return release_report(workloads, observed.nodes, observed.observed_at, sources.release_drift)
+    refused = [r for r in observed.refused_revisions if r.release in in_sync]
+    return release_report(
+        workloads, observed.nodes, observed.observed_at, sources.release_drift, refused
+    )
 
 
 def with_health(c: ComponentPlan, report: ReleaseReport) -> ComponentPlan:
