@@ -57,7 +57,11 @@ ESCAPE_DAEMONSET: dict[str, Any] = {
 
 
 def _secret_reads(h: Harness) -> dict[tuple[str, str], float]:
-    """(verb, scope) -> Secret LISTs served and WATCHes open, by the target's own metrics.
+    return _reads(h, "secrets")
+
+
+def _reads(h: Harness, resource: str) -> dict[tuple[str, str], float]:
+    """(verb, scope) -> LISTs served and WATCHes open of ``resource``, by the target's metrics.
 
     A WATCH is counted in ``apiserver_request_total`` only once it ends, so
     the open ones are read from ``apiserver_longrunning_requests``.
@@ -66,7 +70,7 @@ def _secret_reads(h: Harness) -> dict[tuple[str, str], float]:
     for family in text_string_to_metric_families(h.target_env.metrics_text()):
         for sample in family.samples:
             labels = sample.labels
-            if labels.get("resource") != "secrets":
+            if labels.get("resource") != resource:
                 continue
             if sample.name == "apiserver_request_total" and labels.get("verb") == "LIST":
                 key = ("LIST", labels.get("scope", ""))
@@ -125,6 +129,22 @@ def test_release_secrets_are_read_only_in_the_release_namespaces(harness: Harnes
     assert reads.get(("LIST", "namespace"), 0) > 0, reads
     assert reads.get(("WATCH", "namespace"), 0) > 0, reads
     assert harness.condition("Ready")["status"] == "True", harness.status()
+
+
+def test_the_products_own_kinds_are_read_only_where_it_applies_them(harness: Harness) -> None:
+    # A hostname adds the gateway's PKI: Issuers and Certificates.
+    harness.create({"gateway": {"hostname": "west.example.com"}})
+    harness.start("--resync", "2", "--relist", "4")
+    harness.wait_condition("Ready", "True", deadline=180)
+    _resyncs(harness, 3)
+    # The namespaced kinds the product applies, all in modelplane-system:
+    # labelled look-alikes in a tenant's namespace are never sent.
+    for resource in ("gateways", "envoyproxies", "certificates", "issuers"):
+        reads = _reads(harness, resource)
+        assert reads.get(("LIST", "cluster"), 0) == 0, (resource, reads)
+        assert reads.get(("WATCH", "cluster"), 0) == 0, (resource, reads)
+        assert reads.get(("LIST", "namespace"), 0) > 0, (resource, reads)
+        assert reads.get(("WATCH", "namespace"), 0) > 0, (resource, reads)
 
 
 def _forge_newer_revision(h: Harness) -> str:

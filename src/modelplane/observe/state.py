@@ -1,7 +1,8 @@
 """Observing a target: the facts ``plan`` needs, in a bounded number of reads.
 
 Reads: API discovery (two requests, whatever the number of CRDs), one LIST
-per kind the product applies (filtered to its own objects by label), one
+per kind the product applies, in each namespace it applies the kind in
+(filtered to its own objects by label), one
 LIST of Helm's release Secrets that carry the product's label per release
 namespace (in that namespace only), the DeviceClasses, and the CA ConfigMap
 when a hostname is set. Never one GET per object.
@@ -82,19 +83,25 @@ MAX_NAMESPACE = 63
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 
 
-def _kinds(spec: ServingStackSpec) -> set[tuple[str, str, bool]]:
+def _kinds(spec: ServingStackSpec) -> set[tuple[str, str, str]]:
+    """(apiVersion, kind, namespace) of what the product applies; "" for a cluster-scoped kind.
+
+    A namespaced kind is read only in the namespaces the product's own objects
+    of it are in: a tenant may label its own objects as the product's, and
+    those elsewhere are never sent.
+    """
     kinds = {
-        (o.body["apiVersion"], o.body["kind"], bool(o.body["metadata"].get("namespace")))
+        (o.body["apiVersion"], o.body["kind"], str(o.body["metadata"].get("namespace") or ""))
         for o in configuration_for(spec)
     }
     for component in components_for(spec):
         if component.objects is not None:
             kinds |= {
-                (b["apiVersion"], b["kind"], bool(b["metadata"].get("namespace")))
+                (b["apiVersion"], b["kind"], str(b["metadata"].get("namespace") or ""))
                 for b in component.objects(spec)
             }
         if component.manifests is not None:
-            kinds.add((CRD_API_VERSION, "CustomResourceDefinition", False))
+            kinds.add((CRD_API_VERSION, "CustomResourceDefinition", ""))
     return kinds
 
 
@@ -137,8 +144,9 @@ def _watch_order(w: ReleaseWatch) -> tuple[str, str, str]:
 class Wanted:
     """What ``observe`` lists for a spec: read directly, or kept by the watches."""
 
-    # (apiVersion, kind, namespaced) of every kind the product applies.
-    kinds: frozenset[tuple[str, str, bool]]
+    # (apiVersion, kind, namespace) of every kind the product applies, once
+    # per namespace it applies that kind in ("" for a cluster-scoped kind).
+    kinds: frozenset[tuple[str, str, str]]
     # The named objects requirements ask about, by API (all objects of the kind).
     objects: frozenset[tuple[ApiRef, str]]
     # The CA ConfigMap is read only when the spec sets a hostname.
@@ -335,12 +343,14 @@ async def read_listed(client: AsyncClient, want: Wanted, found: Served | None = 
     if found is None:
         found = await served(client)
     listed = Listed(apis=found.apis)
-    for api_version, kind, _ in sorted(want.kinds):
+    for api_version, kind, namespace in sorted(want.kinds):
         api = api_of(api_version, kind, found.plurals)
         if api is None or not api.served_in(listed.apis):
             continue
-        listed.items[(api_version, kind)] = await waiting_out_429(
-            partial(list_objects, client, api, labels=OURS)
+        listed.items.setdefault((api_version, kind), []).extend(
+            await waiting_out_429(
+                partial(list_objects, client, api, namespace=namespace or None, labels=OURS)
+            )
         )
     for api, _ in sorted(want.objects, key=lambda o: (o[0].key, o[1])):
         if api.served_in(listed.apis):

@@ -61,10 +61,10 @@ def watch_keys(want: Wanted, plurals: PLURALS) -> frozenset[WatchKey]:
         WatchKey(CRDS),
     }
     keys |= {release_secrets_key(namespace) for namespace in want.release_namespaces}
-    for api_version, kind, _ in want.kinds:
+    for api_version, kind, namespace in want.kinds:
         api = api_of(api_version, kind, plurals)
         if api is not None and api_version != CRD_API_VERSION:
-            keys.add(WatchKey(api, labels=OURS))
+            keys.add(own_key(api, namespace))
     keys |= {WatchKey(api) for api, _ in want.objects}
     if want.bundle_ca:
         keys.add(WatchKey(CONFIGMAPS, namespace=NS, fields=f"metadata.name={CLUSTER_CA}"))
@@ -79,6 +79,11 @@ def watch_keys(want: Wanted, plurals: PLURALS) -> frozenset[WatchKey]:
 
 
 NODES_KEY = WatchKey(NODES)
+
+
+def own_key(api: ApiRef, namespace: str) -> WatchKey:
+    """The product's own objects of one kind, by label, in the namespace it applies them in."""
+    return WatchKey(api, namespace=namespace or None, labels=OURS)
 
 
 def release_secrets_key(namespace: str) -> WatchKey:
@@ -288,7 +293,7 @@ class WatchCache:
                 return None
             return [reflector.items[k] for k in sorted(reflector.items)]
 
-        for api_version, kind, _ in sorted(self.want.kinds):
+        for api_version, kind, namespace in sorted(self.want.kinds):
             if api_version == CRD_API_VERSION:
                 if not CRDS.served_in(apis):
                     continue
@@ -300,10 +305,10 @@ class WatchCache:
                 api = api_of(api_version, kind, self.plurals)
                 if api is None or not api.served_in(apis):
                     continue
-                found = items(WatchKey(api, labels=OURS))
+                found = items(own_key(api, namespace))
             if found is None:
                 return None
-            listed.items[(api_version, kind)] = found
+            listed.items.setdefault((api_version, kind), []).extend(found)
         for api, _ in sorted(self.want.objects, key=lambda o: (o[0].key, o[1])):
             if api.served_in(apis):
                 found = items(WatchKey(api))
