@@ -2,7 +2,8 @@
 
     python bench/bench_alias_bomb.py [--levels N] [--cap-gib G]
 
-A tenant's ConfigMap ``envoy-gateway-config`` holds a few hundred bytes of
+The ConfigMap ``envoy-gateway-config`` (whoever may write ConfigMaps in
+Envoy Gateway's namespace wrote it) holds a few hundred bytes of
 nested YAML aliases under ``extensionManager``; the operator evaluates the
 extensionManager advisory on it, as every resync of a Provided stack does.
 Each path runs in a child process whose address space is capped with
@@ -53,7 +54,9 @@ def _child(path: str, levels: int, cap: int, out: Connection) -> None:
         advisories.show = _old_show
     text = alias_bomb(levels)
     cm = ObservedConfigMap(
-        namespace="tenant-a", name="envoy-gateway-config", data={"envoy-gateway.yaml": text}
+        namespace="envoy-gateway-system",
+        name="envoy-gateway-config",
+        data={"envoy-gateway.yaml": text},
     )
     observed = Observed(cluster=ClusterFacts(config_maps=[cm]))
     started = time.perf_counter()

@@ -32,11 +32,12 @@ from tests.testenv import kube as testenv_kube
 from tests.waiting import wait_for_async
 from typer.testing import CliRunner
 
+from modelplane.catalog.components import BY_NAME, components_of_stack
 from modelplane.checks.checker import check_results, summarize
 from modelplane.cli.main import app
 from modelplane.kube.client import METADATA_LIST, TargetClient, list_objects
 from modelplane.kube.discovery import served_apis
-from modelplane.observe.facts import observe_for_check
+from modelplane.observe.facts import needed_facts, observe_for_check
 from modelplane.observe.state import SECRETS
 from modelplane.pins import Stack
 from modelplane.plan.model import RequirementResult, RequirementStatus
@@ -73,6 +74,7 @@ SPEC_CHECKED: dict[str, tuple[str, set[Stack]]] = {
 DEVICE_CLASS_REQUIREMENT = "DeviceClass gpu.nvidia.com (resource.k8s.io/v1)"
 WAIT_SECONDS = 60.0
 DRA_IMAGE = "registry.k8s.io/dra-driver-nvidia/dra-driver-nvidia-gpu:v0.4.1"
+DRA_NAMESPACE = BY_NAME["nvidia-dra-driver-gpu"].namespace
 
 
 # ---- writing objects by hand, with lightkube ------------------------------------------
@@ -538,17 +540,19 @@ async def test_ai_gateway_controller_service(env: TestEnv, kube: Kube) -> None:
 async def test_trust_manager_trust_namespace(env: TestEnv, kube: Kube) -> None:
     title = "trust-manager runs with --trust-namespace"
     assert (await advisory(env, "trust-manager", title)).status is UNKNOWN
-    kube.namespace("trust-system")
+    # Where its chart's documentation installs it, beside cert-manager; the
+    # catalog's own namespace is read too.
+    kube.namespace("cert-manager")
     image = "quay.io/jetstack/trust-manager:v0.25.0"
-    kube.apply(deployment("trust-system", "trust-manager", image, ["--trust-namespace=other"]))
+    kube.apply(deployment("cert-manager", "trust-manager", image, ["--trust-namespace=other"]))
     result = await advisory(env, "trust-manager", title)
     assert result.status is WARNING
     assert "--trust-namespace=other" in result.message
-    kube.apply(deployment("trust-system", "trust-manager", image, ["--log-level=1"]))
+    kube.apply(deployment("cert-manager", "trust-manager", image, ["--log-level=1"]))
     result = await advisory(env, "trust-manager", title)
     assert result.status is WARNING and "default cert-manager" in result.message
     kube.apply(
-        deployment("trust-system", "trust-manager", image, ["--trust-namespace=modelplane-system"])
+        deployment("cert-manager", "trust-manager", image, ["--trust-namespace=modelplane-system"])
     )
     assert (await advisory(env, "trust-manager", title)).status is MET
 
@@ -653,7 +657,7 @@ async def test_dra_namespace_admits_critical_pods_where_restricted(
     plugin = {
         "apiVersion": "apps/v1",
         "kind": "DaemonSet",
-        "metadata": {"name": "dra-driver-kubelet-plugin", "namespace": "dra-test"},
+        "metadata": {"name": "dra-driver-kubelet-plugin", "namespace": DRA_NAMESPACE},
         "spec": {
             "selector": {"matchLabels": {"app": "plugin"}},
             "template": {
@@ -674,11 +678,12 @@ async def test_dra_namespace_admits_critical_pods_where_restricted(
     assert result.status is MET and "no PriorityClass-scoped ResourceQuota" in result.message
     kube.apply(quota("kube-system", "gcp-critical-pods"))
     assert (await advisory(env, "nvidia-dra-driver-gpu", title)).status is UNKNOWN
-    kube.namespace("dra-test")
+    kube.namespace(DRA_NAMESPACE)
     kube.apply(plugin)
     result = await advisory(env, "nvidia-dra-driver-gpu", title)
-    assert result.status is WARNING and "dra-test has no ResourceQuota" in result.message
-    kube.apply(quota("dra-test", "allow-critical-pods"))
+    assert result.status is WARNING
+    assert f"{DRA_NAMESPACE} has no ResourceQuota" in result.message
+    kube.apply(quota(DRA_NAMESPACE, "allow-critical-pods"))
     assert (await advisory(env, "nvidia-dra-driver-gpu", title)).status is MET
 
 
@@ -729,6 +734,43 @@ async def test_controllers_available(env: TestEnv, kube: Kube) -> None:
     assert (await advisory(env, "cert-manager", "the cert-manager controller")).status is MET
 
 
+async def test_a_tenants_look_alikes_never_meet_an_advisory(env: TestEnv, kube: Kube) -> None:
+    # Exactly what the components would hold, written in a tenant's own
+    # namespace: the wiring, an Available controller, the trust namespace.
+    tenant = "tenant-a"
+    kube.namespace(tenant)
+    config = eg_config(ENVOY_GATEWAY_YAML)
+    kube.apply({**config, "metadata": {**config["metadata"], "namespace": tenant}})
+    eg_image = "docker.io/envoyproxy/gateway:v1.8.4"
+    kube.apply(deployment(tenant, "envoy-gateway", eg_image), status=available(True))
+    trust = deployment(
+        tenant,
+        "trust-manager",
+        "quay.io/jetstack/trust-manager:v0.25.0",
+        ["--trust-namespace=modelplane-system"],
+    )
+    kube.apply(trust, status=available(True))
+    checks = [
+        ("envoy-gateway", "Envoy Gateway's extensionManager"),
+        ("envoy-gateway", "the Envoy Gateway controller available"),
+        ("trust-manager", "trust-manager runs with --trust-namespace"),
+    ]
+    for component, title in checks:
+        result = await advisory(env, component, title)
+        assert result.status is UNKNOWN, result
+        assert tenant not in result.message, result
+        assert f"namespace {BY_NAME[component].namespace}" in result.message, result
+
+    # The same objects where the component is installed are its own.
+    kube.namespace("envoy-gateway-system")
+    kube.apply(eg_config(ENVOY_GATEWAY_YAML))
+    kube.apply(
+        deployment("envoy-gateway-system", "envoy-gateway", eg_image), status=available(True)
+    )
+    for component, title in checks[:2]:
+        assert (await advisory(env, component, title)).status is MET, title
+
+
 async def test_warnings_never_make_requirements_unmet(env: TestEnv, kube: Kube) -> None:
     kube.apply(node("plugin-node", taints=["nvidia.com/gpu"]), node_status({"nvidia.com/gpu": "1"}))
     results = await results_for(env, Stack.STANDARD)
@@ -757,7 +799,11 @@ async def test_observation_cost_does_not_grow_with_crds(env: TestEnv) -> None:
     assert observed.cluster is not None
     assert sum(1 for p in counted if p.endswith("/customresourcedefinitions")) == 0
     assert counted[:2] == ["GET /api", "GET /apis"]
-    assert len(counted) <= 12, counted
+    # Discovery, the DeviceClasses, and one LIST per listing: a kind read in
+    # each namespace a component is observed in, fixed by the catalog.
+    listings = {f.listing for f in needed_facts(components_of_stack(Stack.DYNAMO))}
+    assert len(counted) == 3 + len(listings), counted
+    assert len(counted) == 18, counted
 
 
 # ---- modelplane check ------------------------------------------------------------

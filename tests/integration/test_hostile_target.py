@@ -32,6 +32,7 @@ DEVICE_CLASS = create_global_resource("resource.k8s.io", "v1", "DeviceClass", "d
 GATEWAY = create_namespaced_resource("gateway.networking.k8s.io", "v1", "Gateway", "gateways")
 HARNESS = HarnessOptions(prefix="x", kubeconfig_secret=True)
 TENANT = "tenant-a"
+EG_NAMESPACE = catalog.BY_NAME["envoy-gateway"].namespace
 OUR_ADDRESS = "203.0.113.10"
 TENANT_ADDRESS = "198.51.100.66"
 # The operator's peak resident memory with the bomb on the target. It runs
@@ -226,13 +227,15 @@ def _peak_rss_kib(h: Harness) -> int:
     return int(line.split()[1])
 
 
-def test_an_alias_bomb_configmap_in_a_tenant_namespace_is_a_warning(harness: Harness) -> None:
+def test_an_alias_bomb_configmap_is_a_warning(harness: Harness) -> None:
     _provided_substrate(harness)
-    _tenant(harness)
+    # Where Envoy Gateway's configuration is read, and nowhere else: whoever
+    # may write ConfigMaps there may write this.
+    harness.target.create(Namespace.from_dict({"metadata": {"name": EG_NAMESPACE}}))
     harness.target.create(
         ConfigMap.from_dict(
             {
-                "metadata": {"name": "envoy-gateway-config", "namespace": TENANT},
+                "metadata": {"name": "envoy-gateway-config", "namespace": EG_NAMESPACE},
                 "data": {"envoy-gateway.yaml": alias_bomb()},
             }
         )
@@ -242,7 +245,7 @@ def test_an_alias_bomb_configmap_in_a_tenant_namespace_is_a_warning(harness: Har
     met = harness.wait_condition("RequirementsMet", "True", deadline=120)
     # The advisory read the bomb and refused it: a warning naming the
     # ConfigMap and the bound, never its text.
-    assert f"ConfigMap {TENANT}/envoy-gateway-config key envoy-gateway.yaml" in met["message"]
+    assert f"ConfigMap {EG_NAMESPACE}/envoy-gateway-config key envoy-gateway.yaml" in met["message"]
     assert "aliases are expanded" in met["message"], met
     assert "*a8" not in met["message"]
     _resyncs(harness, 3)

@@ -166,8 +166,8 @@ async def test_check_warns_when_the_running_envoy_gateway_is_out_of_range(
 ) -> None:
     apply(
         target,
-        "/api/v1/namespaces/eg",
-        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "eg"}},
+        "/api/v1/namespaces/envoy-gateway-system",
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "envoy-gateway-system"}},
     )
 
     def deployment(tag: str) -> dict[str, Any]:
@@ -175,7 +175,7 @@ async def test_check_warns_when_the_running_envoy_gateway_is_out_of_range(
         return {
             "apiVersion": "apps/v1",
             "kind": "Deployment",
-            "metadata": {"name": "envoy-gateway", "namespace": "eg"},
+            "metadata": {"name": "envoy-gateway", "namespace": "envoy-gateway-system"},
             "spec": {
                 "selector": {"matchLabels": labels},
                 "template": {
@@ -203,7 +203,7 @@ async def test_check_warns_when_the_running_envoy_gateway_is_out_of_range(
         ]
         return found
 
-    path = "/apis/apps/v1/namespaces/eg/deployments/envoy-gateway"
+    path = "/apis/apps/v1/namespaces/envoy-gateway-system/deployments/envoy-gateway"
     apply(target, path, deployment("v1.9.0"))
     r = await result()
     assert r.status is RequirementStatus.WARNING

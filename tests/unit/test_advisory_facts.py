@@ -89,16 +89,25 @@ def test_a_new_advisory_kind_is_one_class() -> None:
 
 def test_a_check_of_either_stack_lists_each_kind_once() -> None:
     # One LIST per distinct listing the stack's advisories need, however many
-    # advisories share it: every workload check reads Deployments, once.
+    # advisories share it: every workload check reads Deployments, once per
+    # namespace a component is observed in, and never across the cluster.
     for stack in Stack:
         components = components_of_stack(stack)
         listings = [f.listing for f in needed_facts(components)]
         assert len(listings) == len(set(listings)), stack
         assert set(listings) == {
-            fact.listing for c in components for a in c.advisories for fact in a.needs()
+            fact.within(namespace).listing
+            for c in components
+            for a in c.advisories
+            for fact in a.needs()
+            for namespace in c.observed_in
         }, stack
-        shared = [Listing(NODES), Listing(DEPLOYMENTS), Listing(DAEMON_SETS)]
-        assert all(listings.count(listing) == 1 for listing in shared), stack
+        assert listings.count(Listing(NODES)) == 1, stack
+        assert Listing(DEPLOYMENTS) not in listings and Listing(DAEMON_SETS) not in listings
+        namespaces = {n for c in components for n in c.observed_in}
+        for listing in listings:
+            if listing.api in (DEPLOYMENTS, DAEMON_SETS, CONFIG_MAPS):
+                assert listing.namespace in namespaces, listing
         needing_deployments = [
             a
             for c in components
@@ -109,9 +118,11 @@ def test_a_check_of_either_stack_lists_each_kind_once() -> None:
 
 
 def test_equal_needs_are_one_fact() -> None:
-    # Every workload advisory asks for Deployments; they are read once.
+    # Every workload advisory asks for Deployments; they are read once per
+    # namespace (Envoy Gateway's two workload advisories share one read).
     facts = needed_facts(components_of_stack(Stack.DYNAMO))
-    assert facts.count(WorkloadsOfKind("Deployment")) == 1
+    assert facts.count(WorkloadsOfKind("Deployment", "envoy-gateway-system")) == 1
+    assert WorkloadsOfKind("Deployment") not in facts
     assert len(facts) == len(set(facts))
 
 

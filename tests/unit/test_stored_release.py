@@ -136,7 +136,7 @@ def test_a_stored_manifest_over_its_bound_is_said_in_the_component_not_skipped()
         state="Ready",
         message="installed",
     )
-    report = release_report([], [], datetime.now(UTC), DriftMode.WARN, [unjudged])
+    report = release_report([], [], datetime.now(UTC), DriftMode.WARN, unjudged=[unjudged])
     shown = with_health(component, report)
     assert shown.message == f"{unjudged.message}; installed"
     other = component.model_copy(update={"name": "trust-manager"})

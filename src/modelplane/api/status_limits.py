@@ -103,6 +103,12 @@ GATEWAY_MESSAGE = 2048
 # The API server refuses a slice with more (ResourceSliceSpec.devices: "Must
 # not have more than 128 entries"); a file may hold more, which is not a slice.
 DEVICES_PER_SLICE = 128
+# Inputs: how much of a condition on a target's object (the product's
+# Gateway and Bundle) is kept. metav1.Condition's reason limit, the same as
+# ours; of its message (32768 there) more than any status field shows of one
+# (GATEWAY_MESSAGE), so a cut is never the plan's to make twice.
+OBSERVED_CONDITION_REASON = STRINGS["conditions[].reason"]
+OBSERVED_CONDITION_MESSAGE = 4096
 # Product groups GPUsAvailable's message names before "and N more".
 LISTED_DEVICE_GROUPS = 5
 # One logged message built from what a target said.

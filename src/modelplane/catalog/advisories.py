@@ -74,7 +74,9 @@ class WorkloadsAvailable:
     def evaluate(
         self, component: Component, spec: ServingStackSpec, facts: ClusterFacts
     ) -> Finding:
-        found = observed(self.workloads, facts, f"the state of {self.workloads.describe}")
+        found = observed(
+            self.workloads, facts, f"the state of {self.workloads.describe}", component
+        )
         if not isinstance(found, list):
             return found
         missing = [
@@ -100,7 +102,7 @@ class ConfigFileWired:
     """
 
     title: str
-    config_map: str  # looked up in every namespace
+    config_map: str  # looked up in the component's namespaces (Component.observed_in)
     key: str
     expected: Callable[[ServingStackSpec], Values]
     fix: str
@@ -115,11 +117,13 @@ class ConfigFileWired:
     ) -> Finding:
         if facts.config_maps is None:
             return cannot(facts, "configmaps")
+        where = " or ".join(component.observed_in)
         found = [cm for cm in facts.config_maps if cm.name == self.config_map]
         if not found:
             return UNKNOWN, (
-                f"no ConfigMap {self.config_map} in any namespace, so the live configuration "
-                "cannot be read (it may be configured another way)"
+                f"no ConfigMap {self.config_map} in namespace {where}, so the live "
+                "configuration cannot be read (it may be configured another way, or installed "
+                "in another namespace)"
             )
         expected = self.expected(spec)
         failures: list[str] = []
@@ -129,8 +133,8 @@ class ConfigFileWired:
                 failures.append(f"{where} is missing")
                 continue
             try:
-                # A tenant may write a ConfigMap of this name in any
-                # namespace: aliases, depth and size are bounded before
+                # Whoever may write ConfigMaps in the component's namespace
+                # wrote this: aliases, depth and size are bounded before
                 # anything walks the document (``modelplane.untrusted``).
                 doc = load_yaml(cm.data[self.key])
             except UntrustedInputError as err:
@@ -200,7 +204,7 @@ class WorkloadArg:
     def evaluate(
         self, component: Component, spec: ServingStackSpec, facts: ClusterFacts
     ) -> Finding:
-        found = observed(self.workloads, facts, f"its {self.flag}")
+        found = observed(self.workloads, facts, f"its {self.flag}", component)
         if not isinstance(found, list):
             return found
         wrong: list[str] = []
@@ -242,7 +246,7 @@ class ImageTag:
     def evaluate(
         self, component: Component, spec: ServingStackSpec, facts: ClusterFacts
     ) -> Finding:
-        found = observed(self.workloads, facts, "its version")
+        found = observed(self.workloads, facts, "its version", component)
         if not isinstance(found, list):
             return found
         want = component.version_for(spec)
@@ -364,21 +368,26 @@ def kinds_of(spec: Workloads) -> str:
     return " or ".join(spec.kinds)
 
 
-def observed(spec: Workloads, facts: ClusterFacts, what: str) -> list[ObservedWorkload] | Finding:
+def observed(
+    spec: Workloads, facts: ClusterFacts, what: str, component: Component
+) -> list[ObservedWorkload] | Finding:
     """The workloads of ``spec`` the facts show, or the finding that says why there are none.
 
-    ``what`` is what their absence leaves unseen, for the message.
+    ``what`` is what their absence leaves unseen, for the message. The facts
+    hold only the namespaces the stack's components are observed in
+    (``observe.facts.needed_facts``), never a tenant's.
     """
     if facts.workloads is None:
         return cannot(facts, "workloads")
-    return matching(spec, facts.workloads) or not_found(spec, what)
+    return matching(spec, facts.workloads) or not_found(spec, what, component)
 
 
-def not_found(spec: Workloads, what: str) -> Finding:
-    """UNKNOWN: no workload runs ``spec``'s images, so ``what`` cannot be seen."""
+def not_found(spec: Workloads, what: str, component: Component) -> Finding:
+    """UNKNOWN: no workload in the component's namespaces runs ``spec``'s images."""
     return UNKNOWN, (
-        f"no {kinds_of(spec)} runs an image {' or '.join(spec.images)}, so {what} cannot be "
-        "observed (it may run under another image, or outside the cluster)"
+        f"no {kinds_of(spec)} in namespace {' or '.join(component.observed_in)} runs an image "
+        f"{' or '.join(spec.images)}, so {what} cannot be observed (it may run under another "
+        "image, in another namespace, or outside the cluster)"
     )
 
 

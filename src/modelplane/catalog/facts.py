@@ -15,7 +15,7 @@ the plan; ``plan.observed`` re-exports them.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -162,6 +162,10 @@ class Fact(ABC):
         """Why the fact cannot be observed when discovery does not list its resource."""
         return f"{self.listing.api} is not served"
 
+    def within(self, namespace: str) -> Fact:
+        """The fact as read in ``namespace`` only; a cluster-wide fact is itself."""
+        return self
+
 
 def _name(obj: Item) -> tuple[str, str]:
     meta = obj.get("metadata") or {}
@@ -221,9 +225,14 @@ _WORKLOAD_APIS = {"Deployment": DEPLOYMENTS, "DaemonSet": DAEMON_SETS}
 
 @dataclass(frozen=True)
 class WorkloadsOfKind(Fact):
-    """Every workload of one kind (Deployment or DaemonSet), in every namespace."""
+    """Every workload of one kind (Deployment or DaemonSet), in one namespace.
+
+    ``namespace`` is the component's (``within``): None, every namespace,
+    is only the kind as an advisory names it, before it is read.
+    """
 
     kind: str
+    namespace: str | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in _WORKLOAD_APIS:
@@ -237,7 +246,10 @@ class WorkloadsOfKind(Fact):
 
     @property
     def listing(self) -> Listing:
-        return Listing(_WORKLOAD_APIS[self.kind])
+        return Listing(_WORKLOAD_APIS[self.kind], namespace=self.namespace)
+
+    def within(self, namespace: str) -> Fact:
+        return replace(self, namespace=namespace)
 
     def reduce(self, items: list[Item]) -> Fragment:
         return {"workloads": [_workload(self.kind, i) for i in items]}
@@ -278,6 +290,12 @@ def _workload(kind: str, obj: Item) -> ObservedWorkload:
 
 @dataclass(frozen=True)
 class Quotas(Fact):
+    """Every ResourceQuota: GKE's restricting one is in kube-system, not the driver's namespace.
+
+    Writing one takes more than a tenant's rights, and a quota is only ever
+    matched against the namespace of a workload the advisory found.
+    """
+
     @property
     def what(self) -> str:
         return "resourcequotas"
@@ -306,9 +324,10 @@ def _quota(obj: Item) -> ObservedQuota:
 
 @dataclass(frozen=True)
 class ConfigMapsNamed(Fact):
-    """The ConfigMaps of one name, in every namespace (a provided install may be anywhere)."""
+    """The ConfigMaps of one name, in the component's namespace (``within``)."""
 
     name: str
+    namespace: str | None = None
 
     @property
     def what(self) -> str:
@@ -316,7 +335,10 @@ class ConfigMapsNamed(Fact):
 
     @property
     def listing(self) -> Listing:
-        return Listing(CONFIG_MAPS, name=self.name)
+        return Listing(CONFIG_MAPS, namespace=self.namespace, name=self.name)
+
+    def within(self, namespace: str) -> Fact:
+        return replace(self, namespace=namespace)
 
     def reduce(self, items: list[Item]) -> Fragment:
         return {
@@ -370,6 +392,10 @@ class CustomObjects(Fact):
     """
 
     api: ApiRef
+    # A namespaced kind is read in the component's namespace (``within``);
+    # a cluster-scoped one has none.
+    namespaced: bool = False
+    namespace: str | None = None
 
     @property
     def what(self) -> str:
@@ -377,7 +403,10 @@ class CustomObjects(Fact):
 
     @property
     def listing(self) -> Listing:
-        return Listing(self.api)
+        return Listing(self.api, namespace=self.namespace)
+
+    def within(self, namespace: str) -> Fact:
+        return replace(self, namespace=namespace) if self.namespaced else self
 
     def reduce(self, items: list[Item]) -> Fragment:
         return {

@@ -264,6 +264,9 @@ class Component:
     requirements: tuple[Requirement, ...] = ()
     # Observed "not checked" entries: warnings, never unmet (see Advisory).
     advisories: tuple[Advisory, ...] = ()
+    # Where else than ``namespace`` its upstream documents installing it: the
+    # advisories read its objects there too (see ``observed_in``).
+    also_installed_in: tuple[str, ...] = ()
     not_checked: tuple[str, ...] = ()
     not_needed: tuple[str, ...] = ()
     # Every image the component runs and where it is set: what an
@@ -282,6 +285,16 @@ class Component:
         # owner's own release of the chart would have.
         assert self.chart is not None, f"{self.name} is not a chart"
         return f"mp-{self.chart.chart}"
+
+    @property
+    def observed_in(self) -> tuple[str, ...]:
+        """The namespaces its advisories read its workloads and ConfigMaps in, and only those.
+
+        Its own namespace, and where its upstream installs it: a provided
+        install elsewhere is not found (``unknown``), and a tenant's
+        namespace, whose objects may say anything, is never read.
+        """
+        return tuple(dict.fromkeys(n for n in (self.namespace, *self.also_installed_in) if n))
 
     def version_for(self, spec: ServingStackSpec) -> str:
         if self.version_field is None:

@@ -46,8 +46,21 @@ _UNOBSERVABLE_STATUS = (403, 404, 405)
 
 
 def needed_facts(components: Iterable[Component]) -> list[Fact]:
-    """Every fact the advisories of ``components`` read, each once, in a stable order."""
-    return list(dict.fromkeys(f for c in components for a in c.advisories for f in a.needs()))
+    """Every fact the advisories of ``components`` read, each once, in a stable order.
+
+    A namespaced fact is read in each namespace its component is observed in
+    (``Component.observed_in``), never across the cluster: a tenant's
+    look-alike in a namespace of its own is not the component.
+    """
+    return list(
+        dict.fromkeys(
+            scoped
+            for c in components
+            for a in c.advisories
+            for f in a.needs()
+            for scoped in ([f.within(n) for n in c.observed_in] if c.observed_in else [f])
+        )
+    )
 
 
 async def _read(client: AsyncClient, listing: Listing) -> list[Item] | ApiStatusError:

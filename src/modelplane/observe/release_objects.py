@@ -32,7 +32,14 @@ from modelplane.plan.health import (
     manifest_workloads,
 )
 from modelplane.plan.observed import ObservedRelease
-from modelplane.plan.release_health import NodeFacts, ReleaseWorkload, Taint, UnjudgedRelease
+from modelplane.plan.release_health import (
+    NodeFacts,
+    RefusedRevision,
+    ReleaseWorkload,
+    Taint,
+    UnjudgedRelease,
+    outside_namespace,
+)
 from modelplane.untrusted import UntrustedInputError, load_yaml_all, printable
 from modelplane.wire import FIELD_MANAGER, ApiRef
 
@@ -85,7 +92,10 @@ class ReleaseManifest:
     component: str
     release: str
     entries: tuple[ManifestEntry, ...]
-    refused: str = ""  # why the stored manifest was refused (then no entries)
+    unreadable: str = ""  # why the stored manifest was refused (then no entries)
+    # Set when the revision reaches outside its namespace: ``entries`` is
+    # then empty, and nothing of it is read or restored.
+    refused: RefusedRevision | None = None
 
 
 def pod_selector(body: Mapping[str, Any]) -> str | None:
@@ -201,17 +211,34 @@ def _decode(
             f"refused, so its workloads are not judged: {err}",
             MAX_REFUSED,
         )
-        return ReleaseManifest(component, release.name, (), refused=why)
+        return ReleaseManifest(component, release.name, (), unreadable=why)
+    # Checked before anything of it is followed: a body outside the
+    # release's namespace would be watched, then applied there by a restore.
+    outside = outside_namespace([e.workload.key for e in entries], release.namespace)
+    if outside:
+        refused = RefusedRevision(
+            component=component,
+            release=release.name,
+            revision=release.revision,
+            namespace=release.namespace,
+            outside=outside,
+        )
+        log.warning("%s", refused.message)
+        return ReleaseManifest(component, release.name, (), refused=refused)
     return ReleaseManifest(component, release.name, entries[:MAX_WORKLOADS])
 
 
 def unjudged_releases(manifests: list[ReleaseManifest]) -> list[UnjudgedRelease]:
     """The releases whose stored manifest was refused, and why."""
     return [
-        UnjudgedRelease(component=m.component, release=m.release, message=m.refused)
+        UnjudgedRelease(component=m.component, release=m.release, message=m.unreadable)
         for m in manifests
-        if m.refused
+        if m.unreadable
     ]
+
+
+def refused_revisions(manifests: list[ReleaseManifest]) -> list[RefusedRevision]:
+    return [m.refused for m in manifests if m.refused is not None]
 
 
 def watches_for(manifests: list[ReleaseManifest]) -> tuple[ReleaseWatch, ...]:

@@ -1,7 +1,7 @@
 """Reading a revision Helm stored on the target: its values and its manifest.
 
-Helm's Secret storage keeps each revision in a Secret named
-``sh.helm.release.v1.<release>.v<revision>`` whose ``release`` key holds
+Helm's Secret storage keeps each revision in a Secret (its name:
+``observe.storage_name``) whose ``release`` key holds
 base64 of gzip of the release as JSON (helm pkg/storage/driver/util.go,
 encodeRelease; decodeRelease also takes JSON that is not gzipped); the API
 server gives Secret data base64 again. The JSON carries ``config`` (the
@@ -20,6 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 from modelplane.observe.state import Listed, release_of
+from modelplane.observe.storage_name import storage_name
 from modelplane.plan.diff import DeployedRelease
 from modelplane.plan.observed import ObservedRelease
 from modelplane.untrusted import Limits, UntrustedInputError, decode_base64, gunzip, load_json
@@ -52,13 +53,9 @@ def release_secret(listed: Listed, release: ObservedRelease) -> dict[str, Any] |
     return None
 
 
-def secret_name(release: ObservedRelease) -> str:
-    return f"sh.helm.release.v1.{release.name}.v{release.revision}"
-
-
 def deployed_release(secret: dict[str, Any], release: ObservedRelease) -> DeployedRelease:
     """The values, manifest and chart version of the revision stored in ``secret``."""
-    where = f"Secret {release.namespace}/{secret_name(release)}"
+    where = f"Secret {release.namespace}/{storage_name(release.name, release.revision)}"
     text = (secret.get("data") or {}).get("release")
     if not isinstance(text, str):
         raise ReleaseReadError(f"{where} holds no release")

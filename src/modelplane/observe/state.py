@@ -1,10 +1,11 @@
 """Observing a target: the facts ``plan`` needs, in a bounded number of reads.
 
 Reads: API discovery (two requests, whatever the number of CRDs), one LIST
-per kind the product applies (filtered to its own objects by label), one
-LIST of Helm's release Secrets that carry the product's label, the
-DeviceClasses, and the CA ConfigMap when a hostname is set. Never one GET
-per object.
+per kind the product applies, in each namespace it applies the kind in
+(filtered to its own objects by label), one
+LIST of Helm's release Secrets that carry the product's label per release
+namespace (in that namespace only), the DeviceClasses, and the CA ConfigMap
+when a hostname is set. Never one GET per object.
 
 A label is no proof: a target's tenants may label their own objects as the
 product's. ``to_observed`` (one conversion for these reads and the watches)
@@ -24,6 +25,7 @@ from lightkube import AsyncClient
 from lightkube.resources.core_v1 import ConfigMap
 
 from modelplane.api.models import ServingStackSpec
+from modelplane.api.status_limits import OBSERVED_CONDITION_MESSAGE, OBSERVED_CONDITION_REASON
 from modelplane.catalog.components import COMPONENTS, components_for
 from modelplane.catalog.configuration import (
     BUNDLES,
@@ -37,6 +39,7 @@ from modelplane.catalog.types import ObjectExists
 from modelplane.kube.client import METADATA_LIST, list_objects, waiting_out_429
 from modelplane.kube.discovery import APIS, PLURALS, Served, served
 from modelplane.kube.resources import unless_missing
+from modelplane.observe.storage_name import parse_storage_name
 from modelplane.plan.drift import owned_fields
 from modelplane.plan.observed import Observed, ObservedCondition, ObservedRelease
 from modelplane.wire import (
@@ -51,44 +54,54 @@ from modelplane.wire import (
 
 CRD_API_VERSION = "apiextensions.k8s.io/v1"
 SECRETS = ApiRef("", "v1", "secrets")
-# The product's own objects, and Helm's release Secrets that carry its digest.
+# The product's own objects.
 OURS = f"{MANAGED_BY_LABEL}={MANAGED_BY}"
-RELEASE_SECRETS = f"owner=helm,{RELEASE_DIGEST_LABEL}"
 # Where each release the catalog installs lives: Helm reads a release only
-# from its release namespace, and so does the operator. The Secrets are
-# listed in every namespace (one LIST, one watch) and filtered here, so a
-# tenant's look-alike elsewhere is never the release.
+# from its release namespace, and so does the operator. Its Secrets are
+# listed there and nowhere else (one LIST, or one watch, per namespace): a
+# label selector is no scope, since a tenant can set any label, and one
+# over every namespace had the API server send every tenant look-alike,
+# data and all, to be thrown away here.
 RELEASE_NAMESPACES = {c.release_name: c.namespace for c in COMPONENTS if c.chart is not None}
-# The name Helm's Secret storage gives a revision (pkg/storage/driver,
-# makeKey: "sh.helm.release.v1." + name + ".v" + version).
+
+
+def release_secret_selector(namespace: str) -> str:
+    """The label selector of Helm's Secrets, carrying the product's digest, of the
+    catalog's releases in ``namespace``."""
+    names = sorted(r for r, ns in RELEASE_NAMESPACES.items() if ns == namespace)
+    return f"owner=helm,name in ({','.join(names)}),{RELEASE_DIGEST_LABEL}"
+
+
 # The Gateway API caps status.addresses at 16 items.
 MAX_ADDRESSES = 16
-# The conditions the plan reads of the product's Gateway and Bundle, and how
-# much of each is kept: metav1.Condition's reason limit, and of a message
-# (32768 there) what the plan could ever show.
+# The conditions the plan reads of the product's Gateway and Bundle; how
+# much of each is kept is status_limits' (OBSERVED_CONDITION_*).
 GATEWAY_CONDITIONS = frozenset({"Accepted", "Programmed"})
 BUNDLE_CONDITIONS = frozenset({"Synced"})
-MAX_REASON = 1024
-MAX_CONDITION_MESSAGE = 4096
 # A namespace is a DNS-1123 label.
 MAX_NAMESPACE = 63
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
-_RELEASE_SECRET = re.compile(r"sh\.helm\.release\.v1\.(.+)\.v([1-9][0-9]{0,8})")
 
 
-def _kinds(spec: ServingStackSpec) -> set[tuple[str, str, bool]]:
+def _kinds(spec: ServingStackSpec) -> set[tuple[str, str, str]]:
+    """(apiVersion, kind, namespace) of what the product applies; "" for a cluster-scoped kind.
+
+    A namespaced kind is read only in the namespaces the product's own objects
+    of it are in: a tenant may label its own objects as the product's, and
+    those elsewhere are never sent.
+    """
     kinds = {
-        (o.body["apiVersion"], o.body["kind"], bool(o.body["metadata"].get("namespace")))
+        (o.body["apiVersion"], o.body["kind"], str(o.body["metadata"].get("namespace") or ""))
         for o in configuration_for(spec)
     }
     for component in components_for(spec):
         if component.objects is not None:
             kinds |= {
-                (b["apiVersion"], b["kind"], bool(b["metadata"].get("namespace")))
+                (b["apiVersion"], b["kind"], str(b["metadata"].get("namespace") or ""))
                 for b in component.objects(spec)
             }
         if component.manifests is not None:
-            kinds.add((CRD_API_VERSION, "CustomResourceDefinition", False))
+            kinds.add((CRD_API_VERSION, "CustomResourceDefinition", ""))
     return kinds
 
 
@@ -131,8 +144,9 @@ def _watch_order(w: ReleaseWatch) -> tuple[str, str, str]:
 class Wanted:
     """What ``observe`` lists for a spec: read directly, or kept by the watches."""
 
-    # (apiVersion, kind, namespaced) of every kind the product applies.
-    kinds: frozenset[tuple[str, str, bool]]
+    # (apiVersion, kind, namespace) of every kind the product applies, once
+    # per namespace it applies that kind in ("" for a cluster-scoped kind).
+    kinds: frozenset[tuple[str, str, str]]
     # The named objects requirements ask about, by API (all objects of the kind).
     objects: frozenset[tuple[ApiRef, str]]
     # The CA ConfigMap is read only when the spec sets a hostname.
@@ -143,6 +157,8 @@ class Wanted:
     # Managed mode: the workloads the releases' stored manifests install, as
     # the last reconcile read them (observe.release_objects).
     release_objects: tuple[ReleaseWatch, ...] = ()
+    # The namespaces of the spec's releases, where Helm's Secrets are read.
+    release_namespaces: tuple[str, ...] = ()
 
     @property
     def nodes(self) -> bool:
@@ -162,6 +178,9 @@ def wanted(spec: ServingStackSpec, pull_secrets: Sequence[str] = ()) -> Wanted:
         frozenset(objects),
         bool(spec.gateway.hostname),
         tuple(pull_secrets),
+        release_namespaces=tuple(
+            sorted({c.namespace for c in components_for(spec) if c.chart is not None})
+        ),
     )
 
 
@@ -297,8 +316,8 @@ def _conditions(body: dict[str, Any], types: frozenset[str]) -> list[ObservedCon
         out[c["type"]] = ObservedCondition(
             type=c["type"],
             status=c["status"],
-            reason=reason[:MAX_REASON] if isinstance(reason, str) else "",
-            message=message[:MAX_CONDITION_MESSAGE] if isinstance(message, str) else "",
+            reason=reason[:OBSERVED_CONDITION_REASON] if isinstance(reason, str) else "",
+            message=message[:OBSERVED_CONDITION_MESSAGE] if isinstance(message, str) else "",
         )
     return [out[t] for t in sorted(out)]
 
@@ -324,17 +343,22 @@ async def read_listed(client: AsyncClient, want: Wanted, found: Served | None = 
     if found is None:
         found = await served(client)
     listed = Listed(apis=found.apis)
-    for api_version, kind, _ in sorted(want.kinds):
+    for api_version, kind, namespace in sorted(want.kinds):
         api = api_of(api_version, kind, found.plurals)
         if api is None or not api.served_in(listed.apis):
             continue
-        listed.items[(api_version, kind)] = await waiting_out_429(
-            partial(list_objects, client, api, labels=OURS)
+        listed.items.setdefault((api_version, kind), []).extend(
+            await waiting_out_429(
+                partial(list_objects, client, api, namespace=namespace or None, labels=OURS)
+            )
         )
     for api, _ in sorted(want.objects, key=lambda o: (o[0].key, o[1])):
         if api.served_in(listed.apis):
             listed.objects[api.key] = await list_objects(client, api)
-    listed.release_secrets = await list_objects(client, SECRETS, labels=RELEASE_SECRETS)
+    for namespace in want.release_namespaces:
+        listed.release_secrets += await list_objects(
+            client, SECRETS, namespace=namespace, labels=release_secret_selector(namespace)
+        )
     if want.bundle_ca:
         cm = await unless_missing(lambda: client.get(ConfigMap, CLUSTER_CA, namespace=NS))
         listed.ca_configmap = _as_dict(cm) if cm is not None else None
@@ -380,19 +404,19 @@ def release_of(secret: dict[str, Any]) -> ObservedRelease | None:
     """The revision a release Secret stores, or None unless Helm would read it as ours."""
     metadata = secret.get("metadata") or {}
     labels = metadata.get("labels") or {}
-    match = _RELEASE_SECRET.fullmatch(str(metadata.get("name") or ""))
-    if match is None:
+    found = parse_storage_name(str(metadata.get("name") or ""))
+    if found is None:
         return None
-    name, revision = match.group(1), match.group(2)
+    name, revision = found
     if RELEASE_NAMESPACES.get(name) != metadata.get("namespace"):
         return None
-    if labels.get("name") != name or labels.get("version") != revision:
+    if labels.get("name") != name or labels.get("version") != str(revision):
         return None
     digest = labels.get(RELEASE_DIGEST_LABEL)
     return ObservedRelease(
         name=name,
         namespace=str(metadata["namespace"]),
-        revision=int(revision),
+        revision=revision,
         # Labels are at most 63 characters; a status Helm does not write
         # reads as out of sync, never as deployed.
         status=str(labels.get("status") or "unknown")[:63],

@@ -34,13 +34,13 @@ from modelplane.observe.state import (
     NODES,
     OURS,
     PODS,
-    RELEASE_SECRETS,
     SECRETS,
     Listed,
     ReleaseWatch,
     Wanted,
     api_of,
     pull_secret_selector,
+    release_secret_selector,
 )
 from modelplane.wire import ApiRef
 
@@ -59,12 +59,12 @@ def watch_keys(want: Wanted, plurals: PLURALS) -> frozenset[WatchKey]:
     keys = {
         # Every CRD, not only ours: its events tell when the served APIs change.
         WatchKey(CRDS),
-        WatchKey(SECRETS, labels=RELEASE_SECRETS),
     }
-    for api_version, kind, _ in want.kinds:
+    keys |= {release_secrets_key(namespace) for namespace in want.release_namespaces}
+    for api_version, kind, namespace in want.kinds:
         api = api_of(api_version, kind, plurals)
         if api is not None and api_version != CRD_API_VERSION:
-            keys.add(WatchKey(api, labels=OURS))
+            keys.add(own_key(api, namespace))
     keys |= {WatchKey(api) for api, _ in want.objects}
     if want.bundle_ca:
         keys.add(WatchKey(CONFIGMAPS, namespace=NS, fields=f"metadata.name={CLUSTER_CA}"))
@@ -79,6 +79,16 @@ def watch_keys(want: Wanted, plurals: PLURALS) -> frozenset[WatchKey]:
 
 
 NODES_KEY = WatchKey(NODES)
+
+
+def own_key(api: ApiRef, namespace: str) -> WatchKey:
+    """The product's own objects of one kind, by label, in the namespace it applies them in."""
+    return WatchKey(api, namespace=namespace or None, labels=OURS)
+
+
+def release_secrets_key(namespace: str) -> WatchKey:
+    """Helm's Secrets of the catalog's releases in one release namespace, and nowhere else."""
+    return WatchKey(SECRETS, namespace=namespace, labels=release_secret_selector(namespace))
 
 
 def release_object_key(w: ReleaseWatch) -> WatchKey:
@@ -283,7 +293,7 @@ class WatchCache:
                 return None
             return [reflector.items[k] for k in sorted(reflector.items)]
 
-        for api_version, kind, _ in sorted(self.want.kinds):
+        for api_version, kind, namespace in sorted(self.want.kinds):
             if api_version == CRD_API_VERSION:
                 if not CRDS.served_in(apis):
                     continue
@@ -295,20 +305,21 @@ class WatchCache:
                 api = api_of(api_version, kind, self.plurals)
                 if api is None or not api.served_in(apis):
                     continue
-                found = items(WatchKey(api, labels=OURS))
+                found = items(own_key(api, namespace))
             if found is None:
                 return None
-            listed.items[(api_version, kind)] = found
+            listed.items.setdefault((api_version, kind), []).extend(found)
         for api, _ in sorted(self.want.objects, key=lambda o: (o[0].key, o[1])):
             if api.served_in(apis):
                 found = items(WatchKey(api))
                 if found is None:
                     return None
                 listed.objects[api.key] = found
-        secrets = items(WatchKey(SECRETS, labels=RELEASE_SECRETS))
-        if secrets is None:
-            return None
-        listed.release_secrets = secrets
+        for namespace in self.want.release_namespaces:
+            secrets = items(release_secrets_key(namespace))
+            if secrets is None:
+                return None
+            listed.release_secrets += secrets
         if self.want.bundle_ca:
             cms = items(WatchKey(CONFIGMAPS, namespace=NS, fields=f"metadata.name={CLUSTER_CA}"))
             if cms is None:

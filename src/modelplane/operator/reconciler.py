@@ -50,6 +50,7 @@ from modelplane.observe.facts import observe_target
 from modelplane.observe.release_objects import (
     ReleaseManifests,
     node_facts,
+    refused_revisions,
     release_workloads,
     unjudged_releases,
     watches_for,
@@ -71,6 +72,7 @@ from modelplane.pins import ComponentsMode
 from modelplane.plan import Plan, decisions, plan
 from modelplane.plan.capacity import TargetSummary
 from modelplane.plan.decisions import BlockedReason
+from modelplane.plan.health import Reason
 from modelplane.plan.model import ObjectAction, PlannedManifests, PlannedRelease, ReleaseAction
 from modelplane.plan.observed import Observed
 from modelplane.plan.teardown import DeleteObjects, TeardownStep, UninstallRelease, teardown_steps
@@ -90,6 +92,8 @@ INVALID_SPEC = BlockedReason.INVALID_SPEC
 DRIFT_CORRECTED = "DriftCorrected"
 # A release's object deleted or changed by hand (restored, or only reported).
 RELEASE_DRIFT = "ReleaseDrift"
+# A release revision refused: it installs workloads outside its namespace.
+RELEASE_REFUSED = "ReleaseRevisionRefused"
 # A Warning event: the target connection is allowed but unsafe (Target.warnings).
 INSECURE_TARGET = "InsecureTarget"
 # The errors one component's action may end in; anything else stops the reconcile.
@@ -169,6 +173,8 @@ class StackReconciler:
     release_watches: tuple[ReleaseWatch, ...] = ()
     # The release drift last reported by event (--release-drift=warn).
     release_drift_reported: frozenset[str] = frozenset()
+    # The refused release revisions last reported by event.
+    refused_reported: frozenset[str] = frozenset()
     # Without a hub: where the target's credentials come from, and who
     # claims it (``claim.LocalRun``); None for the stack's own Secrets and
     # the stack itself.
@@ -216,7 +222,7 @@ class StackReconciler:
             await self.session.watch(self._wanted(stack))
         return outcome
 
-    def _report_refused(self, fault: Fault, err: BaseException) -> None:
+    def _report_refused_collection(self, fault: Fault, err: BaseException) -> None:
         """An event when a collection on the target is first refused over its budget.
 
         A target that holds more than the operator reads is someone's doing,
@@ -295,7 +301,7 @@ class StackReconciler:
             fault = classify(err)
             if fault.kind is ErrorKind.UNEXPECTED:
                 raise  # the daemon reports it, with its traceback
-            self._report_refused(fault, err)
+            self._report_refused_collection(fault, err)
             return Outcome(
                 # A plan made before the target answered so is still what it
                 # is; one made before an address or an identity gave out is not.
@@ -313,6 +319,7 @@ class StackReconciler:
             self._report_versions(current)
             self._report_client_cas(current)
             self._report_release_drift(current)
+            self._report_refused_revisions(current)
         return Outcome(
             plan=current,
             failures=dict(self.failures),
@@ -347,6 +354,7 @@ class StackReconciler:
         update = {
             "release_workloads": release_workloads(manifests, listed),
             "unjudged_releases": unjudged_releases(manifests),
+            "refused_revisions": refused_revisions(manifests),
             "nodes": node_facts(listed.nodes),
             "observed_at": datetime.now(UTC),
         }
@@ -416,6 +424,15 @@ class StackReconciler:
         for message in sorted(messages - self.release_drift_reported):
             self.emit("Warning", RELEASE_DRIFT, message)
         self.release_drift_reported = messages
+
+    def _report_refused_revisions(self, p: Plan) -> None:
+        """One Warning event per refused release revision, when it appears."""
+        messages = frozenset(
+            h.message for h in p.health if h.reason is Reason.RELEASE_OUTSIDE_NAMESPACE
+        )
+        for message in sorted(messages - self.refused_reported):
+            self.emit("Warning", RELEASE_REFUSED, message)
+        self.refused_reported = messages
 
     def _report_client_cas(self, p: Plan) -> None:
         """One Warning event per doubtful clientCAs entry, when it appears."""

@@ -131,12 +131,16 @@ class Reason(StrEnum):
     CONTAINER_CONFIG_ERROR = "ContainerConfigError"
     UNSCHEDULABLE = "Unschedulable"
     JOB_FAILED = "JobFailed"
+    # The release's stored revision installs a workload outside the release's
+    # namespace: refused, none of its workloads judged or restored.
+    RELEASE_OUTSIDE_NAMESPACE = "ReleaseOutsideNamespace"
 
 
 # Worst first: the reason a component gives when its workloads give several.
 # A missing workload first (nothing else about it can be said), then what a
 # pod says, most specific first, then the counts alone.
 _RANK: tuple[Reason, ...] = (
+    Reason.RELEASE_OUTSIDE_NAMESPACE,
     Reason.WORKLOAD_MISSING,
     Reason.POD_CRASH_LOOPING,
     Reason.IMAGE_PULL_FAILED,

@@ -21,7 +21,12 @@ from modelplane.catalog.facts import ObservedQuota as ObservedQuota
 from modelplane.catalog.facts import ObservedService as ObservedService
 from modelplane.catalog.facts import ObservedWorkload as ObservedWorkload
 from modelplane.plan.capacity import TargetSummary
-from modelplane.plan.release_health import NodeFacts, ReleaseWorkload, UnjudgedRelease
+from modelplane.plan.release_health import (
+    NodeFacts,
+    RefusedRevision,
+    ReleaseWorkload,
+    UnjudgedRelease,
+)
 from modelplane.wire import ApiRef
 
 
@@ -93,6 +98,8 @@ class Observed(BaseModel):
     # The releases whose stored manifest was refused (over its bounds, not
     # YAML): their workloads are not judged, and the plan says why.
     unjudged_releases: list[UnjudgedRelease] = Field(default_factory=list)
+    # The revisions whose workloads reach outside their release's namespace.
+    refused_revisions: list[RefusedRevision] = Field(default_factory=list)
     nodes: list[NodeFacts] | None = None
     observed_at: datetime | None = None
     # Facts for the advisory checks; None when they were not gathered (the

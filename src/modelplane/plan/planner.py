@@ -275,8 +275,14 @@ def _release_report(
     in_sync = {r.name for r in releases if r.state is ReleaseState.IN_SYNC}
     workloads = [w for w in observed.release_workloads if w.release in in_sync]
     unjudged = [u for u in observed.unjudged_releases if u.release in in_sync]
+    refused = [r for r in observed.refused_revisions if r.release in in_sync]
     return release_report(
-        workloads, observed.nodes, observed.observed_at, sources.release_drift, unjudged
+        workloads,
+        observed.nodes,
+        observed.observed_at,
+        sources.release_drift,
+        unjudged=unjudged,
+        refused=refused,
     )
 
 

@@ -15,6 +15,13 @@ managers own; this module decides, with no read and no clock of its own:
   rule for the product's own objects: a field another manager only added is
   left alone).
 
+A revision whose manifest puts a workload outside the release's own
+namespace is refused (``outside_namespace``): none of its workloads is
+judged, followed or restored, and the component is Degraded, saying which
+release and namespace. Whoever can write a Secret in a release's namespace
+can write a revision Helm would read; the operator's own credentials must
+not carry what it wrote into any other namespace.
+
 A Job is judged while it exists and never restored: applied again it would
 run again, and one deleted once done (its TTL, a clean-up) has simply ended.
 
@@ -37,11 +44,15 @@ from pydantic import Field
 from modelplane.plan.drift import drifted_fields
 from modelplane.plan.frozen import Frozen
 from modelplane.plan.health import (
+    MAX_MESSAGE,
+    MAX_NAME,
     ComponentHealth,
     Kind,
     ManifestWorkload,
     PodSignal,
+    Reason,
     State,
+    WorkloadKey,
     WorkloadStatus,
     component_health,
     judge,
@@ -50,6 +61,8 @@ from modelplane.untrusted import printable
 
 # The most drifted field paths named per object; the rest are counted.
 MAX_DRIFT_PATHS = 8
+# The most workloads a refused revision's message names outside its namespace.
+MAX_REFUSED_NAMED = 3
 # Taint effects that keep a DaemonSet's pod off a node (PreferNoSchedule does not).
 _BLOCKING = frozenset({"NoSchedule", "NoExecute"})
 
@@ -124,6 +137,41 @@ class UnjudgedRelease(Frozen):
     component: str
     release: str
     message: str  # why, made printable and cut where it was made
+
+
+class RefusedRevision(Frozen):
+    """A stored revision that installs workloads outside its release's namespace."""
+
+    component: str
+    release: str
+    revision: int
+    namespace: str  # the release's
+    outside: list[WorkloadKey]
+
+    @property
+    def message(self) -> str:
+        shown = [k.shown for k in self.outside[:MAX_REFUSED_NAMED]]
+        more = len(self.outside) - len(shown)
+        what = ", ".join(shown) + (f" and {more} more" if more else "")
+        return printable(
+            f"revision {self.revision} of release {printable(self.release, MAX_NAME)} installs "
+            f"{what} outside the release's namespace {self.namespace}: refused, its workloads "
+            "are neither followed nor restored",
+            MAX_MESSAGE,
+        )
+
+    def health(self) -> ComponentHealth:
+        return ComponentHealth(
+            component=printable(self.component, MAX_NAME),
+            state=State.DEGRADED,
+            reason=Reason.RELEASE_OUTSIDE_NAMESPACE,
+            message=self.message,
+        )
+
+
+def outside_namespace(keys: Sequence[WorkloadKey], namespace: str) -> list[WorkloadKey]:
+    """The workloads of a release's manifest that are not in the release's ``namespace``."""
+    return [k for k in keys if k.namespace != namespace]
 
 
 class ReleaseReport(Frozen):
@@ -212,15 +260,22 @@ def release_report(
     nodes: Sequence[NodeFacts] | None,
     now: datetime,
     mode: DriftMode,
+    *,
     unjudged: Sequence[UnjudgedRelease] = (),
+    refused: Sequence[RefusedRevision] = (),
 ) -> ReleaseReport:
     """Each component's health from its releases' workloads, every drift found, and what is not.
 
-    ``unjudged`` are the releases whose stored manifest was refused.
+    ``unjudged`` are the releases whose stored manifest was refused. A
+    component whose revision is ``refused`` is Degraded by that alone: its
+    workloads were never read, and nothing of it is restored.
     """
     judged: dict[str, list[Any]] = {}
     drift: list[ReleaseDrift] = []
+    refusals = {r.component: r for r in refused}
     for w in workloads:
+        if w.component in refusals:
+            continue
         if w.live is None and w.manifest.key.kind is Kind.JOB:
             # A Job that ran is often deleted once done (its TTL, a clean-up);
             # gone is how it ends, and applying it again would run it again.
@@ -242,8 +297,6 @@ def release_report(
         found = drift_of(w, mode)
         if found is not None:
             drift.append(found)
-    return ReleaseReport(
-        health=[component_health(c, hs) for c, hs in judged.items()],
-        drift=drift,
-        unjudged=list(unjudged),
-    )
+    components = [component_health(c, hs) for c, hs in judged.items()]
+    components += [r.health() for _, r in sorted(refusals.items())]
+    return ReleaseReport(health=components, drift=drift, unjudged=list(unjudged))

@@ -98,7 +98,10 @@ class SchedulerName:
         self, component: Component, spec: ServingStackSpec, facts: ClusterFacts
     ) -> Finding:
         found = observed(
-            self.workloads, facts, f"the schedulerName {self.workloads.describe} answers to"
+            self.workloads,
+            facts,
+            f"the schedulerName {self.workloads.describe} answers to",
+            component,
         )
         if not isinstance(found, list):
             return found

@@ -218,7 +218,7 @@ class SelectsEverything:
     fix: str
 
     def needs(self) -> tuple[Fact, ...]:
-        return (CustomObjects(self.api),)
+        return (CustomObjects(self.api, namespaced=True),)
 
     def evaluate(
         self, component: Component, spec: ServingStackSpec, facts: ClusterFacts
@@ -229,8 +229,9 @@ class SelectsEverything:
         objects = facts.custom[key]
         if not objects:
             return UNKNOWN, (
-                f"no {self.kind} object exists in any namespace, so what scrapes the "
-                "PodMonitors cannot be observed"
+                f"no {self.kind} object exists in namespace "
+                f"{' or '.join(component.observed_in)}, so what scrapes the PodMonitors "
+                "cannot be observed"
             )
         failures: list[str] = []
         for obj in objects:

@@ -175,7 +175,7 @@ class PluginOnEveryGpuNode:
     ) -> Finding:
         if facts.nodes is None:
             return cannot(facts, "nodes")
-        found = observed(self.workloads, facts, "where the kubelet plugin runs")
+        found = observed(self.workloads, facts, "where the kubelet plugin runs", component)
         if not isinstance(found, list):
             return found
         gpu = len(gpu_nodes(self.gpus, facts.nodes, facts.resource_slices))

@@ -61,6 +61,8 @@ COMPONENT = Component(
     name="trust-manager",
     summary="Publishes the gateway CA certificate, without its key, for the control plane.",
     namespace=MODELPLANE_NAMESPACE,
+    # Its chart's documented install, beside cert-manager (upstream-facts §10).
+    also_installed_in=("cert-manager",),
     version=VERSION,
     order=100,
     version_field="versions.trustManager",
