@@ -29,6 +29,7 @@ resume within a probe of the server being back.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import random
@@ -68,6 +69,12 @@ MAX_WATCH_LINE = 4 * 1024 * 1024
 _EVENT_LIMITS = Limits(max_bytes=MAX_WATCH_LINE, max_depth=256)
 # Between tries of a watch the server refused, or that keeps expiring.
 WATCH_BACKOFF = Backoff(first=0.5, cap=30.0)
+
+# Watches that broke and listed again, by the label of the stack they serve
+# (the operator's metrics read it, and drop a stack's count with the stack).
+# Kept here rather than on each Reflector: a stack's reflectors are replaced
+# whenever its connection to the target is, and the count must not restart.
+RESTARTS: collections.Counter[str] = collections.Counter()
 
 
 @dataclass(frozen=True, order=True)
@@ -281,6 +288,8 @@ class Reflector:
             raise Gone() if err.status == 410 else Refused(err.status) from err
         self.items = {object_name_key(item): item for item in found.items}
         self.served, self.synced = True, True
+        if self.lists and self._label:
+            RESTARTS[self._label] += 1
         self.lists += 1
         self._listed_at = self._clock()
         return found.resource_version
