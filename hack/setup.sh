@@ -6,7 +6,10 @@
 #   2. installs modelplane into it, editable, with its dev extras, at the
 #      exact versions in hack/constraints.txt (pip install -c);
 #   3. builds the integration-test binaries (hack/build-testbin.sh) and the
-#      simulated cluster's controllers (hack/build-controllers.sh).
+#      simulated cluster's controllers (hack/build-controllers.sh);
+#   4. makes sure promtool and prometheus are on PATH (the chart's alert rules
+#      are tested with them): when missing, as root on a system with apt-get,
+#      installs Debian's prometheus package; otherwise stops and says how.
 #
 # Nothing needs activating afterwards: run .venv/bin/python, .venv/bin/modelplane.
 #
@@ -105,5 +108,27 @@ say "building integration-test binaries"
 "$ROOT/hack/build-testbin.sh"
 say "building the simulated cluster's controllers"
 "$ROOT/hack/build-controllers.sh"
+
+# ---- 4. promtool and prometheus ---------------------------------------------
+
+have_prometheus() { command -v promtool >/dev/null 2>&1 && command -v prometheus >/dev/null 2>&1; }
+if ! have_prometheus; then
+    if [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null 2>&1; then
+        say "installing Debian's prometheus package (promtool and prometheus, for the alert tests)"
+        apt_install() {
+            DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends prometheus
+        }
+        # A fresh machine may have no package lists yet.
+        apt_install >/dev/null || { apt-get update -q >/dev/null && apt_install >/dev/null; } \
+            || die "apt-get could not install the prometheus package"
+        say "installed $(dpkg-query -W -f='${Package} ${Version}' prometheus)"
+    else
+        die "promtool and prometheus are not on PATH; the alert-rule tests need both: install" \
+            "them (as root: 'apt-get install --no-install-recommends prometheus'), then re-run" \
+            "hack/setup.sh"
+    fi
+fi
+have_prometheus || die "the prometheus package is installed but promtool or prometheus is not on PATH"
+say "promtool: $(command -v promtool) ($(promtool --version 2>&1 | head -n 1))"
 
 say "done; run every test with: .venv/bin/python -m pytest"

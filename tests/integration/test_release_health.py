@@ -159,6 +159,13 @@ def test_a_deleted_deployment_is_restored_with_correct(stack: Stack) -> None:
         ),
         deadline=DEADLINE,
     )
+    # Counted for the release drift alert, against this stack's component.
+    drift = "modelplane_stack_release_drift_corrections_total"
+    wait_for(
+        "the restore counted in /metrics",
+        lambda: stack.h.operator_counter(drift) >= 1,
+        deadline=DEADLINE,
+    )
     # Restored by the operator's field manager, not by a helm upgrade.
     restored = _deployment(stack.h, CONTROLLER)
     assert restored is not None and restored.metadata is not None

@@ -38,3 +38,12 @@ in one namespace never share one, and the RBAC can name it.
 {{- define "modelplane.leaseName" -}}
 {{- include "modelplane.fullname" . -}}
 {{- end -}}
+
+{{/*
+The label selector the alert rules put on every series: the job Prometheus
+scrapes the operator as. A ServiceMonitor names the job after the Service.
+*/}}
+{{- define "modelplane.alertSelector" -}}
+{{- $job := .Values.prometheusRule.job | default (printf "%s-metrics" (include "modelplane.fullname" .)) -}}
+job={{ $job | quote }}
+{{- end -}}

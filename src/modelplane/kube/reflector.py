@@ -36,6 +36,7 @@ refused until a later try finds it within the budget again.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import random
@@ -90,6 +91,12 @@ REARM_BACKOFF = Backoff(first=0.5, cap=30.0, jitter=0.5)
 # After a collection was refused over its budget: it does not shrink in a
 # moment, and each try reads up to the budget again.
 BUDGET_BACKOFF = Backoff(first=5.0, cap=300.0, jitter=0.5)
+
+# Watches that broke and listed again, by the label of the stack they serve
+# (the operator's metrics read it, and drop a stack's count with the stack).
+# Kept here rather than on each Reflector: a stack's reflectors are replaced
+# whenever its connection to the target is, and the count must not restart.
+RESTARTS: collections.Counter[str] = collections.Counter()
 
 
 @dataclass(frozen=True, order=True)
@@ -406,6 +413,8 @@ class Reflector:
         self._sizes = dict.fromkeys(self.items, share)
         self.held = share * len(self.items)
         self.served, self.synced = True, True
+        if self.lists and self._label:
+            RESTARTS[self._label] += 1
         self.lists += 1
         self._listed_at = self._clock()
         return found.resource_version

@@ -46,7 +46,7 @@ from modelplane.operator.hub import (
     ensure_servingstack_crd,
     load_config,
 )
-from modelplane.operator.leader import Elector, exit_now
+from modelplane.operator.leader import LEADER, Elector, exit_now
 from modelplane.operator.options import OperatorOptions
 from modelplane.operator.reconciler import StackReconciler
 from modelplane.operator.status import (
@@ -448,10 +448,14 @@ def register(registry: kopf.OperatorRegistry, rt: Runtime) -> None:
                             blocked_message=f"{type(err).__name__}: {describe_error(err)}",
                         )
                 metrics.RECONCILES.labels(result=outcome.blocked_reason or "ok").inc()
-                written = await write_status(rt, body, desired_status(outcome, generation))
+                desired = desired_status(outcome, generation)
+                written = await write_status(rt, body, desired)
                 # A refused status is retried as a blocked reconcile is: backed off.
                 refused = written is StatusWrite.REFUSED
                 went_wrong = outcome.blocked_reason is not None or refused
+                metrics.record_reconcile(
+                    label, desired, outcome, succeeded=not (went_wrong or outcome.failures)
+                )
                 streak = streak + 1 if went_wrong or outcome.failures else 0
                 delay = decisions.sleep_after(
                     blocked=went_wrong,
@@ -465,6 +469,7 @@ def register(registry: kopf.OperatorRegistry, rt: Runtime) -> None:
         finally:
             await reconciler.close()
             memo.pop(WAKE, None)
+            metrics.forget_stack(label)
             _track(-1)
 
     @kopf.on.delete(*resource, registry=registry, id=TEARDOWN_HANDLER, backoff=2.0)
@@ -716,6 +721,9 @@ async def run(options: OperatorOptions) -> None:
             if options.leader_election is not None
             else None
         )
+        if elector is None:
+            # The only replica reconciles: an alert on no leader must not fire for it.
+            LEADER.set(1)
         probes = None
         if options.metrics_port is not None:
             probes = await metrics.serve(

@@ -9,12 +9,17 @@ operator's event loop, so a loop that is wedged fails liveness too.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, Counter, Gauge, Histogram
 from prometheus_client.exposition import generate_latest
 from pydantic import BaseModel, ConfigDict
+
+from modelplane.kube import reflector
+from modelplane.operator.stack_metrics import StackSeriesCollector, key_of
+from modelplane.operator.status import Outcome
 
 log = logging.getLogger("modelplane.operator")
 
@@ -31,6 +36,62 @@ TRACKED = Gauge(
 TARGETS_OPEN = Gauge(
     "modelplane_targets_open", "Connections to target clusters opened and not yet closed."
 )
+
+HELM_ACTION_SECONDS = Histogram(
+    "modelplane_helm_action_seconds",
+    "Time one helm action on a target takes, by component, action and outcome.",
+    ["component", "action", "outcome"],
+    # Helm waits for workloads: seconds to the --helm-timeout's minutes.
+    buckets=(1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1200),
+)
+# Per-stack series, by namespace and name; a stack's go with it (``SERIES.forget``).
+SERIES = StackSeriesCollector(watch_restarts=lambda label: reflector.RESTARTS.get(label, 0))
+REGISTRY.register(SERIES)
+
+
+def record_reconcile(
+    label: str, status: Mapping[str, Any], outcome: Outcome, *, succeeded: bool
+) -> None:
+    """The stack's series after one reconcile: ``status`` is what it wrote (or tried to)."""
+    key = key_of(label)
+    if key is None:
+        return
+    plan = outcome.plan
+
+    def in_place(component: str) -> bool:
+        # Its desired version is what runs only once nothing is left to do for it.
+        return (
+            plan is not None
+            and component not in outcome.failures
+            and component not in plan.components_with_work
+        )
+
+    gpus = plan.target.gpus if plan is not None and plan.target is not None else None
+    SERIES.reconciled(key, status, succeeded=succeeded, in_place=in_place, gpus=gpus)
+
+
+def record_helm_action(
+    label: str, component: str, action: str, outcome: str, seconds: float
+) -> None:
+    HELM_ACTION_SECONDS.labels(component=component, action=action, outcome=outcome).observe(seconds)
+    key = key_of(label)
+    if key is not None:
+        SERIES.helm_action(key, component, action, outcome)
+
+
+def record_drift_corrected(label: str, component: str) -> None:
+    key = key_of(label)
+    if key is not None:
+        SERIES.drift_corrected(key, component)
+
+
+def forget_stack(label: str) -> None:
+    """The stack left this operator (deleted, moved to another shard): its series go."""
+    key = key_of(label)
+    if key is not None:
+        SERIES.forget(key)
+    reflector.RESTARTS.pop(label, None)
+
 
 DEFAULT_ADDRESS = "0.0.0.0"  # a Prometheus in another pod must reach it
 

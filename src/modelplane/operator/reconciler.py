@@ -65,6 +65,7 @@ from modelplane.observe.state import (
     to_observed,
     wanted,
 )
+from modelplane.operator import metrics
 from modelplane.operator.options import OperatorOptions
 from modelplane.operator.session import CredentialSource, TargetSession
 from modelplane.operator.status import Outcome
@@ -467,6 +468,7 @@ class StackReconciler:
                 )
                 if restored:
                     self.emit("Normal", RELEASE_DRIFT, d.message)
+                    metrics.record_drift_corrected(self.label, d.component)
                 changed |= restored
         releases = [
             r
@@ -512,8 +514,16 @@ class StackReconciler:
                 await self._chart_crds(release, target, kubeconfig)
             await self.helm.apply(release, kubeconfig)
 
+        started = time.monotonic()
         ok = await self._guard(
             release.component, carry_out(), what=f"{verb.lower()} of release {release.name}"
+        )
+        metrics.record_helm_action(
+            self.label,
+            release.component,
+            release.action.value,
+            "succeeded" if ok else "failed",
+            time.monotonic() - started,
         )
         if ok:
             self.emit(
