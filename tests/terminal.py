@@ -16,6 +16,8 @@ import termios
 from collections.abc import Sequence
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 # What rich (and most tools) read to decide on colour, besides TERM.
 _COLOUR_OVERRIDES = ("NO_COLOR", "FORCE_COLOR", "COLORTERM", "TTY_COMPATIBLE", "TTY_INTERACTIVE")
@@ -60,3 +62,10 @@ def on_a_pty(args: Sequence[str], *, columns: int, rows: int = 50, timeout: floa
         proc.stderr.close()
     return b"".join(chunks).decode().replace("\r\n", "\n")
 
+
+def as_colour_terminal(monkeypatch: pytest.MonkeyPatch, columns: int = 100) -> None:
+    """Give this process a colour terminal's environment, for a Console a test makes itself."""
+    for name in _COLOUR_OVERRIDES:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("TERM", "xterm-256color")
+    monkeypatch.setenv("COLUMNS", str(columns))
