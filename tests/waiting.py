@@ -14,6 +14,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
+from lightkube import Client
 from lightkube.core.exceptions import ApiError
 
 T = TypeVar("T")
@@ -103,3 +104,16 @@ async def wait_for_async(
             return value  # type: ignore[no-any-return]
         polls.give_up_if_late()
         await asyncio.sleep(interval)
+
+
+def gone(client: Client, kind: type[Any], name: str, namespace: str | None = None) -> bool:
+    """Whether the object is gone: its GET answers 404 (a check for ``wait_for``).
+
+    Another refusal is "not gone yet" rather than an error, so a wait on a
+    deletion rides out the server's passing 5xx or 429.
+    """
+    try:
+        client.get(kind, name, namespace=namespace)
+    except ApiError as err:
+        return err.status.code == 404
+    return False

@@ -138,6 +138,12 @@ def substrate(helm: Helm, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     yield from serve_substrate(helm, tmp_path_factory.mktemp("substrate"))
 
 
+@pytest.fixture(scope="module")
+def workload_substrate(helm: Helm, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Substrate]:
+    """The substrate whose charts run their real charts' workloads, for a simulated cluster."""
+    yield from serve_substrate(helm, tmp_path_factory.mktemp("substrate"), workloads=True)
+
+
 @pytest.fixture
 def harness(
     hub: Client,

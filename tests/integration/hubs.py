@@ -31,7 +31,7 @@ from lightkube.resources.core_v1 import ConfigMap, Namespace, Secret
 from prometheus_client.parser import text_string_to_metric_families
 from tests.integration.substrate import Substrate, run_operator
 from tests.testenv import TestEnv, find_binaries, helm_environ
-from tests.waiting import wait_for
+from tests.waiting import gone, wait_for
 
 from modelplane.api.crd import servingstack_crd
 from modelplane.api.models import API_GROUP, API_VERSION, KIND, PLURAL
@@ -208,6 +208,11 @@ def stack_body(
     }
 
 
+def stack_gone(hub: Client, namespace: str, name: str = "stack") -> bool:
+    """Whether the ServingStack is gone from the hub (its teardown done, its finalizer off)."""
+    return gone(hub, SS, name, namespace)
+
+
 def put_stack(hub: Client, body: Mapping[str, Any]) -> None:
     hub.apply(SS.from_dict(dict(body)), field_manager="test", force=True)
 
@@ -341,3 +346,54 @@ class Harness:
     def release_values(self, name: str, namespace: str) -> dict[str, Any]:
         cm = self.target.get(ConfigMap, f"{name}-values", namespace=namespace)
         return dict(json.loads((cm.data or {})["values.json"]))
+
+
+@dataclass(frozen=True)
+class Resyncs:
+    """What some resyncs cost, from the API servers' own request counters.
+
+    Each mapping holds only what grew: reads (GET and LIST) by resource,
+    writes by (verb, resource). ``count`` is the reconciles done meanwhile,
+    at least as many as were asked for.
+    """
+
+    count: int
+    target_reads: dict[str, float]
+    hub_reads: dict[str, float]
+    target_writes: dict[tuple[str, str], float]
+    hub_writes: dict[tuple[str, str], float]
+
+
+def _grown(before: Mapping[Any, float], after: Mapping[Any, float]) -> dict[Any, float]:
+    return {k: v - before.get(k, 0.0) for k, v in after.items() if v != before.get(k, 0.0)}
+
+
+def measure_resyncs(h: Harness, count: int = 5, *, settle: int = 3) -> Resyncs:
+    """Let ``settle`` reconciles pass, then count what the next ``count`` cost.
+
+    The settling ones follow the stack's own last writes: they are not what
+    a no-op resync costs.
+    """
+    settled = h.reconciles() + settle
+    wait_for(f"{settle} resyncs to settle", lambda: h.reconciles() >= settled, deadline=60)
+
+    def scrape() -> tuple[dict[Any, float], ...]:
+        reads = ("GET", "LIST")
+        return (
+            requests_by_resource(h.target_env, reads),
+            requests_by_resource(h.hub_env, reads),
+            h.target_env.write_requests(),
+            h.hub_env.write_requests(),
+        )
+
+    before = scrape()
+    start = h.reconciles()
+    wait_for(f"{count} resyncs", lambda: h.reconciles() >= start + count, deadline=60)
+    after = scrape()
+    # Counted after the scrape: a resync under way then counts its requests
+    # but not itself, so a bound drawn from the count errs against the operator.
+    done = h.reconciles() - start
+    target_reads, hub_reads, target_writes, hub_writes = (
+        _grown(b, a) for b, a in zip(before, after, strict=True)
+    )
+    return Resyncs(done, target_reads, hub_reads, target_writes, hub_writes)

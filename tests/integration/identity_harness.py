@@ -26,19 +26,14 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from lightkube import Client
 from lightkube.core.exceptions import ApiError
-from lightkube.generic_resource import create_global_resource
-from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
 from lightkube.resources.coordination_v1 import Lease
 from lightkube.resources.rbac_authorization_v1 import ClusterRoleBinding
 from tests.identity_services import serve
-from tests.integration.hubs import SS, client_for
-from tests.integration.substrate import CHART_CRDS, MANIFEST_CRDS, crd
+from tests.integration.hubs import client_for
 from tests.testenv import TestEnv
 
 from modelplane.api.models import API_GROUP, API_VERSION, KIND
-from modelplane.catalog import components as catalog
 from modelplane.catalog.configuration import CLAIM_NAME, CLAIM_NAMESPACE
 
 IDENTITY_USER = "cloud-identity@test"
@@ -209,38 +204,6 @@ def assert_never_said(secrets: Iterable[str], **captured: str) -> None:
 def pem_body(pem: str) -> list[str]:
     """The base64 lines of a PEM key: any one of them in output is a leak."""
     return [line for line in pem.splitlines() if line and not line.startswith("-----")]
-
-
-def provide_substrate(client: Client) -> None:
-    """What a Provided Standard stack checks for: its CRDs and the GPU DeviceClass."""
-    standard = {
-        c.chart.chart
-        for c in catalog.components_of_stack(catalog.Stack.STANDARD)
-        if c.chart is not None
-    }
-    specs = [s for chart, ss in CHART_CRDS.items() if chart in standard for s in ss]
-    for spec in [*specs, *MANIFEST_CRDS["gaie-crds"]]:
-        client.apply(CustomResourceDefinition.from_dict(crd(*spec)), field_manager="owner")
-    device_class = create_global_resource("resource.k8s.io", "v1", "DeviceClass", "deviceclasses")
-    client.apply(
-        device_class.from_dict(
-            {
-                "apiVersion": "resource.k8s.io/v1",
-                "kind": "DeviceClass",
-                "metadata": {"name": catalog.GPU_DEVICE_CLASS},
-                "spec": {},
-            }
-        ),
-        field_manager="owner",
-    )
-
-
-def stack_gone(hub: Client, namespace: str, name: str = "stack") -> bool:
-    try:
-        hub.get(SS, name, namespace=namespace)
-    except ApiError as err:
-        return err.status.code == 404
-    return False
 
 
 def claim_released(env: TestEnv) -> bool:

@@ -71,6 +71,17 @@ def upstream_crds(folders: Sequence[str] = PROVIDED_STANDARD) -> list[Path]:
     return [root / f for f in folders]
 
 
+def require_gpu_hardware() -> None:
+    """Skip the test, saying where the profile was looked for, unless GPU nodes can be made."""
+    try:
+        hardware_dir()
+    except HardwareMissingError as exc:
+        message = str(exc)
+    else:
+        return
+    pytest.skip(message)
+
+
 @contextlib.contextmanager
 def simulated(
     directory: Path,
@@ -82,10 +93,7 @@ def simulated(
     """A fresh API server with the simulated cluster started on it, all stopped on exit."""
     layout = NodeLayout.parse(nodes) if nodes else None
     if layout is not None and layout.gpu:
-        try:
-            hardware_dir()
-        except HardwareMissingError as exc:
-            pytest.skip(str(exc))
+        require_gpu_hardware()
     wanted = ["kwok", *KUBE_CONTROLLERS] if nodes else []
     wanted += ["envoy-gateway", "trust-manager"] if gateway_controllers else []
     try:

@@ -21,11 +21,16 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from lightkube import Client
+from lightkube.generic_resource import create_global_resource
+from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
 from tests.serving import serve_directory
 from tests.testenv import find_binaries, helm_environ
 
 from modelplane.catalog import components as catalog
 from modelplane.catalog.types import Component, CrdPlacement, CRDServes, ObjectExists
+
+DEVICE_CLASS = create_global_resource("resource.k8s.io", "v1", "DeviceClass", "deviceclasses")
 
 # CRDs each fixture chart brings: (group, version, plural, kind, namespaced).
 Crd = tuple[str, str, str, str, bool]
@@ -80,6 +85,32 @@ MANIFEST_CRDS: dict[str, list[Crd]] = {
 _CHART_OBJECTS: dict[str, list[dict[str, Any]]] = {
     c.chart.chart: required_objects(c) for c in catalog.COMPONENTS if c.chart is not None
 }
+
+
+def provided_crd_specs(stack: catalog.Stack = catalog.Stack.STANDARD) -> list[Crd]:
+    """The stand-in CRDs a Provided ``stack`` checks for: its charts' and the GAIE manifests'."""
+    charts = {c.chart.chart for c in catalog.components_of_stack(stack) if c.chart is not None}
+    specs = [s for chart, specs in CHART_CRDS.items() if chart in charts for s in specs]
+    return specs + MANIFEST_CRDS["gaie-crds"]
+
+
+def provide_substrate(client: Client, stack: catalog.Stack = catalog.Stack.STANDARD) -> None:
+    """What a cluster owner brings in Provided mode: ``stack``'s CRDs and the GPU DeviceClass."""
+    for spec in provided_crd_specs(stack):
+        client.apply(CustomResourceDefinition.from_dict(crd(*spec)), field_manager="owner")
+    client.apply(
+        DEVICE_CLASS.from_dict(
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "DeviceClass",
+                "metadata": {"name": catalog.GPU_DEVICE_CLASS},
+                "spec": {},
+            }
+        ),
+        field_manager="owner",
+    )
+
+
 # Versions besides the pins, for upgrade tests.
 EXTRA_VERSIONS = {"kube-prometheus-stack": ["84.5.0"]}
 # Where each real chart keeps its CRDs (the catalog's, from upstream-facts.md).

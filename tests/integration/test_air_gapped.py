@@ -38,14 +38,13 @@ from lightkube.resources.apps_v1 import DaemonSet, Deployment, ReplicaSet, State
 from lightkube.resources.batch_v1 import Job
 from lightkube.resources.core_v1 import ConfigMap, Namespace, Pod, Secret, ServiceAccount
 from lightkube.types import CascadeType
-from tests.integration.hubs import SS, Harness, stack_body
+from tests.integration.hubs import SS, Harness, stack_body, stack_gone
 from tests.integration.substrate import (
     RUNTIME_IMAGE_ENV,
     RUNTIME_IMAGE_FLAGS,
     RUNTIME_PULL_SECRET_FLAGS,
     Helm,
     Substrate,
-    serve_substrate,
     stand_in_for,
     write_chart,
 )
@@ -65,11 +64,6 @@ ENVOY_PROXY = create_namespaced_resource(
 )
 # The one chart whose pull secrets reach its pods only through the ServiceAccount.
 THROUGH_SERVICE_ACCOUNT = {(catalog.MODELPLANE_NAMESPACE, "trust-manager")}
-
-
-@pytest.fixture(scope="module")
-def workload_substrate(helm: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Substrate]:
-    yield from serve_substrate(helm, tmp_path_factory.mktemp("substrate"), workloads=True)
 
 
 # ---- what the target runs ------------------------------------------------------
@@ -234,14 +228,6 @@ def _exited(h: Harness) -> bool:
     return h.proc is not None and h.proc.poll() is not None
 
 
-def _gone(h: Harness) -> bool:
-    try:
-        h.hub.get(SS, "stack", namespace=h.ns)
-    except ApiError as err:
-        return err.status.code == 404
-    return False
-
-
 @contextlib.contextmanager
 def installed(
     hub: Client,
@@ -291,7 +277,7 @@ def installed(
         with contextlib.suppress(ApiError):
             h.hub.delete(SS, "stack", namespace=h.ns)
         if ok:
-            wait_for("the ServingStack gone", lambda: _gone(h), deadline=300)
+            wait_for("the ServingStack gone", lambda: stack_gone(h.hub, h.ns), deadline=300)
             clean_up_hooks(h.target, namespaces)
         h.stop()
 

@@ -13,7 +13,6 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,8 +24,8 @@ from lightkube.core.exceptions import ApiError
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.coordination_v1 import Lease
 from lightkube.resources.core_v1 import Namespace
-from tests.integration.hubs import SS, Harness, client_for, stack_body
-from tests.integration.substrate import Substrate, serve_substrate
+from tests.integration.hubs import SS, Harness, client_for, stack_body, stack_gone
+from tests.integration.substrate import Substrate
 from tests.testenv import TestEnv, find_binaries, helm_environ
 from tests.waiting import wait_for
 
@@ -40,11 +39,6 @@ HUB_HOLDER = "platform/west/0b7c2a4e-uid-of-a-hub-stack"
 OWNERS_NAMESPACE = BY_NAME["kube-prometheus-stack"].namespace
 # What the simulated cluster itself keeps writing, whatever the product does.
 SIMULATION_WRITES = {"nodes", "pods", "events"}
-
-
-@pytest.fixture(scope="module")
-def workload_substrate(helm: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Substrate]:
-    yield from serve_substrate(helm, tmp_path_factory.mktemp("substrate"), workloads=True)
 
 
 @dataclass
@@ -231,19 +225,11 @@ def test_a_hub_stack_on_the_laptops_target_is_refused_and_leaves_it_alone(
         assert "run modelplane delete as" in c["message"]
         # Its deletion leaves the laptop's target as it is.
         h.hub.delete(SS, "stack", namespace=h.ns)
-        wait_for("the hub's ServingStack gone", lambda: _gone(h), deadline=120)
+        wait_for("the hub's ServingStack gone", lambda: stack_gone(h.hub, h.ns), deadline=120)
     finally:
         h.stop()
     assert {name: r["revision"] for name, r in cli.releases().items()} == revisions
     assert _claim(target).spec.holderIdentity == LocalRun.here().holder  # type: ignore[union-attr]
-
-
-def _gone(h: Harness) -> bool:
-    try:
-        h.hub.get(SS, "stack", namespace=h.ns)
-    except ApiError as err:
-        return err.status.code == 404
-    return False
 
 
 def test_a_target_another_holder_claims_is_refused(cli: Cli, target: Client) -> None:

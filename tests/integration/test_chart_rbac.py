@@ -28,19 +28,17 @@ import pytest
 import yaml
 from lightkube import Client, KubeConfig
 from lightkube.core.exceptions import ApiError
-from lightkube.generic_resource import create_global_resource, create_namespaced_resource
-from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
+from lightkube.generic_resource import create_namespaced_resource
 from lightkube.resources.coordination_v1 import Lease
 from lightkube.resources.core_v1 import Secret
 from lightkube.resources.rbac_authorization_v1 import Role
 from lightkube.types import PatchType
 from tests.integration.conftest import Helm
-from tests.integration.hubs import SS, Harness, free_port
-from tests.integration.substrate import CHART_CRDS, MANIFEST_CRDS, Substrate, crd
+from tests.integration.hubs import SS, Harness, free_port, stack_gone
+from tests.integration.substrate import Substrate, provide_substrate
 from tests.testenv import TestEnv, find_binaries
 from tests.waiting import wait_for
 
-from modelplane.catalog import components as catalog
 from modelplane.catalog.configuration import GATEWAY_NAME, NS
 
 CHART = Path(__file__).resolve().parents[2] / "deploy" / "chart"
@@ -180,36 +178,6 @@ def _service_account_kubeconfig(hub_env: TestEnv, namespace: str) -> dict[str, A
     return config
 
 
-def _provide_substrate(h: Harness) -> None:
-    """What a cluster owner brings in Provided mode: every Standard CRD and the DeviceClass."""
-    standard = {
-        c.chart.chart for c in catalog.components_of_stack(catalog.Stack.STANDARD) if c.chart
-    }
-    specs = [s for chart, ss in CHART_CRDS.items() if chart in standard for s in ss]
-    for spec in [*specs, *MANIFEST_CRDS["gaie-crds"]]:
-        h.target.apply(CustomResourceDefinition.from_dict(crd(*spec)), field_manager="owner")
-    device_class = create_global_resource("resource.k8s.io", "v1", "DeviceClass", "deviceclasses")
-    h.target.apply(
-        device_class.from_dict(
-            {
-                "apiVersion": "resource.k8s.io/v1",
-                "kind": "DeviceClass",
-                "metadata": {"name": catalog.GPU_DEVICE_CLASS},
-                "spec": {},
-            }
-        ),
-        field_manager="owner",
-    )
-
-
-def _gone(hub: Client, namespace: str) -> bool:
-    try:
-        hub.get(SS, "stack", namespace=namespace)
-    except ApiError as err:
-        return err.status.code == 404
-    return False
-
-
 def _absent_on_target(h: Harness) -> bool:
     try:
         h.target.get(GATEWAY, GATEWAY_NAME, namespace=NS)
@@ -229,7 +197,7 @@ def test_operator_takes_a_stack_through_its_life_with_only_the_charts_rbac(
         list(as_operator.list(Secret, namespace=h.ns))
     assert refused.value.status.code == 403
 
-    _provide_substrate(h)
+    provide_substrate(h.target)
     h.put_secret({"kubeconfig": h.kubeconfig_text()})
     h.create({"components": "Provided"})
     assert "--leader-elect" in installed.container["args"]
@@ -263,7 +231,7 @@ def test_operator_takes_a_stack_through_its_life_with_only_the_charts_rbac(
 
     # Delete: kopf's finalizer patch and the teardown both run under the chart's RBAC.
     h.hub.delete(SS, "stack", namespace=h.ns)
-    wait_for("the ServingStack to be gone", lambda: _gone(h.hub, h.ns), deadline=120)
+    wait_for("the ServingStack to be gone", lambda: stack_gone(h.hub, h.ns), deadline=120)
     assert _absent_on_target(h)
     log = h.log.read_text()
     assert "Traceback" not in log, log[-3000:]
@@ -283,7 +251,7 @@ def test_a_missing_rule_is_named_and_the_operator_keeps_running(
     installed: Installed, resource: str, verb: str
 ) -> None:
     h = installed.harness
-    _provide_substrate(h)
+    provide_substrate(h.target)
     h.put_secret({"kubeconfig": h.kubeconfig_text()})
     full = installed.role_rules()
     installed.set_role_rules(_without(full, resource))

@@ -35,7 +35,7 @@ from tests.integration.simcluster import (
 )
 from tests.testenv import TestEnv
 from tests.testenv.simcluster import SimCluster, envoy_gateway_config
-from tests.waiting import wait_for
+from tests.waiting import gone, wait_for
 
 from modelplane.catalog import components as catalog
 from modelplane.catalog.configuration import (
@@ -68,14 +68,6 @@ def _conditions(obj: Any) -> dict[str, str]:
     return {c["type"]: c["status"] for c in status.get("conditions") or []}
 
 
-def _gone(client: Client, kind: Any, name: str, namespace: str | None = None) -> bool:
-    try:
-        client.get(kind, name, namespace=namespace)
-    except ApiError as err:
-        return err.status.code == 404
-    return False
-
-
 @pytest.fixture
 def harness(
     hub: Client,
@@ -95,7 +87,7 @@ def harness(
         except ApiError:
             pass
         else:
-            wait_for("the ServingStack gone", lambda: _gone(h.hub, SS, "stack", h.ns), deadline=120)
+            wait_for("the ServingStack gone", lambda: gone(h.hub, SS, "stack", h.ns), deadline=120)
         h.stop()
         delete_issued_secrets(h.target)
 
@@ -227,7 +219,7 @@ def test_gateway_on_the_real_envoy_gateway_and_trust_manager(harness: Harness) -
     assert finalizers == ["gateway-exists-finalizer.gateway.networking.k8s.io"]
     harness.hub.delete(SS, "stack", namespace=harness.ns)
     wait_for(
-        "the ServingStack gone", lambda: _gone(harness.hub, SS, "stack", harness.ns), deadline=180
+        "the ServingStack gone", lambda: gone(harness.hub, SS, "stack", harness.ns), deadline=180
     )
     for kind, name, namespace in (
         (GATEWAY, GATEWAY_NAME, NS),
@@ -237,7 +229,7 @@ def test_gateway_on_the_real_envoy_gateway_and_trust_manager(harness: Harness) -
         (BUNDLE, CLUSTER_CA, None),
         (Lease, CLAIM_NAME, NS),
     ):
-        assert _gone(t, kind, name, namespace), f"{kind} {name} left behind"
+        assert gone(t, kind, name, namespace), f"{kind} {name} left behind"
     wait_for(
         "Envoy Gateway's infrastructure gone",
         lambda: not envoy_objects(t, Deployment) and not envoy_objects(t, Service),
@@ -246,7 +238,7 @@ def test_gateway_on_the_real_envoy_gateway_and_trust_manager(harness: Harness) -
     # trust-manager's target ConfigMap is owned by the Bundle: garbage collected.
     wait_for(
         "the Bundle's ConfigMap gone",
-        lambda: _gone(t, ConfigMap, CLUSTER_CA, NS),
+        lambda: gone(t, ConfigMap, CLUSTER_CA, NS),
         deadline=120,
     )
 

@@ -15,17 +15,15 @@ product's own watched objects, so Ready follows it on the watch.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from lightkube import Client
-from lightkube.core.exceptions import ApiError
 from lightkube.generic_resource import create_global_resource, create_namespaced_resource
 from lightkube.types import PatchType
-from tests.integration.hubs import SS, Harness
-from tests.integration.substrate import serve_substrate
+from tests.integration.hubs import SS, Harness, stack_gone
+from tests.integration.substrate import Substrate
 from tests.testenv import TestEnv
 from tests.testenv.nodes import DEFAULT_LAYOUT, NodeLayout, _semver, h200, resource_slice
 from tests.waiting import wait_for
@@ -46,32 +44,28 @@ def stack(
     hub: Client,
     hub_env: TestEnv,
     sim_nodes_target: TestEnv,
-    helm: Any,
+    workload_substrate: Substrate,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Harness]:
     """One Managed stack on the simulated cluster, Ready, for every case of the module."""
-    for substrate in serve_substrate(helm, tmp_path_factory.mktemp("substrate"), workloads=True):
-        h = Harness(
-            hub, hub_env, sim_nodes_target, substrate, tmp_path_factory.mktemp("op"), "sim-gpus"
-        )
-        try:
-            h.put_secret({"kubeconfig": h.kubeconfig_text()})
-            h.create({})
-            h.start(*OPERATOR)
-            h.wait_condition("Ready", "True", deadline=600)
-            yield h
-            h.hub.delete(SS, "stack", namespace=h.ns)
-            wait_for("the ServingStack gone", functools.partial(_gone, h), deadline=300)
-        finally:
-            h.stop()
-
-
-def _gone(h: Harness) -> bool:
+    h = Harness(
+        hub,
+        hub_env,
+        sim_nodes_target,
+        workload_substrate,
+        tmp_path_factory.mktemp("op"),
+        "sim-gpus",
+    )
     try:
-        h.hub.get(SS, "stack", namespace=h.ns)
-    except ApiError as err:
-        return err.status.code == 404
-    return False
+        h.put_secret({"kubeconfig": h.kubeconfig_text()})
+        h.create({})
+        h.start(*OPERATOR)
+        h.wait_condition("Ready", "True", deadline=600)
+        yield h
+        h.hub.delete(SS, "stack", namespace=h.ns)
+        wait_for("the ServingStack gone", lambda: stack_gone(h.hub, h.ns), deadline=300)
+    finally:
+        h.stop()
 
 
 def _gpus_true(h: Harness) -> dict[str, Any]:

@@ -25,7 +25,7 @@ import yaml
 from lightkube.resources.core_v1 import ConfigMap, Namespace, Secret
 from lightkube.types import PatchType
 from tests.integration.hubs import Harness, HarnessOptions
-from tests.integration.test_hostile_target import _provided_substrate
+from tests.integration.substrate import provide_substrate
 from tests.waiting import wait_for
 
 from modelplane.catalog import components as catalog
@@ -65,7 +65,7 @@ def test_a_slow_tenant_configmap_is_a_warning_and_healthz_answers_meanwhile(
 ) -> None:
     text = slow_yaml()
     assert 850 * 1024 < len(text) < 1024 * 1024
-    _provided_substrate(harness)
+    provide_substrate(harness.target)
     if not any(n.metadata and n.metadata.name == TENANT for n in harness.target.list(Namespace)):
         harness.target.create(Namespace.from_dict({"metadata": {"name": TENANT}}))
     harness.target.create(
@@ -172,7 +172,7 @@ def test_a_kubeconfig_whose_context_looks_like_a_date_connects(harness: Harness)
     text = yaml.safe_dump(config).replace("DATE", "2001-13-01")
     assert "current-context: 2001-13-01\n" in text  # unquoted, as a person writes it
     harness.put_secret({"kubeconfig": text})
-    _provided_substrate(harness)
+    provide_substrate(harness.target)
     harness.create({"components": "Provided"})
     harness.start("--resync", "2")
     harness.wait_condition("RequirementsMet", "True", deadline=120)

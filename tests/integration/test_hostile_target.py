@@ -16,19 +16,17 @@ from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat
-from lightkube.generic_resource import create_global_resource, create_namespaced_resource
-from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
+from lightkube.generic_resource import create_namespaced_resource
 from lightkube.resources.core_v1 import ConfigMap, Event, Namespace, Secret
 from lightkube.types import PatchType
 from tests.integration.hubs import Harness, HarnessOptions
-from tests.integration.substrate import CHART_CRDS, MANIFEST_CRDS, crd
+from tests.integration.substrate import provide_substrate
 from tests.waiting import wait_for
 
 from modelplane.catalog import components as catalog
 from modelplane.catalog.configuration import CLUSTER_CA, GATEWAY_NAME, NS
 from modelplane.wire import MANAGED_BY, MANAGED_BY_LABEL, RELEASE_DIGEST_LABEL
 
-DEVICE_CLASS = create_global_resource("resource.k8s.io", "v1", "DeviceClass", "deviceclasses")
 GATEWAY = create_namespaced_resource("gateway.networking.k8s.io", "v1", "Gateway", "gateways")
 HARNESS = HarnessOptions(prefix="x", kubeconfig_secret=True)
 TENANT = "tenant-a"
@@ -205,24 +203,6 @@ def test_a_bundle_configmap_holding_a_private_key_is_not_published(harness: Harn
     )
 
 
-def _provided_substrate(h: Harness) -> None:
-    charts = {
-        c.chart.chart
-        for c in catalog.components_of_stack(catalog.Stack.STANDARD)
-        if c.chart is not None
-    }
-    specs = [s for chart, specs in CHART_CRDS.items() if chart in charts for s in specs]
-    for spec in specs + MANIFEST_CRDS["gaie-crds"]:
-        h.target.apply(CustomResourceDefinition.from_dict(crd(*spec)), field_manager="owner")
-    device_class = {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "DeviceClass",
-        "metadata": {"name": catalog.GPU_DEVICE_CLASS},
-        "spec": {},
-    }
-    h.target.apply(DEVICE_CLASS.from_dict(device_class), field_manager="owner")
-
-
 def _peak_rss_kib(h: Harness) -> int:
     assert h.proc is not None
     status = Path(f"/proc/{h.proc.pid}/status").read_text()
@@ -231,7 +211,7 @@ def _peak_rss_kib(h: Harness) -> int:
 
 
 def test_an_alias_bomb_configmap_is_a_warning(harness: Harness) -> None:
-    _provided_substrate(harness)
+    provide_substrate(harness.target)
     # Where Envoy Gateway's configuration is read, and nowhere else: whoever
     # may write ConfigMaps there may write this.
     harness.target.create(Namespace.from_dict({"metadata": {"name": EG_NAMESPACE}}))

@@ -33,7 +33,7 @@ from tests.identity_verifiers import (
     serve_sts,
     verify_eks_token,
 )
-from tests.integration.hubs import SS, Harness, client_for, put_kubeconfig, put_stack
+from tests.integration.hubs import SS, Harness, client_for, put_kubeconfig, put_stack, stack_gone
 from tests.integration.identity_harness import (
     IDENTITY_USER,
     IdentityTarget,
@@ -42,10 +42,8 @@ from tests.integration.identity_harness import (
     cloud_kubeconfig,
     identity_stack_body,
     identity_target,
-    provide_substrate,
-    stack_gone,
 )
-from tests.integration.substrate import Substrate
+from tests.integration.substrate import Substrate, provide_substrate
 from tests.testenv import TestEnv
 from tests.waiting import wait_for
 from typer.testing import CliRunner

@@ -20,8 +20,6 @@ import pytest
 import yaml
 from lightkube import AsyncClient, Client, KubeConfig
 from lightkube.core.exceptions import ApiError
-from lightkube.generic_resource import create_global_resource
-from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
 from lightkube.resources.core_v1 import Namespace, Secret
 from lightkube.types import PatchType
 from tests.identity_services import GoogleTokenService, closed_port_url, google_token_service
@@ -33,6 +31,7 @@ from tests.integration.hubs import (
     put_kubeconfig,
     put_secret,
     put_stack,
+    stack_gone,
 )
 from tests.integration.identity_harness import (
     IDENTITY_USER,
@@ -44,14 +43,13 @@ from tests.integration.identity_harness import (
     identity_target,
     pem_body,
 )
-from tests.integration.substrate import CHART_CRDS, MANIFEST_CRDS, Substrate, crd
+from tests.integration.substrate import Substrate, provide_substrate
 from tests.testenv import TestEnv, find_binaries
 from tests.waiting import wait_for, wait_for_async
 from typer.testing import CliRunner
 
 from modelplane.actions.helm import Helm
 from modelplane.api.models import SecretType
-from modelplane.catalog import components as catalog
 from modelplane.cli.main import app
 from modelplane.credentials.connect import Credentials, CredentialsError, Identity, connect
 from modelplane.operator.options import OperatorOptions
@@ -316,37 +314,6 @@ def _grant(hub: Client, namespace: str, name: str, value: str) -> None:
 # -- the operator -------------------------------------------------------------
 
 
-def _provide_substrate(client: Client) -> None:
-    standard = {
-        c.chart.chart
-        for c in catalog.components_of_stack(catalog.Stack.STANDARD)
-        if c.chart is not None
-    }
-    specs = [s for chart, ss in CHART_CRDS.items() if chart in standard for s in ss]
-    for spec in [*specs, *MANIFEST_CRDS["gaie-crds"]]:
-        client.apply(CustomResourceDefinition.from_dict(crd(*spec)), field_manager="owner")
-    device_class = create_global_resource("resource.k8s.io", "v1", "DeviceClass", "deviceclasses")
-    client.apply(
-        device_class.from_dict(
-            {
-                "apiVersion": "resource.k8s.io/v1",
-                "kind": "DeviceClass",
-                "metadata": {"name": catalog.GPU_DEVICE_CLASS},
-                "spec": {},
-            }
-        ),
-        field_manager="owner",
-    )
-
-
-def _gone(h: Harness) -> bool:
-    try:
-        h.hub.get(SS, "stack", namespace=h.ns)
-    except ApiError as err:
-        return err.status.code == 404
-    return False
-
-
 def test_the_operator_reaches_ready_as_the_identity_and_tears_down_as_it(
     hub: Client,
     hub_env: TestEnv,
@@ -367,7 +334,7 @@ def _operator_run(h: Harness, cloud: IdentityTarget, service: GoogleTokenService
     service.lifetime = 30
     account = service.account("operator")
     key_json = service.key_json(account)
-    _provide_substrate(client_for(cloud.env))
+    provide_substrate(client_for(cloud.env))
     put_kubeconfig(h.hub, h.ns, cloud_kubeconfig(cloud.env))
     h.put_secret({KEY: key_json}, name="gke-deployer")
     put_stack(
@@ -397,7 +364,7 @@ def _operator_run(h: Harness, cloud: IdentityTarget, service: GoogleTokenService
     statuses.append(json.dumps(h.status()))
     # ... and goes on as the identity once they are back.
     h.put_secret({KEY: key_json}, name="gke-deployer")
-    wait_for("the ServingStack to be gone", lambda: _gone(h), deadline=90)
+    wait_for("the ServingStack to be gone", lambda: stack_gone(h.hub, h.ns), deadline=90)
     assert claim_released(cloud.env)
 
     h.stop()

@@ -31,7 +31,7 @@ from tests.identity_verifiers import (
     serve_nebius,
     verify_nebius_token,
 )
-from tests.integration.hubs import SS, Harness, client_for, put_kubeconfig, put_stack
+from tests.integration.hubs import SS, Harness, client_for, put_kubeconfig, put_stack, stack_gone
 from tests.integration.identity_harness import (
     IDENTITY_USER,
     IdentityTarget,
@@ -41,10 +41,8 @@ from tests.integration.identity_harness import (
     identity_stack_body,
     identity_target,
     pem_body,
-    provide_substrate,
-    stack_gone,
 )
-from tests.integration.substrate import Substrate
+from tests.integration.substrate import Substrate, provide_substrate
 from tests.testenv import TestEnv
 from tests.waiting import wait_for
 from typer.testing import CliRunner

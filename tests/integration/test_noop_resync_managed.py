@@ -10,14 +10,11 @@ and writes nothing. Counted with the API servers' own request counters.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 from lightkube.resources.core_v1 import Node
 from lightkube.types import PatchType
-from tests.integration.hubs import Harness, HarnessOptions, requests_by_resource
-from tests.testenv import TestEnv
-from tests.waiting import wait_for
+from tests.integration.hubs import Harness, HarnessOptions, measure_resyncs
 
 HARNESS = HarnessOptions(prefix="m", kubeconfig_secret=True)
 NODE = "gpu-managed-0"
@@ -39,12 +36,8 @@ def device_plugin_node(harness: Harness) -> Iterator[None]:
         harness.target.delete(Node, NODE)
 
 
-def _reads(env: TestEnv) -> dict[str, float]:
-    return requests_by_resource(env, ("GET", "LIST"))
-
-
 def test_five_no_op_resyncs_of_a_managed_stack_read_only_the_claim(
-    harness: Harness, target: TestEnv, hub_env: TestEnv, device_plugin_node: None
+    harness: Harness, device_plugin_node: None
 ) -> None:
     harness.create({"gateway": {"hostname": "west.example.com"}})
     harness.start("--resync", "2")
@@ -55,23 +48,11 @@ def test_five_no_op_resyncs_of_a_managed_stack_read_only_the_claim(
     assert "DevicePluginAdvertises" in gpus["message"], gpus
     assert f"{NODE} advertises nvidia.com/gpu" in harness.condition("RequirementsMet")["message"]
     assert harness.status()["target"]["gpuNodes"] >= 1
-    settled = harness.reconciles() + 3
-    wait_for("three resyncs after Ready", lambda: harness.reconciles() >= settled, deadline=60)
-
-    before = (_reads(target), target.write_requests(), hub_env.write_requests())
-    count = harness.reconciles()
-    wait_for("five resyncs", lambda: harness.reconciles() >= count + 5, deadline=60)
-    after = (_reads(target), target.write_requests(), hub_env.write_requests())
-    resyncs = harness.reconciles() - count
-    grown = {r: n - before[0].get(r, 0.0) for r, n in after[0].items()}
+    resyncs = measure_resyncs(harness)
     # The claim's GET, and nothing else: no Nodes, no ResourceSlices, no DaemonSets.
-    assert {r for r, n in grown.items() if n} <= {"leases"}, grown
-    assert grown.get("leases", 0.0) <= resyncs + 1, (grown, resyncs)
-
-    def writes(a: dict[Any, float], b: dict[Any, float]) -> dict[Any, float]:
-        return {k: v - a.get(k, 0.0) for k, v in b.items() if v != a.get(k, 0.0)}
-
-    assert writes(before[1], after[1]) == {}, "target writes"
+    assert set(resyncs.target_reads) <= {"leases"}, resyncs.target_reads
+    assert resyncs.target_reads.get("leases", 0.0) <= resyncs.count + 1, resyncs
+    assert resyncs.target_writes == {}, "target writes"
     # No hub write: GPUsAvailable stood on the facts kept from the last direct read.
-    assert writes(before[2], after[2]) == {}, "hub writes"
+    assert resyncs.hub_writes == {}, "hub writes"
     assert harness.condition("GPUsAvailable")["reason"] == "NFDLabelsMissing"

@@ -22,7 +22,8 @@ from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
 from lightkube.resources.core_v1 import ConfigMap, Namespace
 from lightkube.types import PatchType
 from prometheus_client.parser import text_string_to_metric_families
-from tests.integration.hubs import SS, Harness
+from tests.integration.hubs import SS, Harness, stack_gone
+from tests.integration.substrate import provided_crd_specs
 from tests.testenv import TestEnv
 from tests.waiting import wait_for
 
@@ -123,7 +124,9 @@ def test_delete_tears_down_in_order_and_leaves_nothing(harness: Harness) -> None
     assert harness.helm_releases()
 
     harness.hub.delete(SS, "stack", namespace=harness.ns)
-    wait_for("the ServingStack to be gone", lambda: _gone(harness), deadline=120)
+    wait_for(
+        "the ServingStack to be gone", lambda: stack_gone(harness.hub, harness.ns), deadline=120
+    )
 
     assert harness.helm_releases() == {}
 
@@ -168,14 +171,6 @@ def _deletions(audit_log: Path) -> list[tuple[str, str]]:
         if event.get("verb") == "delete" and code is not None and code < 300:
             out.append((ref.get("resource", ""), ref.get("name", "")))
     return out
-
-
-def _gone(h: Harness) -> bool:
-    try:
-        h.hub.get(SS, "stack", namespace=h.ns)
-    except ApiError as err:
-        return err.status.code == 404
-    return False
 
 
 def _namespace_deleting(h: Harness) -> bool:
@@ -368,19 +363,6 @@ def _apply_crds(h: Harness, crds: list[Any]) -> None:
         h.target.apply(CustomResourceDefinition.from_dict(crd(*spec)), field_manager="owner")
 
 
-def _provided_substrate() -> list[Any]:
-    from tests.integration.substrate import CHART_CRDS, MANIFEST_CRDS
-
-    standard = {
-        c.chart.chart
-        for c in catalog.components_of_stack(catalog.Stack.STANDARD)
-        if c.chart is not None
-    }
-    return [
-        spec for chart, specs in CHART_CRDS.items() if chart in standard for spec in specs
-    ] + MANIFEST_CRDS["gaie-crds"]
-
-
 # A real CA certificate: the models parse every clientCAs entry.
 CA_PEM = (Path(__file__).parents[1] / "fixtures" / "client-cas" / "fleet-a.pem").read_text()
 
@@ -416,7 +398,7 @@ def test_provided_mode_installs_nothing_and_applies_config_once_served(
     assert _absent(harness, GATEWAY, GATEWAY_NAME, NS)
 
     # The cluster owner brings the substrate; nothing is installed for them.
-    _apply_crds(harness, _provided_substrate())
+    _apply_crds(harness, provided_crd_specs())
     harness.target.apply(_device_class(), field_manager="owner")
     harness.wait_condition("RequirementsMet", "True", deadline=90)
     harness.wait_condition("Ready", "True", deadline=90)
@@ -432,8 +414,10 @@ def test_provided_mode_installs_nothing_and_applies_config_once_served(
 
     # Provided substrate is never touched on delete; only the configuration goes.
     harness.hub.delete(SS, "stack", namespace=harness.ns)
-    wait_for("the ServingStack to be gone", lambda: _gone(harness), deadline=60)
-    assert len(list(harness.target.list(CustomResourceDefinition))) == len(_provided_substrate())
+    wait_for(
+        "the ServingStack to be gone", lambda: stack_gone(harness.hub, harness.ns), deadline=60
+    )
+    assert len(list(harness.target.list(CustomResourceDefinition))) == len(provided_crd_specs())
     assert _absent(harness, GATEWAY, GATEWAY_NAME, NS)
 
 
@@ -475,7 +459,9 @@ def test_switch_to_provided_never_uninstalls(harness: Harness) -> None:
     components = {x["name"]: x["mode"] for x in harness.status()["components"]}
     assert components["cert-manager"] == "Provided"
     harness.hub.delete(SS, "stack", namespace=harness.ns)
-    wait_for("the ServingStack to be gone", lambda: _gone(harness), deadline=60)
+    wait_for(
+        "the ServingStack to be gone", lambda: stack_gone(harness.hub, harness.ns), deadline=60
+    )
     assert set(harness.helm_releases()) == installed
 
 

@@ -11,45 +11,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from lightkube.generic_resource import create_global_resource
-from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
 from lightkube.resources.apps_v1 import Deployment
 from lightkube.resources.core_v1 import Namespace, Secret
-from tests.integration.hubs import Harness, HarnessOptions, requests_by_resource
-from tests.integration.substrate import CHART_CRDS, MANIFEST_CRDS, crd
-from tests.testenv import TestEnv
-from tests.waiting import wait_for
+from tests.integration.hubs import Harness, HarnessOptions, measure_resyncs
+from tests.integration.substrate import provide_substrate
 
 from modelplane.catalog import components as catalog
 from modelplane.plan.pull_secrets import component_namespaces
 
-DEVICE_CLASS = create_global_resource("resource.k8s.io", "v1", "DeviceClass", "deviceclasses")
 HARNESS = HarnessOptions(prefix="ps", kubeconfig_secret=True)
 FLAGS = ("--image-pull-secret", "regcred", "--image-registry-mirror", "*=mirror.internal")
 COMPONENT = "modelexpress-crds"
-
-
-def _bring_dynamo_substrate(h: Harness) -> None:
-    """What a cluster owner runs: the Dynamo stack's CRDs and the GPU DeviceClass."""
-    charts = {
-        c.chart.chart
-        for c in catalog.components_of_stack(catalog.Stack.DYNAMO)
-        if c.chart is not None
-    }
-    specs = [s for chart, specs in CHART_CRDS.items() if chart in charts for s in specs]
-    for spec in specs + MANIFEST_CRDS["gaie-crds"]:
-        h.target.apply(CustomResourceDefinition.from_dict(crd(*spec)), field_manager="owner")
-    h.target.apply(
-        DEVICE_CLASS.from_dict(
-            {
-                "apiVersion": "resource.k8s.io/v1",
-                "kind": "DeviceClass",
-                "metadata": {"name": catalog.GPU_DEVICE_CLASS},
-                "spec": {},
-            }
-        ),
-        field_manager="owner",
-    )
 
 
 def _secret(namespace: str) -> Secret:
@@ -92,14 +64,10 @@ def _message(h: Harness, component: str) -> str:
     return ""
 
 
-def _reads(env: TestEnv) -> dict[str, float]:
-    return requests_by_resource(env, ("GET", "LIST"))
-
-
 def test_a_missing_pull_secret_is_reported_then_clears_and_resyncs_read_nothing(
-    harness: Harness, target: TestEnv, hub_env: TestEnv
+    harness: Harness,
 ) -> None:
-    _bring_dynamo_substrate(harness)
+    provide_substrate(harness.target, catalog.Stack.DYNAMO)
     # In another namespace only: not where the server's pods run.
     harness.target.create(_secret("kube-system"))
     _provided_cert_manager(harness)
@@ -125,22 +93,11 @@ def test_a_missing_pull_secret_is_reported_then_clears_and_resyncs_read_nothing(
     assert _message(harness, COMPONENT) == ""
 
     # Past the reconciles that follow the writes, a no-op resync reads the claim only.
-    settled = harness.reconciles() + 3
-    wait_for("three resyncs after the Secret", lambda: harness.reconciles() >= settled, deadline=60)
-    before = (_reads(target), target.write_requests(), hub_env.write_requests())
-    count = harness.reconciles()
-    wait_for("five resyncs", lambda: harness.reconciles() >= count + 5, deadline=60)
-    after = (_reads(target), target.write_requests(), hub_env.write_requests())
-    resyncs = harness.reconciles() - count
-    grown = {r: n - before[0].get(r, 0.0) for r, n in after[0].items()}
-    assert {r for r, n in grown.items() if n} <= {"leases"}, grown
-    assert grown.get("leases", 0.0) <= resyncs + 1, (grown, resyncs)
-
-    def writes(a: dict[Any, float], b: dict[Any, float]) -> dict[Any, float]:
-        return {k: v - a.get(k, 0.0) for k, v in b.items() if v != a.get(k, 0.0)}
-
-    assert writes(before[1], after[1]) == {}, "target writes"
-    assert writes(before[2], after[2]) == {}, "hub writes"
+    resyncs = measure_resyncs(harness)
+    assert set(resyncs.target_reads) <= {"leases"}, resyncs.target_reads
+    assert resyncs.target_reads.get("leases", 0.0) <= resyncs.count + 1, resyncs
+    assert resyncs.target_writes == {}, "target writes"
+    assert resyncs.hub_writes == {}, "hub writes"
 
     # Gone again: the watch sees the deletion and the report comes back.
     harness.target.delete(Secret, "regcred", namespace="default")

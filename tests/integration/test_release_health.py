@@ -20,8 +20,8 @@ from lightkube.core.exceptions import ApiError
 from lightkube.resources.apps_v1 import DaemonSet, Deployment
 from lightkube.resources.core_v1 import Pod
 from lightkube.types import PatchType
-from tests.integration.hubs import SS, Harness, requests_by_resource
-from tests.integration.substrate import serve_substrate
+from tests.integration.hubs import SS, Harness, requests_by_resource, stack_gone
+from tests.integration.substrate import Substrate
 from tests.testenv import TestEnv
 from tests.waiting import wait_for
 
@@ -65,13 +65,16 @@ def stack(
     hub: Client,
     hub_env: TestEnv,
     sim_nodes_target: TestEnv,
-    helm: Any,
+    workload_substrate: Substrate,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Stack]:
-    served = serve_substrate(helm, tmp_path_factory.mktemp("substrate"), workloads=True)
-    substrate = next(served)
     h = Harness(
-        hub, hub_env, sim_nodes_target, substrate, tmp_path_factory.mktemp("op"), "rel-health"
+        hub,
+        hub_env,
+        sim_nodes_target,
+        workload_substrate,
+        tmp_path_factory.mktemp("op"),
+        "rel-health",
     )
     s = Stack(h)
     try:
@@ -82,18 +85,9 @@ def stack(
     finally:
         try:
             h.hub.delete(SS, "stack", namespace=h.ns)
-            wait_for("the ServingStack gone", lambda: _gone(h), deadline=300)
+            wait_for("the ServingStack gone", lambda: stack_gone(h.hub, h.ns), deadline=300)
         finally:
             h.stop()
-            served.close()
-
-
-def _gone(h: Harness) -> bool:
-    try:
-        h.hub.get(SS, "stack", namespace=h.ns)
-    except ApiError as err:
-        return err.status.code == 404
-    return False
 
 
 def _deployment(h: Harness, name: str) -> Deployment | None:

@@ -16,6 +16,7 @@ from lightkube.resources.apps_v1 import DaemonSet, Deployment
 from lightkube.resources.core_v1 import Namespace, Node
 from tests.integration.conftest import ChartRepo, Helm
 from tests.integration.hubs import client_for
+from tests.integration.simcluster import require_gpu_hardware
 from tests.testenv import TestEnv
 from tests.testenv.simcluster import PROCESSES, SimCluster
 from tests.waiting import wait_for
@@ -205,6 +206,7 @@ def _write_crds(root: Path) -> None:
 
 
 def test_cli_start_applies_crds_runs_nodes_and_stop_stops_only_its_own(tmp_path: Path) -> None:
+    require_gpu_hardware()  # it asks for a GPU node
     directory = tmp_path / "env"
     crds = tmp_path / "crds"
     _write_crds(crds)

@@ -11,33 +11,16 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
-import pytest
 from lightkube import Client
-from lightkube.core.exceptions import ApiError
 from lightkube.resources.apps_v1 import DaemonSet, Deployment
-from tests.integration.hubs import SS, Harness
-from tests.integration.substrate import Substrate, serve_substrate
+from tests.integration.hubs import SS, Harness, stack_gone
+from tests.integration.substrate import Substrate
 from tests.testenv import TestEnv
 from tests.waiting import wait_for
 
 from modelplane.catalog import components as catalog
-
-
-@pytest.fixture(scope="module")
-def workload_substrate(helm: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Substrate]:
-    yield from serve_substrate(helm, tmp_path_factory.mktemp("substrate"), workloads=True)
-
-
-def _gone(h: Harness) -> bool:
-    try:
-        h.hub.get(SS, "stack", namespace=h.ns)
-    except ApiError as err:
-        return err.status.code == 404
-    return False
 
 
 def _not_ready(target: Client) -> list[str]:
@@ -106,7 +89,7 @@ def test_managed_releases_install_with_wait_and_ready_waits_for_them(
         gpu = [r for r in results if r["requirement"].startswith("GPU nodes")]
         assert [r["status"] for r in gpu] == ["met", "met"], gpu
         h.hub.delete(SS, "stack", namespace=h.ns)
-        wait_for("the ServingStack gone", lambda: _gone(h), deadline=300)
+        wait_for("the ServingStack gone", lambda: stack_gone(h.hub, h.ns), deadline=300)
         # Only the operator's releases (mp-*): the session's target is shared.
         assert [r for r in h.helm_releases() if r.startswith("mp-")] == []
     finally:

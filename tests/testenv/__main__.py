@@ -14,7 +14,7 @@ from tests.testenv.nodes import (
     NodeLayoutError,
     hardware_dir,
 )
-from tests.testenv.simcluster import SimCluster, describe
+from tests.testenv.simcluster import SimCluster, describe, preflight
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -67,24 +67,7 @@ def main(argv: list[str] | None = None) -> int:
             except (NodeLayoutError, HardwareMissingError) as exc:
                 print(f"error: {exc}", file=sys.stderr)
                 return 2
-            env = TestEnv(args.dir)
-            was_running = env.is_running()
-            env.start(timeout=args.timeout)
-            pids = env.pids()
-            verb = "already running" if was_running else f"ready in {env.start_seconds:.1f}s"
-            print(
-                f"kube-apiserver {env.server} {verb} "
-                f"(pids: kube-apiserver {pids.get('kube-apiserver')}, etcd {pids.get('etcd')})",
-                file=sys.stderr,
-            )
-            if layout is not None or args.crds or args.gateway_controllers:
-                cluster = SimCluster(env).start(
-                    nodes=layout,
-                    crds=[Path(p) for p in args.crds],
-                    gateway_controllers=args.gateway_controllers,
-                )
-                print(f"simulated cluster running ({describe(cluster)})", file=sys.stderr)
-            print(f"export KUBECONFIG={env.kubeconfig_path}")
+            _start(args, layout)
         elif args.command == "stop":
             env = TestEnv(args.dir)
             cluster = SimCluster(env)
@@ -100,6 +83,37 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     return 0
+
+
+def _start(args: argparse.Namespace, layout: NodeLayout | None) -> None:
+    crds = [Path(p) for p in args.crds]
+    simulated = layout is not None or bool(crds) or args.gateway_controllers
+    if simulated:
+        preflight(nodes=layout, crds=crds, gateway_controllers=args.gateway_controllers)
+    env = TestEnv(args.dir)
+    was_running = env.is_running()
+    try:
+        env.start(timeout=args.timeout)
+        pids = env.pids()
+        verb = "already running" if was_running else f"ready in {env.start_seconds:.1f}s"
+        print(
+            f"kube-apiserver {env.server} {verb} "
+            f"(pids: kube-apiserver {pids.get('kube-apiserver')}, etcd {pids.get('etcd')})",
+            file=sys.stderr,
+        )
+        if simulated:
+            cluster = SimCluster(env).start(
+                nodes=layout, crds=crds, gateway_controllers=args.gateway_controllers
+            )
+            print(f"simulated cluster running ({describe(cluster)})", file=sys.stderr)
+    except BaseException:
+        # A start that fails leaves nothing of its own running: the simulated
+        # cluster stopped itself; the API server goes too, unless it was
+        # running before this start and so is someone else's to stop.
+        if not was_running:
+            env.stop()
+        raise
+    print(f"export KUBECONFIG={env.kubeconfig_path}")
 
 
 if __name__ == "__main__":

@@ -8,7 +8,8 @@ REST paths here.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+import os
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -117,22 +118,47 @@ def condition_true(obj: dict[str, Any] | None, type_: str) -> bool:
 CRD_KINDS = ("CustomResourceDefinition", "DeviceClass")
 
 
-def _yaml_files(root: Path) -> Iterator[Path]:
+def yaml_files(root: Path) -> list[Path]:
+    """The YAML files ``--crds ROOT`` names: ROOT itself, or every one under it.
+
+    Symlinks are followed, folders and files alike (a folder of links to the
+    shared fixtures is the usual way to pick some of them); a folder reached
+    twice through links is read once. What cannot be read (a link to nothing,
+    a folder without permission) is refused, naming it, rather than skipped.
+    """
     if root.is_file():
-        yield root
-        return
+        return [root]
     if not root.is_dir():
         raise TestEnvError(f"--crds: {root} is neither a file nor a directory")
-    for path in sorted(root.rglob("*")):
-        if path.is_file() and path.suffix in (".yaml", ".yml"):
-            yield path
+
+    def refuse(err: OSError) -> None:
+        raise TestEnvError(f"--crds: cannot read {err.filename}: {err.strerror}")
+
+    found: list[Path] = []
+    seen: set[str] = set()
+    for top, dirs, files in os.walk(root, onerror=refuse, followlinks=True):
+        real = os.path.realpath(top)
+        if real in seen:
+            dirs.clear()  # a cycle, or a second link to a folder already read
+            continue
+        seen.add(real)
+        for name in sorted(files):
+            path = Path(top) / name
+            if not path.exists():
+                raise TestEnvError(
+                    f"--crds: {path} is a link to {os.readlink(path)}, which is not there"
+                )
+            if path.suffix in (".yaml", ".yml"):
+                found.append(path)
+    return sorted(found)
 
 
 def crd_documents(roots: Iterable[Path]) -> list[dict[str, Any]]:
     """Every CustomResourceDefinition and DeviceClass in the YAML files under ``roots``."""
     docs: list[dict[str, Any]] = []
     for root in roots:
-        for path in _yaml_files(Path(root)):
+        before = len(docs)
+        for path in yaml_files(Path(root)):
             try:
                 loaded = list(yaml_docs(path))
             except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
@@ -143,6 +169,12 @@ def crd_documents(roots: Iterable[Path]) -> list[dict[str, Any]]:
                     if not name:
                         raise TestEnvError(f"--crds: a {doc['kind']} in {path} has no name")
                     docs.append(doc)
+        if len(docs) == before:
+            # Asked for CRDs and given none is a mistake (a wrong folder):
+            # applying nothing in silence leaves it to surface much later.
+            raise TestEnvError(
+                f"--crds: no {' or '.join(CRD_KINDS)} in the YAML files under {root}"
+            )
     return docs
 
 

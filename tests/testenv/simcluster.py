@@ -41,6 +41,7 @@ from pydantic import BaseModel, ConfigDict
 from tests.testenv import kube
 from tests.testenv.controllers import (
     ENVOY_GATEWAY_VERSION,
+    KUBE_CONTROLLERS,
     Processes,
     find_controller,
     kwok_stages,
@@ -153,6 +154,7 @@ class SimCluster:
         """Add what was asked; the env must be running."""
         if not self.env.is_running():
             raise TestEnvError(f"the API server in {self.data_dir} is not running")
+        preflight(nodes=nodes, crds=crds, gateway_controllers=gateway_controllers)
         self.stop()  # leftovers of an earlier start on this directory
         options = SimOptions(
             nodes=str(nodes) if nodes else None,
@@ -407,6 +409,21 @@ class SimCluster:
         )
 
 
+def preflight(*, nodes: NodeLayout | None, crds: Sequence[Path], gateway_controllers: bool) -> None:
+    """Refuse, before anything starts, what ``start`` would fail on part way.
+
+    A binary that was never built, and a ``--crds`` path that cannot be read.
+    """
+    wanted = [*KUBE_CONTROLLERS, "kwok"] if nodes is not None else []
+    wanted += ["envoy-gateway", "trust-manager"] if gateway_controllers else []
+    for name in wanted:
+        find_controller(name)
+    if nodes is not None:
+        kwok_stages()
+    for path in crds:
+        kube.yaml_files(Path(path))
+
+
 def _schedulable(client: Client, name: str) -> bool:
     node = kube.get(client, "v1", "Node", name)
     # Ready, and the controller-manager has lifted the not-ready taint it puts
@@ -474,4 +491,11 @@ def describe(cluster: SimCluster) -> str:
     return ", ".join(f"{name} {pid}" for name, pid in pids.items()) or "nothing"
 
 
-__all__ = ["PROCESSES", "SimCluster", "SimOptions", "describe", "envoy_gateway_config"]
+__all__ = [
+    "PROCESSES",
+    "SimCluster",
+    "SimOptions",
+    "describe",
+    "envoy_gateway_config",
+    "preflight",
+]

@@ -5,8 +5,10 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
+import pytest
 import yaml
 from rich.console import Console
+from tests.terminal import as_colour_terminal
 from typer.testing import CliRunner
 
 from modelplane.cli.diff import capabilities, print_text, template_kubeconfig
@@ -62,7 +64,11 @@ def _text(terminal: bool) -> str:
     return out.getvalue()
 
 
-def test_the_text_is_plain_in_a_pipe_and_coloured_on_a_terminal() -> None:
+def test_the_text_is_plain_in_a_pipe_and_coloured_on_a_terminal(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A colour terminal's, whatever the caller's is (TERM=dumb, NO_COLOR).
+    as_colour_terminal(monkeypatch)
     plain = _text(terminal=False)
     assert "\x1b[" not in plain
     assert (

@@ -8,15 +8,12 @@ a pseudo-terminal, so what is checked is what a person or a program gets.
 from __future__ import annotations
 
 import json
-import os
-import pty
 import re
-import struct
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from tests.terminal import on_a_pty, terminal_env
 
 from modelplane.api.models import ServingStack
 from modelplane.cli.progress import Line, Phase, lines_of, teardown_lines
@@ -25,7 +22,6 @@ from modelplane.plan.observed import Observed
 
 from .conftest import installed, manifest
 
-ROOT = Path(__file__).resolve().parents[2]
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 # What a hostile target could put in a failure or an event: colour, a
 # cursor move and a title change, and a bell.
@@ -52,51 +48,17 @@ view.close()
 """
 
 
-def _env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in {"NO_COLOR", "FORCE_COLOR"}}
-    env.update(TERM="xterm-256color", COLUMNS="100", PYTHONPATH=str(ROOT / "src"))
-    return env
-
-
 def _in_a_pipe(*args: str) -> str:
     proc = subprocess.run(
         [sys.executable, "-c", FEED, *args],
         capture_output=True,
         text=True,
-        env=_env(),
+        env=terminal_env(100),
         timeout=60,
         check=False,
     )
     assert proc.returncode == 0, proc.stderr
     return proc.stdout
-
-
-def _on_a_pty() -> str:
-    import fcntl
-    import termios
-
-    master, slave = pty.openpty()
-    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, 100, 0, 0))
-    proc = subprocess.Popen(
-        [sys.executable, "-c", FEED],
-        stdin=subprocess.DEVNULL,
-        stdout=slave,
-        stderr=subprocess.PIPE,
-        env=_env(),
-    )
-    os.close(slave)
-    chunks = []
-    while True:
-        try:
-            chunk = os.read(master, 65536)
-        except OSError:  # EIO: the child closed its end
-            break
-        if not chunk:
-            break
-        chunks.append(chunk)
-    os.close(master)
-    assert proc.wait(timeout=60) == 0, proc.stderr.read() if proc.stderr else ""
-    return b"".join(chunks).decode()
 
 
 def _components() -> list[str]:
@@ -134,7 +96,7 @@ def test_with_json_one_object_per_line() -> None:
 
 
 def test_on_a_terminal_a_live_view_redrawn_in_place() -> None:
-    raw = _on_a_pty()
+    raw = on_a_pty([sys.executable, "-c", FEED], columns=100)
     # Redrawn in place: the cursor goes up over the last frame.
     assert re.search(r"\x1b\[\d*A", raw) or "\x1b[1A" in raw or "\x1b[2K" in raw
     assert "\x1b[" in raw  # colour

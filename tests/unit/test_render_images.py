@@ -9,16 +9,13 @@ from __future__ import annotations
 
 import io
 import json
-import os
-import pty
 import re
-import struct
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.terminal import on_a_pty
 from typer.testing import CliRunner
 
 from modelplane.api.models import ServingStack
@@ -175,15 +172,9 @@ def test_the_cli_lists_the_images_as_the_plan_has_them() -> None:
     assert "cert-manager (release mp-cert-manager)" in result.stdout
 
 
-def _on_a_pty(columns: int) -> str:
-    import fcntl
-    import termios
-
-    master, slave = pty.openpty()
-    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, columns, 0, 0))
-    env = {k: v for k, v in os.environ.items() if k not in {"NO_COLOR", "FORCE_COLOR"}}
-    env.update(COLUMNS=str(columns), TERM="xterm-256color", PYTHONPATH=str(ROOT / "src"))
-    proc = subprocess.Popen(
+@pytest.mark.parametrize("columns", [60, 80, 200])
+def test_on_a_terminal_the_listing_fits_the_width(columns: int) -> None:
+    raw = on_a_pty(
         [
             sys.executable,
             "-m",
@@ -193,30 +184,8 @@ def _on_a_pty(columns: int) -> str:
             str(DYNAMO),
             *(f"--image-registry-mirror={rule}" for rule in RULES),
         ],
-        stdin=subprocess.DEVNULL,
-        stdout=slave,
-        stderr=subprocess.PIPE,
-        env=env,
-        cwd=ROOT,
+        columns=columns,
     )
-    os.close(slave)
-    chunks = []
-    while True:
-        try:
-            chunk = os.read(master, 65536)
-        except OSError:  # EIO: the child closed its end
-            break
-        if not chunk:
-            break
-        chunks.append(chunk)
-    os.close(master)
-    assert proc.wait(timeout=60) == 0, proc.stderr.read() if proc.stderr else ""
-    return b"".join(chunks).decode().replace("\r\n", "\n")
-
-
-@pytest.mark.parametrize("columns", [60, 80, 200])
-def test_on_a_terminal_the_listing_fits_the_width(columns: int) -> None:
-    raw = _on_a_pty(columns)
     assert "\x1b[" in raw
     out = ANSI.sub("", raw)
     assert max(len(line) for line in out.splitlines()) <= columns

@@ -8,17 +8,14 @@ when nothing was. Piped, every line fits 80 columns; on a terminal, its width.
 
 from __future__ import annotations
 
-import os
-import pty
 import re
-import struct
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from tests.terminal import on_a_pty
 from typer.testing import CliRunner
 
 from modelplane.cli.main import app
@@ -134,41 +131,10 @@ def test_a_dynamo_stack_fits_80_columns(tmp_path: Path) -> None:
     assert max(len(line) for line in out.splitlines()) <= 80
 
 
-def _on_a_pty(columns: int) -> str:
-    """The CLI's output on a pseudo-terminal of the given width, as the terminal got it."""
-    import fcntl
-    import termios
-
-    master, slave = pty.openpty()
-    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, columns, 0, 0))
-    env = {k: v for k, v in os.environ.items() if k not in {"NO_COLOR", "FORCE_COLOR"}}
-    env.update(COLUMNS=str(columns), TERM="xterm-256color", PYTHONPATH=str(ROOT / "src"))
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "modelplane.cli.main", "render", "-f", str(EXAMPLE)],
-        stdin=subprocess.DEVNULL,
-        stdout=slave,
-        stderr=subprocess.PIPE,
-        env=env,
-        cwd=ROOT,
-    )
-    os.close(slave)
-    chunks = []
-    while True:
-        try:
-            chunk = os.read(master, 65536)
-        except OSError:  # EIO: the child closed its end
-            break
-        if not chunk:
-            break
-        chunks.append(chunk)
-    os.close(master)
-    assert proc.wait(timeout=60) == 0, proc.stderr.read() if proc.stderr else ""
-    return b"".join(chunks).decode().replace("\r\n", "\n")
-
-
 @pytest.mark.parametrize(("columns", "wide"), [(80, False), (159, False), (160, True)])
 def test_on_a_terminal_it_fits_the_width_and_has_colour(columns: int, wide: bool) -> None:
-    raw = _on_a_pty(columns)
+    render = [sys.executable, "-m", "modelplane.cli.main", "render", "-f", str(EXAMPLE)]
+    raw = on_a_pty(render, columns=columns)
     assert "\x1b[" in raw  # colour and bold on a terminal
     out = ANSI.sub("", raw)
     assert max(len(line) for line in out.splitlines()) <= columns

@@ -1,0 +1,62 @@
+"""How the suite is spread over worker processes (pytest-xdist), when it is installed.
+
+Most of an integration test's time is spent waiting (an API server
+starting, ``helm --wait``, a resync, controllers settling), so the suite
+runs on ``WORKERS`` processes even on two cores. Each worker has its own
+hub and target API servers, simulated clusters and temporary directory;
+every server binds a free port.
+
+What runs where (tests/scheduling.py): each test module stays on one
+worker, in its order, so a module's shared fixtures start once and its
+tests see one another's leftovers as they always have. The modules that
+use a machine-wide fixture (``sim_target``: the Envoy Gateway it runs
+binds fixed ports) share one worker.
+
+``-n N`` (``-n0`` for none), ``--dist`` and ``-p no:xdist`` work as usual;
+``-n N`` alone keeps the grouping. Naming only files or tests (``pytest
+tests/unit/test_x.py``) runs them in this process, as a quick check
+expects; naming a directory, or nothing, spreads them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.scheduling import WORKERS, module_groups
+
+_GROUPED = pytest.StashKey[bool]()
+
+
+def _whole_directories(config: pytest.Config) -> bool:
+    """Whether the run names a directory (or nothing: the testpaths), not just files."""
+    paths = [a.split("::", 1)[0] for a in config.args]
+    return not paths or any(Path(p).is_dir() for p in paths)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config: pytest.Config) -> None:
+    # Before xdist's own hook, which turns these options into workers.
+    if not config.pluginmanager.hasplugin("xdist") or hasattr(config, "workerinput"):
+        return
+    option = config.option
+    interactive = option.usepdb or option.collectonly or option.looponfail
+    chosen = option.numprocesses is not None or option.tx
+    if not chosen and not interactive and _whole_directories(config):
+        option.numprocesses = WORKERS
+    if (option.numprocesses or option.tx) and option.dist == "no":
+        # No --dist given: ours rather than xdist's test-by-test default.
+        option.dist = "load"
+        # In collection order, not by test count: the integration modules,
+        # the long ones, are handed out first and the unit tests fill the
+        # gaps at the end.
+        option.loadscopereorder = False
+        config.stash[_GROUPED] = True
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    if config.stash.get(_GROUPED, False):
+        return module_groups(config, log)
+    return None
