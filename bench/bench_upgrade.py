@@ -30,17 +30,14 @@ from tests.integration.simcluster import simulated  # noqa: E402
 from tests.integration.substrate import Helm, serve_substrate  # noqa: E402
 from tests.integration.test_upgrade_crds import STANDARD, _at, _charts, _previous_versions  # noqa: E402
 from tests.testenv import TestEnv, find_binaries  # noqa: E402
+from tests.waiting import wait_for  # noqa: E402
 
-POLL = 0.1
 
-
-def _until(check: Callable[[], bool], timeout: float) -> float:
+def _until(what: str, check: Callable[[], bool], timeout: float) -> float:
+    """Seconds until ``check`` holds (``tests.waiting.wait_for``'s polling)."""
     start = time.perf_counter()
-    while time.perf_counter() - start < timeout:
-        if check():
-            return time.perf_counter() - start
-        time.sleep(POLL)
-    raise TimeoutError("condition not reached")
+    wait_for(what, check, deadline=timeout)
+    return time.perf_counter() - start
 
 
 def _ready(h: Harness) -> bool:
@@ -80,10 +77,10 @@ def main() -> None:
                         h.put_secret({"kubeconfig": h.kubeconfig_text()})
                         h.start("--resync", "300")
                         h.create(_previous_versions())
-                        installs.append(_until(lambda: _ready(h), 900))  # noqa: B023
+                        installs.append(_until("Ready", lambda: _ready(h), 900))  # noqa: B023
                         h.create({})
                         upgrades.append(
-                            _until(lambda: _at_pins(h) and _ready(h), 900)  # noqa: B023
+                            _until("upgraded", lambda: _at_pins(h) and _ready(h), 900)  # noqa: B023
                         )
                         print(
                             f"round {i + 1}: fresh install {installs[-1]:.1f} s, "

@@ -96,6 +96,14 @@ class Operator:
         except httpx2.HTTPError:
             return None
 
+    def wait_ready(self) -> None:
+        wait_for(
+            "the operator ready",
+            lambda: (r := self.readyz()) is not None and r.status_code == 200,
+            deadline=60,
+            detail=self.log,
+        )
+
     def log(self) -> str:
         return (self.tmp / f"operator-{self.port}.log").read_text(errors="replace")
 
@@ -119,12 +127,7 @@ def test_a_helm_upgrade_from_the_chart_at_55f56f0_brings_the_new_crd_and_keeps_e
     assert _schema(_live(hub)) == _schema(old)
 
     with Operator(fresh_hub, tmp_path) as operator:
-        wait_for(
-            "the operator ready",
-            lambda: (r := operator.readyz()) is not None and r.status_code == 200,
-            deadline=60,
-            detail=operator.log,
-        )
+        operator.wait_ready()
         upgraded = _live(hub)
     assert _schema(upgraded) == _schema(servingstack_crd())
     assert DIGEST_ANNOTATION in upgraded["metadata"]["annotations"]
@@ -133,12 +136,7 @@ def test_a_helm_upgrade_from_the_chart_at_55f56f0_brings_the_new_crd_and_keeps_e
 
     # A second start finds its own digest: one GET, no write.
     with Operator(fresh_hub, tmp_path) as operator:
-        wait_for(
-            "the operator ready again",
-            lambda: (r := operator.readyz()) is not None and r.status_code == 200,
-            deadline=60,
-            detail=operator.log,
-        )
+        operator.wait_ready()
     again = _live(hub)
     assert again["metadata"]["resourceVersion"] == upgraded["metadata"]["resourceVersion"]
 
