@@ -87,7 +87,9 @@ def test_a_refused_status_is_reported_and_the_loop_goes_on(
 ) -> None:
     _claim(harness, HUGE_HOLDER)
     harness.create({})
-    harness.start()
+    # Its limits are not the CRD's, so it must not put its own CRD on the
+    # session's hub: the hub's is what refuses it.
+    harness.start("--no-manage-crd")
     refused = harness.wait_condition("Ready", "False", "StatusRefused", deadline=90, generation=1)
     assert "status.conditions[0].message: FieldValueTooLong" in refused["message"]
     warnings = [e for e in _events(harness) if e["reason"] == "StatusRefused"]
