@@ -24,6 +24,7 @@ from modelplane.plan.rollout import (
     installed_after,
     installed_versions,
     may_start,
+    next_up,
     phase_of,
     selects,
     started_at,
@@ -49,7 +50,7 @@ def _m(name: str, phase: Phase, canary: bool = False, is_behind: bool = True) ->
         # Its own record in the fleet is not another stack.
         (ME, [_m("me", Phase.UPGRADING)], ONE, True, Reason.UPGRADING, None),
         # The one slot is taken.
-        (ME, [_m("a", Phase.UPGRADING)], ONE, False, Reason.PENDING, "ns/a"),
+        (ME, [_m("a", Phase.UPGRADING)], ONE, False, Reason.PENDING, "at most 1"),
         # Two slots, one taken.
         (ME, [_m("a", Phase.UPGRADING)], TWO, True, Reason.UPGRADING, None),
         (
@@ -58,7 +59,7 @@ def _m(name: str, phase: Phase, canary: bool = False, is_behind: bool = True) ->
             TWO,
             False,
             Reason.PENDING,
-            "2 of",
+            "at most 2",
         ),
         # Stacks waiting, or done, hold no slot.
         (
@@ -259,3 +260,11 @@ def test_installed_after_keeps_the_old_version_of_what_has_work_or_failed(
     # Provided components are not the product's to install: never reported.
     provided = make_stack(components="Provided")
     assert "kube-prometheus-stack" not in installed_after(plan(provided), {}, {})
+
+
+def test_a_freed_slot_wakes_only_as_many_as_could_take_one_canaries_first() -> None:
+    pending = [_m("b", Phase.PENDING), _m("z", Phase.PENDING, canary=True), _m("a", Phase.PENDING)]
+    assert next_up(pending, 1) == ["ns/z"]
+    assert next_up(pending, 2) == ["ns/z", "ns/a"]
+    assert next_up(pending, 0) == []
+    assert next_up(pending, -1) == []

@@ -109,6 +109,7 @@ def plan(
 
     def version_of(component: Component) -> str:
         return held.get(component.name) or component.version_for(spec)
+
     managed = spec.components is ComponentsMode.MANAGED
     components = components_for(spec)
     enabled = {c.name for c in components}

@@ -94,6 +94,16 @@ class Verdict:
     paused_by: str | None = None
 
 
+def next_up(pending: Iterable[Member], free: int) -> list[str]:
+    """The waiting stacks to wake when ``free`` slots open: canaries first, by name.
+
+    Only as many as could start, not the whole fleet: each one woken is a
+    reconcile. The rest look again at their own resync, or at the next slot.
+    """
+    ranked = sorted(pending, key=lambda m: (not m.canary, m.key))
+    return [m.key for m in ranked[: max(free, 0)]]
+
+
 def may_start(me: Member, fleet: Iterable[Member], policy: Policy) -> Verdict:
     """Whether ``me``, behind and not upgrading yet, may start its upgrade now."""
     others = sorted((m for m in fleet if m.key != me.key), key=lambda m: m.key)
@@ -110,16 +120,16 @@ def may_start(me: Member, fleet: Iterable[Member], policy: Policy) -> Verdict:
     if len(upgrading) >= policy.max_concurrent:
         return Verdict(
             start=False,
-            message=f"waiting for a slot: {len(upgrading)} of at most {policy.max_concurrent} "
-            f"upgrading ({', '.join(upgrading[:5])})",
+            # Not naming who holds the slots: the message would change with
+            # every upgrade of the fleet, and so would every waiting status.
+            message=f"waiting for a slot: at most {policy.max_concurrent} upgrade(s) at once",
         )
-    if not me.canary:
-        canaries = [m.key for m in others if m.canary and (m.waiting or m.phase is Phase.UPGRADING)]
-        if canaries:
-            return Verdict(
-                start=False,
-                message=f"waiting for the canaries to finish: {', '.join(canaries[:5])}",
-            )
+    canary_left = any(m.canary and (m.waiting or m.phase is Phase.UPGRADING) for m in others)
+    if canary_left and not me.canary:
+        return Verdict(
+            start=False,
+            message=f"waiting for the canaries ({policy.canary_selector}) to finish",
+        )
     return Verdict(start=True, reason=Reason.UPGRADING)
 
 
