@@ -113,6 +113,9 @@ def test_stored_crd_has_printer_columns(hub: Client) -> None:
         "Stack": ("string", ".spec.stack"),
         "Components": ("string", ".spec.components"),
         "Ready": ("string", '.status.conditions[?(@.type=="Ready")].status'),
+        # Which stacks are behind, and where each stands in the rollout.
+        "Up-To-Date": ("string", '.status.conditions[?(@.type=="UpToDate")].status'),
+        "Rollout": ("string", '.status.conditions[?(@.type=="UpToDate")].reason'),
         # The fleet's capacity in `kubectl get ss -A`: the devices status.target counts.
         "GPUs": ("integer", ".status.target.gpus"),
         "Address": ("string", ".status.gateway.address"),
@@ -130,10 +133,12 @@ def test_table_output_shows_printer_columns(hub: Client, hub_env: TestEnv) -> No
     table = resp.json()
     assert table["kind"] == "Table"
     names = [c["name"] for c in table["columnDefinitions"]]
-    assert names == ["Name", "Stack", "Components", "Ready", "GPUs", "Address", "Age"]
+    assert names == [
+        "Name", "Stack", "Components", "Ready", "Up-To-Date", "Rollout", "GPUs", "Address", "Age",
+    ]  # fmt: skip
     (row,) = table["rows"]
-    # Nothing observed yet: no Ready, and no GPU count (not 0).
-    assert row["cells"][:6] == ["table-view", "Standard", "Managed", None, None, None]
+    # Nothing observed yet: no Ready, no rollout, and no GPU count (not 0).
+    assert row["cells"][:8] == ["table-view", "Standard", "Managed", None, None, None, None, None]
 
 
 # --------------------------------------------------------------------------

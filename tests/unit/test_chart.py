@@ -387,3 +387,34 @@ def test_the_chart_passes_release_drift_to_run(helm_binary: tuple[Path, dict[str
 
     assert "--release-drift=correct" in args()
     assert "--release-drift=warn" in args("operator.releaseDrift=warn")
+
+
+def test_the_charts_rollout_values_reach_the_operators_policy(
+    helm_binary: tuple[Path, dict[str, str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from datetime import timedelta
+
+    from modelplane.operator import handlers
+    from modelplane.operator.options import OperatorOptions
+
+    seen: list[OperatorOptions] = []
+
+    async def operator(options: OperatorOptions) -> None:
+        seen.append(options)
+
+    monkeypatch.setattr(handlers, "run", operator)
+    for sets in (
+        (),
+        (
+            "operator.maxConcurrentUpgrades=3",
+            "operator.canarySelector=ring in (canary)",
+            "operator.upgradeReadyTimeout=90s",
+        ),
+    ):
+        result = CliRunner().invoke(app, container(render(helm_binary, *sets))["args"])
+        assert result.exit_code == 0, result.output
+    default, staged = (o.rollout_policy() for o in seen)
+    assert (default.max_concurrent, default.canary_selector) == (1, None)
+    assert default.ready_timeout == timedelta(minutes=10)
+    assert (staged.max_concurrent, staged.canary_selector) == (3, "ring in (canary)")
+    assert staged.ready_timeout == timedelta(seconds=90)

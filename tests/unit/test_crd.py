@@ -58,10 +58,16 @@ def test_printer_columns() -> None:
         "Stack",
         "Components",
         "Ready",
+        "Up-To-Date",
+        "Rollout",
         "GPUs",
         "Address",
         "Age",
     ]
+    # Which stacks are behind their desired versions, and where each stands.
+    up_to_date = '.status.conditions[?(@.type=="UpToDate")]'
+    assert by_name["Up-To-Date"]["jsonPath"] == f"{up_to_date}.status"
+    assert by_name["Rollout"]["jsonPath"] == f"{up_to_date}.reason"
     # An integer read from status.target: no value (not 0) until the target was read.
     assert by_name["GPUs"] == {"name": "GPUs", "type": "integer", "jsonPath": ".status.target.gpus"}
     assert by_name["Stack"]["jsonPath"] == ".spec.stack"

@@ -179,6 +179,18 @@ def servingstack_crd() -> dict[str, Any]:
                             "type": "string",
                             "jsonPath": '.status.conditions[?(@.type=="Ready")].status',
                         },
+                        # Which stacks are behind their desired versions, and
+                        # where each stands in the rollout (plan.rollout).
+                        {
+                            "name": "Up-To-Date",
+                            "type": "string",
+                            "jsonPath": '.status.conditions[?(@.type=="UpToDate")].status',
+                        },
+                        {
+                            "name": "Rollout",
+                            "type": "string",
+                            "jsonPath": '.status.conditions[?(@.type=="UpToDate")].reason',
+                        },
                         # The GPUs the target publishes: a fleet's capacity in
                         # `kubectl get ss -A`; empty until the target was read.
                         {"name": "GPUs", "type": "integer", "jsonPath": ".status.target.gpus"},

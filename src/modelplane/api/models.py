@@ -595,9 +595,24 @@ class Condition(_Model):
 class ComponentStatus(_Model):
     name: str
     mode: ComponentsMode
-    version: str | None = None
+    version: str | None = Field(default=None, description="The desired version.")
+    installed_version: str | None = Field(
+        default=None,
+        description="The version installed on the target; differs from version while an "
+        "upgrade waits for the rollout or runs.",
+    )
     state: str
     message: str = ""
+
+
+class RolloutStatus(_Model):
+    """This stack's place in the fleet's staged rollout of upgrades (plan.rollout)."""
+
+    phase: str = Field(description="UpToDate, Pending, Upgrading, Failed or Resumed.")
+    started_at: str | None = Field(default=None, description="When its upgrade started.")
+    paused_by: str | None = Field(
+        default=None, description="The stack whose failed upgrade pauses the rollout."
+    )
 
 
 class GatewayStatus(_Model):
@@ -647,6 +662,7 @@ class ServingStackStatus(_Model):
         description="The image mirror rules in force (FROM=TO), as the operator was given them.",
     )
     target: TargetStatus | None = None
+    rollout: RolloutStatus | None = None
 
 
 # --- metadata, as the API server validates it for a custom resource -------------

@@ -36,6 +36,7 @@ STRINGS: MappingProxyType[str, int] = MappingProxyType(
         "components[].name": 253,
         "components[].mode": 16,
         "components[].version": 128,
+        "components[].installedVersion": 128,
         "components[].state": 64,
         "components[].message": 4096,
         "gateway.address": 256,
@@ -50,6 +51,10 @@ STRINGS: MappingProxyType[str, int] = MappingProxyType(
         "target.devices[].memory": 32,
         # A SemVer the API server accepts as a version attribute ("580.159.4").
         "target.devices[].driverVersion": 64,
+        # A plan.rollout.Phase; a timestamp; a stack's namespace/name.
+        "rollout.phase": 16,
+        "rollout.startedAt": 64,
+        "rollout.pausedBy": 317,
     }
 )
 
@@ -57,7 +62,7 @@ STRINGS: MappingProxyType[str, int] = MappingProxyType(
 LISTS: MappingProxyType[str, int] = MappingProxyType(
     {
         # Ours: Ready, RequirementsMet, VersionsSupported, CACertificatePublished,
-        # TargetVerified, PullSecretsPresent, GPUsAvailable, Teardown, with room to grow.
+        # TargetVerified, PullSecretsPresent, GPUsAvailable, UpToDate, Teardown, with room to grow.
         "conditions": 16,
         # One per catalog component (test_status_limits checks the catalog fits).
         "components": 64,

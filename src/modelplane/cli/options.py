@@ -106,6 +106,36 @@ def request_timeout(value: str | None, deprecated: str | None = None) -> float:
     return parse_duration(value or deprecated or DEFAULT_REQUEST_TIMEOUT)
 
 
+# -- the staged rollout of upgrades (modelplane run) -----------------------------
+
+MaxConcurrentUpgrades = Annotated[
+    int,
+    typer.Option(
+        "--max-concurrent-upgrades",
+        min=1,
+        help="At most this many ServingStacks upgrade at once (within this operator's "
+        "shard); the rest are reconciled at their installed versions until a slot frees.",
+    ),
+]
+CanarySelector = Annotated[
+    str | None,
+    typer.Option(
+        "--canary-selector",
+        help="The ServingStacks whose labels match this selector upgrade first; the rest "
+        "wait until every canary has finished.",
+    ),
+]
+UpgradeReadyTimeout = Annotated[
+    str,
+    typer.Option(
+        "--upgrade-ready-timeout",
+        help="An upgraded ServingStack counts as done once it is Ready within this long "
+        "(90s, 10m); one that is not pauses the rollout.",
+        callback=_checked_duration,
+    ),
+]
+
+
 # -- what every command that acts on a stack takes -------------------------------
 
 StackFile = Annotated[Path, typer.Option("-f", "--file", help="The ServingStack manifest.")]

@@ -18,6 +18,7 @@ from modelplane.actions.helm import locate as locate_helm
 from modelplane.cli.options import (
     AwsRegion,
     AwsStsEndpoint,
+    CanarySelector,
     ChartRepository,
     ChartRepositoryFor,
     DenyTargetCidr,
@@ -26,9 +27,12 @@ from modelplane.cli.options import (
     ImagePullSecret,
     ImageRegistryMirror,
     ManifestsUrlFor,
+    MaxConcurrentUpgrades,
     NebiusTokenEndpoint,
+    UpgradeReadyTimeout,
     Verbose,
     deny_ranges,
+    parse_duration,
     source_options,
 )
 from modelplane.operator import (
@@ -120,6 +124,9 @@ def run(
             "this replica set's shard of the hub's fleet. Combines with --namespace.",
         ),
     ] = None,
+    max_concurrent_upgrades: MaxConcurrentUpgrades = 1,
+    canary_selector: CanarySelector = None,
+    upgrade_ready_timeout: UpgradeReadyTimeout = "10m",
     leader_elect: Annotated[
         bool,
         typer.Option(
@@ -220,6 +227,10 @@ def run(
         shard_selector = normalize_selector(selector) if selector is not None else None
     except ValueError as err:
         raise typer.BadParameter(str(err), param_hint="--selector") from None
+    try:
+        canaries = normalize_selector(canary_selector) if canary_selector is not None else None
+    except ValueError as err:
+        raise typer.BadParameter(str(err), param_hint="--canary-selector") from None
     election = None
     if leader_elect:
         try:
@@ -262,6 +273,9 @@ def run(
         aws_region=aws_region,
         nebius_token_endpoint=nebius_token_endpoint,
         allow_operator_identity=allow_operator_identity,
+        max_concurrent_upgrades=max_concurrent_upgrades,
+        canary_selector=canaries,
+        upgrade_ready_timeout_seconds=parse_duration(upgrade_ready_timeout),
     )
     try:
         helm = locate_helm()

@@ -49,6 +49,7 @@ from modelplane.operator.hub import (
 from modelplane.operator.leader import LEADER, Elector, exit_now
 from modelplane.operator.options import OperatorOptions
 from modelplane.operator.reconciler import StackReconciler
+from modelplane.operator.rollout import Rollout
 from modelplane.operator.status import (
     READY,
     STATUS_REFUSED,
@@ -63,6 +64,7 @@ from modelplane.operator.status import (
 )
 from modelplane.plan import decisions
 from modelplane.plan.decisions import BlockedReason
+from modelplane.plan.rollout import RESUME_ANNOTATION
 from modelplane.untrusted import printable
 
 log = logging.getLogger("modelplane.operator")
@@ -179,6 +181,11 @@ class Runtime:
     # a stack (stacks may share an identity and target): bounded instead, the
     # least recently used going first.
     tokens: TokenCache = field(default_factory=TokenCache)
+    # The staged rollout of upgrades over this shard's stacks.
+    rollout: Rollout = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.rollout = Rollout(self.options.rollout_policy())
 
     def expose(self) -> None:
         """Report the sizes of what is kept in the metrics: a size that only grows is a leak."""
@@ -196,21 +203,22 @@ def _track(change: int) -> None:
         metrics.TRACKED.labels(what=what).inc(change)
 
 
-def _marker(body: kopf.Body) -> tuple[Any, Any]:
-    """What of a stack is a reason to reconcile again: its spec (generation) or its deletion."""
-    return (body.meta.get("generation"), body.meta.get("deletionTimestamp"))
+def _marker(body: kopf.Body) -> tuple[Any, Any, Any]:
+    """What of a stack is a reason to reconcile again: its spec, its deletion, a resume."""
+    resume = (body.meta.get("annotations") or {}).get(RESUME_ANNOTATION)
+    return (body.meta.get("generation"), body.meta.get("deletionTimestamp"), resume)
 
 
 @dataclass
 class Wake:
     """What wakes one stack's reconcile task, and the spec (and deletion) it last saw."""
 
-    seen: tuple[Any, Any]
+    seen: tuple[Any, Any, Any]
     event: asyncio.Event = field(default_factory=asyncio.Event)
     # The stack left this operator's watch (deleted, or moved to another shard).
     gone: bool = False
 
-    def see(self, marker: tuple[Any, Any]) -> None:
+    def see(self, marker: tuple[Any, Any, Any]) -> None:
         # Status writes come back as events too; only a new generation or a
         # deletion is a reason to reconcile again.
         if decisions.is_new(self.seen, marker):
@@ -310,6 +318,26 @@ async def _patch_status(rt: Runtime, body: kopf.Body, status: dict[str, Any]) ->
     )
 
 
+async def _take_resume(rt: Runtime, body: kopf.Body) -> None:
+    """Remove the resume annotation once the status says it was taken: it resumes once."""
+    try:
+        await rt.hub.patch(
+            ServingStackResource,
+            body.meta.name or "",
+            {"metadata": {"annotations": {RESUME_ANNOTATION: None}}},
+            namespace=body.meta.namespace,
+            patch_type=PatchType.MERGE,
+        )
+    except (ApiError, httpx2.HTTPError) as err:
+        # Left on, it is taken again only by a later failed upgrade of this stack.
+        log.warning(
+            "ServingStack %s: could not remove %s: %s",
+            _label(body),
+            RESUME_ANNOTATION,
+            printable(describe_error(err), LOG_MESSAGE),
+        )
+
+
 def refused_fields(err: ApiError) -> list[str]:
     """The fields the hub named in refusing a write, each with why, as a person reads them.
 
@@ -391,6 +419,10 @@ def register(registry: kopf.OperatorRegistry, rt: Runtime) -> None:
 
     @kopf.index(*resource, registry=registry, id=WAKE_HANDLER)
     async def wake_on_change(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+        # Every stack's place in the rollout, as its status says it: kopf
+        # indexes the first listing before any daemon starts, so a restarted
+        # operator knows which stacks were upgrading before it lets one go.
+        rt.rollout.observe(body)
         wake = memo.get(WAKE)
         if isinstance(wake, Wake):
             wake.see(_marker(body))
@@ -401,7 +433,8 @@ def register(registry: kopf.OperatorRegistry, rt: Runtime) -> None:
     # stops daemons for a deletion only), so the daemon is told to stop. One
     # INFO line of kopf's per stack that leaves, not per event.
     @kopf.on.event(*resource, registry=registry, id=LEAVE_HANDLER, when=_left)
-    async def stop_when_gone(memo: kopf.Memo, **_: Any) -> None:
+    async def stop_when_gone(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+        rt.rollout.forget(_label(body))
         wake = memo.get(WAKE)
         if isinstance(wake, Wake):
             wake.leave()
@@ -424,6 +457,7 @@ def register(registry: kopf.OperatorRegistry, rt: Runtime) -> None:
         )
         failure_log = FailureLog(label)
         streak = 0  # consecutive blocked or failed reconciles
+        rt.rollout.wakers[label] = wake.event.set
         try:
             while not stopped:
                 # Cleared before the reconcile observes, never after: a wake
@@ -438,9 +472,13 @@ def register(registry: kopf.OperatorRegistry, rt: Runtime) -> None:
                 # arrived while it ran (that would call an old spec Ready).
                 generation = body.meta.get("generation")
                 snapshot = dict(body)
+                turn = rt.rollout.begin(snapshot, datetime.datetime.now(datetime.UTC))
+                starting = rt.rollout.starting(snapshot, turn)
+                if starting is not None:
+                    await write_status(rt, body, starting)
                 with metrics.RECONCILE_SECONDS.time():
                     try:
-                        outcome = await reconciler.reconcile(snapshot)
+                        outcome = await reconciler.reconcile(snapshot, turn.held)
                     except Exception as err:  # reported, never a crashed daemon
                         error = err
                         outcome = Outcome(
@@ -448,8 +486,16 @@ def register(registry: kopf.OperatorRegistry, rt: Runtime) -> None:
                             blocked_message=f"{type(err).__name__}: {describe_error(err)}",
                         )
                 metrics.RECONCILES.labels(result=outcome.blocked_reason or "ok").inc()
-                desired = desired_status(outcome, generation)
+                desired = rt.rollout.finish(
+                    snapshot,
+                    turn,
+                    outcome,
+                    desired_status(outcome, generation),
+                    datetime.datetime.now(datetime.UTC),
+                )
                 written = await write_status(rt, body, desired)
+                if turn.resumed and written is StatusWrite.WRITTEN:
+                    await _take_resume(rt, body)
                 # A refused status is retried as a blocked reconcile is: backed off.
                 refused = written is StatusWrite.REFUSED
                 went_wrong = outcome.blocked_reason is not None or refused
@@ -464,9 +510,13 @@ def register(registry: kopf.OperatorRegistry, rt: Runtime) -> None:
                     resync_seconds=rt.options.resync_seconds,
                     streak=streak,
                 )
+                # An upgrade is judged again when its Ready timeout ends.
+                delay = min(delay, rt.rollout.judge_in(label, datetime.datetime.now(datetime.UTC)))
                 failure_log.report(outcome, delay, error)
                 await _sleep(wake.event, stopped, delay)
         finally:
+            if rt.rollout.wakers.get(label) == wake.event.set:
+                rt.rollout.wakers.pop(label, None)
             await reconciler.close()
             memo.pop(WAKE, None)
             metrics.forget_stack(label)

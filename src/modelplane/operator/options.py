@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -13,6 +14,7 @@ from modelplane.operator.leader import LeaderElection
 from modelplane.plan.images import MirrorRule
 from modelplane.plan.planner import Sources
 from modelplane.plan.release_health import DriftMode
+from modelplane.plan.rollout import Policy
 
 
 class OperatorOptions(BaseModel):
@@ -73,6 +75,12 @@ class OperatorOptions(BaseModel):
     # Let AWS identity Secrets name the operator pod's own projected token
     # (IRSA): off by default, since that token is the operator's IAM role.
     allow_operator_identity: bool = False
+    # The staged rollout of upgrades (plan.rollout), within this shard: the
+    # stacks' statuses that carry it are read from this operator's watch.
+    max_concurrent_upgrades: int = Field(default=1, ge=1)
+    # A canonical label selector (operator.shard); None: no canaries.
+    canary_selector: str | None = None
+    upgrade_ready_timeout_seconds: float = Field(default=600.0, gt=0)
 
     @field_validator("chart_repository_for")
     @classmethod
@@ -89,6 +97,13 @@ class OperatorOptions(BaseModel):
         if problem:
             raise ValueError(problem)
         return value
+
+    def rollout_policy(self) -> Policy:
+        return Policy(
+            max_concurrent=self.max_concurrent_upgrades,
+            canary_selector=self.canary_selector,
+            ready_timeout=timedelta(seconds=self.upgrade_ready_timeout_seconds),
+        )
 
     def endpoints(self) -> Endpoints:
         return Endpoints(

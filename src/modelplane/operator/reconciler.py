@@ -14,7 +14,7 @@ import asyncio
 import dataclasses
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -198,8 +198,14 @@ class StackReconciler:
 
     # -- reconcile -----------------------------------------------------------
 
-    async def reconcile(self, body: dict[str, Any]) -> Outcome:
-        """One reconcile; the target watches' copy spares a quiet resync the reads."""
+    async def reconcile(
+        self, body: dict[str, Any], held: Mapping[str, str] | None = None
+    ) -> Outcome:
+        """One reconcile; the target watches' copy spares a quiet resync the reads.
+
+        ``held``: the installed versions to reconcile components at while
+        their upgrade waits for the rollout (plan.rollout).
+        """
         acted_on_nothing, self.acted_on_nothing = self.acted_on_nothing, False
         try:
             stack = ServingStack.model_validate(_without_status(body))
@@ -214,7 +220,7 @@ class StackReconciler:
             return Outcome(blocked_reason=INVALID_SPEC, blocked_message=message)
         self.invalid_spec = None
         self.round_connection_warnings = None
-        outcome = await self._reconcile(stack, body, acted_on_nothing)
+        outcome = await self._reconcile(stack, body, acted_on_nothing, held or {})
         outcome.connection_warnings = self.round_connection_warnings
         self.went_wrong = outcome.blocked_reason is not None or bool(outcome.failures)
         if outcome.blocked_reason is None:
@@ -235,7 +241,11 @@ class StackReconciler:
         self.refused_collection = refused
 
     async def _reconcile(
-        self, stack: ServingStack, body: dict[str, Any], acted_on_nothing: bool
+        self,
+        stack: ServingStack,
+        body: dict[str, Any],
+        acted_on_nothing: bool,
+        held: Mapping[str, str],
     ) -> Outcome:
         current: Plan | None = None
         try:
@@ -290,7 +300,9 @@ class StackReconciler:
                 # In a worker thread: the plan parses a tenant's ConfigMaps
                 # (a MiB of YAML takes seconds), and the loop renews the
                 # leader Lease and answers /healthz meanwhile.
-                current = await asyncio.to_thread(plan, stack, observed, self.options.sources())
+                current = await asyncio.to_thread(
+                    plan, stack, observed, self.options.sources(), held
+                )
                 if self.on_plan is not None:
                     self.on_plan(current)
                 if not await self._act(current, target):

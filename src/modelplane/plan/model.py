@@ -132,8 +132,11 @@ class ComponentPlan(Frozen):
     name: str
     mode: str  # Managed or Provided (config-role components are always Managed)
     kind: str  # chart, manifests, objects
-    version: str
+    version: str  # the desired version: the spec's pin, or the default one
     namespace: str
+    # The installed version it is held at while its upgrade waits for the
+    # rollout (plan.rollout); None when it is planned at ``version``.
+    held_at: str | None = None
     chart: str | None = None
     repository: str | None = None
     state: str

@@ -6,6 +6,7 @@ the checker and ``render`` only call it.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -90,11 +91,25 @@ class Sources:
 
 
 def plan(
-    stack: ServingStack, observed: Observed | None = None, sources: Sources | None = None
+    stack: ServingStack,
+    observed: Observed | None = None,
+    sources: Sources | None = None,
+    held: Mapping[str, str] | None = None,
 ) -> Plan:
+    """The plan for ``stack`` on what was observed.
+
+    ``held`` names, per component, the installed version to plan at instead
+    of the desired one: a stack whose upgrade waits for the rollout
+    (plan.rollout) is reconciled, drift and health included, at what it runs.
+    """
     observed = observed or Observed()
     sources = sources or Sources()
+    held = held or {}
     spec = stack.spec
+
+    def version_of(component: Component) -> str:
+        return held.get(component.name) or component.version_for(spec)
+
     managed = spec.components is ComponentsMode.MANAGED
     components = components_for(spec)
     enabled = {c.name for c in components}
@@ -118,7 +133,7 @@ def plan(
     for component in components:
         if component.role == "substrate" and not managed:
             continue
-        version = component.version_for(spec)
+        version = version_of(component)
         if component.kind == "chart":
             release = _release(component, version, spec, observed, sources, ready, enabled)
             releases.append(release)
@@ -142,7 +157,7 @@ def plan(
     # The product's own objects are applied in both modes, so their images
     # move with the rules whether or not the substrate is managed.
     product, product_uses = product_images(
-        ((c.name, c.images, c.version_for(spec)) for c in components),
+        ((c.name, c.images, version_of(c)) for c in components),
         sources.image_mirrors,
         sources.image_pull_secrets,
     )
@@ -166,6 +181,7 @@ def plan(
             c.name in unmet_by_component,
             c.name in busy,
             spec_version=c.version_for(spec),
+            held_at=held.get(c.name),
             warning=out_of_range.get(c.name),
             pull=(
                 pull_secrets.component_message(missing_by_component[c.name])
@@ -599,6 +615,7 @@ def _component_plan(
     unmet: bool,
     has_work: bool,
     spec_version: str,
+    held_at: str | None = None,
     warning: str | None = None,
     pull: str | None = None,
 ) -> ComponentPlan:
@@ -620,6 +637,7 @@ def _component_plan(
         mode=str(ComponentsMode.PROVIDED if provided else ComponentsMode.MANAGED),
         kind=component.kind,
         version=spec_version,
+        held_at=held_at,
         namespace=component.namespace,
         chart=component.chart.chart if component.chart else None,
         # The repository the release really comes from (a mirror, if one is set).
