@@ -84,9 +84,11 @@ class Server:
     ip: str
     requests: list[str] = field(default_factory=list)
     # The operator claims a target before it writes anything else; the
-    # "apply" and "helm" parts keep that one Lease so the claim succeeds and the next
-    # write is the one that meets the HTML answer.
-    lease: bytes | None = None
+    # "apply" and "helm" parts each keep their own Lease so the claim succeeds
+    # and the next write is the one that meets the HTML answer. One Lease for
+    # both would be two stacks claiming one target: the later would find the
+    # earlier's claim at its next reconcile.
+    leases: dict[str, bytes] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         server = self
@@ -118,10 +120,10 @@ class Server:
                     self._reply(*_answer("metadata"), REASON)
                 elif part in ("apply", "helm") and path.startswith(_LEASES):
                     if self.command == "POST":
-                        server.lease = body
+                        server.leases[part] = body
                         self._reply(201, "application/json", body, "Created")
-                    elif self.command == "GET" and server.lease is not None:
-                        self._reply(200, "application/json", server.lease, "OK")
+                    elif self.command == "GET" and part in server.leases:
+                        self._reply(200, "application/json", server.leases[part], "OK")
                     else:
                         self._reply(404, "application/json", json.dumps(_NOT_FOUND).encode(), "")
                 elif self.command == "GET":

@@ -242,3 +242,21 @@ def test_render_observed_judges_the_ca_and_address_as_the_operator_does(tmp_path
     assert gateway["caCertificate"] is None
     assert "PRIVATE KEY" in gateway["caProblem"]
     assert "PRIVATE KEY-----" not in result.stdout
+
+
+@pytest.mark.parametrize(
+    "item",
+    [
+        {},
+        {"metadata": ["no", "object"]},
+        {"metadata": {}},
+        {"metadata": {"name": "x", "annotations": "no map"}},
+    ],
+    ids=["empty", "metadata not an object", "no name", "annotations not a map"],
+)
+def test_an_item_a_plan_cannot_name_is_passed_over(item: dict[str, Any]) -> None:
+    # A reflector once kept such a body from a List answered to a watch, and
+    # every plan of the stack failed on it (KeyError: 'metadata').
+    observed = to_observed(Listed(apis={}, items={GATEWAYS: [item]}))
+    assert observed.applied == {}
+    assert observed.gateway_addresses == []

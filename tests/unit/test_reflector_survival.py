@@ -115,6 +115,25 @@ async def test_a_watch_event_of_another_shape_relists() -> None:
     assert reflector.lists == 2 and list(reflector.items) == ["ns/b"]
 
 
+@pytest.mark.parametrize(
+    "line",
+    [
+        # A List answered to a watch, as a server that ignores ?watch does.
+        {"kind": "List", "apiVersion": "v1", "metadata": {}, "items": []},
+        {"type": "SOMETHING", "object": {"metadata": {"name": "c", "namespace": "ns"}}},
+    ],
+    ids=["a list", "an unknown type"],
+)
+async def test_a_watch_line_that_is_no_event_relists_and_keeps_nothing(
+    line: dict[str, Any],
+) -> None:
+    # Kept as an object, a List's line was a body with no metadata, and
+    # every plan of the stack then failed on it (ReconcileError).
+    script = Script([_list("10", "a"), _events(line), _list("20", "b")])
+    reflector, _, _ = await _scripted(script)
+    assert reflector.lists == 2 and list(reflector.items) == ["ns/b"]
+
+
 async def _scripted(script: Script) -> tuple[Reflector, list[float], list[str]]:
     http = httpx2.AsyncClient(
         base_url="https://target.invalid", transport=httpx2.MockTransport(script)

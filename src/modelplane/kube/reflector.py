@@ -458,6 +458,10 @@ class Reflector:
                     code = obj.get("code")
                     code = code if isinstance(code, int) and 100 <= code < 600 else 500
                     raise Gone() if code == 410 else Refused(code)
+                if kind not in _EVENT_TYPES:
+                    # A List or any other document answered to a watch: kept as
+                    # an object, it would be a body with no metadata to plan from.
+                    raise Unreadable("a line that is not an event (no known type)")
                 metadata = obj.get("metadata") or {}
                 if not isinstance(metadata, dict):
                     raise Unreadable("a line that is not an event (metadata not an object)")
@@ -471,6 +475,10 @@ class Reflector:
                     self._keep(object_name_key(obj), obj, len(line))
                 self._changed(self.key, str(kind))
         return rv
+
+
+# What a watch event's type may be (ERROR is handled before).
+_EVENT_TYPES = frozenset({"ADDED", "MODIFIED", "DELETED", "BOOKMARK"})
 
 
 async def _lines(chunks: AsyncIterator[bytes], limit: int) -> AsyncIterator[bytes]:

@@ -224,7 +224,12 @@ def to_observed(listed: Listed) -> Observed:
         for item in items:
             # List items carry no apiVersion or kind of their own.
             body = {**item, "apiVersion": api_version, "kind": kind}
-            annotations = body["metadata"].get("annotations") or {}
+            metadata = body.get("metadata")
+            if not isinstance(metadata, dict) or not isinstance(metadata.get("name"), str):
+                continue  # no object a plan can name: a target's garbage, not ours
+            annotations = metadata.get("annotations") or {}
+            if not isinstance(annotations, dict):
+                continue
             if DIGEST_ANNOTATION in annotations:
                 applied[object_key(body)] = annotations[DIGEST_ANNOTATION]
                 # CRDs come from fetched manifests the plan holds no body
