@@ -47,8 +47,12 @@ class Prometheus:
         return alerts
 
     def targets_up(self) -> bool:
+        if self.proc.poll() is not None:
+            raise AssertionError(f"prometheus exited: {self.log.read_text()[-2000:]}")
         with httpx2.Client(trust_env=False) as http:
             response = http.get(f"{self.url}/api/v1/targets", timeout=5)
+        if response.status_code == 503:
+            return False  # still starting: its API answers 503 until the TSDB is open
         response.raise_for_status()
         active = response.json()["data"]["activeTargets"]
         return bool(active) and all(t["health"] == "up" for t in active)
