@@ -15,6 +15,7 @@ from typing import Any
 import httpx2
 import pytest
 import yaml
+from tests.scripted import Script, list_answer
 
 from modelplane.actions.apply import ManifestError, parse_manifests
 from modelplane.catalog.components.kube_prometheus_stack import PROMETHEUS
@@ -168,28 +169,6 @@ CONFIGMAPS = ApiRef("", "v1", "configmaps")
 CONFIGMAPS_IN_NS = WatchKey(CONFIGMAPS, namespace="ns")
 
 
-class Script:
-    """Answers requests in order; past the script, holds the request open until cancelled."""
-
-    def __init__(self, answers: list[httpx2.Response]) -> None:
-        self.answers = answers
-        self.requests: list[dict[str, str]] = []
-        self.done = asyncio.Event()
-
-    async def __call__(self, request: httpx2.Request) -> httpx2.Response:
-        self.requests.append(dict(request.url.params))
-        if len(self.requests) <= len(self.answers):
-            return self.answers[len(self.requests) - 1]
-        self.done.set()
-        await asyncio.Event().wait()
-        raise AssertionError("unreachable")
-
-
-def _list(rv: str, *names: str) -> httpx2.Response:
-    items = [{"metadata": {"name": n, "namespace": "ns", "resourceVersion": rv}} for n in names]
-    return httpx2.Response(200, json={"metadata": {"resourceVersion": rv}, "items": items})
-
-
 async def _reflect(script: Script) -> Reflector:
     http = httpx2.AsyncClient(
         base_url="https://target.invalid", transport=httpx2.MockTransport(script)
@@ -215,7 +194,9 @@ async def test_a_watch_line_without_end_is_read_only_to_the_bound() -> None:
             sent += len(chunk)
             yield chunk
 
-    script = Script([_list("10", "a"), httpx2.Response(200, content=endless()), _list("20", "b")])
+    script = Script(
+        [list_answer("10", "a"), httpx2.Response(200, content=endless()), list_answer("20", "b")]
+    )
     reflector = await _reflect(script)
     # Given up at the bound, and listed again: the event it hid is not lost.
     assert sent <= MAX_WATCH_LINE + 2 * len(chunk)
@@ -226,7 +207,9 @@ async def test_a_watch_line_without_end_is_read_only_to_the_bound() -> None:
     "line", [b"not json", b"[" * 100_000 + b"]" * 100_000], ids=["garbled", "deep"]
 )
 async def test_a_watch_line_that_is_not_an_event_relists(line: bytes) -> None:
-    script = Script([_list("10", "a"), httpx2.Response(200, content=line + b"\n"), _list("20")])
+    script = Script(
+        [list_answer("10", "a"), httpx2.Response(200, content=line + b"\n"), list_answer("20")]
+    )
     reflector = await _reflect(script)
     assert reflector.lists == 2 and reflector.items == {}
 

@@ -17,6 +17,7 @@ from typing import Any
 import httpx2
 import pytest
 from tests.hostile_server import Answer, HostileServer
+from tests.scripted import Script, list_answer
 
 from modelplane.kube import client as client_module
 from modelplane.kube.reflector import WATCH_BACKOFF, Link, Reflector, WatchKey
@@ -55,28 +56,6 @@ async def test_a_watch_that_ends_after_one_bookmark_is_rearmed_with_backoff() ->
 # ---- a reflector survives what a target makes of an answer ---------------------------
 
 
-class Script:
-    """Answers requests in order; past the script, holds the request open until cancelled."""
-
-    def __init__(self, answers: list[httpx2.Response]) -> None:
-        self.answers = answers
-        self.requests: list[dict[str, str]] = []
-        self.done = asyncio.Event()
-
-    async def __call__(self, request: httpx2.Request) -> httpx2.Response:
-        self.requests.append(dict(request.url.params))
-        if len(self.requests) <= len(self.answers):
-            return self.answers[len(self.requests) - 1]
-        self.done.set()
-        await asyncio.Event().wait()
-        raise AssertionError("unreachable")
-
-
-def _list(rv: str, *names: str) -> httpx2.Response:
-    items = [{"metadata": {"name": n, "namespace": "ns", "resourceVersion": rv}} for n in names]
-    return httpx2.Response(200, json={"metadata": {"resourceVersion": rv}, "items": items})
-
-
 def _events(*events: dict[str, Any]) -> httpx2.Response:
     return httpx2.Response(200, content="".join(json.dumps(e) + "\n" for e in events).encode())
 
@@ -95,7 +74,7 @@ async def test_a_reflector_survives_an_answer_it_cannot_use(
     answer: httpx2.Response, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(client_module, "MAX_ANSWER_BYTES", 1 << 17)
-    script = Script([answer, _list("10", "a")])
+    script = Script([answer, list_answer("10", "a")])
     reflector, slept, changes = await _scripted(script)
     # Waited out, and listed again: the watch is not dead until a restart.
     assert slept == [WATCH_BACKOFF.first]
@@ -106,9 +85,9 @@ async def test_a_reflector_survives_an_answer_it_cannot_use(
 async def test_a_watch_event_of_another_shape_relists() -> None:
     script = Script(
         [
-            _list("10", "a"),
+            list_answer("10", "a"),
             _events({"type": "ADDED", "object": {"metadata": ["not", "an", "object"]}}),
-            _list("20", "b"),
+            list_answer("20", "b"),
         ]
     )
     reflector, _, _ = await _scripted(script)
@@ -129,7 +108,7 @@ async def test_a_watch_line_that_is_no_event_relists_and_keeps_nothing(
 ) -> None:
     # Kept as an object, a List's line was a body with no metadata, and
     # every plan of the stack then failed on it (ReconcileError).
-    script = Script([_list("10", "a"), _events(line), _list("20", "b")])
+    script = Script([list_answer("10", "a"), _events(line), list_answer("20", "b")])
     reflector, _, _ = await _scripted(script)
     assert reflector.lists == 2 and list(reflector.items) == ["ns/b"]
 

@@ -15,6 +15,7 @@ from typing import Any
 
 import httpx2
 import pytest
+from tests.scripted import Script
 
 from modelplane.kube.reflector import WATCH_BACKOFF, Link, Reflector, WatchKey
 from modelplane.operator.handlers import coalesce
@@ -40,23 +41,6 @@ GONE_EVENT = {
     "type": "ERROR",
     "object": {"kind": "Status", "code": 410, "reason": "Expired", "message": "too old"},
 }
-
-
-class Script:
-    """Answers requests in order; past the script, holds the request open until cancelled."""
-
-    def __init__(self, answers: list[httpx2.Response]) -> None:
-        self.answers = answers
-        self.requests: list[dict[str, str]] = []
-        self.done = asyncio.Event()
-
-    async def __call__(self, request: httpx2.Request) -> httpx2.Response:
-        self.requests.append(dict(request.url.params))
-        if len(self.requests) <= len(self.answers):
-            return self.answers[len(self.requests) - 1]
-        self.done.set()
-        await asyncio.Event().wait()
-        raise AssertionError("unreachable")
 
 
 async def _run(script: Script, deadline: float = 20.0) -> Reflector:
