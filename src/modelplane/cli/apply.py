@@ -139,12 +139,7 @@ def _prepare(file: Path, target: TargetOptions, sources: SourceOptions, helm: He
         _fail(str(err))
     endpoints = target.endpoints
     options = OperatorOptions(
-        chart_repository=sources.chart_repository,
-        chart_repository_for=sources.chart_repository_for,
-        gaie_manifests_url=sources.gaie_manifests_url,
-        manifests_url_for=sources.manifests_url_for,
-        image_mirrors=sources.image_mirrors,
-        image_pull_secrets=sources.image_pull_secrets,
+        **sources.operator_fields(),
         # The person's own kubeconfig and identity file (see cli.target).
         allow_unsafe_kubeconfig=True,
         allow_operator_identity=endpoints.allow_operator_identity,

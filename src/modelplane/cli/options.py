@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import re
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 from urllib.parse import urlsplit
 
 import typer
@@ -412,6 +412,10 @@ class SourceOptions:
     manifests_url_for: dict[str, str] = field(default_factory=dict)
     image_mirrors: tuple[MirrorRule, ...] = ()
     image_pull_secrets: tuple[str, ...] = ()
+
+    def operator_fields(self) -> dict[str, Any]:
+        """These options as ``OperatorOptions`` names them (the same field names)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
 
     def sources(self, release_drift: DriftMode = DriftMode.CORRECT) -> Sources:
         """The planner's sources, as the operator builds them from the same flags."""
