@@ -20,7 +20,7 @@ from modelplane.catalog.components import (
     components_of_stack,
     ordered,
 )
-from modelplane.catalog.reference import components_table, readme_with_components_table
+from modelplane.catalog.reference import components_table, with_components_table
 from modelplane.catalog.types import Component, CRDServes
 from modelplane.pins import Stack
 
@@ -62,7 +62,7 @@ config:
         version: v1
 """
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+CATALOG_PAGE = Path(__file__).resolve().parents[2] / "docs" / "catalog.md"
 UPSTREAM = upstream_dir()
 PACKAGE = Path(c.__file__).parent
 CHART_COMPONENTS = [comp for comp in COMPONENTS if comp.chart is not None]
@@ -205,10 +205,10 @@ def test_a_catalog_that_does_not_hold_together_is_refused(
         ordered(components)
 
 
-def test_readme_component_table_is_generated_from_the_catalog() -> None:
-    readme = README.read_text()
-    assert readme_with_components_table(readme) == readme, (
-        "README.md's component table is stale: run hack/readme-components.sh"
+def test_the_docs_component_table_is_generated_from_the_catalog() -> None:
+    page = CATALOG_PAGE.read_text()
+    assert with_components_table(page) == page, (
+        "docs/catalog.md's component table is stale: run hack/catalog-docs.sh"
     )
     # Every substrate component has its row, with its pin.
     rows = {
@@ -220,9 +220,9 @@ def test_readme_component_table_is_generated_from_the_catalog() -> None:
             assert f"| {comp.version} |" in rows[comp.name]
 
 
-def test_the_readme_table_is_refused_without_its_markers() -> None:
-    with pytest.raises(ValueError, match="README has no"):
-        readme_with_components_table("# no table here\n")
+def test_the_docs_table_is_refused_without_its_markers() -> None:
+    with pytest.raises(ValueError, match="the page has no"):
+        with_components_table("# no table here\n")
 
 
 def test_envoy_gateway_values_are_the_spec_block_exactly() -> None:

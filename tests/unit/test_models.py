@@ -55,7 +55,7 @@ ENUMS: list[tuple[str, set[str]]] = [
 
 # The defaults the spec states, from the reference. The version pins' defaults
 # are each component's VERSION (a changed pin shows in the golden files, the
-# chart's CRD and README's table, all regenerated and reviewed).
+# chart's CRD and docs/catalog.md's table, all regenerated and reviewed).
 DEFAULTS: dict[str, Any] = {
     "stack": "Standard",
     "components": "Managed",

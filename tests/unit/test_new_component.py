@@ -5,7 +5,7 @@ written as a real component module would be. A fresh interpreter puts that
 directory on the catalog package's search path before the package loads, as
 if the file were in src/modelplane/catalog/components/, and the test reads
 what the product makes of it: the hub CRD (``modelplane crds``), ``modelplane
-render``, ``modelplane requirements``, the teardown order and README's table.
+render``, ``modelplane requirements``, the teardown order and docs/catalog.md's table.
 A fresh interpreter, because the catalog, the API models and the CRD are made
 once, on import; this one's are left as they are.
 """
@@ -154,5 +154,5 @@ def test_one_new_module_reaches_the_crd_render_requirements_and_teardown(tmp_pat
     assert teardown.index("mp-gpu-operator") < teardown.index("mp-node-feature-discovery")
     assert teardown.index("mp-dra-driver-nvidia-gpu") < teardown.index("mp-gpu-operator")
 
-    # README's table would gain its row on regeneration.
+    # docs/catalog.md's table would gain its row on regeneration.
     assert "| gpu-operator | gpu-operator | v25.3.0 | gpu-operator | both |" in got["table"]

@@ -55,7 +55,7 @@ def _stacks(c: Component) -> str:
 
 
 def components_table() -> str:
-    """README's "What it installs" table: one row per substrate component, in install order."""
+    """docs/catalog.md's "What it installs" table: one row per substrate component, in order."""
     lines = [
         "| component | chart | version | namespace | stack |",
         "| --- | --- | --- | --- | --- |",
@@ -69,16 +69,16 @@ def components_table() -> str:
     return "\n".join(lines) + "\n"
 
 
-TABLE_START = "<!-- components: generated from the catalog by hack/readme-components.sh -->"
+TABLE_START = "<!-- components: generated from the catalog by hack/catalog-docs.sh -->"
 TABLE_END = "<!-- end components -->"
 
 
-def readme_with_components_table(readme: str) -> str:
-    """``readme`` with the text between the table's markers replaced by ``components_table``."""
-    head, start, rest = readme.partition(TABLE_START + "\n")
+def with_components_table(page: str) -> str:
+    """``page`` with the text between the table's markers replaced by ``components_table``."""
+    head, start, rest = page.partition(TABLE_START + "\n")
     _, end, tail = rest.partition(TABLE_END)
     if not start or not end:
-        raise ValueError(f"README has no {TABLE_START} ... {TABLE_END} block")
+        raise ValueError(f"the page has no {TABLE_START} ... {TABLE_END} block")
     return head + start + components_table() + end + tail
 
 

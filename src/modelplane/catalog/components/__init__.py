@@ -5,7 +5,7 @@ record (and next to it ``VERSION``, its pin): values, requirements and
 advisories included. The catalog finds every such module (a name starting
 with ``_`` is a helper, not a component), so adding a component is adding its
 module; the API's version fields, the CRD, the requirements reference and
-README's component table follow from the records.
+docs/catalog.md's component table follow from the records.
 
 Facts and their sources are in ../shared/docs/upstream-facts.md (section per
 component); the values the spec states are in the requirements document.
