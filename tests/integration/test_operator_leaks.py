@@ -198,7 +198,7 @@ def test_two_hundred_stacks_come_and_go_and_leave_nothing_behind(
                 f"round {r} deleted", lambda: not list(hub.list(SS, namespace=NS)), deadline=120
             )
             # The owner went with skip-teardown, so its claim stays: release
-            # it by hand, as the README tells a person to, for the next round.
+            # it by hand, as docs/operating.md tells a person to, for the next round.
             release_claim(target)
         assert peak > 0, "the watches never connected: nothing was measured"
 
