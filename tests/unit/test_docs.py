@@ -2,10 +2,10 @@
 
 Docs go stale in a few ways a reader cannot see from one page: a link to a
 heading that was renamed or moved, a page nothing links to, a generated page
-not regenerated, a path that no longer exists, and above all a flag renamed in
-the code and not in the text. Each is checked here, offline, from the Markdown
-as a CommonMark parser reads it (so a ``--flag`` or a ``#`` inside a code
-block is never taken for prose or a heading).
+not regenerated, a path or a chart value that no longer exists, and above all
+a flag renamed in the code and not in the text. Each is checked here,
+offline, from the Markdown as a CommonMark parser reads it (so a ``--flag``
+or a ``#`` inside a code block is never taken for prose or a heading).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 import typer
+import yaml
 from markdown_it import MarkdownIt
 from markdown_it.token import Token
 
@@ -288,6 +289,56 @@ def test_the_flag_check_catches_a_renamed_flag(tmp_path: Path) -> None:
     assert any("modelplane check has no --timeout-all" in p for p in problems)
     assert any("modelplane has no command frobnicate" in p for p in problems)
     assert len(problems) == 4, problems
+
+
+CHART_VALUES = ROOT / "deploy" / "chart" / "values.yaml"
+# Other charts' values the docs name: cert-manager's, in Upgrading's why.
+FOREIGN_VALUES = {"crds.enabled", "crds.keep"}
+
+
+def _has_value(values: Any, path: list[str]) -> bool:
+    for i, key in enumerate(path):
+        if not isinstance(values, dict):
+            return False
+        if key in ("*", "<name>") or (not values and i > 0):
+            # Any key of a map, or of one the chart leaves open (`labels: {}`).
+            return True
+        if key not in values:
+            return False
+        values = values[key]
+    return True
+
+
+def _value_names(page: Page, top: set[str]) -> list[str]:
+    """Chart value paths a page names: `a.b` spans and `--set a.b=...` of helm commands."""
+    names = [span for span in page.code_spans if "." in span and " " not in span]
+    for block in page.code_blocks:
+        names += re.findall(r"--set\s+'?([\w.]+)=", block)
+    return [
+        name.split("=", 1)[0]
+        for name in names
+        if name.split(".", 1)[0] in top and name.split("=", 1)[0] not in FOREIGN_VALUES
+    ]
+
+
+@pytest.mark.parametrize("path", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_chart_value_the_docs_name_exists(path: Path) -> None:
+    values = yaml.safe_load(CHART_VALUES.read_text())
+    names = _value_names(read(path), set(values))
+    missing = [name for name in names if not _has_value(values, name.split("."))]
+    assert not missing, f"{read(path).name} names chart values {CHART_VALUES.name} lacks: {missing}"
+
+
+def test_the_value_check_catches_a_renamed_value() -> None:
+    values = {
+        "operator": {"resync": 300, "chartRepositoryFor": {}},
+        "prometheusRule": {"for": {"a": 1}},
+    }
+    assert _has_value(values, ["operator", "resync"])
+    assert _has_value(values, ["operator", "chartRepositoryFor", "anything"])
+    assert _has_value(values, ["prometheusRule", "for", "<name>"])
+    assert not _has_value(values, ["operator", "resyncSeconds"])
+    assert not _has_value(values, ["operator", "resync", "deeper"])
 
 
 def test_every_reason_a_stack_is_blocked_with_is_in_troubleshooting() -> None:
