@@ -276,6 +276,27 @@ def test_flags_are_named_in_code_where_the_check_reads_them(path: Path) -> None:
     assert not bare, f"{read(path).name}: put {bare} in backticks"
 
 
+def test_every_option_of_the_cli_is_named_in_the_docs() -> None:
+    # The other way round: a new flag gets its line in the docs. Hidden ones
+    # (deprecated spellings) need none; a flag counts under any of its names.
+    named = {
+        flag
+        for path in PAGES
+        for text in read(path).code_spans + read(path).code_blocks
+        for flag in FLAG.findall(text)
+    }
+    group: Any = typer.main.get_command(app)
+    undocumented = [
+        f"modelplane {name} {param.opts[0]}"
+        for name, command in group.commands.items()
+        for param in command.params
+        if param.param_type_name == "option"
+        and not param.hidden
+        and not named & {*param.opts, *param.secondary_opts}
+    ]
+    assert not undocumented, f"no page names {undocumented}"
+
+
 def test_the_flag_check_catches_a_renamed_flag(tmp_path: Path) -> None:
     page = tmp_path / "page.md"
     page.write_text(
