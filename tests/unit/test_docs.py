@@ -88,7 +88,8 @@ def _plain(inline: Token) -> str:
 @cache
 def read(path: Path) -> Page:
     page = Page(path)
-    tokens = MarkdownIt("commonmark").parse(path.read_text())
+    # CommonMark with GitHub's tables, whose cells split at a bare `|` as GitHub does.
+    tokens = MarkdownIt("commonmark").enable("table").parse(path.read_text())
     seen: Counter[str] = Counter()
     for i, token in enumerate(tokens):
         if token.type == "heading_open":
