@@ -73,20 +73,26 @@ DPKG_OPTS=(
 )
 
 make_base() {  # image include-list [mmdebstrap hook options...]
-    local image="$1" include="$2" start=$SECONDS
+    local image="$1" include="$2" start=$SECONDS log
     shift 2
+    mkdir -p "$ROOT/build/image"
+    log="$ROOT/build/image/mmdebstrap-${image##*/}.log"
     say "$image: mmdebstrap --variant=minbase $SUITE ($include) ..."
     # The package lists and apt's caches are dropped: a stage that needs a
     # package says so (apt-get update first), and the image stays small.
+    # The merged-usr hook lays out /usr as bookworm's usrmerge package would,
+    # without that package and the perl it pulls in (some 50 MB).
     mmdebstrap --quiet --variant=minbase --include="$include" "${DPKG_OPTS[@]}" \
+        --hook-dir=/usr/share/mmdebstrap/hooks/merged-usr \
         --customize-hook='rm -rf "$1"/var/lib/apt/lists/* "$1"/var/cache/apt/* "$1"/var/log/*' \
-        "$@" "$SUITE" - "$MIRROR" \
+        "$@" "$SUITE" - "$MIRROR" 2>"$log" \
         | podman import --quiet \
             --change 'ENV PATH=/usr/local/go/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
             --change 'ENV LANG=C.UTF-8' \
             --change "LABEL modelplane.base-inputs=$INPUTS" \
             --change 'CMD ["/bin/bash"]' \
-            - "$image" >/dev/null
+            - "$image" >/dev/null \
+        || { tail -n 30 "$log" >&2; die "$image: mmdebstrap or podman import failed (log: $log)"; }
     say "$image: made in $((SECONDS - start))s ($(podman image inspect --format '{{.Size}}' "$image") bytes)"
 }
 
