@@ -48,8 +48,11 @@ WORKDIR /src
 # virtualenv the final stage copies whole: pip and its build never reach the
 # image. The venv's python is the base's, at the same path in both stages.
 COPY hack/constraints.txt /tmp/constraints.txt
-COPY pyproject.toml README.md ./
+COPY pyproject.toml ./
 COPY src ./src
+# pyproject.toml names README.md as the long description, which the image
+# has no use for: an empty one keeps a docs edit from rebuilding this stage.
+RUN : >README.md
 RUN --mount=type=secret,id=ca-bundle,target=/etc/ssl/certs/ca-certificates.crt \
     python3 -m venv /opt/modelplane \
     && /opt/modelplane/bin/pip install --no-cache-dir --disable-pip-version-check \
