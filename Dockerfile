@@ -1,23 +1,35 @@
 # syntax=docker/dockerfile:1
-# The modelplane operator image: the Python package and helm, on a slim base,
-# run as a non-root user and ready for a read-only root filesystem (every
-# write goes to TMPDIR=/tmp, an emptyDir in deploy/chart).
+# The modelplane operator image: the Python package in a virtualenv and helm,
+# on a Debian bookworm Python 3.11 base, run as uid 65532 and ready for a
+# read-only root filesystem (every write goes to TMPDIR=/tmp, an emptyDir in
+# deploy/chart).
 #
-#   docker build -t modelplane:0.1.0 .
+#   docker build -t modelplane:0.1.0 .         with the registry bases below
+#   bash hack/build-image.sh                   podman/buildah, with bases made
+#                                              from Debian's packages (hack/make-base.sh)
+#
+# The same file serves both: the bases are build arguments, and each only
+# needs a Python 3.11 with the venv module (PYTHON_IMAGE) or a Go toolchain
+# (GO_IMAGE) on a Debian userland.
 #
 # helm is built from the Go module hack/testbin/helm pins, with the ldflags
-# hack/build-testbin.sh uses, so the image runs the very helm the integration
-# tests run. Not built in CI: no container engine runs there.
+# hack/build-testbin.sh uses, so the image runs the helm version the
+# integration tests run.
 
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 # At least the `go` line of hack/testbin/helm/go.mod.
-ARG GO_IMAGE=golang:1.24-bookworm
+ARG GO_IMAGE=golang:1.26-bookworm
 
 FROM ${GO_IMAGE} AS helm
 WORKDIR /src
 COPY hack/testbin/helm/go.mod hack/testbin/helm/go.sum hack/testbin/helm/main.go ./
-# go.sum pins every module's checksum; the build fails on any mismatch.
-RUN set -eu; \
+# go.sum pins every module's checksum; the build fails on any mismatch. The
+# base's own toolchain builds (no switch to another one mid-build). The
+# ca-bundle secret, when given (hack/build-image.sh gives the host's), is the
+# trust store while modules are fetched; it is in no layer.
+RUN --mount=type=secret,id=ca-bundle,target=/etc/ssl/certs/ca-certificates.crt \
+    set -eu; \
+    export GOTOOLCHAIN=local GOFLAGS=-mod=readonly; \
     gomod() { awk -v m="$1" '($1 == "require" && $2 == m) { print $3; exit } ($1 == m && $2 ~ /^v/) { print $2; exit }' go.mod; }; \
     helm_version="$(gomod helm.sh/helm/v3)"; \
     k8s_minor="$(gomod k8s.io/client-go | cut -d. -f2)"; \
@@ -27,29 +39,41 @@ RUN set -eu; \
         ldflags="${ldflags} -X ${pkg}.k8sVersionMajor=1 -X ${pkg}.k8sVersionMinor=${k8s_minor}"; \
     done; \
     CGO_ENABLED=0 go build -trimpath -ldflags="${ldflags}" -o /out/helm helm.sh/helm/v3/cmd/helm; \
-    test "$(/out/helm version --template '{{.Version}}')" = "${helm_version}"
+    test "$(/out/helm version --template '{{.Version}}')" = "${helm_version}"; \
+    rm -rf "$(go env GOMODCACHE)" "$(go env GOCACHE)"
 
-FROM ${PYTHON_IMAGE} AS wheel
+FROM ${PYTHON_IMAGE} AS venv
 WORKDIR /src
-COPY pyproject.toml README.md ./
+# The versions hack/constraints.txt pins, as the tests ran them, into a
+# virtualenv the final stage copies whole: pip and its build never reach the
+# image. The venv's python is the base's, at the same path in both stages.
+COPY hack/constraints.txt /tmp/constraints.txt
+COPY pyproject.toml ./
 COPY src ./src
-RUN pip wheel --no-cache-dir --no-deps --wheel-dir /wheels .
+# pyproject.toml names README.md as the long description, which the image
+# has no use for: an empty one keeps a docs edit from rebuilding this stage.
+RUN : >README.md
+RUN --mount=type=secret,id=ca-bundle,target=/etc/ssl/certs/ca-certificates.crt \
+    python3 -m venv /opt/modelplane \
+    && /opt/modelplane/bin/pip install --no-cache-dir --disable-pip-version-check \
+        --cert /etc/ssl/certs/ca-certificates.crt --constraint /tmp/constraints.txt . \
+    && /opt/modelplane/bin/pip check \
+    && /opt/modelplane/bin/pip uninstall --yes --quiet pip setuptools \
+    && rm -f /opt/modelplane/bin/activate*
 
 FROM ${PYTHON_IMAGE}
-# The versions hack/constraints.txt pins, as the tests ran them.
-COPY hack/constraints.txt /tmp/constraints.txt
-COPY --from=wheel /wheels /tmp/wheels
-RUN pip install --no-cache-dir --constraint /tmp/constraints.txt /tmp/wheels/*.whl \
-    && rm -rf /tmp/wheels /tmp/constraints.txt \
-    && groupadd --gid 65532 modelplane \
-    && useradd --uid 65532 --gid 65532 --no-create-home --home-dir /tmp \
-        --shell /usr/sbin/nologin modelplane
+# No useradd (a minbase has none): the entry is what it would write.
+RUN echo 'modelplane:x:65532:65532::/tmp:/usr/sbin/nologin' >>/etc/passwd \
+    && echo 'modelplane:x:65532:' >>/etc/group
+COPY --from=venv /opt/modelplane /opt/modelplane
 COPY --from=helm /out/helm /usr/local/bin/helm
 
 # /tmp is the only path written: helm's homes (actions/helm.py puts them under
 # a TMPDIR directory), each call's private kubeconfig, and client-go's cache
-# under HOME.
-ENV TMPDIR=/tmp \
+# under HOME. The package's bytecode was compiled at install, so nothing is
+# written beside it.
+ENV PATH=/opt/modelplane/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+    TMPDIR=/tmp \
     HOME=/tmp \
     MODELPLANE_HELM=/usr/local/bin/helm \
     PYTHONDONTWRITEBYTECODE=1 \

@@ -2,7 +2,8 @@
 
 The chart is installed into the hub test API server with the real helm.
 Nothing runs its Deployment here (a bare API server has no controllers,
-scheduler or kubelet, and no image is built): the test mints a token for the
+scheduler or kubelet; test_image.py runs the image as the Deployment would,
+this module the process, quicker): the test mints a token for the
 chart's ServiceAccount with the TokenRequest API and runs the operator
 process itself with a kubeconfig that holds only that token, exactly the
 permissions a pod of the Deployment would have, and with the container's

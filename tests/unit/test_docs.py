@@ -52,6 +52,8 @@ FOREIGN_FLAGS = {
     "--stacks",  # bench/bench_fleet.py
     "--real",  # bench/bench_fleet.py
     "--window",  # bench/bench_fleet.py
+    "--variant",  # mmdebstrap
+    "--network",  # podman run
 }
 
 # A flag where it stands, not a part of a word (`mp-modelplane`) or a range.
