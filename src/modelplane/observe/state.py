@@ -35,10 +35,12 @@ from modelplane.catalog.configuration import (
     NS,
     configuration_for,
 )
+from modelplane.catalog.facts import Listing
 from modelplane.catalog.types import ObjectExists
 from modelplane.kube.client import METADATA_LIST, list_objects, waiting_out_429
 from modelplane.kube.discovery import APIS, PLURALS, Served, served
 from modelplane.kube.resources import unless_missing
+from modelplane.observe.gpu_watch import gpu_listings
 from modelplane.observe.storage_name import parse_storage_name
 from modelplane.plan.drift import owned_fields
 from modelplane.plan.observed import Observed, ObservedCondition, ObservedRelease
@@ -159,6 +161,9 @@ class Wanted:
     release_objects: tuple[ReleaseWatch, ...] = ()
     # The namespaces of the spec's releases, where Helm's Secrets are read.
     release_namespaces: tuple[str, ...] = ()
+    # What the GPU checks list, watched so GPUsAvailable follows the
+    # cluster (observe.gpu_watch); the facts themselves are read directly.
+    gpu_listings: tuple[Listing, ...] = ()
 
     @property
     def nodes(self) -> bool:
@@ -181,6 +186,7 @@ def wanted(spec: ServingStackSpec, pull_secrets: Sequence[str] = ()) -> Wanted:
         release_namespaces=tuple(
             sorted({c.namespace for c in components_for(spec) if c.chart is not None})
         ),
+        gpu_listings=gpu_listings(spec),
     )
 
 

@@ -9,6 +9,7 @@ reflector is current: a no-op resync then reads nothing but the claim.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -29,6 +30,7 @@ from modelplane.kube.reflector import (
     Reflector,
     WatchKey,
 )
+from modelplane.observe.gpu_watch import fingerprint
 from modelplane.observe.state import (
     CRD_API_VERSION,
     NODES,
@@ -75,10 +77,19 @@ def watch_keys(want: Wanted, plurals: PLURALS) -> frozenset[WatchKey]:
             keys.add(release_pods_key(w))
     if want.nodes:
         keys.add(NODES_KEY)
+    keys |= gpu_keys(want)
     return frozenset(keys)
 
 
 NODES_KEY = WatchKey(NODES)
+
+
+def gpu_keys(want: Wanted) -> frozenset[WatchKey]:
+    """The collections the GPU checks list, watched only to say when they changed."""
+    return frozenset(
+        WatchKey(listing.api, namespace=listing.namespace, fields=listing.field_selector)
+        for listing in want.gpu_listings
+    )
 
 
 def own_key(api: ApiRef, namespace: str) -> WatchKey:
@@ -98,16 +109,6 @@ def release_object_key(w: ReleaseWatch) -> WatchKey:
 def release_pods_key(w: ReleaseWatch) -> WatchKey:
     assert w.pods is not None
     return WatchKey(PODS, namespace=w.namespace, labels=w.pods)
-
-
-def _placement(node: dict[str, Any]) -> tuple[Any, ...]:
-    """What of a Node a DaemonSet's placement reads: its heartbeats change nothing here."""
-    meta, spec = node.get("metadata") or {}, node.get("spec") or {}
-    return (
-        meta.get("name"),
-        sorted((meta.get("labels") or {}).items()),
-        repr(spec.get("taints")),
-    )
 
 
 def pull_secret_key(name: str) -> WatchKey:
@@ -182,9 +183,19 @@ class WatchCache:
         self.api_generation = 0
         self._apis: APIS | None = None
         self._apis_generation = -1
-        # What of the Nodes placement reads, as last seen: a Node's status
-        # changes with every heartbeat, and must not wake the stack each time.
-        self._nodes_seen: list[tuple[Any, ...]] | None = None
+        # What of each GPU collection (and of the Nodes, for DaemonSet
+        # placement) the checks read, as last seen: a Node's status changes
+        # with every heartbeat, and must not wake the stack each time.
+        self._seen: dict[WatchKey, list[tuple[Any, ...]]] = {}
+        # Bumped whenever that changed: the reconciler reads the advisories'
+        # facts again when it differs from the one they were read at.
+        self.facts_generation = 0
+        # Watched only to tell of a change: never what the copy answers
+        # with, so one the target refuses (403) does not keep it from syncing.
+        self._gpu_keys = gpu_keys(want)
+        self._signal_only = self._gpu_keys - watch_keys(
+            dataclasses.replace(want, gpu_listings=()), {}
+        )
 
     def _add_reflectors(self) -> None:
         for key in sorted(watch_keys(self.want, self.plurals) - set(self.reflectors), key=_order):
@@ -227,12 +238,14 @@ class WatchCache:
         await self.link.close()
 
     def _on_change(self, key: WatchKey, kind: str) -> None:
-        if key == NODES_KEY:
-            seen = sorted(_placement(n) for n in self.reflectors[key].items.values())
-            unchanged = seen == self._nodes_seen
-            self._nodes_seen = seen
+        if key == NODES_KEY or key in self._gpu_keys:
+            seen = fingerprint(key.api.resource, self.reflectors[key].items.values())
+            unchanged = seen == self._seen.get(key)
+            self._seen[key] = seen
             if unchanged and kind != "LIST":
                 return
+            # A LIST too: what changed while the watch was down has no event.
+            self.facts_generation += 1
         if key.api == CRDS or kind == "LIST":
             self.api_generation += 1
             if key.api == CRDS:
@@ -243,7 +256,7 @@ class WatchCache:
         self._wake()
 
     def synced(self) -> bool:
-        return all(r.synced for r in self.reflectors.values())
+        return all(r.synced for k, r in self.reflectors.items() if k not in self._signal_only)
 
     async def listed(self, client: AsyncClient) -> Listed | None:
         """What ``read_listed`` would read, from the watches; None when they are not current.

@@ -154,9 +154,12 @@ class StackReconciler:
     # read for (the components and the served APIs): read again only with a
     # direct read of the target, or when either changed. Watching what they
     # come from (every Deployment, Node, Service and ConfigMap of the
-    # cluster) would hold a copy of much of the cluster per target; so they,
-    # and GPUsAvailable, are as fresh as the last direct read (--relist).
+    # cluster) would hold a copy of much of the cluster per target; so they
+    # are as fresh as the last direct read (--relist), but for a change the
+    # GPU checks' watches see (observe.gpu_watch), which reads them again.
     facts: tuple[tuple[str, ...], APIS, ClusterFacts, TargetSummary | None] | None = None
+    # The GPU watches' generation those facts were read at (observe.gpu_watch).
+    facts_generation: int | None = None
     # Cloud identity tokens, shared with the stack's target watches and kept
     # across reconciles.
     tokens: TokenCache = field(default_factory=TokenCache)
@@ -393,10 +396,20 @@ class StackReconciler:
         components = components_for(stack.spec)
         names = tuple(c.name for c in components)
         kept = self.facts
-        if not direct and kept is not None and kept[0] == names and kept[1] == apis:
+        # The GPU path's watches bump this when what the GPU checks read changed.
+        cache = self.session.cache
+        generation = cache.facts_generation if cache is not None else None
+        if (
+            not direct
+            and kept is not None
+            and kept[0] == names
+            and kept[1] == apis
+            and generation == self.facts_generation
+        ):
             return kept[2], kept[3]
         facts, summary = await observe_target(target.client, components, apis)
         self.facts = (names, apis, facts, summary)
+        self.facts_generation = generation
         return facts, summary
 
     def retry_after(self) -> float | None:
