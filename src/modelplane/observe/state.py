@@ -16,7 +16,7 @@ the address only from the product's Gateway, and the CA only as certificates.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -37,7 +37,7 @@ from modelplane.catalog.configuration import (
 )
 from modelplane.catalog.facts import Listing
 from modelplane.catalog.types import ObjectExists
-from modelplane.kube.client import METADATA_LIST, list_objects, waiting_out_429
+from modelplane.kube.client import METADATA_LIST, ApiStatusError, list_objects, waiting_out_429
 from modelplane.kube.discovery import APIS, PLURALS, Served, served
 from modelplane.kube.resources import unless_missing
 from modelplane.observe.gpu_watch import gpu_listings
@@ -134,6 +134,21 @@ class ReleaseWatch:
         return f"metadata.name={self.name}"
 
 
+@dataclass(frozen=True)
+class ReleaseCollection:
+    """Where a release's objects other than its workloads are followed: one kind in one
+    namespace (None: cluster-scoped), their metadata only, and the names followed there.
+
+    Metadata only: drift is judged by who owns which fields
+    (``metadata.managedFields``), and a deletion by presence; a Secret's
+    data is never read.
+    """
+
+    api: ApiRef
+    namespace: str | None
+    names: frozenset[str]
+
+
 PODS = ApiRef("", "v1", "pods")
 NODES = ApiRef("", "v1", "nodes")
 
@@ -161,6 +176,8 @@ class Wanted:
     release_objects: tuple[ReleaseWatch, ...] = ()
     # The namespaces of the spec's releases, where Helm's Secrets are read.
     release_namespaces: tuple[str, ...] = ()
+    # Managed mode: the releases' other objects (observe.release_others).
+    release_collections: tuple[ReleaseCollection, ...] = ()
     # What the GPU checks list, watched so GPUsAvailable follows the
     # cluster (observe.gpu_watch); the facts themselves are read directly.
     gpu_listings: tuple[Listing, ...] = ()
@@ -217,6 +234,9 @@ class Listed:
     release_objects: dict[ReleaseWatch, list[dict[str, Any]]] = field(default_factory=dict)
     release_pods: dict[ReleaseWatch, list[dict[str, Any]]] = field(default_factory=dict)
     nodes: list[dict[str, Any]] | None = None
+    # Per collection of a release's other objects: their metadata; absent
+    # when the target would not list it (then not judged).
+    release_collections: dict[ReleaseCollection, list[dict[str, Any]]] = field(default_factory=dict)
 
 
 def to_observed(listed: Listed) -> Observed:
@@ -392,6 +412,28 @@ async def read_release_objects(client: AsyncClient, want: Wanted, listed: Listed
                 client, PODS, namespace=w.namespace, labels=w.pods
             )
     listed.nodes = await list_objects(client, NODES) if want.nodes else None
+    for c in want.release_collections:
+        found = await _unless_refused(
+            list_objects(client, c.api, namespace=c.namespace, accept=METADATA_LIST)
+        )
+        if found is not None:
+            listed.release_collections[c] = found
+
+
+async def _unless_refused(
+    listing: Awaitable[list[dict[str, Any]]],
+) -> list[dict[str, Any]] | None:
+    """A LIST's items; None when the target does not let us list, or serve, the kind.
+
+    A release's objects are followed where the operator may read them; one
+    it may not is left unjudged rather than stopping the reconcile.
+    """
+    try:
+        return await listing
+    except ApiStatusError as err:
+        if err.status in (403, 404, 405):
+            return None
+        raise
 
 
 def _releases(secrets: list[dict[str, Any]]) -> dict[str, ObservedRelease]:

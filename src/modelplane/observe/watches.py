@@ -38,6 +38,7 @@ from modelplane.observe.state import (
     PODS,
     SECRETS,
     Listed,
+    ReleaseCollection,
     ReleaseWatch,
     Wanted,
     api_of,
@@ -78,7 +79,23 @@ def watch_keys(want: Wanted, plurals: PLURALS) -> frozenset[WatchKey]:
     if want.nodes:
         keys.add(NODES_KEY)
     keys |= gpu_keys(want)
+    keys |= {release_collection_key(c) for c in want.release_collections}
     return frozenset(keys)
+
+
+def release_collection_key(c: ReleaseCollection) -> WatchKey:
+    """A release's other objects of one kind in one namespace: their metadata, by name here."""
+    return WatchKey(c.api, namespace=c.namespace, metadata_only=True)
+
+
+def _followed(items: Iterable[dict[str, Any]], names: frozenset[str]) -> list[tuple[str, str]]:
+    """(name, resourceVersion) of the followed objects among a collection's items."""
+    out = []
+    for item in items:
+        meta = item.get("metadata") or {}
+        if meta.get("name") in names:
+            out.append((str(meta["name"]), str(meta.get("resourceVersion") or "")))
+    return sorted(out)
 
 
 NODES_KEY = WatchKey(NODES)
@@ -192,6 +209,12 @@ class WatchCache:
         self.facts_generation = 0
         # Watched only to tell of a change: never what the copy answers
         # with, so one the target refuses (403) does not keep it from syncing.
+        # The names followed in each release collection: a change to another
+        # object of the kind (any ClusterRole of the cluster) wakes nothing.
+        self._followed: dict[WatchKey, frozenset[str]] = {}
+        for c in want.release_collections:
+            key = release_collection_key(c)
+            self._followed[key] = self._followed.get(key, frozenset()) | c.names
         self._gpu_keys = gpu_keys(want)
         self._signal_only = self._gpu_keys - watch_keys(
             dataclasses.replace(want, gpu_listings=()), {}
@@ -238,6 +261,13 @@ class WatchCache:
         await self.link.close()
 
     def _on_change(self, key: WatchKey, kind: str) -> None:
+        names = self._followed.get(key)
+        if names is not None:
+            seen = _followed(self.reflectors[key].items.values(), names)
+            unchanged = seen == self._seen.get(key)
+            self._seen[key] = seen
+            if unchanged and kind != "LIST":
+                return
         if key == NODES_KEY or key in self._gpu_keys:
             seen = fingerprint(key.api.resource, self.reflectors[key].items.values())
             unchanged = seen == self._seen.get(key)
@@ -353,6 +383,11 @@ class WatchCache:
                 if pods is None:
                     return None
                 listed.release_pods[w] = pods
+        for c in self.want.release_collections:
+            found = items(release_collection_key(c))
+            if found is None:
+                return None
+            listed.release_collections[c] = found
         if self.want.nodes:
             nodes = items(NODES_KEY)
             if nodes is None:

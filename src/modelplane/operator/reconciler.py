@@ -48,15 +48,19 @@ from modelplane.kube.discovery import APIS
 from modelplane.kube.errors import ErrorKind, Fault, KnownError, classify
 from modelplane.observe.facts import observe_target
 from modelplane.observe.release_objects import (
+    RELEASE_OWNERS,
     ReleaseManifests,
     node_facts,
+    other_objects,
     refused_revisions,
     release_workloads,
     unjudged_releases,
     watches_for,
 )
+from modelplane.observe.release_others import collections_for, release_others
 from modelplane.observe.state import (
     Listed,
+    ReleaseCollection,
     ReleaseWatch,
     Wanted,
     observe,
@@ -175,6 +179,7 @@ class StackReconciler:
     # decoded once per revision) and what is read of them; safe to lose.
     release_manifests: ReleaseManifests = field(default_factory=ReleaseManifests)
     release_watches: tuple[ReleaseWatch, ...] = ()
+    release_collections: tuple[ReleaseCollection, ...] = ()
     # The release drift last reported by event (--release-drift=warn).
     release_drift_reported: frozenset[str] = frozenset()
     # The refused release revisions last reported by event.
@@ -349,7 +354,11 @@ class StackReconciler:
         want = wanted(stack.spec, self.options.sources().image_pull_secrets)
         if stack.spec.components is not ComponentsMode.MANAGED:
             return want
-        return dataclasses.replace(want, release_objects=self.release_watches)
+        return dataclasses.replace(
+            want,
+            release_objects=self.release_watches,
+            release_collections=self.release_collections,
+        )
 
     async def _release_workloads(
         self, target: Target, listed: Listed, observed: Observed, want: Wanted
@@ -363,12 +372,17 @@ class StackReconciler:
         # Stored manifests are up to 1 MiB of YAML each: parsed off the loop.
         manifests = await asyncio.to_thread(self.release_manifests.read, listed, observed.releases)
         watches = watches_for(manifests)
-        if watches != want.release_objects:
-            want = dataclasses.replace(want, release_objects=watches)
-            self.release_watches = watches
+        others = other_objects(manifests)
+        collections = collections_for(others)
+        if watches != want.release_objects or collections != want.release_collections:
+            want = dataclasses.replace(
+                want, release_objects=watches, release_collections=collections
+            )
+            self.release_watches, self.release_collections = watches, collections
             await read_release_objects(target.client, want, listed)
         update = {
             "release_workloads": release_workloads(manifests, listed),
+            "release_objects": release_others(others, listed, RELEASE_OWNERS),
             "unjudged_releases": unjudged_releases(manifests),
             "refused_revisions": refused_revisions(manifests),
             "nodes": node_facts(listed.nodes),
