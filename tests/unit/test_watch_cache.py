@@ -14,6 +14,7 @@ from modelplane.kube.discovery import PLURALS
 from modelplane.kube.reflector import WatchKey
 from modelplane.observe.state import ReleaseWatch, Wanted, to_observed, wanted
 from modelplane.observe.watches import CRDS, NODES_KEY, WatchCache, crd_plurals, watch_keys
+from modelplane.pins import ComponentsMode
 from modelplane.wire import DIGEST_ANNOTATION, MANAGED_BY, MANAGED_BY_LABEL, ApiRef
 
 from .conftest import CA_PEM
@@ -262,3 +263,10 @@ def test_a_gpu_listing_the_target_refuses_does_not_keep_the_copy_from_answering(
         # Forbidden, say: never synced.
         reflector.synced = key.api.resource != "resourceslices"
     assert cache.synced()
+
+
+@pytest.mark.parametrize("mode", list(ComponentsMode))
+def test_the_gpu_path_is_watched_in_either_mode(mode: ComponentsMode) -> None:
+    spec = SPEC.model_copy(update={"components": mode})
+    keys = watch_keys(wanted(spec), SERVED)
+    assert {NODES_KEY, WatchKey(ApiRef("resource.k8s.io", "v1", "resourceslices"))} <= keys
