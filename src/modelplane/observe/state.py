@@ -5,7 +5,9 @@ per kind the product applies, in each namespace it applies the kind in
 (filtered to its own objects by label), one
 LIST of Helm's release Secrets that carry the product's label per release
 namespace (in that namespace only), the DeviceClasses, and the CA ConfigMap
-when a hostname is set. Never one GET per object.
+when a hostname is set; in Managed mode, the releases' workloads by name and
+their other objects by kind and namespace, metadata only. Never one GET per
+object.
 
 A label is no proof: a target's tenants may label their own objects as the
 product's. ``to_observed`` (one conversion for these reads and the watches)

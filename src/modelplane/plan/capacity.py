@@ -311,6 +311,7 @@ class GpuCheck(StrEnum):
 
     In the order a person fixes them: without NFD's labels the kubelet
     plugin never schedules; without the quota its pods are never created;
+    a cordon or a maintenance taint keeps it (and new pods) off a node;
     without the plugin no slices are published. A device plugin is a
     separate fault and comes last.
     """
