@@ -127,3 +127,52 @@ def test_a_secret_is_only_recreated_when_gone() -> None:
     [secret] = _observed({"secrets": []})
     drift = object_drift(secret, DriftMode.CORRECT)
     assert drift is not None and drift.deleted
+
+
+GRANTS = """
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: own}
+rules: [{apiGroups: [""], resources: [secrets], verbs: [get]}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: own}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: own}
+subjects: [{kind: ServiceAccount, name: sa, namespace: cert-manager}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: takeover}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: cluster-admin}
+subjects: [{kind: ServiceAccount, name: sa, namespace: cert-manager}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: to-a-user}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: own}
+subjects: [{kind: User, name: mallory}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: everything}
+rules: [{apiGroups: ["*"], resources: ["*"], verbs: ["*"]}]
+"""
+
+
+def test_a_grant_a_chart_would_not_make_is_never_restored() -> None:
+    entries = [("cert-manager", "mp-cert-manager", e) for e in other_entries(GRANTS, "cm")]
+    listed = Listed(apis={})
+    for c in collections_for(entries):
+        listed.release_collections[c] = []  # every one deleted
+    found = {o.shown: o for o in release_others(entries, listed, RELEASE_OWNERS)}
+    restored = {
+        shown
+        for shown, o in found.items()
+        if (d := object_drift(o, DriftMode.CORRECT)) is not None and d.restore is not None
+    }
+    assert restored == {"ClusterRole own", "ClusterRoleBinding own"}, restored
+    takeover = object_drift(found["ClusterRoleBinding takeover"], DriftMode.CORRECT)
+    assert takeover is not None and takeover.message.endswith(
+        "was deleted; not restored (it binds a role its release does not define)"
+    ), takeover

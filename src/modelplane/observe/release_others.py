@@ -24,6 +24,14 @@ controller fills (a webhook's certificate), so one that exists is never
 edited back, and one that is gone is created again from the manifest's
 body, which the controller then fills again. Their data is never read.
 
+A stored revision is anyone's who may write a Secret in the release's
+namespace, and a restore applies it with the operator's own credentials;
+so a grant is put back only when it is one a chart's own RBAC makes
+(``refused_grant``): a binding only of a role the same manifest defines, to
+ServiceAccounts of the release's namespace, and a role only without
+wildcards or the verbs that grant more (escalate, bind, impersonate). Any
+other is reported, never restored, whatever ``--release-drift`` says.
+
 Everything read is the target's, and hostile: at most ``MAX_OBJECTS`` per
 release, names as the API server allows them, and the metadata-only
 collections within ``kube.budget``'s budget.
@@ -36,7 +44,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from modelplane.observe.state import Listed, ReleaseCollection
+from modelplane.observe.state import RELEASE_NAMESPACES, Listed, ReleaseCollection
 from modelplane.plan.drift import fields_of
 from modelplane.plan.health import GROUPS, Kind
 from modelplane.plan.release_health import ReleaseObject
@@ -169,6 +177,35 @@ def _is_workload(api_version: str, kind: str) -> bool:
     return api_version.rpartition("/")[0] == GROUPS[found]
 
 
+_BINDINGS = frozenset({"RoleBinding", "ClusterRoleBinding"})
+_ROLES = frozenset({"Role", "ClusterRole"})
+_GRANTING_VERBS = frozenset({"*", "escalate", "bind", "impersonate"})
+
+
+def refused_grant(entry: OtherEntry, entries: list[OtherEntry], namespace: str) -> str:
+    """Why the operator will not restore ``entry`` from a stored revision; "" if it may."""
+    body = entry.body
+    if entry.kind in _BINDINGS:
+        ref = _dict(body.get("roleRef"))
+        defined = {(e.kind, e.name) for e in entries if e.kind in _ROLES}
+        if (str(ref.get("kind")), str(ref.get("name"))) not in defined:
+            return "it binds a role its release does not define"
+        subjects = body.get("subjects")
+        for subject in subjects if isinstance(subjects, list) else []:
+            s = _dict(subject)
+            if s.get("kind") != "ServiceAccount" or s.get("namespace", namespace) != namespace:
+                return "it binds a subject outside its release's ServiceAccounts"
+    if entry.kind in _ROLES:
+        rules = body.get("rules")
+        for rule in rules if isinstance(rules, list) else []:
+            r = _dict(rule)
+            verbs = {str(v) for v in r.get("verbs") or [] if isinstance(v, str)}
+            resources = {str(v) for v in r.get("resources") or [] if isinstance(v, str)}
+            if verbs & _GRANTING_VERBS or "*" in resources:
+                return "it grants a wildcard, escalate, bind or impersonate"
+    return ""
+
+
 def collections_for(entries: list[tuple[str, str, OtherEntry]]) -> tuple[ReleaseCollection, ...]:
     """One collection per kind and namespace the entries are in, with the names followed."""
     names: dict[tuple[ApiRef, str | None], set[str]] = {}
@@ -201,11 +238,15 @@ def release_others(
             meta = _dict(item.get("metadata"))
             if isinstance(meta.get("name"), str):
                 by_name[meta["name"]] = meta
+    by_release: dict[str, list[OtherEntry]] = {}
+    for _, release, e in entries:
+        by_release.setdefault(release, []).append(e)
     out: list[ReleaseObject] = []
     for component, release, e in entries:
         found = by_collection.get(e.collection_key)
         if found is None:
             continue
+        namespace = RELEASE_NAMESPACES.get(release, "")
         live = found.get(e.name)
         out.append(
             ReleaseObject(
@@ -216,6 +257,7 @@ def release_others(
                 present=live is not None,
                 owned=fields_of(live, owners) if live is not None else None,
                 data_owned_elsewhere=e.kind == "Secret",
+                held=refused_grant(e, by_release[release], namespace),
             )
         )
     return out

@@ -125,6 +125,9 @@ class ReleaseObject(Frozen):
     present: bool
     owned: dict[str, Any] | None = None
     data_owned_elsewhere: bool = False
+    # Why a restore of it is refused whatever the mode (see
+    # observe.release_others.refused_grant); "" when it may be restored.
+    held: str = ""
 
 
 class ReleaseDrift(Frozen):
@@ -135,6 +138,9 @@ class ReleaseDrift(Frozen):
     fields: list[str] = Field(default_factory=list)
     # The body to apply when the mode is correct; None when only reported.
     restore: dict[str, Any] | None = None
+    # Why it is only reported even under correct (a grant the operator
+    # will not make from a stored revision); "" otherwise.
+    held: str = ""
 
     @property
     def message(self) -> str:
@@ -146,7 +152,11 @@ class ReleaseDrift(Frozen):
             what = (
                 "was changed by hand: " + ", ".join(shown) + (f" and {more} more" if more else "")
             )
-        verb = "restored" if self.restore is not None else "not restored (--release-drift=warn)"
+        verb = (
+            "restored"
+            if self.restore is not None
+            else f"not restored ({self.held or '--release-drift=warn'})"
+        )
         return f"{self.shown} of release {self.release} {what}; {verb}"
 
 
@@ -265,8 +275,8 @@ def object_drift(o: ReleaseObject, mode: DriftMode) -> ReleaseDrift | None:
     """
     if mode is DriftMode.OFF:
         return None
-    restore = o.desired if mode is DriftMode.CORRECT else None
-    common = {"component": o.component, "release": o.release, "shown": o.shown}
+    restore = o.desired if mode is DriftMode.CORRECT and not o.held else None
+    common = {"component": o.component, "release": o.release, "shown": o.shown, "held": o.held}
     if not o.present:
         return ReleaseDrift(**common, deleted=True, restore=restore)
     if o.owned is None or o.data_owned_elsewhere:
