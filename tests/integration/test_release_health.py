@@ -56,6 +56,28 @@ class Stack:
             self.mode = mode
         self.h.wait_condition("Ready", "True", deadline=300)
 
+    def settled(self, quiet: float = 3.0) -> None:
+        """Past the first reconciles of the process (its watches run), and none for ``quiet`` s.
+
+        A change timed from a quiet stack: one made while a reconcile reads
+        the target directly (after a restore) waits for that read.
+        """
+        wait_for(
+            "the operator's watches running",
+            lambda: self.h.reconciles() >= 3,
+            deadline=DEADLINE,
+            not_yet=(httpx2.TransportError,),
+        )
+        seen = [self.h.reconciles(), time.monotonic()]
+
+        def quiet_for() -> bool:
+            now = self.h.reconciles()
+            if now != seen[0]:
+                seen[:] = [now, time.monotonic()]
+            return time.monotonic() - seen[1] >= quiet
+
+        wait_for("no reconcile for a while", quiet_for, deadline=DEADLINE, interval=0.2)
+
     def events(self, reason: str) -> list[str]:
         items = self.h.hub_env.http_client().get(f"/api/v1/namespaces/{self.h.ns}/events").json()
         return [
@@ -371,6 +393,7 @@ def _back_within(h: Harness, res: Any, name: str, namespace: str | None = None) 
 
 def test_a_deleted_service_then_webhook_configuration_each_come_back(stack: Stack) -> None:
     stack.run("correct")
+    stack.settled()
     # Helm's own install is no drift: not one of these objects is reported.
     assert not any("Service" in m or "Webhook" in m for m in stack.events("ReleaseDrift"))
     took = _back_within(stack.h, Service, WEBHOOK, CERT_MANAGER)
@@ -381,6 +404,7 @@ def test_a_deleted_service_then_webhook_configuration_each_come_back(stack: Stac
         lambda: said in stack.events("ReleaseDrift"),
         deadline=DEADLINE,
     )
+    stack.settled()
     took = _back_within(stack.h, ValidatingWebhookConfiguration, WEBHOOK_CONFIG)
     assert took <= FOLLOWS_WITHIN, f"the webhook configuration came back after {took:.2f} s"
     restored = stack.h.target.get(ValidatingWebhookConfiguration, WEBHOOK_CONFIG)
@@ -431,6 +455,7 @@ def test_a_hand_edited_service_is_taken_back_and_reported_with_warn(stack: Stack
 
 def test_a_secret_a_controller_filled_is_not_emptied_again(stack: Stack) -> None:
     stack.run("correct")
+    stack.settled()
     # As the webhook fills its CA Secret: another manager, data the chart never had.
     filled = base64.b64encode(b"-----BEGIN CERTIFICATE-----").decode()
     stack.h.target.patch(
@@ -470,6 +495,7 @@ def _gpus(s: Stack) -> Any:
 def test_every_gpu_node_tainted_for_maintenance(stack: Stack) -> None:
     """GPUsAvailable follows the GPU nodes by watch, at --resync 20 and the default --relist."""
     stack.run("correct")
+    stack.settled()
     stack.h.wait_condition("GPUsAvailable", "True", "GPUsPublished", deadline=DEADLINE)
     before = {node: _taints(stack.h, node) for node in GPU_NODES}
     start = time.monotonic()

@@ -276,6 +276,7 @@ class WatchCache:
                 return
             # A LIST too: what changed while the watch was down has no event.
             self.facts_generation += 1
+            log.debug("target of %s: %s changed (%s): facts read again", self._label, key, kind)
         if key.api == CRDS or kind == "LIST":
             self.api_generation += 1
             if key.api == CRDS:
