@@ -20,7 +20,9 @@ so only the target watches can bring a change in time:
 4. every GPU node tainted ``maintenance=true:NoExecute``, timed to the
    hub's ``GPUsAvailable=False`` (``GPUNodesUnavailable``) and to
    ``status.target.gpus`` 0, then the taint removed, timed to
-   ``GPUsAvailable=True`` with the GPUs counted again.
+   ``GPUsAvailable=True`` with the GPUs counted again. Each of these is
+   made once no reconcile ran for 1.5 s: timed is the watch path, not the
+   tail of the previous restore's direct read.
 
 Then what the operator's watches cost the target (open watches by
 resource, from the API server's ``apiserver_longrunning_requests``, and the
@@ -181,6 +183,24 @@ def _connections(pid: int, server: str) -> int:
     return count
 
 
+def _quiet(h: Harness, seconds: float = 1.5) -> None:
+    """Until no reconcile ran for ``seconds``: a change is timed from a settled stack.
+
+    One made while a reconcile reads the target directly (the round after
+    a restore) waits for that read, which is the direct read's cost, not
+    the watches'.
+    """
+    seen = [h.reconciles(), time.perf_counter()]
+
+    def quiet() -> bool:
+        now = h.reconciles()
+        if now != seen[0]:
+            seen[:] = [now, time.perf_counter()]
+        return time.perf_counter() - seen[1] >= seconds
+
+    _until(quiet, 120)
+
+
 def _gpu_condition(h: Harness, status: str, reason: str) -> Callable[[], bool]:
     def check() -> bool:
         for c in h.status().get("conditions", []):
@@ -311,6 +331,7 @@ def main() -> None:
                         raise
                     return True
 
+                _quiet(harness)
                 start = time.perf_counter()
                 harness.target.delete(res, name, namespace=namespace)
                 _until(there, args.timeout)
@@ -335,6 +356,7 @@ def main() -> None:
             to_zero: list[float] = []
             to_true: list[float] = []
             for _ in range(args.taints):
+                _quiet(h)
                 start = time.perf_counter()
                 for node in gpu_nodes:
                     _set_taints(h, node, [*kept[node], MAINTENANCE])
@@ -342,6 +364,7 @@ def main() -> None:
                 to_false.append(time.perf_counter() - start)
                 _until(lambda: harness.status().get("target", {}).get("gpus") == 0, args.timeout)
                 to_zero.append(time.perf_counter() - start)
+                _quiet(h)
                 start = time.perf_counter()
                 for node in gpu_nodes:
                     _set_taints(h, node, kept[node])
