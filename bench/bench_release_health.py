@@ -14,15 +14,30 @@ so only the target watches can bring a change in time:
    the Deployment back on the target (restored from the stored manifest)
    and to ``Ready=True``.
 
-Then the cost of a no-op resync at ``--resync 2`` (reads of the release
-workloads' resources, target writes, hub writes). p50 and max are printed.
+3. ``--release-drift=correct``: the release's webhook Service, then its
+   ValidatingWebhookConfiguration, deleted in turn, each timed to the object
+   back on the target;
+4. every GPU node tainted ``maintenance=true:NoExecute``, timed to the
+   hub's ``GPUsAvailable=False`` (``GPUNodesUnavailable``) and to
+   ``status.target.gpus`` 0, then the taint removed, timed to
+   ``GPUsAvailable=True`` with the GPUs counted again. Each of these is
+   made once no reconcile ran for 1.5 s: timed is the watch path, not the
+   tail of the previous restore's direct read.
 
-    python bench/bench_release_health.py [--breakages 24] [--deletes 20]
+Then what the operator's watches cost the target (open watches by
+resource, from the API server's ``apiserver_longrunning_requests``, and the
+operator's TCP connections to it), and the cost of a no-op resync at
+``--resync 2`` (reads of the release workloads' resources, target writes,
+hub writes). p50 and max are printed.
+
+    python bench/bench_release_health.py [--breakages 24] [--deletes 20] \
+        [--objects 20] [--taints 20]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import tempfile
@@ -33,9 +48,11 @@ from typing import Any
 
 import httpx2
 from lightkube.core.exceptions import ApiError
+from lightkube.resources.admissionregistration_v1 import ValidatingWebhookConfiguration
 from lightkube.resources.apps_v1 import DaemonSet, Deployment
-from lightkube.resources.core_v1 import Pod
+from lightkube.resources.core_v1 import Node, Pod, Service
 from lightkube.types import PatchType
+from prometheus_client.parser import text_string_to_metric_families
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -53,10 +70,13 @@ from tests.integration.test_release_health import (  # noqa: E402
     CONTROLLER,
     DRA,
     DRA_PLUGIN,
+    MAINTENANCE,
     WEBHOOK,
+    WEBHOOK_CONFIG,
     _crash,
 )
 from tests.testenv import TestEnv, find_binaries  # noqa: E402
+from tests.testenv.nodes import DEFAULT_LAYOUT, NodeLayout  # noqa: E402
 
 POLL = 0.02
 
@@ -127,10 +147,82 @@ def _tolerations(h: Harness, tolerations: list[dict[str, Any]] | None) -> None:
     )
 
 
+def _watches(env: TestEnv) -> dict[str, float]:
+    """Open WATCH requests on the API server now, by resource (one scrape)."""
+    out: dict[str, float] = {}
+    for family in text_string_to_metric_families(env.metrics_text()):
+        for sample in family.samples:
+            if (
+                sample.name == "apiserver_longrunning_requests"
+                and sample.labels.get("verb") == "WATCH"
+            ):
+                resource = sample.labels.get("resource") or "?"
+                out[resource] = out.get(resource, 0.0) + sample.value
+    return out
+
+
+def _connections(pid: int, server: str) -> int:
+    """Established TCP connections of process ``pid`` to ``server``'s port."""
+    port = int(server.rsplit(":", 1)[1])
+    inodes = set()
+    fd_dir = Path(f"/proc/{pid}/fd")
+    for fd in fd_dir.iterdir():
+        try:
+            link = os.readlink(fd)
+        except OSError:
+            continue
+        if link.startswith("socket:["):
+            inodes.add(link[8:-1])
+    count = 0
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            remote, state, inode = fields[2], fields[3], fields[9]
+            if state == "01" and inode in inodes and int(remote.rsplit(":", 1)[1], 16) == port:
+                count += 1
+    return count
+
+
+def _quiet(h: Harness, seconds: float = 1.5) -> None:
+    """Until no reconcile ran for ``seconds``: a change is timed from a settled stack.
+
+    One made while a reconcile reads the target directly (the round after
+    a restore) waits for that read, which is the direct read's cost, not
+    the watches'.
+    """
+    seen = [h.reconciles(), time.perf_counter()]
+
+    def quiet() -> bool:
+        now = h.reconciles()
+        if now != seen[0]:
+            seen[:] = [now, time.perf_counter()]
+        return time.perf_counter() - seen[1] >= seconds
+
+    _until(quiet, 120)
+
+
+def _gpu_condition(h: Harness, status: str, reason: str) -> Callable[[], bool]:
+    def check() -> bool:
+        for c in h.status().get("conditions", []):
+            if c["type"] == "GPUsAvailable":
+                return bool(c["status"] == status and c["reason"] == reason)
+        return False
+
+    return check
+
+
+def _set_taints(h: Harness, node: str, taints: list[dict[str, Any]]) -> None:
+    h.target.patch(
+        Node, node, {"spec": {"taints": taints}}, patch_type=PatchType.MERGE, field_manager="drain"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--breakages", type=int, default=24, help="breakages with warn")
     parser.add_argument("--deletes", type=int, default=20, help="Deployments deleted, correct")
+    parser.add_argument("--objects", type=int, default=20, help="each of Service, webhook")
+    parser.add_argument("--taints", type=int, default=20, help="GPU nodes drained and back")
     parser.add_argument("--timeout", type=float, default=60.0)
     args = parser.parse_args()
 
@@ -228,6 +320,77 @@ def main() -> None:
                 ready_again.append(time.perf_counter() - start)
             print(f"Deployment deleted -> restored on the target: {_spread(restored)}")
             print(f"Deployment deleted -> hub Ready=True again: {_spread(ready_again)}")
+
+            def back(res: Any, name: str, namespace: str | None) -> float:
+                def there() -> bool:
+                    try:
+                        harness.target.get(res, name, namespace=namespace)
+                    except ApiError as err:
+                        if err.status.code == 404:
+                            return False
+                        raise
+                    return True
+
+                _quiet(harness)
+                start = time.perf_counter()
+                harness.target.delete(res, name, namespace=namespace)
+                _until(there, args.timeout)
+                return time.perf_counter() - start
+
+            objects = [
+                ("Service", Service, WEBHOOK, CERT_MANAGER),
+                ("ValidatingWebhookConfiguration", ValidatingWebhookConfiguration,
+                 WEBHOOK_CONFIG, None),
+            ]  # fmt: skip
+            for shown, res, name, namespace in objects:
+                took = [back(res, name, namespace) for _ in range(args.objects)]
+                _until(_ready(h, "True"), args.timeout)
+                print(f"{shown} deleted -> restored on the target: {_spread(took)}")
+
+            gpu_nodes = [n for n, gpu in NodeLayout.parse(DEFAULT_LAYOUT).names() if gpu]
+            kept = {}
+            for node in gpu_nodes:
+                spec = h.target.get(Node, node).spec
+                kept[node] = [t.to_dict() for t in (spec.taints if spec else None) or []]
+            to_false: list[float] = []
+            to_zero: list[float] = []
+            to_true: list[float] = []
+            for _ in range(args.taints):
+                _quiet(h)
+                start = time.perf_counter()
+                for node in gpu_nodes:
+                    _set_taints(h, node, [*kept[node], MAINTENANCE])
+                _until(_gpu_condition(h, "False", "GPUNodesUnavailable"), args.timeout)
+                to_false.append(time.perf_counter() - start)
+                _until(lambda: harness.status().get("target", {}).get("gpus") == 0, args.timeout)
+                to_zero.append(time.perf_counter() - start)
+                _quiet(h)
+                start = time.perf_counter()
+                for node in gpu_nodes:
+                    _set_taints(h, node, kept[node])
+                _until(_gpu_condition(h, "True", "GPUsPublished"), args.timeout)
+                to_true.append(time.perf_counter() - start)
+            print(f"GPU nodes tainted -> hub GPUsAvailable=False: {_spread(to_false)}")
+            print(f"GPU nodes tainted -> status.target.gpus 0: {_spread(to_zero)}")
+            print(f"taint removed -> hub GPUsAvailable=True: {_spread(to_true)}")
+
+            # What the operator's watches hold open on the target, by resource.
+            with_operator = _watches(target)
+            assert h.proc is not None
+            connections = _connections(h.proc.pid, target.server)
+            h.stop()
+            time.sleep(2)
+            without = _watches(target)
+            ours = {
+                r: with_operator.get(r, 0.0) - without.get(r, 0.0)
+                for r in sorted(set(with_operator) | set(without))
+                if with_operator.get(r, 0.0) != without.get(r, 0.0)
+            }
+            print(
+                f"the operator's watches on the target: {sum(ours.values()):.0f} "
+                f"({', '.join(f'{r} {n:.0f}' for r, n in ours.items())}); "
+                f"its TCP connections to the target: {connections}"
+            )
 
             run("correct", "2")
             time.sleep(10)  # past the first reconciles of the new process

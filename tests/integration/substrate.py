@@ -394,6 +394,82 @@ def _cm_image(key: str) -> str:
 
 _CM_SECRETS = ".Values.global.imagePullSecrets | default list | toJson"
 
+# What the real chart installs beside its workloads, as far as the drift tests
+# read it: the webhook's Service and configuration, a ServiceAccount with
+# its RBAC, a ConfigMap, and the webhook's CA Secret, created empty here for
+# the tests to fill as the webhook fills its own. The configuration's object
+# selector matches nothing: kwok runs no webhook to answer it.
+CERT_MANAGER_OBJECTS = """---
+apiVersion: v1
+kind: ServiceAccount
+metadata:
+  name: cert-manager-webhook
+---
+apiVersion: v1
+kind: Service
+metadata:
+  name: cert-manager-webhook
+spec:
+  type: ClusterIP
+  selector: {app.kubernetes.io/name: cert-manager-webhook}
+  ports:
+  - {name: https, port: 443, protocol: TCP, targetPort: 10250}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: cert-manager-webhook
+data:
+  config.yaml: "kind: WebhookConfiguration"
+---
+apiVersion: v1
+kind: Secret
+metadata:
+  name: cert-manager-webhook-ca
+type: Opaque
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata:
+  name: {{ .Release.Name }}-webhook:subjectaccessreviews
+rules:
+- apiGroups: [authorization.k8s.io]
+  resources: [subjectaccessreviews]
+  verbs: [create]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata:
+  name: {{ .Release.Name }}-webhook:subjectaccessreviews
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: ClusterRole
+  name: {{ .Release.Name }}-webhook:subjectaccessreviews
+subjects:
+- {kind: ServiceAccount, name: cert-manager-webhook, namespace: {{ .Release.Namespace }}}
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingWebhookConfiguration
+metadata:
+  name: {{ .Release.Name }}-webhook
+  annotations:
+    cert-manager.io/inject-ca-from-secret: {{ .Release.Namespace }}/cert-manager-webhook-ca
+webhooks:
+- name: webhook.cert-manager.io
+  admissionReviewVersions: [v1]
+  sideEffects: None
+  failurePolicy: Fail
+  objectSelector:
+    matchLabels: {modelplane.test/never: "true"}
+  rules:
+  - apiGroups: [cert-manager.io]
+    apiVersions: [v1]
+    operations: [CREATE, UPDATE]
+    resources: ["*/*"]
+  clientConfig:
+    service: {name: cert-manager-webhook, namespace: {{ .Release.Namespace }}, path: /validate}
+"""
+
 CERT_MANAGER = StandIn(
     app_version="v1.20.2",
     values={
@@ -458,6 +534,7 @@ CERT_MANAGER = StandIn(
             when=".Values.startupapicheck.enabled",
         ),
     ),
+    extra=CERT_MANAGER_OBJECTS,
 )
 
 # kube-prometheus-stack and its subcharts: global.imageRegistry, else the

@@ -10,6 +10,8 @@ needs another ``--release-drift``; the install stays.
 
 from __future__ import annotations
 
+import base64
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -17,12 +19,15 @@ import httpx2
 import pytest
 from lightkube import Client
 from lightkube.core.exceptions import ApiError
+from lightkube.models.core_v1 import ServiceSpec
+from lightkube.resources.admissionregistration_v1 import ValidatingWebhookConfiguration
 from lightkube.resources.apps_v1 import DaemonSet, Deployment
-from lightkube.resources.core_v1 import Pod
+from lightkube.resources.core_v1 import Node, Pod, Secret, Service
 from lightkube.types import PatchType
 from tests.integration.hubs import SS, Harness, requests_by_resource, stack_gone
 from tests.integration.substrate import Substrate
 from tests.testenv import TestEnv
+from tests.testenv.nodes import DEFAULT_LAYOUT, NodeLayout
 from tests.waiting import wait_for
 
 from modelplane.catalog import components as catalog
@@ -50,6 +55,28 @@ class Stack:
             self.h.start("--release-drift", mode, "--resync", "20")
             self.mode = mode
         self.h.wait_condition("Ready", "True", deadline=300)
+
+    def settled(self, quiet: float = 3.0) -> None:
+        """Past the first reconciles of the process (its watches run), and none for ``quiet`` s.
+
+        A change timed from a quiet stack: one made while a reconcile reads
+        the target directly (after a restore) waits for that read.
+        """
+        wait_for(
+            "the operator's watches running",
+            lambda: self.h.reconciles() >= 3,
+            deadline=DEADLINE,
+            not_yet=(httpx2.TransportError,),
+        )
+        seen = [self.h.reconciles(), time.monotonic()]
+
+        def quiet_for() -> bool:
+            now = self.h.reconciles()
+            if now != seen[0]:
+                seen[:] = [now, time.monotonic()]
+            return time.monotonic() - seen[1] >= quiet
+
+        wait_for("no reconcile for a while", quiet_for, deadline=DEADLINE, interval=0.2)
 
     def events(self, reason: str) -> list[str]:
         items = self.h.hub_env.http_client().get(f"/api/v1/namespaces/{self.h.ns}/events").json()
@@ -329,3 +356,163 @@ def test_a_quiet_managed_resync_reads_none_of_the_release_workloads(stack: Stack
     assert not any(v for (_, r), v in ours.items() if r in {"deployments", "daemonsets"}), ours
     hub = {k: v - hub_before.get(k, 0.0) for k, v in hub_after.items() if v != hub_before.get(k)}
     assert hub == {}, hub
+
+
+# ---- every object of a release, and the GPU path, followed by watch -------------------
+
+# The issue's bound: a change on the target reaches the hub (or is put back) within this.
+FOLLOWS_WITHIN = 2.0
+WEBHOOK_CONFIG = "mp-cert-manager-webhook"
+WEBHOOK_CA = "cert-manager-webhook-ca"
+GPU_NODES = [name for name, gpu in NodeLayout.parse(DEFAULT_LAYOUT).names() if gpu]
+MAINTENANCE = {"key": "maintenance", "value": "true", "effect": "NoExecute"}
+
+
+def _present(h: Harness, res: Any, name: str, namespace: str | None = None) -> bool:
+    try:
+        h.target.get(res, name, namespace=namespace)
+    except ApiError as err:
+        if err.status.code == 404:
+            return False
+        raise
+    return True
+
+
+def _back_within(h: Harness, res: Any, name: str, namespace: str | None = None) -> float:
+    """Delete the object, and the seconds until it is on the target again."""
+    start = time.monotonic()
+    h.target.delete(res, name, namespace=namespace)
+    wait_for(
+        f"{name} restored",
+        lambda: _present(h, res, name, namespace),
+        deadline=DEADLINE,
+        interval=0.05,
+    )
+    return time.monotonic() - start
+
+
+def test_a_deleted_service_then_webhook_configuration_each_come_back(stack: Stack) -> None:
+    stack.run("correct")
+    stack.settled()
+    # Helm's own install is no drift: not one of these objects is reported.
+    assert not any("Service" in m or "Webhook" in m for m in stack.events("ReleaseDrift"))
+    took = _back_within(stack.h, Service, WEBHOOK, CERT_MANAGER)
+    assert took <= FOLLOWS_WITHIN, f"the Service came back after {took:.2f} s"
+    said = f"Service {CERT_MANAGER}/{WEBHOOK} of release mp-cert-manager was deleted; restored"
+    wait_for(
+        "a ReleaseDrift event saying the Service was restored",
+        lambda: said in stack.events("ReleaseDrift"),
+        deadline=DEADLINE,
+    )
+    stack.settled()
+    took = _back_within(stack.h, ValidatingWebhookConfiguration, WEBHOOK_CONFIG)
+    assert took <= FOLLOWS_WITHIN, f"the webhook configuration came back after {took:.2f} s"
+    restored = stack.h.target.get(ValidatingWebhookConfiguration, WEBHOOK_CONFIG)
+    assert restored.metadata is not None
+    applied = {f.manager for f in restored.metadata.managedFields or [] if f.operation == "Apply"}
+    assert applied == {FIELD_MANAGER}, applied
+    # From the stored manifest, not by a helm upgrade.
+    assert stack.h.helm_releases()["mp-cert-manager"]["revision"] == "1"
+    stack.h.wait_condition("Ready", "True", deadline=DEADLINE)
+
+
+def test_a_hand_edited_service_is_taken_back_and_reported_with_warn(stack: Stack) -> None:
+    stack.run("warn")
+    stack.h.target.patch(
+        Service,
+        WEBHOOK,
+        {"spec": {"selector": {"app.kubernetes.io/name": "someone-else"}}},
+        namespace=CERT_MANAGER,
+        patch_type=PatchType.MERGE,
+        field_manager="kubectl-edit",
+    )
+    wait_for(
+        "a ReleaseDrift Warning naming the Service's selector",
+        lambda: any(
+            f"Service {CERT_MANAGER}/{WEBHOOK}" in m
+            and "spec.selector" in m
+            and "not restored" in m
+            for m in stack.events("ReleaseDrift")
+        ),
+        deadline=DEADLINE,
+    )
+    service = stack.h.target.get(Service, WEBHOOK, namespace=CERT_MANAGER)
+    assert service.spec is not None and service.spec.selector == {
+        "app.kubernetes.io/name": "someone-else"
+    }
+    stack.run("correct")
+    wait_for(
+        "the Service's selector taken back",
+        lambda: (
+            (
+                stack.h.target.get(Service, WEBHOOK, namespace=CERT_MANAGER).spec or ServiceSpec()
+            ).selector
+            == {"app.kubernetes.io/name": WEBHOOK}
+        ),
+        deadline=DEADLINE,
+    )
+
+
+def test_a_secret_a_controller_filled_is_not_emptied_again(stack: Stack) -> None:
+    stack.run("correct")
+    stack.settled()
+    # As the webhook fills its CA Secret: another manager, data the chart never had.
+    filled = base64.b64encode(b"-----BEGIN CERTIFICATE-----").decode()
+    stack.h.target.patch(
+        Secret,
+        WEBHOOK_CA,
+        {"data": {"ca.crt": filled}},
+        namespace=CERT_MANAGER,
+        patch_type=PatchType.MERGE,
+        field_manager="cert-manager-webhook",
+    )
+    # A reconcile judges the drift after the fill: a Service put back proves one ran.
+    _back_within(stack.h, Service, WEBHOOK, CERT_MANAGER)
+    stack.h.wait_condition("Ready", "True", deadline=DEADLINE)
+    secret = stack.h.target.get(Secret, WEBHOOK_CA, namespace=CERT_MANAGER)
+    assert (secret.data or {}).get("ca.crt") == filled, secret.data
+    # Gone, it is created again from the manifest (empty, for the webhook to fill).
+    _back_within(stack.h, Secret, WEBHOOK_CA, CERT_MANAGER)
+    assert not stack.h.target.get(Secret, WEBHOOK_CA, namespace=CERT_MANAGER).data
+
+
+def _taints(h: Harness, node: str) -> list[dict[str, Any]]:
+    found = h.target.get(Node, node)
+    assert found.spec is not None
+    return [t.to_dict() for t in found.spec.taints or []]
+
+
+def _set_taints(h: Harness, node: str, taints: list[dict[str, Any]]) -> None:
+    h.target.patch(
+        Node, node, {"spec": {"taints": taints}}, patch_type=PatchType.MERGE, field_manager="drain"
+    )
+
+
+def _gpus(s: Stack) -> Any:
+    return s.h.status().get("target", {}).get("gpus")
+
+
+def test_every_gpu_node_tainted_for_maintenance(stack: Stack) -> None:
+    """GPUsAvailable follows the GPU nodes by watch, at --resync 20 and the default --relist."""
+    stack.run("correct")
+    stack.settled()
+    stack.h.wait_condition("GPUsAvailable", "True", "GPUsPublished", deadline=DEADLINE)
+    before = {node: _taints(stack.h, node) for node in GPU_NODES}
+    start = time.monotonic()
+    try:
+        for node in GPU_NODES:
+            _set_taints(stack.h, node, [*before[node], MAINTENANCE])
+        c = stack.h.wait_condition(
+            "GPUsAvailable", "False", "GPUNodesUnavailable", deadline=DEADLINE
+        )
+        took = time.monotonic() - start
+        assert took <= FOLLOWS_WITHIN, f"GPUsAvailable turned False after {took:.2f} s"
+        assert f"GPU nodes {', '.join(sorted(GPU_NODES))}" in c["message"], c
+        assert "taint maintenance=true:NoExecute" in c["message"], c
+        wait_for("no GPU counted", lambda: _gpus(stack) == 0, deadline=FOLLOWS_WITHIN)
+    finally:
+        start = time.monotonic()
+        for node in GPU_NODES:
+            _set_taints(stack.h, node, before[node])
+    stack.h.wait_condition("GPUsAvailable", "True", "GPUsPublished", deadline=DEADLINE)
+    assert _gpus(stack) == 2

@@ -13,7 +13,14 @@ from modelplane.api.crd import servingstack_crd
 from modelplane.api.models import ServingStackSpec, TargetStatus
 from modelplane.api.status_limits import CONSTRAINTS
 from modelplane.catalog.components import COMPONENTS
-from modelplane.catalog.facts import ClusterFacts, ObservedNode, ObservedQuota, ObservedWorkload
+from modelplane.catalog.facts import (
+    ClusterFacts,
+    ObservedNode,
+    ObservedQuota,
+    ObservedTaint,
+    ObservedToleration,
+    ObservedWorkload,
+)
 from modelplane.catalog.types import Finding, RequirementStatus
 from modelplane.plan.capacity import (
     MAX_DEVICE_GROUPS,
@@ -468,6 +475,16 @@ PLUGIN = ObservedWorkload(
     scheduled=1,
     available_on=1,
 )
+MAINTENANCE = ObservedTaint(key="maintenance", value="true", effect="NoExecute")
+TOLERATES_GPU = [ObservedToleration(key="nvidia.com/gpu", operator="Exists")]
+IN_MAINTENANCE = GPU_NODE.model_copy(
+    update={
+        "blocking_taints": [
+            ObservedTaint(key="nvidia.com/gpu", effect="NoSchedule"),
+            MAINTENANCE,
+        ]
+    }
+)
 GKE_QUOTA = ObservedQuota(
     namespace="kube-system",
     name="gcp-critical-pods",
@@ -546,6 +563,51 @@ GKE_QUOTA = ObservedQuota(
             ConditionStatus.FALSE,
             "CriticalPodsNotAdmitted",
         ),
+        (
+            "every GPU node tainted for maintenance, the plugin evicted",
+            ClusterFacts(
+                nodes=[IN_MAINTENANCE],
+                resource_slices={DRIVER: ["a"]},
+                workloads=[
+                    PLUGIN.model_copy(
+                        update={"scheduled": 0, "available_on": 0, "tolerations": TOLERATES_GPU}
+                    )
+                ],
+                quotas=[],
+            ),
+            ConditionStatus.FALSE,
+            "GPUNodesUnavailable",
+        ),
+        (
+            "a cordoned GPU node",
+            ClusterFacts(
+                nodes=[GPU_NODE.model_copy(update={"unschedulable": True})],
+                resource_slices={DRIVER: ["a"]},
+                workloads=[PLUGIN],
+                quotas=[],
+            ),
+            ConditionStatus.FALSE,
+            "GPUNodesUnavailable",
+        ),
+        (
+            "the GPU taint, which the plugin tolerates",
+            ClusterFacts(
+                nodes=[
+                    GPU_NODE.model_copy(
+                        update={
+                            "blocking_taints": [
+                                ObservedTaint(key="nvidia.com/gpu", effect="NoSchedule")
+                            ]
+                        }
+                    )
+                ],
+                resource_slices={DRIVER: ["a"]},
+                workloads=[PLUGIN.model_copy(update={"tolerations": TOLERATES_GPU})],
+                quotas=[],
+            ),
+            ConditionStatus.TRUE,
+            GpuReason.PUBLISHED,
+        ),
     ],
 )
 def test_follows_the_catalog_advisories(
@@ -557,6 +619,35 @@ def test_follows_the_catalog_advisories(
     summary = TargetSummary(gpu_nodes=1, gpus=gpus)
     got = gpus_available(findings, summary)
     assert (got.status, got.reason) == (status, reason), (case, got.message)
+
+
+def test_the_maintenance_message_names_the_nodes_and_the_taint() -> None:
+    facts = ClusterFacts(
+        nodes=[IN_MAINTENANCE, IN_MAINTENANCE.model_copy(update={"name": "b"})],
+        resource_slices={DRIVER: ["a", "b"]},
+        workloads=[PLUGIN.model_copy(update={"scheduled": 0, "tolerations": TOLERATES_GPU})],
+        quotas=[],
+    )
+    got = gpus_available(gpu_findings(_results(facts), COMPONENTS), TargetSummary(gpu_nodes=2))
+    assert got.message.startswith(
+        "GPU nodes a, b: taint maintenance=true:NoExecute: their GPUs are not available"
+    ), got.message
+    assert "(also: KubeletPluginNotRunning)" in got.message, got.message
+
+
+def test_gpus_on_nodes_the_plugin_cannot_run_on_are_not_counted() -> None:
+    nodes, slices = four_h100()
+    nodes[0]["spec"] = {"taints": [{"key": "maintenance", "value": "true", "effect": "NoExecute"}]}
+    nodes[1]["spec"] = {"taints": [{"key": "nvidia.com/gpu", "effect": "NoSchedule"}]}
+    tolerations = [TOLERATES_GPU]
+    summary = summarize_target(VERSION, nodes, slices, plugin_tolerations=tolerations)
+    assert (summary.gpu_nodes, summary.gpus) == (2, 2), summary
+    nodes[1]["spec"]["unschedulable"] = True
+    summary = summarize_target(VERSION, nodes, slices, plugin_tolerations=tolerations)
+    assert (summary.gpu_nodes, summary.gpus) == (2, 0), summary
+    # Without the plugin observed, the taints are not judged; a cordon still is.
+    summary = summarize_target(VERSION, nodes, slices)
+    assert summary.gpus == 2, summary
 
 
 def test_required_results_are_not_gpu_findings() -> None:

@@ -20,6 +20,9 @@ CLUSTER_SCOPED = {
     "bundles",
     "queues",
     "deviceclasses",
+    # The GPU checks' (observe.gpu_watch).
+    "nodes",
+    "resourceslices",
 }
 
 

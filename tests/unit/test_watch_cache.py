@@ -14,6 +14,7 @@ from modelplane.kube.discovery import PLURALS
 from modelplane.kube.reflector import WatchKey
 from modelplane.observe.state import ReleaseWatch, Wanted, to_observed, wanted
 from modelplane.observe.watches import CRDS, NODES_KEY, WatchCache, crd_plurals, watch_keys
+from modelplane.pins import ComponentsMode
 from modelplane.wire import DIGEST_ANNOTATION, MANAGED_BY, MANAGED_BY_LABEL, ApiRef
 
 from .conftest import CA_PEM
@@ -189,8 +190,9 @@ def test_a_release_workload_is_watched_by_name_with_its_pods_and_the_nodes() -> 
     assert {(k.api.resource, k.namespace, k.labels, k.fields) for k in keys} == {
         ("daemonsets", "dra", None, "metadata.name=plugin"),
         ("pods", "dra", "app=plugin", None),
-        ("nodes", None, None, None),
     }
+    # The Nodes are watched for the GPU checks anyway, in either mode.
+    assert NODES_KEY in watch_keys(wanted(SPEC), SERVED)
 
 
 def test_a_node_heartbeat_does_not_wake_the_stack_a_new_taint_does() -> None:
@@ -228,3 +230,43 @@ def test_the_cache_answers_a_release_workload_with_its_pods() -> None:
         assert listed.nodes == []
 
     asyncio.run(run())
+
+
+def test_the_gpu_checks_listings_are_watched_and_their_changes_counted() -> None:
+    woken: list[int] = []
+    cache = WatchCache(httpx2.AsyncClient(), wanted(SPEC), lambda: woken.append(1))
+    resources = {k.api.resource for k in cache.reflectors}
+    assert {"nodes", "resourceslices", "daemonsets"} <= resources
+    plugin = next(k for k in cache.reflectors if k.api.resource == "daemonsets")
+    assert plugin.namespace, plugin
+    body: dict[str, Any] = {"metadata": {"name": "p", "namespace": "dra"}, "spec": {}}
+    cache.reflectors[plugin].items = {"p": body}
+    cache._on_change(plugin, "LIST")
+    generation, wakes = cache.facts_generation, len(woken)
+    # A status condition's heartbeat: nothing the checks read.
+    cache.reflectors[plugin].items = {"p": {**body, "status": {"conditions": []}}}
+    cache._on_change(plugin, "MODIFIED")
+    assert (cache.facts_generation, len(woken)) == (generation, wakes)
+    # A cordon is read: the facts are read again.
+    nodes = cache.reflectors[NODES_KEY]
+    nodes.items = {"gpu-0": {"metadata": {"name": "gpu-0"}, "spec": {}}}
+    cache._on_change(NODES_KEY, "LIST")
+    generation, wakes = cache.facts_generation, len(woken)
+    nodes.items = {"gpu-0": {"metadata": {"name": "gpu-0"}, "spec": {"unschedulable": True}}}
+    cache._on_change(NODES_KEY, "MODIFIED")
+    assert (cache.facts_generation, len(woken)) == (generation + 1, wakes + 1)
+
+
+def test_a_gpu_listing_the_target_refuses_does_not_keep_the_copy_from_answering() -> None:
+    cache = WatchCache(httpx2.AsyncClient(), wanted(SPEC), lambda: None)
+    for key, reflector in cache.reflectors.items():
+        # Forbidden, say: never synced.
+        reflector.synced = key.api.resource != "resourceslices"
+    assert cache.synced()
+
+
+@pytest.mark.parametrize("mode", list(ComponentsMode))
+def test_the_gpu_path_is_watched_in_either_mode(mode: ComponentsMode) -> None:
+    spec = SPEC.model_copy(update={"components": mode})
+    keys = watch_keys(wanted(spec), SERVED)
+    assert {NODES_KEY, WatchKey(ApiRef("resource.k8s.io", "v1", "resourceslices"))} <= keys

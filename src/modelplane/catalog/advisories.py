@@ -27,6 +27,8 @@ from modelplane.catalog.facts import (
     ConfigMapsNamed,
     Fact,
     ObservedNode,
+    ObservedTaint,
+    ObservedToleration,
     ObservedWorkload,
     ServiceAt,
 )
@@ -577,6 +579,62 @@ def gpu_nodes(
         ):
             out.append(node)
     return out
+
+
+# The taints the DaemonSet controller tolerates on every DaemonSet pod
+# (kubernetes pkg/controller/daemon/util, AddOrUpdateDaemonPodTolerations):
+# a kubelet plugin runs through them. The unschedulable one is a cordon, said so.
+CORDON_TAINT = "node.kubernetes.io/unschedulable"
+DAEMON_TOLERATED = frozenset(
+    {
+        "node.kubernetes.io/not-ready",
+        "node.kubernetes.io/unreachable",
+        "node.kubernetes.io/disk-pressure",
+        "node.kubernetes.io/memory-pressure",
+        "node.kubernetes.io/pid-pressure",
+        "node.kubernetes.io/network-unavailable",
+        CORDON_TAINT,
+    }
+)
+
+
+def untolerated(
+    node: ObservedNode, tolerations: list[list[ObservedToleration]]
+) -> list[ObservedTaint]:
+    """The node's blocking taints that no one of the pod templates ``tolerations`` runs through.
+
+    A taint is tolerated when any template tolerates it (one DaemonSet of the
+    plugin running there is enough); with no template, none is.
+    """
+    return [
+        t
+        for t in node.blocking_taints
+        if t.key not in DAEMON_TOLERATED
+        and not any(any(x.tolerates(t) for x in template) for template in tolerations)
+    ]
+
+
+def gpu_node_unavailable(
+    node: ObservedNode, plugin_tolerations: list[list[ObservedToleration]] | None
+) -> str | None:
+    """Why a GPU node's GPUs are not available to new pods; None when they are.
+
+    Cordoned (``spec.unschedulable``), or tainted (NoSchedule, NoExecute)
+    so that the DRA driver's kubelet plugin cannot run there: the taints are
+    judged against the plugin DaemonSets' tolerations (``plugin_tolerations``),
+    and not at all when no plugin DaemonSet was observed (the plugin check
+    says that).
+    """
+    why: list[str] = []
+    if node.unschedulable or any(t.key == CORDON_TAINT for t in node.blocking_taints):
+        why.append("cordoned")
+    if plugin_tolerations is not None:
+        taints = untolerated(node, plugin_tolerations)
+        if taints:
+            shown = ", ".join(printable(t.shown, 400) for t in taints[:3])
+            more = len(taints) - 3
+            why.append(f"taint {shown}" + (f" and {more} more" if more > 0 else ""))
+    return " and ".join(why) or None
 
 
 def _gpu_signs(gpus: GpuNodes) -> str:

@@ -36,6 +36,43 @@ Item = dict[str, Any]  # one listed object, as the API server sent it
 # ---- the facts -----------------------------------------------------------------------
 
 
+class ObservedTaint(BaseModel):
+    """A taint that keeps pods off a node (NoSchedule or NoExecute)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    key: str
+    value: str = ""
+    effect: str = ""
+
+    @property
+    def shown(self) -> str:
+        value = f"={self.value}" if self.value else ""
+        return f"{self.key}{value}:{self.effect}"
+
+
+class ObservedToleration(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    key: str = ""
+    operator: str = "Equal"
+    value: str = ""
+    effect: str = ""
+
+    def tolerates(self, taint: ObservedTaint) -> bool:
+        """The scheduler's rule (core/v1 Toleration.ToleratesTaint)."""
+        if self.effect and self.effect != taint.effect:
+            return False
+        if self.operator == "Exists":
+            return not self.key or self.key == taint.key
+        return self.key == taint.key and self.value == taint.value
+
+
+# The most taints and tolerations kept of one node or pod template: real ones carry a few.
+MAX_TAINTS = 64
+BLOCKING_EFFECTS = frozenset({"NoSchedule", "NoExecute"})
+
+
 class ObservedWorkload(BaseModel):
     """A Deployment or DaemonSet, reduced to what the advisory checks read."""
 
@@ -52,6 +89,8 @@ class ObservedWorkload(BaseModel):
     # None for a Deployment, or a DaemonSet whose status does not say.
     scheduled: int | None = None
     available_on: int | None = None
+    # The pod template's tolerations: which tainted nodes a DaemonSet can run on.
+    tolerations: list[ObservedToleration] = Field(default_factory=list)
 
 
 class ObservedNode(BaseModel):
@@ -60,6 +99,10 @@ class ObservedNode(BaseModel):
     name: str
     labels: dict[str, str] = Field(default_factory=dict)
     taints: list[str] = Field(default_factory=list)  # keys
+    # Cordoned (spec.unschedulable), and the taints that keep pods off it:
+    # a GPU there is not available to new pods (plan.capacity).
+    unschedulable: bool = False
+    blocking_taints: list[ObservedTaint] = Field(default_factory=list)
     # extended resources only (names with a "/"), e.g. nvidia.com/gpu
     allocatable: dict[str, str] = Field(default_factory=dict)
 
@@ -195,7 +238,42 @@ def _node(obj: Item) -> ObservedNode:
         allocatable={
             str(k): str(v) for k, v in (status.get("allocatable") or {}).items() if "/" in k
         },
+        unschedulable=spec.get("unschedulable") is True,
+        blocking_taints=blocking_taints(spec.get("taints")),
     )
+
+
+def _text(value: object, limit: int) -> str:
+    return value[:limit] if isinstance(value, str) else ""
+
+
+def blocking_taints(taints: object) -> list[ObservedTaint]:
+    """A Node's ``spec.taints`` that keep pods off it, as far as they are well formed."""
+    found = taints if isinstance(taints, list) else []
+    return [
+        ObservedTaint(
+            key=_text(t.get("key"), 317),
+            value=_text(t.get("value"), 63),
+            effect=str(t.get("effect")),
+        )
+        for t in found[:MAX_TAINTS]
+        if isinstance(t, dict) and t.get("effect") in BLOCKING_EFFECTS and _text(t.get("key"), 317)
+    ]
+
+
+def tolerations(pod: object) -> list[ObservedToleration]:
+    """A pod spec's tolerations, as far as they are well formed."""
+    found = pod.get("tolerations") if isinstance(pod, dict) else None
+    return [
+        ObservedToleration(
+            key=_text(t.get("key"), 317),
+            operator=_text(t.get("operator"), 16) or "Equal",
+            value=_text(t.get("value"), 63),
+            effect=_text(t.get("effect"), 32),
+        )
+        for t in (found if isinstance(found, list) else [])[:MAX_TAINTS]
+        if isinstance(t, dict)
+    ]
 
 
 @dataclass(frozen=True)
@@ -285,6 +363,7 @@ def _workload(kind: str, obj: Item) -> ObservedWorkload:
         available=available,
         scheduled=scheduled,
         available_on=available_on,
+        tolerations=tolerations(pod) if kind == "DaemonSet" else [],
     )
 
 

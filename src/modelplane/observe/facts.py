@@ -16,6 +16,7 @@ from typing import Any
 from lightkube import AsyncClient
 
 from modelplane.catalog.components import components_of_stack
+from modelplane.catalog.components.nvidia_dra_driver import KUBELET_PLUGIN, plugin_tolerations
 from modelplane.catalog.facts import (
     NODES,
     RESOURCE_SLICES,
@@ -98,7 +99,14 @@ async def observe_target(
     if not isinstance(nodes, list):
         return facts, None
     slices = answers.get(Listing(RESOURCE_SLICES))
-    return facts, summarize_target(version, nodes, slices if isinstance(slices, list) else [])
+    # The GPUs a cordon or a taint keeps from new pods are not counted:
+    # which taints the plugin runs through, its DaemonSets' tolerations say.
+    return facts, summarize_target(
+        version,
+        nodes,
+        slices if isinstance(slices, list) else [],
+        plugin_tolerations=plugin_tolerations(KUBELET_PLUGIN, facts),
+    )
 
 
 async def _version(client: AsyncClient) -> object:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from modelplane.catalog.components import COMPONENTS
+from modelplane.observe.release_others import OtherEntry, other_entries
 from modelplane.observe.releases import ReleaseReadError, deployed_release, release_secret
 from modelplane.observe.state import Listed, ReleaseWatch
 from modelplane.plan.drift import fields_of
@@ -93,6 +94,8 @@ class ReleaseManifest:
     release: str
     entries: tuple[ManifestEntry, ...]
     unreadable: str = ""  # why the stored manifest was refused (then no entries)
+    # Its other followed objects (observe.release_others).
+    others: tuple[OtherEntry, ...] = ()
     # Set when the revision reaches outside its namespace: ``entries`` is
     # then empty, and nothing of it is read or restored.
     refused: RefusedRevision | None = None
@@ -225,7 +228,10 @@ def _decode(
         )
         log.warning("%s", refused.message)
         return ReleaseManifest(component, release.name, (), refused=refused)
-    return ReleaseManifest(component, release.name, entries[:MAX_WORKLOADS])
+    # Parsed a second time, under the same limits: kept apart from the
+    # workloads', whose bodies and rules differ.
+    others = other_entries(deployed.manifest, release.namespace)
+    return ReleaseManifest(component, release.name, entries[:MAX_WORKLOADS], others=others)
 
 
 def unjudged_releases(manifests: list[ReleaseManifest]) -> list[UnjudgedRelease]:
@@ -244,6 +250,11 @@ def refused_revisions(manifests: list[ReleaseManifest]) -> list[RefusedRevision]
 def watches_for(manifests: list[ReleaseManifest]) -> tuple[ReleaseWatch, ...]:
     found = {e.watch for m in manifests for e in m.entries}
     return tuple(sorted(found, key=lambda w: (w.api.key, w.namespace, w.name)))[:MAX_WORKLOADS]
+
+
+def other_objects(manifests: list[ReleaseManifest]) -> list[tuple[str, str, OtherEntry]]:
+    """(component, release, entry) of every followed object of the manifests."""
+    return [(m.component, m.release, e) for m in manifests for e in m.others]
 
 
 def release_workloads(manifests: list[ReleaseManifest], listed: Listed) -> list[ReleaseWorkload]:

@@ -5,7 +5,9 @@ per kind the product applies, in each namespace it applies the kind in
 (filtered to its own objects by label), one
 LIST of Helm's release Secrets that carry the product's label per release
 namespace (in that namespace only), the DeviceClasses, and the CA ConfigMap
-when a hostname is set. Never one GET per object.
+when a hostname is set; in Managed mode, the releases' workloads by name and
+their other objects by kind and namespace, metadata only. Never one GET per
+object.
 
 A label is no proof: a target's tenants may label their own objects as the
 product's. ``to_observed`` (one conversion for these reads and the watches)
@@ -15,11 +17,12 @@ the address only from the product's Gateway, and the CA only as certificates.
 
 from __future__ import annotations
 
+import asyncio
 import re
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
+from typing import Any, TypeVar
 
 from lightkube import AsyncClient
 from lightkube.resources.core_v1 import ConfigMap
@@ -35,10 +38,12 @@ from modelplane.catalog.configuration import (
     NS,
     configuration_for,
 )
+from modelplane.catalog.facts import Listing
 from modelplane.catalog.types import ObjectExists
-from modelplane.kube.client import METADATA_LIST, list_objects, waiting_out_429
+from modelplane.kube.client import METADATA_LIST, ApiStatusError, list_objects, waiting_out_429
 from modelplane.kube.discovery import APIS, PLURALS, Served, served
 from modelplane.kube.resources import unless_missing
+from modelplane.observe.gpu_watch import gpu_listings
 from modelplane.observe.storage_name import parse_storage_name
 from modelplane.plan.drift import owned_fields
 from modelplane.plan.observed import Observed, ObservedCondition, ObservedRelease
@@ -53,6 +58,9 @@ from modelplane.wire import (
 )
 
 CRD_API_VERSION = "apiextensions.k8s.io/v1"
+# Release reads in flight at once on one target.
+PARALLEL_READS = 8
+T = TypeVar("T")
 SECRETS = ApiRef("", "v1", "secrets")
 # The product's own objects.
 OURS = f"{MANAGED_BY_LABEL}={MANAGED_BY}"
@@ -132,6 +140,21 @@ class ReleaseWatch:
         return f"metadata.name={self.name}"
 
 
+@dataclass(frozen=True)
+class ReleaseCollection:
+    """Where a release's objects other than its workloads are followed: one kind in one
+    namespace (None: cluster-scoped), their metadata only, and the names followed there.
+
+    Metadata only: drift is judged by who owns which fields
+    (``metadata.managedFields``), and a deletion by presence; a Secret's
+    data is never read.
+    """
+
+    api: ApiRef
+    namespace: str | None
+    names: frozenset[str]
+
+
 PODS = ApiRef("", "v1", "pods")
 NODES = ApiRef("", "v1", "nodes")
 
@@ -159,6 +182,11 @@ class Wanted:
     release_objects: tuple[ReleaseWatch, ...] = ()
     # The namespaces of the spec's releases, where Helm's Secrets are read.
     release_namespaces: tuple[str, ...] = ()
+    # Managed mode: the releases' other objects (observe.release_others).
+    release_collections: tuple[ReleaseCollection, ...] = ()
+    # What the GPU checks list, watched so GPUsAvailable follows the
+    # cluster (observe.gpu_watch); the facts themselves are read directly.
+    gpu_listings: tuple[Listing, ...] = ()
 
     @property
     def nodes(self) -> bool:
@@ -181,6 +209,7 @@ def wanted(spec: ServingStackSpec, pull_secrets: Sequence[str] = ()) -> Wanted:
         release_namespaces=tuple(
             sorted({c.namespace for c in components_for(spec) if c.chart is not None})
         ),
+        gpu_listings=gpu_listings(spec),
     )
 
 
@@ -211,6 +240,9 @@ class Listed:
     release_objects: dict[ReleaseWatch, list[dict[str, Any]]] = field(default_factory=dict)
     release_pods: dict[ReleaseWatch, list[dict[str, Any]]] = field(default_factory=dict)
     nodes: list[dict[str, Any]] | None = None
+    # Per collection of a release's other objects: their metadata; absent
+    # when the target would not list it (then not judged).
+    release_collections: dict[ReleaseCollection, list[dict[str, Any]]] = field(default_factory=dict)
 
 
 def to_observed(listed: Listed) -> Observed:
@@ -377,15 +409,68 @@ async def read_listed(client: AsyncClient, want: Wanted, found: Served | None = 
 
 async def read_release_objects(client: AsyncClient, want: Wanted, listed: Listed) -> None:
     """Read the release workloads ``want`` names into ``listed``, as the watches keep them."""
-    for w in sorted(want.release_objects, key=_watch_order):
-        listed.release_objects[w] = await list_objects(
-            client, w.api, namespace=w.namespace, fields=w.fields
-        )
-        if w.pods is not None:
-            listed.release_pods[w] = await list_objects(
-                client, PODS, namespace=w.namespace, labels=w.pods
+    # A few at a time rather than one by one: a stack's releases run a few
+    # dozen workloads, and a change that arrives while these are read waits
+    # for all of them (seconds, one after the other, on a loaded server).
+    gate = asyncio.Semaphore(PARALLEL_READS)
+
+    async def gated(read: Awaitable[T]) -> T:
+        async with gate:
+            return await read
+
+    watches = sorted(want.release_objects, key=_watch_order)
+    objects, pods, nodes, collections = await asyncio.gather(
+        asyncio.gather(
+            *(
+                gated(list_objects(client, w.api, namespace=w.namespace, fields=w.fields))
+                for w in watches
             )
-    listed.nodes = await list_objects(client, NODES) if want.nodes else None
+        ),
+        asyncio.gather(
+            *(
+                gated(list_objects(client, PODS, namespace=w.namespace, labels=w.pods))
+                for w in watches
+                if w.pods is not None
+            )
+        ),
+        gated(list_objects(client, NODES)) if want.nodes else _none(),
+        asyncio.gather(
+            *(
+                gated(
+                    _unless_refused(
+                        list_objects(client, c.api, namespace=c.namespace, accept=METADATA_LIST)
+                    )
+                )
+                for c in want.release_collections
+            )
+        ),
+    )
+    listed.release_objects.update(zip(watches, objects, strict=True))
+    listed.release_pods.update(zip([w for w in watches if w.pods is not None], pods, strict=True))
+    listed.nodes = nodes
+    for c, found in zip(want.release_collections, collections, strict=True):
+        if found is not None:
+            listed.release_collections[c] = found
+
+
+async def _none() -> None:
+    return None
+
+
+async def _unless_refused(
+    listing: Awaitable[list[dict[str, Any]]],
+) -> list[dict[str, Any]] | None:
+    """A LIST's items; None when the target does not let us list, or serve, the kind.
+
+    A release's objects are followed where the operator may read them; one
+    it may not is left unjudged rather than stopping the reconcile.
+    """
+    try:
+        return await listing
+    except ApiStatusError as err:
+        if err.status in (403, 404, 405):
+            return None
+        raise
 
 
 def _releases(secrets: list[dict[str, Any]]) -> dict[str, ObservedRelease]:

@@ -9,6 +9,7 @@ reflector is current: a no-op resync then reads nothing but the claim.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -29,6 +30,7 @@ from modelplane.kube.reflector import (
     Reflector,
     WatchKey,
 )
+from modelplane.observe.gpu_watch import fingerprint
 from modelplane.observe.state import (
     CRD_API_VERSION,
     NODES,
@@ -36,6 +38,7 @@ from modelplane.observe.state import (
     PODS,
     SECRETS,
     Listed,
+    ReleaseCollection,
     ReleaseWatch,
     Wanted,
     api_of,
@@ -75,10 +78,35 @@ def watch_keys(want: Wanted, plurals: PLURALS) -> frozenset[WatchKey]:
             keys.add(release_pods_key(w))
     if want.nodes:
         keys.add(NODES_KEY)
+    keys |= gpu_keys(want)
+    keys |= {release_collection_key(c) for c in want.release_collections}
     return frozenset(keys)
 
 
+def release_collection_key(c: ReleaseCollection) -> WatchKey:
+    """A release's other objects of one kind in one namespace: their metadata, by name here."""
+    return WatchKey(c.api, namespace=c.namespace, metadata_only=True)
+
+
+def _followed(items: Iterable[dict[str, Any]], names: frozenset[str]) -> list[tuple[str, str]]:
+    """(name, resourceVersion) of the followed objects among a collection's items."""
+    out = []
+    for item in items:
+        meta = item.get("metadata") or {}
+        if meta.get("name") in names:
+            out.append((str(meta["name"]), str(meta.get("resourceVersion") or "")))
+    return sorted(out)
+
+
 NODES_KEY = WatchKey(NODES)
+
+
+def gpu_keys(want: Wanted) -> frozenset[WatchKey]:
+    """The collections the GPU checks list, watched only to say when they changed."""
+    return frozenset(
+        WatchKey(listing.api, namespace=listing.namespace, fields=listing.field_selector)
+        for listing in want.gpu_listings
+    )
 
 
 def own_key(api: ApiRef, namespace: str) -> WatchKey:
@@ -98,16 +126,6 @@ def release_object_key(w: ReleaseWatch) -> WatchKey:
 def release_pods_key(w: ReleaseWatch) -> WatchKey:
     assert w.pods is not None
     return WatchKey(PODS, namespace=w.namespace, labels=w.pods)
-
-
-def _placement(node: dict[str, Any]) -> tuple[Any, ...]:
-    """What of a Node a DaemonSet's placement reads: its heartbeats change nothing here."""
-    meta, spec = node.get("metadata") or {}, node.get("spec") or {}
-    return (
-        meta.get("name"),
-        sorted((meta.get("labels") or {}).items()),
-        repr(spec.get("taints")),
-    )
 
 
 def pull_secret_key(name: str) -> WatchKey:
@@ -182,9 +200,25 @@ class WatchCache:
         self.api_generation = 0
         self._apis: APIS | None = None
         self._apis_generation = -1
-        # What of the Nodes placement reads, as last seen: a Node's status
-        # changes with every heartbeat, and must not wake the stack each time.
-        self._nodes_seen: list[tuple[Any, ...]] | None = None
+        # What of each GPU collection (and of the Nodes, for DaemonSet
+        # placement) the checks read, as last seen: a Node's status changes
+        # with every heartbeat, and must not wake the stack each time.
+        self._seen: dict[WatchKey, list[tuple[Any, ...]]] = {}
+        # Bumped whenever that changed: the reconciler reads the advisories'
+        # facts again when it differs from the one they were read at.
+        self.facts_generation = 0
+        # Watched only to tell of a change: never what the copy answers
+        # with, so one the target refuses (403) does not keep it from syncing.
+        # The names followed in each release collection: a change to another
+        # object of the kind (any ClusterRole of the cluster) wakes nothing.
+        self._followed: dict[WatchKey, frozenset[str]] = {}
+        for c in want.release_collections:
+            key = release_collection_key(c)
+            self._followed[key] = self._followed.get(key, frozenset()) | c.names
+        self._gpu_keys = gpu_keys(want)
+        self._signal_only = self._gpu_keys - watch_keys(
+            dataclasses.replace(want, gpu_listings=()), {}
+        )
 
     def _add_reflectors(self) -> None:
         for key in sorted(watch_keys(self.want, self.plurals) - set(self.reflectors), key=_order):
@@ -227,12 +261,22 @@ class WatchCache:
         await self.link.close()
 
     def _on_change(self, key: WatchKey, kind: str) -> None:
-        if key == NODES_KEY:
-            seen = sorted(_placement(n) for n in self.reflectors[key].items.values())
-            unchanged = seen == self._nodes_seen
-            self._nodes_seen = seen
+        names = self._followed.get(key)
+        if names is not None:
+            seen = _followed(self.reflectors[key].items.values(), names)
+            unchanged = seen == self._seen.get(key)
+            self._seen[key] = seen
             if unchanged and kind != "LIST":
                 return
+        if key == NODES_KEY or key in self._gpu_keys:
+            seen = fingerprint(key.api.resource, self.reflectors[key].items.values())
+            unchanged = seen == self._seen.get(key)
+            self._seen[key] = seen
+            if unchanged and kind != "LIST":
+                return
+            # A LIST too: what changed while the watch was down has no event.
+            self.facts_generation += 1
+            log.debug("target of %s: %s changed (%s): facts read again", self._label, key, kind)
         if key.api == CRDS or kind == "LIST":
             self.api_generation += 1
             if key.api == CRDS:
@@ -243,7 +287,7 @@ class WatchCache:
         self._wake()
 
     def synced(self) -> bool:
-        return all(r.synced for r in self.reflectors.values())
+        return all(r.synced for k, r in self.reflectors.items() if k not in self._signal_only)
 
     async def listed(self, client: AsyncClient) -> Listed | None:
         """What ``read_listed`` would read, from the watches; None when they are not current.
@@ -340,6 +384,11 @@ class WatchCache:
                 if pods is None:
                     return None
                 listed.release_pods[w] = pods
+        for c in self.want.release_collections:
+            found = items(release_collection_key(c))
+            if found is None:
+                return None
+            listed.release_collections[c] = found
         if self.want.nodes:
             nodes = items(NODES_KEY)
             if nodes is None:

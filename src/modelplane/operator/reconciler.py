@@ -48,15 +48,19 @@ from modelplane.kube.discovery import APIS
 from modelplane.kube.errors import ErrorKind, Fault, KnownError, classify
 from modelplane.observe.facts import observe_target
 from modelplane.observe.release_objects import (
+    RELEASE_OWNERS,
     ReleaseManifests,
     node_facts,
+    other_objects,
     refused_revisions,
     release_workloads,
     unjudged_releases,
     watches_for,
 )
+from modelplane.observe.release_others import collections_for, release_others
 from modelplane.observe.state import (
     Listed,
+    ReleaseCollection,
     ReleaseWatch,
     Wanted,
     observe,
@@ -154,9 +158,12 @@ class StackReconciler:
     # read for (the components and the served APIs): read again only with a
     # direct read of the target, or when either changed. Watching what they
     # come from (every Deployment, Node, Service and ConfigMap of the
-    # cluster) would hold a copy of much of the cluster per target; so they,
-    # and GPUsAvailable, are as fresh as the last direct read (--relist).
+    # cluster) would hold a copy of much of the cluster per target; so they
+    # are as fresh as the last direct read (--relist), but for a change the
+    # GPU checks' watches see (observe.gpu_watch), which reads them again.
     facts: tuple[tuple[str, ...], APIS, ClusterFacts, TargetSummary | None] | None = None
+    # The GPU watches' generation those facts were read at (observe.gpu_watch).
+    facts_generation: int | None = None
     # Cloud identity tokens, shared with the stack's target watches and kept
     # across reconciles.
     tokens: TokenCache = field(default_factory=TokenCache)
@@ -172,6 +179,7 @@ class StackReconciler:
     # decoded once per revision) and what is read of them; safe to lose.
     release_manifests: ReleaseManifests = field(default_factory=ReleaseManifests)
     release_watches: tuple[ReleaseWatch, ...] = ()
+    release_collections: tuple[ReleaseCollection, ...] = ()
     # The release drift last reported by event (--release-drift=warn).
     release_drift_reported: frozenset[str] = frozenset()
     # The refused release revisions last reported by event.
@@ -346,7 +354,11 @@ class StackReconciler:
         want = wanted(stack.spec, self.options.sources().image_pull_secrets)
         if stack.spec.components is not ComponentsMode.MANAGED:
             return want
-        return dataclasses.replace(want, release_objects=self.release_watches)
+        return dataclasses.replace(
+            want,
+            release_objects=self.release_watches,
+            release_collections=self.release_collections,
+        )
 
     async def _release_workloads(
         self, target: Target, listed: Listed, observed: Observed, want: Wanted
@@ -360,12 +372,17 @@ class StackReconciler:
         # Stored manifests are up to 1 MiB of YAML each: parsed off the loop.
         manifests = await asyncio.to_thread(self.release_manifests.read, listed, observed.releases)
         watches = watches_for(manifests)
-        if watches != want.release_objects:
-            want = dataclasses.replace(want, release_objects=watches)
-            self.release_watches = watches
+        others = other_objects(manifests)
+        collections = collections_for(others)
+        if watches != want.release_objects or collections != want.release_collections:
+            want = dataclasses.replace(
+                want, release_objects=watches, release_collections=collections
+            )
+            self.release_watches, self.release_collections = watches, collections
             await read_release_objects(target.client, want, listed)
         update = {
             "release_workloads": release_workloads(manifests, listed),
+            "release_objects": release_others(others, listed, RELEASE_OWNERS),
             "unjudged_releases": unjudged_releases(manifests),
             "refused_revisions": refused_revisions(manifests),
             "nodes": node_facts(listed.nodes),
@@ -393,10 +410,20 @@ class StackReconciler:
         components = components_for(stack.spec)
         names = tuple(c.name for c in components)
         kept = self.facts
-        if not direct and kept is not None and kept[0] == names and kept[1] == apis:
+        # The GPU path's watches bump this when what the GPU checks read changed.
+        cache = self.session.cache
+        generation = cache.facts_generation if cache is not None else None
+        if (
+            not direct
+            and kept is not None
+            and kept[0] == names
+            and kept[1] == apis
+            and generation == self.facts_generation
+        ):
             return kept[2], kept[3]
         facts, summary = await observe_target(target.client, components, apis)
         self.facts = (names, apis, facts, summary)
+        self.facts_generation = generation
         return facts, summary
 
     def retry_after(self) -> float | None:

@@ -47,10 +47,14 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 from modelplane.api import status_limits
-from modelplane.catalog.advisories import gpu_nodes
+from modelplane.catalog.advisories import gpu_node_unavailable, gpu_nodes
 from modelplane.catalog.components import node_feature_discovery, nvidia_dra_driver
 from modelplane.catalog.components._common import GPUS
-from modelplane.catalog.facts import ObservedNode
+from modelplane.catalog.facts import (
+    ObservedNode,
+    ObservedToleration,
+    blocking_taints,
+)
 from modelplane.catalog.types import Component, Finding, GpuNodes, RequirementStatus, Severity
 from modelplane.untrusted import printable
 
@@ -122,11 +126,15 @@ def summarize_target(
     resource_slices: object,
     *,
     gpus: GpuNodes = GPUS,
+    plugin_tolerations: list[list[ObservedToleration]] | None = None,
 ) -> TargetSummary:
     """``status.target`` from ``GET /version``, the Nodes and the ResourceSlices, as listed.
 
     Each argument is taken as whatever arrived: an entry that is not an
-    object, or a field of the wrong type, counts as absent.
+    object, or a field of the wrong type, counts as absent. A GPU on a node
+    that is cordoned, or tainted so that the kubelet plugin (by
+    ``plugin_tolerations``, see ``gpu_node_unavailable``) cannot run there,
+    is not counted: it takes no new pod.
     """
     # By name: a list from a file may repeat a node, a LIST never does.
     by_name = {n.name: n for n in (_node(item) for item in _items(nodes)) if n is not None}
@@ -134,6 +142,8 @@ def summarize_target(
     devices = _gpu_devices(resource_slices, gpus.driver, names)
     with_slices = sorted({node for node, _ in devices.values()})
     gpu = gpu_nodes(gpus, observed, {gpus.driver: with_slices})
+    out = {n.name for n in gpu if gpu_node_unavailable(n, plugin_tolerations) is not None}
+    devices = {k: v for k, v in devices.items() if v[0] not in out}
 
     groups: dict[tuple[str, str, str], tuple[int, set[str]]] = {}
     for node, key in devices.values():
@@ -211,7 +221,14 @@ def _node(obj: Mapping[str, Any]) -> ObservedNode | None:
         for k, v in _obj(status.get("allocatable")).items()
         if isinstance(v, str) and "/" in str(k)
     }
-    return ObservedNode(name=name, labels=labels, taints=taints, allocatable=allocatable)
+    return ObservedNode(
+        name=name,
+        labels=labels,
+        taints=taints,
+        allocatable=allocatable,
+        unschedulable=spec.get("unschedulable") is True,
+        blocking_taints=blocking_taints(taints_in),
+    )
 
 
 def _gpu_devices(
@@ -294,12 +311,15 @@ class GpuCheck(StrEnum):
 
     In the order a person fixes them: without NFD's labels the kubelet
     plugin never schedules; without the quota its pods are never created;
+    a cordon or a maintenance taint keeps it (and new pods) off a node;
     without the plugin no slices are published. A device plugin is a
     separate fault and comes last.
     """
 
     NFD_LABELS = "NFDLabelsMissing"
     CRITICAL_PODS_QUOTA = "CriticalPodsNotAdmitted"
+    # A cordon or a maintenance taint: the cause when the plugin also went.
+    NODES_UNAVAILABLE = "GPUNodesUnavailable"
     KUBELET_PLUGIN = "KubeletPluginNotRunning"
     RESOURCE_SLICES = "ResourceSlicesMissing"
     DEVICE_PLUGIN = "DevicePluginAdvertises"
@@ -330,6 +350,8 @@ def gpu_check(advisory: object) -> GpuCheck | None:
         return GpuCheck.RESOURCE_SLICES
     if isinstance(advisory, nvidia_dra_driver.NoNodeAdvertises):
         return GpuCheck.DEVICE_PLUGIN
+    if isinstance(advisory, nvidia_dra_driver.GpuNodesSchedulable):
+        return GpuCheck.NODES_UNAVAILABLE
     if isinstance(advisory, nvidia_dra_driver.PluginOnEveryGpuNode):
         return GpuCheck.KUBELET_PLUGIN
     return None

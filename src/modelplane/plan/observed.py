@@ -24,6 +24,7 @@ from modelplane.plan.capacity import TargetSummary
 from modelplane.plan.release_health import (
     NodeFacts,
     RefusedRevision,
+    ReleaseObject,
     ReleaseWorkload,
     UnjudgedRelease,
 )
@@ -94,6 +95,9 @@ class Observed(BaseModel):
     # with what the target holds of them (plan.release_health judges them);
     # the nodes, when a release runs a DaemonSet (None: not observed); and
     # when all this was observed, the "now" of the health rules.
+    # The releases' other objects (Services, ConfigMaps, RBAC, webhook
+    # configurations, ...) and what the target holds of them.
+    release_objects: list[ReleaseObject] = Field(default_factory=list)
     release_workloads: list[ReleaseWorkload] = Field(default_factory=list)
     # The releases whose stored manifest was refused (over its bounds, not
     # YAML): their workloads are not judged, and the plan says why.

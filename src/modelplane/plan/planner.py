@@ -299,6 +299,7 @@ def _release_report(
         sources.release_drift,
         unjudged=unjudged,
         refused=refused,
+        objects=[o for o in observed.release_objects if o.release in in_sync],
     )
 
 

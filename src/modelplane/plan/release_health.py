@@ -108,6 +108,28 @@ class ReleaseWorkload(Frozen):
     autoscaled: bool = False
 
 
+class ReleaseObject(Frozen):
+    """One object of a release other than a workload: the stored manifest's body, and
+    what the target holds of it (its metadata only).
+
+    ``present`` is False when the object is not on the target. A Secret
+    (``data_owned_elsewhere``) is judged by presence alone: a chart often
+    creates one empty that a controller then fills (a webhook's serving
+    certificate), and its data is never read, compared or put back.
+    """
+
+    component: str
+    release: str
+    shown: str  # "Service ns/name"
+    desired: dict[str, Any]
+    present: bool
+    owned: dict[str, Any] | None = None
+    data_owned_elsewhere: bool = False
+    # Why a restore of it is refused whatever the mode (see
+    # observe.release_others.refused_grant); "" when it may be restored.
+    held: str = ""
+
+
 class ReleaseDrift(Frozen):
     component: str
     release: str
@@ -116,6 +138,9 @@ class ReleaseDrift(Frozen):
     fields: list[str] = Field(default_factory=list)
     # The body to apply when the mode is correct; None when only reported.
     restore: dict[str, Any] | None = None
+    # Why it is only reported even under correct (a grant the operator
+    # will not make from a stored revision); "" otherwise.
+    held: str = ""
 
     @property
     def message(self) -> str:
@@ -127,7 +152,11 @@ class ReleaseDrift(Frozen):
             what = (
                 "was changed by hand: " + ", ".join(shown) + (f" and {more} more" if more else "")
             )
-        verb = "restored" if self.restore is not None else "not restored (--release-drift=warn)"
+        verb = (
+            "restored"
+            if self.restore is not None
+            else f"not restored ({self.held or '--release-drift=warn'})"
+        )
         return f"{self.shown} of release {self.release} {what}; {verb}"
 
 
@@ -236,6 +265,28 @@ def drift_of(w: ReleaseWorkload, mode: DriftMode) -> ReleaseDrift | None:
     return ReleaseDrift(**common, fields=[printable(f, 256) for f in fields], restore=restore)
 
 
+def object_drift(o: ReleaseObject, mode: DriftMode) -> ReleaseDrift | None:
+    """A release object's drift from its manifest, by the workloads' rule; None if none.
+
+    Deleted, or a field the manifest sets that neither Helm nor the operator
+    owns any more. A Secret is only ever recreated when it is gone, from the
+    manifest's body, never edited back: what a controller wrote into it
+    stays.
+    """
+    if mode is DriftMode.OFF:
+        return None
+    restore = o.desired if mode is DriftMode.CORRECT and not o.held else None
+    common = {"component": o.component, "release": o.release, "shown": o.shown, "held": o.held}
+    if not o.present:
+        return ReleaseDrift(**common, deleted=True, restore=restore)
+    if o.owned is None or o.data_owned_elsewhere:
+        return None
+    fields = drifted_fields(_pruned(o.desired), o.owned)
+    if not fields:
+        return None
+    return ReleaseDrift(**common, fields=[printable(f, 256) for f in fields], restore=restore)
+
+
 def _restorable(w: ReleaseWorkload) -> dict[str, Any]:
     """What a restore applies: the manifest's body, less the replicas an autoscaler keeps."""
     if not w.autoscaled:
@@ -263,10 +314,12 @@ def release_report(
     *,
     unjudged: Sequence[UnjudgedRelease] = (),
     refused: Sequence[RefusedRevision] = (),
+    objects: Sequence[ReleaseObject] = (),
 ) -> ReleaseReport:
     """Each component's health from its releases' workloads, every drift found, and what is not.
 
-    ``unjudged`` are the releases whose stored manifest was refused. A
+    ``objects`` are the releases' other objects (Services, RBAC, ...), judged
+    for drift only. ``unjudged`` are the releases whose stored manifest was refused. A
     component whose revision is ``refused`` is Degraded by that alone: its
     workloads were never read, and nothing of it is restored.
     """
@@ -296,6 +349,9 @@ def release_report(
         judged.setdefault(w.component, []).append(health)
         found = drift_of(w, mode)
         if found is not None:
+            drift.append(found)
+    for o in objects:
+        if o.component not in refusals and (found := object_drift(o, mode)) is not None:
             drift.append(found)
     components = [component_health(c, hs) for c, hs in judged.items()]
     components += [r.health() for _, r in sorted(refusals.items())]

@@ -12,6 +12,7 @@ from modelplane.catalog.advisories import (
     WARNING,
     cannot,
     each_gpu_node,
+    gpu_node_unavailable,
     gpu_nodes,
     kinds_of,
     listed,
@@ -30,6 +31,7 @@ from modelplane.catalog.facts import (
     ClusterFacts,
     Fact,
     Nodes,
+    ObservedToleration,
     Quotas,
     ResourceSlices,
     WorkloadsOfKind,
@@ -200,6 +202,59 @@ class PluginOnEveryGpuNode:
         return MET, f"{', '.join(ref(w) for w in found)} available on all {gpu} GPU node(s)"
 
 
+def plugin_tolerations(
+    workloads: Workloads, facts: ClusterFacts
+) -> list[list[ObservedToleration]] | None:
+    """The kubelet plugin DaemonSets' tolerations; None when none was observed."""
+    if facts.workloads is None:
+        return None
+    found = [w.tolerations for w in matching(workloads, facts.workloads) if w.kind == "DaemonSet"]
+    return found or None
+
+
+@dataclass(frozen=True)
+class GpuNodesSchedulable:
+    """No GPU node is cordoned, or tainted so that the kubelet plugin cannot run there.
+
+    Either way its GPUs take no new pod: a drain for maintenance
+    (``maintenance=true:NoExecute``) evicts the plugin, and the DaemonSet
+    then reports 0 desired and 0 ready, healthy by its own account.
+    """
+
+    workloads: Workloads
+    gpus: GpuNodes
+    fix: str
+
+    @property
+    def title(self) -> str:
+        return "GPU nodes are schedulable and admit the kubelet plugin"
+
+    def needs(self) -> tuple[Fact, ...]:
+        return (Nodes(), ResourceSlices(), WorkloadsOfKind("DaemonSet"))
+
+    def evaluate(
+        self, component: Component, spec: ServingStackSpec, facts: ClusterFacts
+    ) -> Finding:
+        if facts.nodes is None:
+            return cannot(facts, "nodes")
+        gpu = gpu_nodes(self.gpus, facts.nodes, facts.resource_slices)
+        if not gpu:
+            return UNKNOWN, "no node shows a sign of a GPU: nothing to check"
+        tolerations = plugin_tolerations(self.workloads, facts)
+        out: dict[str, list[str]] = {}
+        for node in gpu:
+            why = gpu_node_unavailable(node, tolerations)
+            if why is not None:
+                out.setdefault(why, []).append(node.name)
+        if out:
+            said = "; ".join(
+                f"GPU node{'s' if len(names) > 1 else ''} {listed(names)}: {why}"
+                for why, names in sorted(out.items())
+            )
+            return WARNING, f"{said}: their GPUs are not available to new pods: {self.fix}"
+        return MET, f"all {len(gpu)} GPU nodes are schedulable"
+
+
 @dataclass(frozen=True)
 class CriticalPodsAdmitted:
     """Where quota restricts system-critical pods, the driver's namespace admits them.
@@ -311,6 +366,12 @@ COMPONENT = Component(
             GPUS,
             "check that the DRA driver's kubelet plugin runs on the node (NVIDIA driver, NFD "
             "labels, tolerations)",
+        ),
+        GpuNodesSchedulable(
+            KUBELET_PLUGIN,
+            GPUS,
+            "uncordon the node, or remove the taint, once its maintenance is over (or let "
+            "the kubelet plugin's DaemonSet tolerate a taint the GPU pool keeps)",
         ),
         PluginOnEveryGpuNode(
             KUBELET_PLUGIN,

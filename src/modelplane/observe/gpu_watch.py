@@ -1,0 +1,99 @@
+"""Following the GPU path by watch: what GPUsAvailable and ``status.target`` read.
+
+The advisories' facts are read with each direct read of the target
+(``observe.facts``); those of the GPU checks (the Nodes, the ResourceSlices,
+the kubelet plugin's DaemonSets in the driver's namespaces) are also
+watched, so that a cordon, a maintenance taint, the
+plugin's pods going, or slices deleted reach the hub within a reconcile,
+not at ``--relist``. The ResourceQuotas the critical-pods check reads are
+not: they are listed across namespaces, and a watch names one namespace
+or none of a namespaced kind only for what no tenant writes; they are
+read with each direct read, as before. A change of what the checks read bumps a generation the
+reconciler compares with the one its facts were read at; it then reads the
+facts again (one LIST per listing), and a quiet resync reads none.
+
+What is compared is only what the checks read (``fingerprint``): a Node's
+status changes with every heartbeat (conditions, the lease's renew time),
+and a ResourceQuota's ``status.used`` with every pod, and neither may wake
+a stack.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from modelplane.api.models import ServingStackSpec
+from modelplane.catalog.components import components_for
+from modelplane.catalog.facts import RESOURCE_QUOTAS as QUOTAS
+from modelplane.catalog.facts import Listing
+from modelplane.plan.capacity import gpu_check
+
+
+def gpu_listings(spec: ServingStackSpec) -> tuple[Listing, ...]:
+    """The LISTs the spec's GPU checks read, each once: what is watched for them.
+
+    Scoped as ``observe.facts.needed_facts`` scopes them: a namespaced fact
+    in each namespace its component is observed in, never cluster-wide.
+    """
+    found = {
+        scoped.listing
+        for c in components_for(spec)
+        for a in c.advisories
+        if gpu_check(a) is not None
+        for f in a.needs()
+        for scoped in ([f.within(n) for n in c.observed_in] if c.observed_in else [f])
+    }
+    return tuple(sorted((f for f in found if f.api != QUOTAS), key=_order))
+
+
+def _order(listing: Listing) -> tuple[str, str, str]:
+    return (listing.api.key, listing.namespace or "", listing.name or "")
+
+
+def _map(value: object) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _node(obj: dict[str, Any]) -> tuple[Any, ...]:
+    meta, spec, status = _map(obj.get("metadata")), _map(obj.get("spec")), _map(obj.get("status"))
+    return (
+        meta.get("name"),
+        repr(sorted(_map(meta.get("labels")).items())),
+        repr(spec.get("taints")),
+        spec.get("unschedulable") is True,
+        # Extended resources only: a device plugin's (NoNodeAdvertises).
+        repr(sorted((k, v) for k, v in _map(status.get("allocatable")).items() if "/" in str(k))),
+    )
+
+
+def _daemon_set(obj: dict[str, Any]) -> tuple[Any, ...]:
+    meta, status = _map(obj.get("metadata")), _map(obj.get("status"))
+    pod = _map(_map(_map(obj.get("spec")).get("template")).get("spec"))
+    return (
+        meta.get("namespace"),
+        meta.get("name"),
+        repr(pod.get("tolerations")),
+        repr([c.get("image") for c in pod.get("containers") or [] if isinstance(c, dict)]),
+        status.get("desiredNumberScheduled"),
+        status.get("numberAvailable"),
+    )
+
+
+def _spec_only(obj: dict[str, Any]) -> tuple[Any, ...]:
+    meta = _map(obj.get("metadata"))
+    return (meta.get("namespace"), meta.get("name"), repr(obj.get("spec")))
+
+
+_BY_RESOURCE = {"nodes": _node, "daemonsets": _daemon_set}
+
+
+def fingerprint(resource: str, items: Iterable[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    """What of a watched collection the GPU checks read, in a comparable form.
+
+    Nodes: labels, taints, cordon and extended resources (never status
+    heartbeats); DaemonSets: tolerations, images and the scheduled and
+    available counts; anything else (ResourceSlices): the spec.
+    """
+    reduce = _BY_RESOURCE.get(resource, _spec_only)
+    return sorted(reduce(i) for i in items)
