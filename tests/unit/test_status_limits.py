@@ -12,10 +12,10 @@ from lightkube.core.exceptions import ApiError
 from lightkube.models.meta_v1 import Status, StatusCause, StatusDetails
 
 from modelplane.actions import claim
-from modelplane.api import models as m
 from modelplane.api import status_limits
 from modelplane.api.crd import servingstack_crd
 from modelplane.api.models import ServingStack
+from modelplane.api.status import GatewayStatus
 from modelplane.catalog.components import COMPONENTS
 from modelplane.operator import handlers
 from modelplane.operator.status import (
@@ -92,7 +92,7 @@ def test_conditions_are_bounded_as_metav1_condition_is() -> None:
 
 def test_the_table_agrees_with_the_status_models() -> None:
     # The gateway's limits are also on its pydantic model: they must not drift.
-    fields = m.GatewayStatus.model_fields
+    fields = GatewayStatus.model_fields
     for name, path in (("address", "gateway.address"), ("ca_certificate", "gateway.caCertificate")):
         [limit] = [c.max_length for c in fields[name].metadata if hasattr(c, "max_length")]
         assert limit == status_limits.STRINGS[path], path

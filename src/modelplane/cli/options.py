@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 
 import typer
 
-from modelplane.api.models import SecretType
+from modelplane.api.spec import SecretType
 from modelplane.catalog.images import ImageError
 from modelplane.catalog.overrides import manifests_base_urls, unknown_components
 from modelplane.credentials.identity import nebius

@@ -10,7 +10,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from modelplane.api.models import ServingStack, client_ca_warnings
+from modelplane.api.models import ServingStack
+from modelplane.api.spec import client_ca_warnings
 from modelplane.catalog.advisories import MAX_MESSAGE
 from modelplane.catalog.components import components_for
 from modelplane.catalog.configuration import (

@@ -22,7 +22,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
-from modelplane.api.models import ServingStackSpec
+from modelplane.api.spec import ServingStackSpec
 from modelplane.catalog.components import components_for
 from modelplane.pins import ComponentsMode
 from modelplane.plan.model import Plan
