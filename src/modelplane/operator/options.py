@@ -12,9 +12,9 @@ from modelplane.credentials.identity.base import Endpoints
 from modelplane.kube.address import DEFAULT_DENIED, IPNetwork
 from modelplane.operator.leader import LeaderElection
 from modelplane.plan.images import MirrorRule
-from modelplane.plan.planner import Sources
 from modelplane.plan.release_health import DriftMode
 from modelplane.plan.rollout import Policy
+from modelplane.plan.sources import Sources
 
 
 class OperatorOptions(BaseModel):

@@ -20,6 +20,10 @@ from modelplane.plan.images import ImageUse
 from modelplane.plan.pull_secrets import MissingPullSecret
 from modelplane.plan.release_health import ReleaseDrift
 
+# The component the product's own objects (Namespace, Gateway, ...) are
+# planned under, next to the catalog's components.
+CONFIGURATION = "configuration"
+
 
 class ReleaseState(StrEnum):
     """What Helm's storage says about a release, next to what is desired."""
