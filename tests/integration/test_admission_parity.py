@@ -51,18 +51,14 @@ from typer.testing import CliRunner
 
 from modelplane.actions.helm import Helm
 from modelplane.api.crd import servingstack_crd
-from modelplane.api.models import (
-    API_GROUP,
-    API_VERSION,
+from modelplane.api.models import API_GROUP, API_VERSION, KIND, PLURAL, ServingStack
+from modelplane.api.spec import (
     CLIENT_CA_NAMES_RULE,
     IDENTITY_RULE,
-    KIND,
     KUBECONFIG_RULE,
     LISTENER_NAMES_RULE,
     LISTENER_PORTS_RULE,
     NAMESPACE_RULE,
-    PLURAL,
-    ServingStack,
     private_key_message,
 )
 from modelplane.catalog.components import BY_NAME

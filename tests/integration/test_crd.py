@@ -27,20 +27,16 @@ from pydantic import ValidationError
 from tests.integration.hubs import client_for, drop_empty_lists
 from tests.testenv import TestEnv
 
-from modelplane.api.models import (
-    API_GROUP,
-    API_VERSION,
+from modelplane.api.models import API_GROUP, API_VERSION, KIND, PLURAL, SHORT_NAME
+from modelplane.api.spec import (
     CLIENT_CA_NAMES_RULE,
     IDENTITY_RULE,
-    KIND,
     KUBECONFIG_RULE,
     LISTENER_NAMES_RULE,
     NAMESPACE_RULE,
-    PLURAL,
-    SHORT_NAME,
     ServingStackSpec,
-    ServingStackStatus,
 )
+from modelplane.api.status import ServingStackStatus
 from modelplane.catalog.components import BY_NAME
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

@@ -49,7 +49,7 @@ from tests.waiting import wait_for, wait_for_async
 from typer.testing import CliRunner
 
 from modelplane.actions.helm import Helm
-from modelplane.api.models import SecretType
+from modelplane.api.spec import SecretType
 from modelplane.cli.main import app
 from modelplane.credentials.connect import Credentials, CredentialsError, Identity, connect
 from modelplane.operator.options import OperatorOptions

@@ -47,7 +47,7 @@ from tests.testenv import TestEnv
 from tests.waiting import wait_for
 from typer.testing import CliRunner
 
-from modelplane.api.models import SecretType
+from modelplane.api.spec import SecretType
 from modelplane.cli.main import app
 
 NEBIUS = SecretType.NEBIUS_SERVICE_ACCOUNT_CREDENTIALS

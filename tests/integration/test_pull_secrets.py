@@ -133,7 +133,7 @@ def test_a_managed_install_names_each_namespace_its_charts_pull_in(harness: Harn
 
 
 def _standard_spec() -> Any:
-    from modelplane.api.models import ServingStackSpec
+    from modelplane.api.spec import ServingStackSpec
 
     return ServingStackSpec.model_validate(
         {"secrets": [{"type": "Kubeconfig", "name": "k", "key": "kubeconfig"}]}

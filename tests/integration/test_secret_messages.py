@@ -17,7 +17,7 @@ from lightkube import AsyncClient, Client, KubeConfig
 from tests.integration.hubs import ensure_namespace, put_secret
 from tests.testenv import TestEnv
 
-from modelplane.api.models import ServingStackSpec
+from modelplane.api.spec import ServingStackSpec
 from modelplane.credentials.connect import CredentialsError, read_credentials
 
 TEAM, OWNER = "secret-msg-team", "secret-msg-owner"

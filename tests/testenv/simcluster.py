@@ -57,7 +57,7 @@ from tests.testenv.nodes import h200 as gpu_hardware
 from tests.testenv.nodes import node as node_body
 from tests.waiting import WaitTimeout, wait_for
 
-from modelplane.api.models import ServingStackSpec
+from modelplane.api.spec import ServingStackSpec
 from modelplane.catalog import components as catalog
 
 # Stopped in this order: the controllers first, while the API server still answers.

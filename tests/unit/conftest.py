@@ -11,8 +11,8 @@ import pytest
 
 from modelplane.api.models import ServingStack
 from modelplane.plan import Plan
+from modelplane.plan.applied import crd_stub
 from modelplane.plan.observed import Observed, ObservedRelease
-from modelplane.plan.planner import crd_stub
 from modelplane.wire import DIGEST_ANNOTATION, object_key
 
 # The specification lives next to the repository (../shared/spec); a fresh

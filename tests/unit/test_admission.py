@@ -14,12 +14,8 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from modelplane.api.models import (
-    LISTENER_PORTS_RULE,
-    ServingStack,
-    ServingStackSpec,
-    client_ca_warnings,
-)
+from modelplane.api.models import ServingStack
+from modelplane.api.spec import LISTENER_PORTS_RULE, ServingStackSpec, client_ca_warnings
 from modelplane.catalog.configuration import CLIENT_CAS_CONFIGMAP
 from modelplane.cli.inputs import InputError, load_yaml, parse
 from modelplane.operator.options import OperatorOptions

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from modelplane.api.models import ServingStackSpec
+from modelplane.api.spec import ServingStackSpec
 from modelplane.catalog.components import components_of_stack
 from modelplane.catalog.facts import (
     CONFIG_MAPS,
@@ -27,9 +27,9 @@ from modelplane.catalog.types import Component, Finding, RequirementStatus, Seve
 from modelplane.checks.checker import provided_stack
 from modelplane.observe.facts import needed_facts
 from modelplane.pins import Stack
+from modelplane.plan.findings import advisories
 from modelplane.plan.model import RequirementResult
 from modelplane.plan.observed import Observed
-from modelplane.plan.planner import _advisories
 from modelplane.wire import ApiRef
 
 PROMETHEUSES = ApiRef("monitoring.coreos.com", "v1", "prometheuses")
@@ -77,7 +77,7 @@ def test_a_new_advisory_kind_is_one_class() -> None:
         [(ConfigMapsNamed("toy-config"), [{"metadata": {"name": "toy-config", "namespace": "a"}}])],
         {},
     )
-    (result,) = _advisories([component], spec, Observed(cluster=facts))
+    (result,) = advisories([component], spec, Observed(cluster=facts))
     assert result == RequirementResult(
         component="toy",
         requirement="ConfigMap toy-config exists",

@@ -10,7 +10,8 @@ from tests.testenv.nodes import HardwareMissingError, h200, hardware_dir, resour
 from tests.testenv.nodes import node as sim_node
 
 from modelplane.api.crd import servingstack_crd
-from modelplane.api.models import ServingStackSpec, TargetStatus
+from modelplane.api.spec import ServingStackSpec
+from modelplane.api.status import TargetStatus
 from modelplane.api.status_limits import CONSTRAINTS
 from modelplane.catalog.components import COMPONENTS
 from modelplane.catalog.facts import (
@@ -680,7 +681,7 @@ def test_the_simulated_clusters_objects() -> None:
 
 
 def test_the_summary_is_what_status_target_takes() -> None:
-    # The plan's model and the CRD's (api.models.TargetStatus) agree on the wire.
+    # The plan's model and the CRD's (api.status.TargetStatus) agree on the wire.
     summary = summarize_target(VERSION, [node("a"), node("b")], [rslice("a"), rslice("b")])
     wire = summary.model_dump(by_alias=True)
     assert TargetStatus.model_validate(wire).model_dump(by_alias=True) == wire

@@ -11,7 +11,7 @@ import pytest
 import yaml
 from tests.shared_fixtures import upstream_dir, yaml_docs
 
-from modelplane.api.models import ServingStackSpec
+from modelplane.api.spec import ServingStackSpec
 from modelplane.catalog import components as c
 from modelplane.catalog.components import (
     COMPONENTS,

@@ -356,7 +356,7 @@ def test_the_charts_image_mirror_flags_reach_the_operators_sources(
 ) -> None:
     # The rendered arguments, given to `modelplane run` as the container
     # would: a rule with '*' and '=' in it survives Helm's quoting.
-    from modelplane.operator import handlers
+    from modelplane.operator import process
     from modelplane.operator.options import OperatorOptions
 
     docs = render(
@@ -370,7 +370,7 @@ def test_the_charts_image_mirror_flags_reach_the_operators_sources(
     async def operator(options: OperatorOptions) -> None:
         seen.append(options)
 
-    monkeypatch.setattr(handlers, "run", operator)
+    monkeypatch.setattr(process, "run", operator)
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     [options] = seen
@@ -394,7 +394,7 @@ def test_the_charts_rollout_values_reach_the_operators_policy(
 ) -> None:
     from datetime import timedelta
 
-    from modelplane.operator import handlers
+    from modelplane.operator import process
     from modelplane.operator.options import OperatorOptions
 
     seen: list[OperatorOptions] = []
@@ -402,7 +402,7 @@ def test_the_charts_rollout_values_reach_the_operators_policy(
     async def operator(options: OperatorOptions) -> None:
         seen.append(options)
 
-    monkeypatch.setattr(handlers, "run", operator)
+    monkeypatch.setattr(process, "run", operator)
     for sets in (
         (),
         (

@@ -23,7 +23,7 @@ from modelplane.cli.options import component_urls
 from modelplane.kube.answers import describe_error
 from modelplane.plan import Observed, plan
 from modelplane.plan.model import Plan
-from modelplane.plan.planner import Sources
+from modelplane.plan.sources import Sources
 
 from .conftest import manifest
 from .test_helm_connections import kubeconfig

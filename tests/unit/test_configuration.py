@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from modelplane.api.models import ServingStackSpec
+from modelplane.api.spec import ServingStackSpec
 from modelplane.catalog import configuration as cfg
 from modelplane.catalog.configuration import ConfigObject, configuration_for
 

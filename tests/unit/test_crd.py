@@ -7,7 +7,15 @@ from typing import Any
 import yaml
 from typer.testing import CliRunner
 
-from modelplane.api import models as m
+from modelplane.api.spec import (
+    CLIENT_CA_NAMES_RULE,
+    IDENTITY_RULE,
+    KUBECONFIG_RULE,
+    LISTENER_NAMES_RULE,
+    LISTENER_PORTS_RULE,
+    NAMESPACE_RULE,
+    private_key_message,
+)
 from modelplane.cli.main import app
 
 from .test_models import DEFAULTS, ENUMS, INT_LIMITS, STRING_LIMITS
@@ -155,15 +163,15 @@ def _rules(node: dict[str, Any]) -> dict[str, str]:
 def test_cel_rules_say_what_the_models_say() -> None:
     spec = _spec_schema()
     top = _rules(spec)
-    assert top[m.KUBECONFIG_RULE] == "self.secrets.filter(s, s.type == 'Kubeconfig').size() == 1"
-    assert top[m.IDENTITY_RULE] == "self.secrets.filter(s, s.type != 'Kubeconfig').size() <= 1"
+    assert top[KUBECONFIG_RULE] == "self.secrets.filter(s, s.type == 'Kubeconfig').size() == 1"
+    assert top[IDENTITY_RULE] == "self.secrets.filter(s, s.type != 'Kubeconfig').size() <= 1"
     secret = _rules(_node(spec, "secrets.0"))
     # "namespace" is a CEL reserved word: the CRD must escape it.
-    assert secret[m.NAMESPACE_RULE] == "self.type != 'Kubeconfig' || !has(self.__namespace__)"
+    assert secret[NAMESPACE_RULE] == "self.type != 'Kubeconfig' || !has(self.__namespace__)"
     gateway = _rules(_node(spec, "gateway"))
     for field, message in (
-        ("listeners", m.LISTENER_NAMES_RULE),
-        ("clientCAs", m.CLIENT_CA_NAMES_RULE),
+        ("listeners", LISTENER_NAMES_RULE),
+        ("clientCAs", CLIENT_CA_NAMES_RULE),
     ):
         rule = gateway[message]
         # Optional lists: the rule must not fail when the list is absent.
@@ -173,15 +181,15 @@ def test_cel_rules_say_what_the_models_say() -> None:
         r["message"]: r.get("fieldPath") for r in _node(spec, "gateway")["x-kubernetes-validations"]
     }
     assert fields == {
-        m.LISTENER_NAMES_RULE: ".listeners",
-        m.LISTENER_PORTS_RULE: ".listeners",
-        m.CLIENT_CA_NAMES_RULE: ".clientCAs",
+        LISTENER_NAMES_RULE: ".listeners",
+        LISTENER_PORTS_RULE: ".listeners",
+        CLIENT_CA_NAMES_RULE: ".clientCAs",
     }
-    assert gateway[m.LISTENER_PORTS_RULE] == (
+    assert gateway[LISTENER_PORTS_RULE] == (
         "!has(self.listeners) || "
         "self.listeners.all(x, self.listeners.exists_one(y, y.port == x.port))"
     )
     # The key rule builds the models' message around the entry's name.
     (key_rule,) = _node(spec, "gateway.clientCAs.0")["x-kubernetes-validations"]
     assert key_rule["rule"] == "!self.certificate.contains('PRIVATE KEY')"
-    assert key_rule["messageExpression"] == ("'" + m.private_key_message("' + self.name + '") + "'")
+    assert key_rule["messageExpression"] == ("'" + private_key_message("' + self.name + '") + "'")

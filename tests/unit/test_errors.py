@@ -24,7 +24,8 @@ from modelplane.kube.budget import Budget
 from modelplane.kube.client import ApiStatusError, OverBudget, TargetError
 from modelplane.kube.errors import ErrorKind, Fault, classify
 from modelplane.operator.handlers import teardown_message
-from modelplane.operator.reconciler import InvalidSpecError, explain
+from modelplane.operator.stack_teardown import InvalidSpecError
+from modelplane.operator.stack_text import explain
 from modelplane.plan import decisions
 from modelplane.plan.decisions import BlockedReason
 

@@ -15,23 +15,11 @@ from typing import Any
 import pytest
 
 from modelplane.api.status_limits import CONSTRAINTS
-from modelplane.plan import health
-from modelplane.plan.health import (
-    GRACE,
-    MAX_MESSAGE,
-    MAX_NAME,
-    SCHEDULE_WINDOW,
-    Health,
-    Kind,
-    PodSignal,
-    Reason,
-    State,
-    WorkloadKey,
-    WorkloadStatus,
-    component_health,
-    judge,
-    manifest_workloads,
-)
+from modelplane.plan import health, workloads
+from modelplane.plan.component_health import component_health
+from modelplane.plan.health import GRACE, MAX_MESSAGE, SCHEDULE_WINDOW, Health, Reason, State, judge
+from modelplane.plan.manifest import manifest_workloads
+from modelplane.plan.workloads import MAX_NAME, Kind, PodSignal, WorkloadKey, WorkloadStatus
 from modelplane.untrusted import UntrustedInputError
 
 NOW = datetime(2026, 12, 1, 12, 0, 0, tzinfo=UTC)
@@ -702,7 +690,7 @@ def test_hostile_names_and_messages_are_bounded_and_escaped() -> None:
     assert not any(ord(c) < 32 or c == "\u202e" for c in verdict.message)
     unsched = PodSignal.from_object(pod(conditions=unschedulable(scheduler)))
     assert unsched is not None and "\\u202e" in unsched.scheduler_message
-    assert len(unsched.scheduler_message) <= health.MAX_PART
+    assert len(unsched.scheduler_message) <= workloads.MAX_PART
 
 
 HOSTILE_PODS: list[tuple[str, object]] = [
@@ -745,7 +733,7 @@ def test_pod_fields_of_the_wrong_type_say_nothing() -> None:
 def test_containers_read_are_bounded() -> None:
     many = [waiting("CrashLoopBackOff") for _ in range(10_000)]
     signal = PodSignal.from_object(pod(*many))
-    assert signal is not None and len(signal.containers) == health.MAX_ITEMS
+    assert signal is not None and len(signal.containers) == workloads.MAX_ITEMS
 
 
 def test_init_containers_count() -> None:
@@ -983,3 +971,17 @@ def test_daemon_set_says_nodes_ready() -> None:
     workload = WorkloadStatus.from_object(daemon_set(numberReady=2, numberAvailable=2))
     assert workload is not None
     assert "2 of 3 nodes ready" in judge(workload.key, workload, now=NOW).message
+
+
+def test_every_reason_has_one_rank() -> None:
+    # A Reason missing from RANK makes RANK.index raise when a component
+    # first gives it; a reason ranked twice would have two places.
+    assert sorted(health.RANK) == sorted(Reason)
+    assert len(set(health.RANK)) == len(health.RANK)
+    assert sorted(health.STATE_RANK) == sorted(State)
+
+
+def test_every_kind_has_rules() -> None:
+    # RULES[kind] is looked up for every workload read; a Kind without a row
+    # would raise on the first object of that kind.
+    assert set(health.RULES) == set(Kind)

@@ -24,9 +24,17 @@ from typer.testing import CliRunner
 from modelplane import pins
 from modelplane.actions import apply
 from modelplane.actions.apply import ManifestError, fetch_manifests, vet_manifests
-from modelplane.api import models as m
 from modelplane.api.crd import servingstack_crd
-from modelplane.api.models import ServingStackSpec
+from modelplane.api.grammar import (
+    CHART_VERSION,
+    DNS_LABEL,
+    DNS_SUBDOMAIN,
+    HOST_PATH,
+    HOSTNAME,
+    IMAGE_TAG,
+    SECRET_KEY,
+)
+from modelplane.api.spec import ServingStackSpec
 from modelplane.catalog.components import BY_NAME
 from modelplane.catalog.types import CRDServes
 from modelplane.cli import inputs
@@ -391,9 +399,9 @@ def test_every_pin_is_a_chart_version() -> None:
         value = getattr(pins, name)
         if name.isupper() and isinstance(value, str) and value[:1] in "v0123456789":
             if name == "MODEL_EXPRESS":
-                assert m.IMAGE_TAG.matches(value), name
+                assert IMAGE_TAG.matches(value), name
             else:
-                assert m.CHART_VERSION.matches(value), (name, value)
+                assert CHART_VERSION.matches(value), (name, value)
 
 
 def test_model_express_cannot_steer_the_manifest_url() -> None:
@@ -445,16 +453,16 @@ def _schema_at(path: str) -> dict[str, Any]:
 
 
 GRAMMAR_OF = {
-    "dynamo.modelExpress": m.IMAGE_TAG,
-    "nvidiaDriverRoot": m.HOST_PATH,
-    "gateway.hostname": m.HOSTNAME,
-    "gateway.className": m.DNS_SUBDOMAIN,
-    "gateway.listeners.0.name": m.DNS_SUBDOMAIN,
-    "gateway.clientCAs.0.name": m.DNS_SUBDOMAIN,
-    "secrets.0.name": m.DNS_SUBDOMAIN,
-    "secrets.0.key": m.SECRET_KEY,
-    "secrets.0.namespace": m.DNS_LABEL,
-    **dict.fromkeys(VERSION_FIELDS, m.CHART_VERSION),
+    "dynamo.modelExpress": IMAGE_TAG,
+    "nvidiaDriverRoot": HOST_PATH,
+    "gateway.hostname": HOSTNAME,
+    "gateway.className": DNS_SUBDOMAIN,
+    "gateway.listeners.0.name": DNS_SUBDOMAIN,
+    "gateway.clientCAs.0.name": DNS_SUBDOMAIN,
+    "secrets.0.name": DNS_SUBDOMAIN,
+    "secrets.0.key": SECRET_KEY,
+    "secrets.0.namespace": DNS_LABEL,
+    **dict.fromkeys(VERSION_FIELDS, CHART_VERSION),
 }
 
 

@@ -10,7 +10,7 @@ import yaml
 from typer.testing import CliRunner
 
 from modelplane.cli.main import app
-from modelplane.operator import handlers
+from modelplane.operator import process
 from modelplane.operator.hub import connection_info, load_config
 from modelplane.operator.options import OperatorOptions
 
@@ -95,7 +95,7 @@ def test_run_passes_the_kubeconfig_on_and_leaves_the_environment_alone(
         seen_env.append(os.environ.get("KUBECONFIG"))
 
     seen_env: list[str | None] = []
-    monkeypatch.setattr(handlers, "run", operator)
+    monkeypatch.setattr(process, "run", operator)
     hub = _kubeconfig(tmp_path, {"token": "t"})
     result = CliRunner().invoke(app, ["run", "--kubeconfig", str(hub)])
     assert result.exit_code == 0, result.output

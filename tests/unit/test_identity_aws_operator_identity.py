@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from modelplane.api.models import SecretType
+from modelplane.api.spec import SecretType
 from modelplane.credentials.connect import Credentials, CredentialsError, Identity, connect
 from modelplane.credentials.identity import aws
 from modelplane.credentials.identity.base import (

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from modelplane.api.models import SecretType
+from modelplane.api.spec import SecretType
 from modelplane.credentials.connect import (
     Credentials,
     CredentialsError,

@@ -12,7 +12,7 @@ from urllib.parse import parse_qs
 import pytest
 from tests.identity_services import closed_port_url, google_token_service, serve
 
-from modelplane.api.models import SecretType
+from modelplane.api.spec import SecretType
 from modelplane.credentials.identity import google, providers
 from modelplane.credentials.identity.base import (
     Endpoints,

@@ -11,7 +11,7 @@ import yaml
 from typer.testing import CliRunner
 
 from modelplane.cli.main import app
-from modelplane.operator import handlers
+from modelplane.operator import process
 from modelplane.operator.options import OperatorOptions
 from modelplane.plan.images import parse_rules
 
@@ -64,7 +64,7 @@ def test_run_hands_the_rules_and_secrets_to_the_operator(
     async def operator(options: OperatorOptions) -> None:
         seen.append(options)
 
-    monkeypatch.setattr(handlers, "run", operator)
+    monkeypatch.setattr(process, "run", operator)
     result = CliRunner().invoke(
         app,
         [

@@ -26,7 +26,7 @@ import pytest
 from modelplane.catalog.images import ImageRef
 from modelplane.plan import plan
 from modelplane.plan.images import ImageUse, parse_rules
-from modelplane.plan.planner import Sources
+from modelplane.plan.sources import Sources
 
 from .conftest import StackFactory
 

@@ -13,7 +13,7 @@ from modelplane.catalog.configuration import ConfigObject, configuration_for
 from modelplane.catalog.images import ProductImages
 from modelplane.plan import Plan, plan
 from modelplane.plan.images import parse_rules
-from modelplane.plan.planner import Sources
+from modelplane.plan.sources import Sources
 
 from .conftest import StackFactory
 

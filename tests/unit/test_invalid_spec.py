@@ -15,7 +15,8 @@ import pytest
 
 from modelplane.actions.helm import Helm
 from modelplane.operator.options import OperatorOptions
-from modelplane.operator.reconciler import InvalidSpecError, StackReconciler
+from modelplane.operator.reconciler import StackReconciler
+from modelplane.operator.stack_teardown import InvalidSpecError
 
 Event = tuple[str, str, str]
 

@@ -9,16 +9,20 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from modelplane.api import models as m
-from modelplane.api.models import (
-    ComponentsMode,
-    GatewayStatus,
-    ServingStack,
+from modelplane.api.models import ServingStack
+from modelplane.api.spec import (
+    CLIENT_CA_NAMES_RULE,
+    IDENTITY_RULE,
+    KUBECONFIG_RULE,
+    LISTENER_NAMES_RULE,
+    NAMESPACE_RULE,
     ServingStackSpec,
-    Stack,
+    pins_model,
 )
+from modelplane.api.status import GatewayStatus
 from modelplane.catalog.components import COMPONENTS
 from modelplane.catalog.types import Component
+from modelplane.pins import ComponentsMode, Stack
 
 from .conftest import CA_PEM, full_spec, manifest
 
@@ -254,11 +258,11 @@ AWS = {"type": "AWSWebIdentityCredentials", "name": "aws", "key": "token"}
 @pytest.mark.parametrize(
     ("secrets", "path", "message"),
     [
-        ([GCP], "secrets", m.KUBECONFIG_RULE),
-        ([KC, KC], "secrets", m.KUBECONFIG_RULE),
-        ([KC, GCP, AWS], "secrets", m.IDENTITY_RULE),
-        ([{**KC, "namespace": "other"}], "secrets.0", m.NAMESPACE_RULE),
-        ([GCP, {**KC, "namespace": "other"}], "secrets.1", m.NAMESPACE_RULE),
+        ([GCP], "secrets", KUBECONFIG_RULE),
+        ([KC, KC], "secrets", KUBECONFIG_RULE),
+        ([KC, GCP, AWS], "secrets", IDENTITY_RULE),
+        ([{**KC, "namespace": "other"}], "secrets.0", NAMESPACE_RULE),
+        ([GCP, {**KC, "namespace": "other"}], "secrets.1", NAMESPACE_RULE),
     ],
 )
 def test_secret_rules(secrets: list[dict[str, Any]], path: str, message: str) -> None:
@@ -292,7 +296,7 @@ def test_listener_names_unique() -> None:
         {"name": "web", "port": 8080, "protocol": "HTTP"},
     ]
     errors = _errors({"secrets": [KC], "gateway": {"listeners": listeners}})
-    assert errors == [("gateway.listeners", f"Value error, {m.LISTENER_NAMES_RULE}")]
+    assert errors == [("gateway.listeners", f"Value error, {LISTENER_NAMES_RULE}")]
     listeners[1]["name"] = "web2"
     assert _errors({"secrets": [KC], "gateway": {"listeners": listeners}}) == []
 
@@ -300,18 +304,18 @@ def test_listener_names_unique() -> None:
 def test_client_ca_names_unique() -> None:
     cas = [{"name": "fleet", "certificate": CA_PEM}, {"name": "fleet", "certificate": CA_PEM}]
     errors = _errors({"secrets": [KC], "gateway": {"clientCAs": cas}})
-    assert errors == [("gateway.clientCAs", f"Value error, {m.CLIENT_CA_NAMES_RULE}")]
+    assert errors == [("gateway.clientCAs", f"Value error, {CLIENT_CA_NAMES_RULE}")]
     cas[1]["name"] = "fleet2"
     assert _errors({"secrets": [KC], "gateway": {"clientCAs": cas}}) == []
 
 
 def test_rule_messages_are_sentences_a_person_reads() -> None:
     for message in (
-        m.KUBECONFIG_RULE,
-        m.NAMESPACE_RULE,
-        m.IDENTITY_RULE,
-        m.LISTENER_NAMES_RULE,
-        m.CLIENT_CA_NAMES_RULE,
+        KUBECONFIG_RULE,
+        NAMESPACE_RULE,
+        IDENTITY_RULE,
+        LISTENER_NAMES_RULE,
+        CLIENT_CA_NAMES_RULE,
     ):
         assert re.fullmatch(r"[a-z][a-zA-Z ,()]+", message), message
 
@@ -333,13 +337,13 @@ def _pinned(name: str, field: str, **extra: Any) -> Component:
 
 
 def test_a_pin_group_has_one_field_per_record_in_wire_name_order() -> None:
-    model = m.pins_model(
+    model = pins_model(
         "versions", [_pinned("zeta", "versions.zeta"), _pinned("alpha", "versions.alphaBeta")]
     )
     assert [f.alias for f in model.model_fields.values()] == ["alphaBeta", "zeta"]
     assert model.model_validate({}).alpha_beta == "1.0.0"
     assert model.model_fields["zeta"].description == "zeta chart version."
-    image = m.pins_model(
+    image = pins_model(
         "versions", [_pinned("img", "versions.img", version="0.1", version_format="image")]
     )
     with pytest.raises(ValidationError, match="must be an image tag"):
@@ -357,9 +361,9 @@ def test_a_pin_group_has_one_field_per_record_in_wire_name_order() -> None:
 )
 def test_a_record_the_pin_models_cannot_hold_is_refused(record: Component, error: str) -> None:
     with pytest.raises(ValueError, match=re.escape(error)):
-        m.pins_model("versions", [record])
+        pins_model("versions", [record])
 
 
 def test_two_records_with_one_version_field_are_refused() -> None:
     with pytest.raises(ValueError, match=re.escape("another component has versions.a")):
-        m.pins_model("versions", [_pinned("a", "versions.a"), _pinned("b", "versions.a")])
+        pins_model("versions", [_pinned("a", "versions.a"), _pinned("b", "versions.a")])

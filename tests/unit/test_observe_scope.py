@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from modelplane.api.models import ServingStackSpec
+from modelplane.api.spec import ServingStackSpec
 from modelplane.catalog.components import components_for
 from modelplane.observe.state import RELEASE_NAMESPACES, release_of, wanted
 from modelplane.observe.watches import watch_keys

@@ -19,7 +19,8 @@ from modelplane.plan.model import (
     RequirementStatus,
 )
 from modelplane.plan.observed import ObservedRelease
-from modelplane.plan.planner import Sources, release_action, release_state
+from modelplane.plan.releases import release_action, release_state
+from modelplane.plan.sources import Sources
 from modelplane.wire import DIGEST_ANNOTATION, MANAGED_BY_LABEL
 
 from .conftest import CA_PEM, StackFactory, installed

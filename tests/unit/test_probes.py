@@ -12,9 +12,9 @@ from typer.testing import CliRunner
 
 from modelplane.cli.main import app
 from modelplane.operator import metrics
-from modelplane.operator.handlers import _readiness
 from modelplane.operator.hub import Watched
 from modelplane.operator.leader import Elector
+from modelplane.operator.process import _readiness
 
 
 async def test_healthz_answers_while_readyz_waits() -> None:

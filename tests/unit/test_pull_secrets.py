@@ -14,7 +14,7 @@ from modelplane.catalog.images import Images, PullSecrets
 from modelplane.catalog.types import Component
 from modelplane.plan.images import parse_rules
 from modelplane.plan.observed import Observed
-from modelplane.plan.planner import Sources, plan
+from modelplane.plan.planner import plan
 from modelplane.plan.pull_secrets import (
     MissingPullSecret,
     component_message,
@@ -24,6 +24,7 @@ from modelplane.plan.pull_secrets import (
     needed,
     object_namespace,
 )
+from modelplane.plan.sources import Sources
 
 from .conftest import StackFactory, installed
 

@@ -21,7 +21,7 @@ from modelplane.observe.release_objects import (
 from modelplane.observe.state import Listed
 from modelplane.operator.status import Outcome, desired_status
 from modelplane.plan import plan
-from modelplane.plan.health import Kind, ManifestWorkload, WorkloadKey, WorkloadStatus
+from modelplane.plan.manifest import ManifestWorkload
 from modelplane.plan.model import ComponentPlan
 from modelplane.plan.observed import Observed
 from modelplane.plan.planner import with_health
@@ -34,6 +34,7 @@ from modelplane.plan.release_health import (
     nodes_expected,
     release_report,
 )
+from modelplane.plan.workloads import Kind, WorkloadKey, WorkloadStatus
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 GPU_TAINT = Taint(key="nvidia.com/gpu", value="present", effect="NoSchedule")

@@ -18,7 +18,8 @@ from modelplane.observe.release_objects import (
     watches_for,
 )
 from modelplane.observe.state import Listed, release_of
-from modelplane.plan.health import Kind, ManifestWorkload, Reason, State, WorkloadKey
+from modelplane.plan.health import Reason, State
+from modelplane.plan.manifest import ManifestWorkload
 from modelplane.plan.release_health import (
     DriftMode,
     RefusedRevision,
@@ -26,6 +27,7 @@ from modelplane.plan.release_health import (
     outside_namespace,
     release_report,
 )
+from modelplane.plan.workloads import Kind, WorkloadKey
 from modelplane.wire import RELEASE_DIGEST_LABEL
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)

@@ -25,7 +25,8 @@ from modelplane.cli.inputs import load_yaml
 from modelplane.cli.main import app
 from modelplane.plan.images import ImageUse, parse_rules
 from modelplane.plan.model import Plan, PlannedRelease
-from modelplane.plan.planner import Sources, plan
+from modelplane.plan.planner import plan
+from modelplane.plan.sources import Sources
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "servingstack.yaml"

@@ -21,10 +21,10 @@ from modelplane.observe.state import Listed, to_observed
 from modelplane.operator.status import GPUS_AVAILABLE, READY, Outcome, bounded, desired_status
 from modelplane.plan import Observed, plan
 from modelplane.plan.capacity import DeviceGroup, TargetSummary
+from modelplane.plan.findings import GATEWAY_TITLE
 from modelplane.plan.gateway import GATEWAY_NOT_PROGRAMMED, bundle_finding, not_programmed
 from modelplane.plan.model import NotServing, RequirementStatus
 from modelplane.plan.observed import ObservedCondition
-from modelplane.plan.planner import GATEWAY_TITLE
 from modelplane.wire import DIGEST_ANNOTATION, MANAGED_BY, MANAGED_BY_LABEL
 
 

@@ -12,12 +12,12 @@ from lightkube.core.exceptions import ApiError
 from lightkube.models.meta_v1 import Status, StatusCause, StatusDetails
 
 from modelplane.actions import claim
-from modelplane.api import models as m
 from modelplane.api import status_limits
 from modelplane.api.crd import servingstack_crd
 from modelplane.api.models import ServingStack
+from modelplane.api.status import GatewayStatus
 from modelplane.catalog.components import COMPONENTS
-from modelplane.operator import handlers
+from modelplane.operator import hub_writes
 from modelplane.operator.status import (
     CA_PUBLISHED,
     READY,
@@ -92,7 +92,7 @@ def test_conditions_are_bounded_as_metav1_condition_is() -> None:
 
 def test_the_table_agrees_with_the_status_models() -> None:
     # The gateway's limits are also on its pydantic model: they must not drift.
-    fields = m.GatewayStatus.model_fields
+    fields = GatewayStatus.model_fields
     for name, path in (("address", "gateway.address"), ("ca_certificate", "gateway.caCertificate")):
         [limit] = [c.max_length for c in fields[name].metadata if hasattr(c, "max_length")]
         assert limit == status_limits.STRINGS[path], path
@@ -248,7 +248,7 @@ def test_event_messages_are_printable_and_within_the_event_limit(
 ) -> None:
     sent: list[dict[str, Any]] = []
     monkeypatch.setattr(kopf, "event", lambda body, **kw: sent.append(kw))
-    emit = handlers._emitter({})  # type: ignore[arg-type]
+    emit = hub_writes.emitter({})  # type: ignore[arg-type]
     emit("Warning", "ActionFailed", "install failed: " + ESC * 1000)
     [event] = sent
     assert len(event["message"]) <= status_limits.EVENT_MESSAGE
@@ -292,11 +292,11 @@ def test_a_refusal_names_the_fields_never_the_value() -> None:
             StatusCause(field=f"status.gateway.address{ESC}", reason="FieldValueInvalid"),
         ]
     )
-    fields = handlers.refused_fields(err)
+    fields = hub_writes.refused_fields(err)
     assert fields[0] == "status.conditions[0].message: FieldValueTooLong"
     assert fields[1].startswith("status.gateway.address\\u001b")
     assert not any("SECRET" in f or CONTROL.search(f) for f in fields)
 
 
 def test_a_refusal_without_causes_names_its_reason() -> None:
-    assert handlers.refused_fields(_refusal(None)) == ["422 Invalid"]
+    assert hub_writes.refused_fields(_refusal(None)) == ["422 Invalid"]

@@ -9,7 +9,7 @@ from typing import Any
 import httpx2
 import pytest
 
-from modelplane.api.models import ServingStackSpec
+from modelplane.api.spec import ServingStackSpec
 from modelplane.kube.discovery import PLURALS
 from modelplane.kube.reflector import WatchKey
 from modelplane.observe.state import ReleaseWatch, Wanted, to_observed, wanted

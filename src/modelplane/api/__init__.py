@@ -1,13 +1,8 @@
 """The ServingStack API: pydantic models of spec and status, and the hub CRD."""
 
-from modelplane.api.models import (
-    API_GROUP,
-    API_VERSION,
-    KIND,
-    ServingStack,
-    ServingStackSpec,
-    ServingStackStatus,
-)
+from modelplane.api.models import API_GROUP, API_VERSION, KIND, ServingStack
+from modelplane.api.spec import ServingStackSpec
+from modelplane.api.status import ServingStackStatus
 from modelplane.pins import ComponentsMode, Stack
 
 __all__ = [

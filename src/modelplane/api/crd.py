@@ -14,8 +14,20 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from modelplane.api import models as m
 from modelplane.api import status_limits
+from modelplane.api.grammar import PRIVATE_KEY_MARK
+from modelplane.api.models import API_GROUP, API_VERSION, KIND, PLURAL, SHORT_NAME
+from modelplane.api.spec import (
+    CLIENT_CA_NAMES_RULE,
+    IDENTITY_RULE,
+    KUBECONFIG_RULE,
+    LISTENER_NAMES_RULE,
+    LISTENER_PORTS_RULE,
+    NAMESPACE_RULE,
+    ServingStackSpec,
+    private_key_message,
+)
+from modelplane.api.status import ServingStackStatus
 
 Schema = dict[str, Any]
 
@@ -83,16 +95,16 @@ def _unique_names(field: str, message: str) -> dict[str, str]:
 
 
 def spec_schema() -> Schema:
-    schema = schema_of(m.ServingStackSpec)
+    schema = schema_of(ServingStackSpec)
     schema["x-kubernetes-validations"] = [
         {
             "rule": "self.secrets.filter(s, s.type == 'Kubeconfig').size() == 1",
-            "message": m.KUBECONFIG_RULE,
+            "message": KUBECONFIG_RULE,
             "fieldPath": ".secrets",
         },
         {
             "rule": "self.secrets.filter(s, s.type != 'Kubeconfig').size() <= 1",
-            "message": m.IDENTITY_RULE,
+            "message": IDENTITY_RULE,
             "fieldPath": ".secrets",
         },
     ]
@@ -101,24 +113,24 @@ def spec_schema() -> Schema:
     secret_item["x-kubernetes-validations"] = [
         {
             "rule": "self.type != 'Kubeconfig' || !has(self.__namespace__)",
-            "message": m.NAMESPACE_RULE,
+            "message": NAMESPACE_RULE,
         }
     ]
     gateway = schema["properties"]["gateway"]
     gateway["x-kubernetes-validations"] = [
-        _unique_names("listeners", m.LISTENER_NAMES_RULE),
+        _unique_names("listeners", LISTENER_NAMES_RULE),
         {
             "rule": "!has(self.listeners) || "
             "self.listeners.all(x, self.listeners.exists_one(y, y.port == x.port))",
-            "message": m.LISTENER_PORTS_RULE,
+            "message": LISTENER_PORTS_RULE,
             "fieldPath": ".listeners",
         },
-        _unique_names("clientCAs", m.CLIENT_CA_NAMES_RULE),
+        _unique_names("clientCAs", CLIENT_CA_NAMES_RULE),
     ]
     # The certificate's pattern refuses a key already; this rule says so,
     # naming the entry as the models do (messageExpression, GA in 1.29).
-    mark = m.PRIVATE_KEY_MARK
-    head, tail = m.private_key_message("\0").split("\0")
+    mark = PRIVATE_KEY_MARK
+    head, tail = private_key_message("\0").split("\0")
     gateway["properties"]["clientCAs"]["items"]["x-kubernetes-validations"] = [
         {
             "rule": f"!self.certificate.contains('{mark}')",
@@ -131,7 +143,7 @@ def spec_schema() -> Schema:
 
 def status_schema() -> Schema:
     """The status schema, every string and list bounded by ``api.status_limits``."""
-    schema = schema_of(m.ServingStackStatus)
+    schema = schema_of(ServingStackStatus)
     _bound(schema, "")
     return schema
 
@@ -154,20 +166,20 @@ def servingstack_crd() -> dict[str, Any]:
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
-        "metadata": {"name": f"{m.PLURAL}.{m.API_GROUP}"},
+        "metadata": {"name": f"{PLURAL}.{API_GROUP}"},
         "spec": {
-            "group": m.API_GROUP,
+            "group": API_GROUP,
             "scope": "Namespaced",
             "names": {
-                "kind": m.KIND,
-                "listKind": f"{m.KIND}List",
-                "plural": m.PLURAL,
-                "singular": m.KIND.lower(),
-                "shortNames": [m.SHORT_NAME],
+                "kind": KIND,
+                "listKind": f"{KIND}List",
+                "plural": PLURAL,
+                "singular": KIND.lower(),
+                "shortNames": [SHORT_NAME],
             },
             "versions": [
                 {
-                    "name": m.API_VERSION,
+                    "name": API_VERSION,
                     "served": True,
                     "storage": True,
                     "subresources": {"status": {}},

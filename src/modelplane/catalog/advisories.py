@@ -43,7 +43,7 @@ from modelplane.catalog.types import (
 from modelplane.untrusted import UntrustedInputError, load_yaml, printable
 
 if TYPE_CHECKING:
-    from modelplane.api.models import ServingStackSpec
+    from modelplane.api.spec import ServingStackSpec
 
 MET, WARNING, UNKNOWN = RequirementStatus.MET, RequirementStatus.WARNING, RequirementStatus.UNKNOWN
 MAX_LISTED = 5

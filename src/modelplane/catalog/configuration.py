@@ -17,7 +17,7 @@ from modelplane.catalog.images import ProductImages
 from modelplane.wire import ApiRef, object_key
 
 if TYPE_CHECKING:
-    from modelplane.api.models import ServingStackSpec
+    from modelplane.api.spec import ServingStackSpec
 
 NS = c.MODELPLANE_NAMESPACE
 GATEWAY_NAME = "inference-gateway"

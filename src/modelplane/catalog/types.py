@@ -13,7 +13,7 @@ from modelplane.catalog.versions import parse_version
 from modelplane.wire import ApiRef
 
 if TYPE_CHECKING:
-    from modelplane.api.models import ServingStackSpec
+    from modelplane.api.spec import ServingStackSpec
     from modelplane.pins import Stack
 
 Values = dict[str, Any]

@@ -21,8 +21,8 @@ from modelplane.plan import plan
 from modelplane.plan.images import MirrorRule
 from modelplane.plan.model import RequirementResult, RequirementStatus, Severity
 from modelplane.plan.observed import Observed
-from modelplane.plan.planner import Sources
 from modelplane.plan.pull_secrets import PULL_SECRET_MISSING
+from modelplane.plan.sources import Sources
 
 
 def provided_stack(stack: Stack) -> ServingStack:

@@ -20,7 +20,7 @@ import enum
 import logging
 import sys
 import tempfile
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
@@ -282,6 +282,30 @@ def _run(
         helm.kill_running()
 
 
+def _follow(
+    run: Run,
+    what: str,
+    output: OutputFormat,
+    timeout: float,
+    work: Callable[[TargetHelm, Progress], Coroutine[Any, Any, Verdict]],
+) -> None:
+    """Do ``work`` with a helm of its own, shown as it goes; exit 1 unless it is done."""
+    with tempfile.TemporaryDirectory(prefix="modelplane-helm-") as home:
+        helm = _helm(run, Path(home))
+        progress = progress_for(
+            sys.stdout,
+            as_json=output is OutputFormat.JSON,
+            title=f"modelplane {what}: {run.stack.metadata.name} on {printable(run.server, 256)}",
+        )
+        try:
+            verdict = _run(work(helm, progress), helm, progress, timeout, what)
+            progress.finish(verdict.done, verdict.message)
+        finally:
+            progress.close()
+    if not verdict.done:
+        raise typer.Exit(EXIT_NOT_DONE)
+
+
 OutputFlag = Annotated[
     OutputFormat,
     typer.Option(
@@ -346,20 +370,7 @@ def apply(
         ),
         helm_options(helm_timeout),
     )  # fmt: skip
-    with tempfile.TemporaryDirectory(prefix="modelplane-helm-") as home:
-        helm = _helm(run, Path(home))
-        progress = progress_for(
-            sys.stdout,
-            as_json=output is OutputFormat.JSON,
-            title=f"modelplane apply: {run.stack.metadata.name} on {printable(run.server, 256)}",
-        )
-        try:
-            verdict = _run(_apply(run, helm, progress, wait), helm, progress, seconds, "apply")
-            progress.finish(verdict.done, verdict.message)
-        finally:
-            progress.close()
-    if not verdict.done:
-        raise typer.Exit(EXIT_NOT_DONE)
+    _follow(run, "apply", output, seconds, lambda helm, progress: _apply(run, helm, progress, wait))
 
 
 # -- delete ----------------------------------------------------------------
@@ -448,17 +459,4 @@ def delete(
         ),
         helm_options(helm_timeout),
     )  # fmt: skip
-    with tempfile.TemporaryDirectory(prefix="modelplane-helm-") as home:
-        helm = _helm(run, Path(home))
-        progress = progress_for(
-            sys.stdout,
-            as_json=output is OutputFormat.JSON,
-            title=f"modelplane delete: {run.stack.metadata.name} on {printable(run.server, 256)}",
-        )
-        try:
-            verdict = _run(_delete(run, helm, progress), helm, progress, seconds, "delete")
-            progress.finish(verdict.done, verdict.message)
-        finally:
-            progress.close()
-    if not verdict.done:
-        raise typer.Exit(EXIT_NOT_DONE)
+    _follow(run, "delete", output, seconds, lambda helm, progress: _delete(run, helm, progress))

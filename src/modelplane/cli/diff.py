@@ -85,7 +85,7 @@ from modelplane.plan.model import (
     ReleaseAction,
 )
 from modelplane.plan.observed import Observed
-from modelplane.plan.planner import Sources
+from modelplane.plan.sources import Sources
 from modelplane.untrusted import printable
 from modelplane.wire import object_key, stamp
 

@@ -23,7 +23,7 @@ from modelplane.cli.options import (
 )
 from modelplane.pins import Stack
 from modelplane.plan import Observed, plan
-from modelplane.plan.planner import Sources
+from modelplane.plan.sources import Sources
 
 app = typer.Typer(
     name="modelplane",

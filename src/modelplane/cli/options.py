@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 
 import typer
 
-from modelplane.api.models import SecretType
+from modelplane.api.spec import SecretType
 from modelplane.catalog.images import ImageError
 from modelplane.catalog.overrides import manifests_base_urls, unknown_components
 from modelplane.credentials.identity import nebius
@@ -27,8 +27,8 @@ from modelplane.credentials.identity.base import Endpoints, IdentityError
 from modelplane.kube.address import IPNetwork, deny_list
 from modelplane.kube.scrub import redact
 from modelplane.plan.images import MirrorRule, check_secret_names, parse_rules
-from modelplane.plan.planner import Sources
 from modelplane.plan.release_health import DriftMode
+from modelplane.plan.sources import Sources
 from modelplane.untrusted import printable
 
 # -- durations -----------------------------------------------------------------

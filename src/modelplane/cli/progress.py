@@ -27,12 +27,9 @@ from rich.text import Text
 
 from modelplane.api.status_limits import TERMINAL
 from modelplane.pins import ComponentsMode
-from modelplane.plan.model import ObjectAction, Plan, ReleaseState
+from modelplane.plan.model import CONFIGURATION, ObjectAction, Plan, ReleaseState
 from modelplane.untrusted import printable
 
-# The line of the product's own objects (Namespace, Gateway, ...), which the
-# plan files under this component name.
-CONFIGURATION = "configuration"
 # How many of the latest events the live view keeps under the components.
 LIVE_EVENTS = 5
 # A component's detail is cut to this in the live view; a pipe gets it whole.

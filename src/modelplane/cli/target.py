@@ -23,7 +23,8 @@ from typing import Any, TypeVar
 import yaml
 from lightkube.config.kubeconfig import KubeConfig, SingleConfig
 
-from modelplane.api.models import SecretType, ServingStack
+from modelplane.api.models import ServingStack
+from modelplane.api.spec import SecretType
 from modelplane.cli.options import IDENTITY_TYPES, TargetOptions
 from modelplane.credentials.connect import Credentials, Identity
 from modelplane.credentials.identity import providers

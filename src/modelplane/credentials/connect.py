@@ -19,7 +19,7 @@ from lightkube import AsyncClient
 from lightkube.core.exceptions import ApiError
 from lightkube.resources.core_v1 import Secret
 
-from modelplane.api.models import SecretType, ServingStackSpec
+from modelplane.api.spec import SecretType, ServingStackSpec
 from modelplane.credentials.identity import providers
 from modelplane.credentials.identity.base import Endpoints, IdentityError, TargetInfo
 from modelplane.credentials.identity.cache import TokenCache, TokenSource, cache_key

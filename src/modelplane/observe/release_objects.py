@@ -7,7 +7,7 @@ are then read by name (``ReleaseWatch``: a LIST, or a watch, with a field
 selector) with their pods (the workload's own ``matchLabels``), and the
 Nodes when one of them is a DaemonSet. Everything read is the target's, and
 hostile: bounded in number here, and reduced to what the rules read by
-``plan.health``'s ``from_object``.
+``plan.workloads``' ``from_object``.
 """
 
 from __future__ import annotations
@@ -23,15 +23,7 @@ from modelplane.observe.release_others import OtherEntry, other_entries
 from modelplane.observe.releases import ReleaseReadError, deployed_release, release_secret
 from modelplane.observe.state import Listed, ReleaseWatch
 from modelplane.plan.drift import fields_of
-from modelplane.plan.health import (
-    GROUPS,
-    Kind,
-    ManifestWorkload,
-    PodSignal,
-    WorkloadKey,
-    WorkloadStatus,
-    manifest_workloads,
-)
+from modelplane.plan.manifest import ManifestWorkload, manifest_workloads
 from modelplane.plan.observed import ObservedRelease
 from modelplane.plan.release_health import (
     NodeFacts,
@@ -41,6 +33,7 @@ from modelplane.plan.release_health import (
     UnjudgedRelease,
     outside_namespace,
 )
+from modelplane.plan.workloads import GROUPS, Kind, PodSignal, WorkloadKey, WorkloadStatus
 from modelplane.untrusted import UntrustedInputError, load_yaml_all, printable
 from modelplane.wire import FIELD_MANAGER, ApiRef
 

@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 from lightkube import AsyncClient
 from lightkube.resources.core_v1 import ConfigMap
 
-from modelplane.api.models import ServingStackSpec
+from modelplane.api.spec import ServingStackSpec
 from modelplane.api.status_limits import OBSERVED_CONDITION_MESSAGE, OBSERVED_CONDITION_REASON
 from modelplane.catalog.components import COMPONENTS, components_for
 from modelplane.catalog.configuration import (

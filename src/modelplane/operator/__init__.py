@@ -18,7 +18,7 @@ from modelplane.operator.status import READY, Outcome, desired_status
 async def serve(options: OperatorOptions) -> None:
     """Serve the hub ``options`` names until stopped."""
     # kopf and the hub's machinery load only for the command that serves.
-    from modelplane.operator.handlers import run
+    from modelplane.operator.process import run
 
     await run(options)
 

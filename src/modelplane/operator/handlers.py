@@ -6,6 +6,9 @@ hub), its target (the target watches), or the resync period. One task per
 object means reconciles of one stack never overlap, and kopf stops the task
 with the object. What a stack's task keeps (what wakes it, the spec it last
 saw) lives in kopf's per-object ``memo``, and goes with the object.
+
+What the handlers write to the hub is ``operator.hub_writes``'s; the
+process that runs them, ``operator.process``'s.
 """
 
 from __future__ import annotations
@@ -13,55 +16,29 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import datetime
-import functools
 import logging
-import tempfile
 from dataclasses import dataclass, field
-from enum import StrEnum
-from pathlib import Path
 from typing import Any
 
-import httpx2
 import kopf
-from lightkube import AsyncClient
-from lightkube.core.exceptions import ApiError
-from lightkube.generic_resource import create_namespaced_resource
-from lightkube.types import PatchType
 
-from modelplane.actions.helm import Helm, TargetHelm
-from modelplane.api.models import API_GROUP, API_VERSION, KIND, PLURAL
-from modelplane.api.status_limits import EVENT_MESSAGE, LOG_MESSAGE
-from modelplane.credentials.connect import hub_forbidden
+from modelplane.api.models import API_GROUP, API_VERSION, PLURAL
+from modelplane.api.status_limits import LOG_MESSAGE
 from modelplane.credentials.identity.base import IdentityError
-from modelplane.credentials.identity.cache import TokenCache
 from modelplane.kube.answers import describe_error
-from modelplane.kube.client import open_targets
 from modelplane.kube.errors import ErrorKind, Fault, classify
 from modelplane.operator import metrics
-from modelplane.operator.hub import (
-    CHECK_RETRY_SECONDS,
-    CrdRefused,
-    Watched,
-    connection_info,
-    ensure_servingstack_crd,
-    load_config,
+from modelplane.operator.hub_writes import (
+    StatusWrite,
+    emitter,
+    event,
+    take_resume,
+    teardown_condition,
+    write_status,
 )
-from modelplane.operator.leader import LEADER, Elector, exit_now
-from modelplane.operator.options import OperatorOptions
 from modelplane.operator.reconciler import StackReconciler
-from modelplane.operator.rollout import Rollout
-from modelplane.operator.status import (
-    READY,
-    STATUS_REFUSED,
-    TEARDOWN,
-    Outcome,
-    bounded,
-    condition,
-    desired_status,
-    merge_conditions,
-    refused_message,
-    status_changed,
-)
+from modelplane.operator.runtime import Runtime, stack_label, track
+from modelplane.operator.status import Outcome, desired_status
 from modelplane.plan import decisions
 from modelplane.plan.decisions import BlockedReason
 from modelplane.plan.rollout import RESUME_ANNOTATION
@@ -167,42 +144,6 @@ class FailureLog:
         )
 
 
-ServingStackResource = create_namespaced_resource(API_GROUP, API_VERSION, KIND, PLURAL)
-
-
-@dataclass
-class Runtime:
-    """What the operator keeps across ServingStacks; what is one stack's is in its memo."""
-
-    options: OperatorOptions
-    hub: AsyncClient
-    helm: Helm
-    # Cloud identity token sources, by identity and target. Not dropped with
-    # a stack (stacks may share an identity and target): bounded instead, the
-    # least recently used going first.
-    tokens: TokenCache = field(default_factory=TokenCache)
-    # The staged rollout of upgrades over this shard's stacks.
-    rollout: Rollout = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.rollout = Rollout(self.options.rollout_policy())
-
-    def expose(self) -> None:
-        """Report the sizes of what is kept in the metrics: a size that only grows is a leak."""
-        for what in TRACKED:
-            metrics.TRACKED.labels(what=what).set(0)
-        metrics.TARGETS_OPEN.set_function(open_targets)
-
-
-# What each stack's task keeps in its memo, by the names the metrics give them.
-TRACKED = ("wakers", "generations")
-
-
-def _track(change: int) -> None:
-    for what in TRACKED:
-        metrics.TRACKED.labels(what=what).inc(change)
-
-
 def _marker(body: kopf.Body) -> tuple[Any, Any, Any]:
     """What of a stack is a reason to reconcile again: its spec, its deletion, a resume."""
     resume = (body.meta.get("annotations") or {}).get(RESUME_ANNOTATION)
@@ -234,186 +175,6 @@ def _left(event: kopf.RawEvent, **_: Any) -> bool:
     return event.get("type") == "DELETED"
 
 
-def _now() -> str:
-    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def event(body: kopf.Body, type_: str, reason: str, message: str) -> None:
-    """An event on the ServingStack; its message made printable and cut to what events hold."""
-    kopf.event(body, type=type_, reason=reason, message=printable(message, EVENT_MESSAGE))
-
-
-def _emitter(body: kopf.Body) -> Any:
-    def emit(type_: str, reason: str, message: str) -> None:
-        event(body, type_, reason, message)
-
-    return emit
-
-
-class StatusWrite(StrEnum):
-    """What became of one status write."""
-
-    WRITTEN = "Written"
-    UNCHANGED = "Unchanged"  # the hub has it already: nothing sent
-    FORBIDDEN = "Forbidden"  # the operator may not patch status (told in the log)
-    REFUSED = "Refused"  # the hub refused it, or did not answer: reported, tried again later
-
-
-# At most this many refused fields are named, each cut to FIELD_SHOWN.
-FIELDS_SHOWN = 8
-FIELD_SHOWN = 256
-
-
-async def write_status(rt: Runtime, body: kopf.Body, desired: dict[str, Any]) -> StatusWrite:
-    """Patch status only when it differs from what the hub has: no-op writes cost.
-
-    Never raises for what the hub answers: a refused write is reported (a
-    Warning event and a log line naming the fields the hub refused) and
-    replaced by a minimal status that says so, and the stack's loop goes on.
-    """
-    current = dict(body.get("status") or {})
-    desired = bounded(
-        {
-            **desired,
-            "conditions": merge_conditions(
-                desired["conditions"], current.get("conditions") or [], _now()
-            ),
-        }
-    )
-    if not status_changed(current, desired):
-        return StatusWrite.UNCHANGED
-    try:
-        await _patch_status(rt, body, desired)
-    except ApiError as err:
-        if err.status.code == 403:
-            # Status is where the operator reports, so this gap can only be told
-            # in the log; the stack's loop goes on and tries again next time.
-            where = f"ServingStack {_label(body)}"
-            log.warning("%s", hub_forbidden(err, "patch", f"{PLURAL}/status", where, API_GROUP))
-            return StatusWrite.FORBIDDEN
-        if err.status.code == 404:
-            log.debug("ServingStack %s: gone before its status was written", _label(body))
-            return StatusWrite.REFUSED
-        await _status_refused(rt, body, current, desired, err)
-        return StatusWrite.REFUSED
-    except httpx2.HTTPError as err:
-        log.warning(
-            "ServingStack %s: its status could not be written: %s: %s",
-            _label(body),
-            type(err).__name__,
-            printable(describe_error(err), LOG_MESSAGE),
-        )
-        return StatusWrite.REFUSED
-    metrics.STATUS_WRITES.inc()
-    return StatusWrite.WRITTEN
-
-
-async def _patch_status(rt: Runtime, body: kopf.Body, status: dict[str, Any]) -> None:
-    await rt.hub.patch(
-        ServingStackResource.Status,
-        body.meta.name or "",
-        {"status": status},
-        namespace=body.meta.namespace,
-        patch_type=PatchType.MERGE,
-    )
-
-
-async def _take_resume(rt: Runtime, body: kopf.Body) -> None:
-    """Remove the resume annotation once the status says it was taken: it resumes once."""
-    try:
-        await rt.hub.patch(
-            ServingStackResource,
-            body.meta.name or "",
-            {"metadata": {"annotations": {RESUME_ANNOTATION: None}}},
-            namespace=body.meta.namespace,
-            patch_type=PatchType.MERGE,
-        )
-    except (ApiError, httpx2.HTTPError) as err:
-        # Left on, it is taken again only by a later failed upgrade of this stack.
-        log.warning(
-            "ServingStack %s: could not remove %s: %s",
-            _label(body),
-            RESUME_ANNOTATION,
-            printable(describe_error(err), LOG_MESSAGE),
-        )
-
-
-def refused_fields(err: ApiError) -> list[str]:
-    """The fields the hub named in refusing a write, each with why, as a person reads them.
-
-    From the Status's details (causes), never its message: a message may
-    quote the refused value, which came from a target.
-    """
-    details = err.status.details
-    causes = (details.causes if details is not None else None) or []
-    shown = [
-        printable(
-            f"{cause.field or 'the object'}: {cause.reason or 'refused'}",
-            FIELD_SHOWN,
-        )
-        for cause in causes[:FIELDS_SHOWN]
-    ]
-    if len(causes) > FIELDS_SHOWN:
-        shown.append(f"{len(causes) - FIELDS_SHOWN} more")
-    if not shown:
-        shown.append(printable(f"{err.status.code} {err.status.reason or 'refused'}", FIELD_SHOWN))
-    return shown
-
-
-async def _status_refused(
-    rt: Runtime,
-    body: kopf.Body,
-    current: dict[str, Any],
-    refused: dict[str, Any],
-    err: ApiError,
-) -> None:
-    """Report a status the hub refused, and write the minimal one that says so.
-
-    The event and the WARNING come once per refusal that changes, as the
-    hub's status remembers it (Ready is StatusRefused with this message),
-    not once per backed-off retry.
-    """
-    fields = refused_fields(err)
-    message = refused_message(fields)
-    ready = next((c for c in current.get("conditions") or [] if c.get("type") == READY), None)
-    before = (ready.get("reason"), ready.get("message")) if ready is not None else None
-    new = decisions.is_new(before, (STATUS_REFUSED, message))
-    log.log(
-        logging.WARNING if new else logging.DEBUG,
-        "ServingStack %s: the hub refused its status (%s %s): %s",
-        _label(body),
-        err.status.code,
-        printable(err.status.reason or "", FIELD_SHOWN),
-        "; ".join(fields),
-    )
-    if new:
-        event(body, "Warning", STATUS_REFUSED, message)
-    generation = refused.get("observedGeneration", body.meta.get("generation"))
-    minimal = bounded(
-        {
-            "observedGeneration": generation,
-            "conditions": merge_conditions(
-                [condition(READY, False, STATUS_REFUSED, message, generation)],
-                current.get("conditions") or [],
-                _now(),
-            ),
-        }
-    )
-    if not status_changed(current, minimal):
-        return
-    try:
-        await _patch_status(rt, body, minimal)
-    except (ApiError, httpx2.HTTPError) as again:
-        # Nothing more can be said on the hub: the log is all there is.
-        log.warning(
-            "ServingStack %s: the hub refused the minimal status too: %s",
-            _label(body),
-            printable(describe_error(again), LOG_MESSAGE),
-        )
-        return
-    metrics.STATUS_WRITES.inc()
-
-
 def register(registry: kopf.OperatorRegistry, rt: Runtime) -> None:
     resource = (API_GROUP, API_VERSION, PLURAL)
 
@@ -434,7 +195,7 @@ def register(registry: kopf.OperatorRegistry, rt: Runtime) -> None:
     # INFO line of kopf's per stack that leaves, not per event.
     @kopf.on.event(*resource, registry=registry, id=LEAVE_HANDLER, when=_left)
     async def stop_when_gone(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-        rt.rollout.forget(_label(body))
+        rt.rollout.forget(stack_label(body))
         wake = memo.get(WAKE)
         if isinstance(wake, Wake):
             wake.leave()
@@ -443,14 +204,14 @@ def register(registry: kopf.OperatorRegistry, rt: Runtime) -> None:
     async def reconcile_stack(
         body: kopf.Body, stopped: kopf.DaemonStopped, memo: kopf.Memo, **_: Any
     ) -> None:
-        label = _label(body)
+        label = stack_label(body)
         wake = memo[WAKE] = Wake(_marker(body))
-        _track(+1)
+        track(+1)
         reconciler = StackReconciler(
             rt.hub,
             rt.helm,
             rt.options,
-            _emitter(body),
+            emitter(body),
             tokens=rt.tokens,
             wake=wake.event.set,
             label=label,
@@ -495,7 +256,7 @@ def register(registry: kopf.OperatorRegistry, rt: Runtime) -> None:
                 )
                 written = await write_status(rt, body, desired)
                 if turn.resumed and written is StatusWrite.WRITTEN:
-                    await _take_resume(rt, body)
+                    await take_resume(rt, body)
                 # A refused status is retried as a blocked reconcile is: backed off.
                 refused = written is StatusWrite.REFUSED
                 went_wrong = outcome.blocked_reason is not None or refused
@@ -520,7 +281,7 @@ def register(registry: kopf.OperatorRegistry, rt: Runtime) -> None:
             await reconciler.close()
             memo.pop(WAKE, None)
             metrics.forget_stack(label)
-            _track(-1)
+            track(-1)
 
     @kopf.on.delete(*resource, registry=registry, id=TEARDOWN_HANDLER, backoff=2.0)
     async def teardown(body: kopf.Body, runtime: datetime.timedelta, retry: int, **_: Any) -> None:
@@ -533,7 +294,7 @@ def register(registry: kopf.OperatorRegistry, rt: Runtime) -> None:
                 f"{SKIP_TEARDOWN_ANNOTATION}=true: the target is left as it is",
             )
             return
-        reconciler = StackReconciler(rt.hub, rt.helm, rt.options, _emitter(body), tokens=rt.tokens)
+        reconciler = StackReconciler(rt.hub, rt.helm, rt.options, emitter(body), tokens=rt.tokens)
         try:
             waiting = await reconciler.teardown(dict(body), runtime.total_seconds())
         except Exception as err:
@@ -546,14 +307,10 @@ def register(registry: kopf.OperatorRegistry, rt: Runtime) -> None:
             raise await _teardown_blocked(rt, body, reason, message, retry, unforeseen) from None
         if waiting:
             # Progress, not a failure: told at INFO when what it waits for changes.
-            if await _teardown_condition(rt, body, "Waiting", waiting):
-                log.info("ServingStack %s: teardown %s", _label(body), waiting)
+            if await teardown_condition(rt, body, "Waiting", waiting):
+                log.info("ServingStack %s: teardown %s", stack_label(body), waiting)
             raise _retry(waiting, TEARDOWN_POLL_SECONDS)
         event(body, "Normal", "TornDown", "teardown finished")
-
-
-def _label(body: kopf.Body) -> str:
-    return f"{body.meta.namespace}/{body.meta.name}"
 
 
 _SKIP = (
@@ -624,11 +381,11 @@ async def _teardown_blocked(
     with every retry: each Event is a hub write.
     """
     delay = decisions.blocked_retry_delay(retry + 1, rt.options.resync_seconds)
-    if await _teardown_condition(rt, body, reason, message):
+    if await teardown_condition(rt, body, reason, message):
         log.warning(
             "ServingStack %s: teardown blocked: %s: %s (next try in %.0fs, then less often "
             "while it lasts)",
-            _label(body),
+            stack_label(body),
             reason,
             printable(message, LOG_MESSAGE),
             delay,
@@ -638,35 +395,11 @@ async def _teardown_blocked(
     else:
         log.debug(
             "ServingStack %s: teardown still blocked: %s; retry in %.0fs",
-            _label(body),
+            stack_label(body),
             reason,
             delay,
         )
     return _retry(message, delay)
-
-
-async def _teardown_condition(rt: Runtime, body: kopf.Body, reason: str, message: str) -> bool:
-    """Set the Teardown condition; True when its reason or message changed.
-
-    Judged by the condition on the stack rather than by the write, so that
-    a status the operator may not patch (a 403, told by write_status) does
-    not silence the failure.
-    """
-    current = dict(body.get("status") or {})
-    before = next((c for c in current.get("conditions") or [] if c.get("type") == TEARDOWN), None)
-    changed = before is None or decisions.is_new(
-        (before.get("reason"), before.get("message")), (reason, message)
-    )
-    conditions = [c for c in current.get("conditions") or [] if c.get("type") != TEARDOWN]
-    conditions.append(
-        {
-            **condition(TEARDOWN, False, reason, message, body.meta.get("generation")),
-            "lastTransitionTime": _now(),
-        }
-    )
-    # A refusal (the object may be gone already) is told by write_status.
-    await write_status(rt, body, {"conditions": conditions})
-    return changed
 
 
 async def _sleep(wake: asyncio.Event, stopped: kopf.DaemonStopped, seconds: float) -> None:
@@ -710,158 +443,3 @@ async def coalesce(
     # Set again, so the wake-ups taken here are still owed their reconcile.
     wake.set()
     return more
-
-
-def settings(selector: str | None = None) -> kopf.OperatorSettings:
-    s = kopf.OperatorSettings()
-    if selector:
-        # Server-side: the hub sends this shard only its own stacks, so the
-        # daemons, the event handler and teardown never see another's.
-        s.watching.label_selectors[API_GROUP, PLURAL] = selector
-    s.persistence.finalizer = FINALIZER
-    s.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="modelplane.ai")
-    s.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-        prefix="modelplane.ai", key="last-handled-configuration"
-    )
-    # kopf would post an event for every handler run (its log lines); ours
-    # are explicit, through kopf.event.
-    s.posting.loggers = False
-    s.posting.level = logging.WARNING
-    s.watching.server_timeout = 300
-    # A stopped daemon closes its target watches and connections, which
-    # takes real I/O, not the few zero-time cycles kopf waits by default.
-    # Had kopf not seen it exit, it would keep the finalizer, sleep out the
-    # daemon's cancellation timeout, and run the deletion handlers once more
-    # after they had succeeded: a teardown that re-claims a target it just
-    # released, in a namespace it is deleting.
-    s.background.instant_exit_timeout = 5.0
-    # kopf would otherwise watch every CRD and, when namespaced, list every
-    # namespace on the hub: cluster-wide reads a namespaced install must not
-    # need. The ServingStack CRD is installed before the operator (the chart's
-    # crds/, or `modelplane crds` first), and the named namespaces are taken
-    # as they are. See kopf's reactor/observation.py on scanning.
-    s.scanning.disabled = True
-    return s
-
-
-async def run(options: OperatorOptions) -> None:
-    """Run the operator until interrupted."""
-    # Read once: the hub client and kopf's login both use this one.
-    config = load_config(options.hub_kubeconfig)
-    hub = AsyncClient(config)
-    with tempfile.TemporaryDirectory(prefix="modelplane-helm-") as home:
-        helm = Helm.find(Path(home), options.helm_timeout_seconds)
-        rt = Runtime(
-            options=options, hub=hub, helm=TargetHelm.guarding(helm, options.deny_target_cidrs)
-        )
-        rt.expose()
-        quiet_teardown = QuietTeardownRetries()
-        logging.getLogger("kopf.objects").addFilter(quiet_teardown)
-        started = asyncio.Event()
-        clusterwide = options.all_namespaces or not options.namespaces
-        watched = Watched.of(options.namespaces, clusterwide)
-        elector = (
-            Elector(
-                hub,
-                options.leader_election,
-                # helm runs in process groups of its own: an exit alone
-                # would leave them acting for a replica that stepped down.
-                step_down=functools.partial(exit_now, rt.helm.kill_running),
-            )
-            if options.leader_election is not None
-            else None
-        )
-        if elector is None:
-            # The only replica reconciles: an alert on no leader must not fire for it.
-            LEADER.set(1)
-        probes = None
-        if options.metrics_port is not None:
-            probes = await metrics.serve(
-                options.metrics_address,
-                options.metrics_port,
-                functools.partial(_readiness, started, watched, elector),
-            )
-        if elector is not None:
-            # A standby starts nothing of kopf: no watch, no finalizer, no write.
-            await elector.acquire()
-        holding = asyncio.create_task(elector.hold()) if elector is not None else None
-        registry = kopf.OperatorRegistry()
-        register(registry, rt)
-
-        @kopf.on.login(registry=registry)
-        def login(settings: kopf.OperatorSettings, **_: Any) -> kopf.ConnectionInfo:
-            return connection_info(config, trust_env=settings.networking.trust_env)
-
-        @kopf.on.startup(registry=registry)
-        async def check_hub(**_: Any) -> None:
-            # kopf raises its ready flag once this has passed. Only a leader
-            # gets here: a standby writes nothing, the CRD included.
-            try:
-                if options.manage_crd:
-                    change = await ensure_servingstack_crd(hub)
-                    watched.crd_problem = None
-                    if change.writes:
-                        log.info("the hub's ServingStack CRD: %s", change.message)
-                await watched.check(hub, ServingStackResource)
-            except CrdRefused as err:
-                watched.crd_problem = str(err)
-                raise kopf.TemporaryError(str(err), delay=CHECK_RETRY_SECONDS) from err
-            except (ApiError, httpx2.HTTPError) as err:
-                raise kopf.TemporaryError(describe_error(err), delay=CHECK_RETRY_SECONDS) from err
-
-        try:
-            await kopf.operator(
-                registry=registry,
-                settings=settings(options.selector),
-                standalone=True,
-                clusterwide=clusterwide,
-                namespaces=options.namespaces,
-                ready_flag=started,
-            )
-        finally:
-            # kopf has cancelled every daemon, and each helm run with it; a
-            # run kopf gave up waiting for must not outlive the operator.
-            rt.helm.kill_running()
-            if holding is not None and elector is not None:
-                # kopf has stopped every daemon and handler: nothing acts for
-                # us any more, so the Lease can go to a standby at once.
-                holding.cancel()
-                await elector.release()
-            if probes is not None:
-                await probes.cleanup()
-            await hub.close()
-            logging.getLogger("kopf.objects").removeFilter(quiet_teardown)
-
-
-def _readiness(
-    started: asyncio.Event, watched: Watched, elector: Elector | None
-) -> metrics.Readiness:
-    """Ready once kopf runs and watches ServingStacks on the hub, or as a sound standby.
-
-    A standby has started nothing of kopf, so it is judged by its Lease: it
-    is ready while it can read the Lease and finds it held by another
-    replica, which is all it needs to take over.
-    """
-    if elector is not None and not elector.leading:
-        holder = elector.standing_by_for
-        if holder is not None:
-            return metrics.Readiness(
-                ready=True, detail=f"standby: the Lease {elector.lease} is held by {holder}"
-            )
-        if elector.error is not None:
-            return metrics.Readiness(
-                ready=False, detail=f"the Lease {elector.lease} cannot be read: {elector.error}"
-            )
-        return metrics.Readiness(ready=False, detail="the operator is starting")
-    if watched.crd_problem is not None:
-        return metrics.Readiness(ready=False, detail=watched.crd_problem)
-    if not started.is_set():
-        return metrics.Readiness(ready=False, detail="the operator is starting")
-    if not watched.served:
-        return metrics.Readiness(
-            ready=False,
-            detail=f"{PLURAL}.{API_GROUP} is not served by the hub (install the CRD, then restart)",
-        )
-    if not watched.any_namespace:
-        return metrics.Readiness(ready=False, detail="no namespace to watch yet")
-    return metrics.READY

@@ -27,7 +27,7 @@ from modelplane.plan.crds import CrdAction, CrdChange, crd_change
 from modelplane.wire import FIELD_MANAGER, stamp
 
 # kopf's rule for the namespace names it can watch without listing
-# namespaces (scanning is off, see handlers.settings): a name with any of
+# namespaces (scanning is off, see process.settings): a name with any of
 # these is a pattern, and matches nothing.
 _PATTERN_MARKS = "!*?,"
 # Between tries of the startup check when the hub does not answer it; kopf

@@ -5,16 +5,16 @@ from __future__ import annotations
 from datetime import timedelta
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from modelplane.catalog.overrides import manifests_base_urls, unknown_components
 from modelplane.credentials.identity.base import Endpoints
 from modelplane.kube.address import DEFAULT_DENIED, IPNetwork
 from modelplane.operator.leader import LeaderElection
 from modelplane.plan.images import MirrorRule
-from modelplane.plan.planner import Sources
 from modelplane.plan.release_health import DriftMode
 from modelplane.plan.rollout import Policy
+from modelplane.plan.sources import Sources
 
 
 class OperatorOptions(BaseModel):
@@ -82,18 +82,12 @@ class OperatorOptions(BaseModel):
     canary_selector: str | None = None
     upgrade_ready_timeout_seconds: float = Field(default=600.0, gt=0)
 
-    @field_validator("chart_repository_for")
+    # Each names components by what it gives them: a chart or fetched manifests.
+    @field_validator("chart_repository_for", "manifests_url_for")
     @classmethod
-    def _known_charts(cls, value: dict[str, str]) -> dict[str, str]:
-        problem = unknown_components(value, "chart")
-        if problem:
-            raise ValueError(problem)
-        return value
-
-    @field_validator("manifests_url_for")
-    @classmethod
-    def _known_manifests(cls, value: dict[str, str]) -> dict[str, str]:
-        problem = unknown_components(value, "manifests")
+    def _known_components(cls, value: dict[str, str], info: ValidationInfo) -> dict[str, str]:
+        kind = "chart" if info.field_name == "chart_repository_for" else "manifests"
+        problem = unknown_components(value, kind)
         if problem:
             raise ValueError(problem)
         return value

@@ -6,6 +6,11 @@ what a failure means and when to try again are ``plan.decisions``. Between
 reconciles it keeps backoff after failures, a cache of fetched manifests
 and, for the daemon, the one connection to the target that the reconciles
 and the target watches share; all are safe to lose.
+
+Two parts are their own modules, taken in as bases of ``StackReconciler``:
+the failed components and their backoff (``operator.component_failures``)
+and teardown (``operator.stack_teardown``). What a fault says in a
+condition is ``operator.stack_text``'s.
 """
 
 from __future__ import annotations
@@ -19,33 +24,23 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-import httpx2
-import yaml
 from lightkube import AsyncClient
-from lightkube.core.exceptions import ApiError
 from pydantic import ValidationError
 
 from modelplane.actions import claim
-from modelplane.actions.apply import (
-    WebhookNotReady,
-    apply_object,
-    create_namespace,
-    delete_object,
-    fetch_manifests,
-    vet_manifests,
-)
-from modelplane.actions.chart_crds import CrdUpgradeRefused, apply_chart_crds
-from modelplane.actions.helm import Helm, HelmError
+from modelplane.actions.apply import apply_object, create_namespace, fetch_manifests, vet_manifests
+from modelplane.actions.chart_crds import apply_chart_crds
+from modelplane.actions.claim import Emit
+from modelplane.actions.helm import Helm
 from modelplane.api.models import ServingStack
 from modelplane.api.status_limits import LOG_MESSAGE
 from modelplane.catalog.components import BY_NAME, components_for
 from modelplane.catalog.facts import ClusterFacts
-from modelplane.credentials.identity.base import IdentityError
 from modelplane.credentials.identity.cache import TokenCache
 from modelplane.kube.answers import describe_error
-from modelplane.kube.client import ApiStatusError, Target
+from modelplane.kube.client import Target
 from modelplane.kube.discovery import APIS
-from modelplane.kube.errors import ErrorKind, Fault, KnownError, classify
+from modelplane.kube.errors import ErrorKind, Fault, classify
 from modelplane.observe.facts import observe_target
 from modelplane.observe.release_objects import (
     RELEASE_OWNERS,
@@ -63,15 +58,17 @@ from modelplane.observe.state import (
     ReleaseCollection,
     ReleaseWatch,
     Wanted,
-    observe,
     read_listed,
     read_release_objects,
     to_observed,
     wanted,
 )
 from modelplane.operator import metrics
+from modelplane.operator.component_failures import ComponentFailures
 from modelplane.operator.options import OperatorOptions
 from modelplane.operator.session import CredentialSource, TargetSession
+from modelplane.operator.stack_teardown import StackTeardown
+from modelplane.operator.stack_text import explain, first_error, without_status
 from modelplane.operator.status import Outcome
 from modelplane.pins import ComponentsMode
 from modelplane.plan import Plan, decisions, plan
@@ -80,13 +77,11 @@ from modelplane.plan.decisions import BlockedReason
 from modelplane.plan.health import Reason
 from modelplane.plan.model import ObjectAction, PlannedManifests, PlannedRelease, ReleaseAction
 from modelplane.plan.observed import Observed
-from modelplane.plan.teardown import DeleteObjects, TeardownStep, UninstallRelease, teardown_steps
 from modelplane.untrusted import printable
 from modelplane.wire import stamp
 
 log = logging.getLogger("modelplane.operator")
 
-Emit = Callable[[str, str, str], None]  # (type, reason, message) -> event on the ServingStack
 
 # Each round re-observes after acting, so an install that brings new APIs
 # unblocks the objects waiting for them in the same reconcile.
@@ -101,27 +96,10 @@ RELEASE_DRIFT = "ReleaseDrift"
 RELEASE_REFUSED = "ReleaseRevisionRefused"
 # A Warning event: the target connection is allowed but unsafe (Target.warnings).
 INSECURE_TARGET = "InsecureTarget"
-# The errors one component's action may end in; anything else stops the reconcile.
-ACTION_ERRORS = (
-    WebhookNotReady,
-    HelmError,
-    CrdUpgradeRefused,
-    ApiError,
-    # Fetching manifests from an upstream release or a mirror.
-    httpx2.HTTPError,
-    yaml.YAMLError,
-    ValueError,
-)
-
-
-class InvalidSpecError(KnownError):
-    """The stored spec does not validate, so there is no plan to tear down by."""
-
-    kind = ErrorKind.INVALID
 
 
 @dataclass
-class StackReconciler:
+class StackReconciler(ComponentFailures, StackTeardown):
     # None for a run without a hub (``modelplane apply``), which gives ``credentials``.
     hub: AsyncClient | None
     helm: Helm
@@ -216,12 +194,12 @@ class StackReconciler:
         """
         acted_on_nothing, self.acted_on_nothing = self.acted_on_nothing, False
         try:
-            stack = ServingStack.model_validate(_without_status(body))
+            stack = ServingStack.model_validate(without_status(body))
         except ValidationError as err:
             # The hub's CRD refuses most bad specs; what it lets through (a
             # stack stored under an older, looser CRD) is reported here, in an
             # event once and in Ready for as long as it stands.
-            message = _first_error(err)
+            message = first_error(err)
             if decisions.is_new(self.invalid_spec, message):
                 self.emit("Warning", INVALID_SPEC, message)
             self.invalid_spec = message
@@ -426,23 +404,6 @@ class StackReconciler:
         self.facts_generation = generation
         return facts, summary
 
-    def retry_after(self) -> float | None:
-        """Seconds until the first failed component is due again; None when none waits.
-
-        The daemon sleeps this long rather than a fixed period, so a retry
-        comes when its backoff ends, and nothing is observed in between.
-        """
-        return decisions.next_retry(self.clock(), self.not_before, self.failures)
-
-    def forget_finished(self, p: Plan) -> None:
-        """Drop the failures (and backoff) of components with no work left.
-
-        A failure stands only while its component still has something to do:
-        a pin put back, or a component the spec no longer has, clears it.
-        """
-        for finished in set(self.failures) - p.components_with_work:
-            self._succeeded(finished)
-
     def _report_connection(self, target: Target) -> None:
         """One Warning event per unsafe trait of the connection, when it appears."""
         warnings = frozenset(target.warnings)
@@ -595,176 +556,4 @@ class StackReconciler:
                 "since deleting it would delete every object of its kind",
             )
 
-    def _due(self, component: str) -> bool:
-        return decisions.due(self.not_before.get(component), self.clock())
-
-    def _succeeded(self, component: str) -> None:
-        self.failures.pop(component, None)
-        self.attempts.pop(component, None)
-        self.not_before.pop(component, None)
-        self.waiting_on_webhook.discard(component)
-
-    async def _guard(self, component: str, action: Any, what: str | None = None) -> bool:
-        """Carry out one component's action; a failure is recorded and backed off."""
-        try:
-            await action
-        except ACTION_ERRORS as err:
-            self._failed(component, err, what)
-            return False
-        self._succeeded(component)
-        return True
-
-    def _failed(self, component: str, err: Exception, what: str | None) -> None:
-        fault = classify(err)
-        reason = decisions.action_reason(fault)
-        waits = reason is BlockedReason.WEBHOOK_NOT_READY
-        # Helm's output and a target's answers are the target's words: made
-        # printable and cut before they reach the status, an event or the log.
-        message = printable(
-            str(err) if waits else f"{what or component} failed: {describe_error(err)}",
-            LOG_MESSAGE,
-        )
-        changed = decisions.is_new(self.failures.get(component), message)
-        self.failures[component] = message
-        if waits:
-            self.waiting_on_webhook.add(component)
-        else:
-            self.waiting_on_webhook.discard(component)
-        attempt = self.attempts[component] = self.attempts.get(component, 0) + 1
-        delay = decisions.action_retry_delay(attempt, fault)
-        self.not_before[component] = self.clock() + delay
-        if waits:
-            # One event when the wait starts or its cause changes, not one per
-            # retry; the status carries it meanwhile. Logged likewise; each
-            # retry only at DEBUG.
-            if changed:
-                self.emit("Warning", reason, message)
-            log.log(
-                logging.INFO if changed else logging.DEBUG,
-                "%s; retry %d in %.0fs",
-                message,
-                attempt,
-                delay,
-            )
-            return
-        self.emit("Warning", reason, message)
-        # A failure that repeats on each backed-off retry is logged once.
-        log.log(logging.WARNING if changed else logging.DEBUG, "%s", message)
-
     # -- teardown ------------------------------------------------------------
-
-    async def teardown(self, body: dict[str, Any], waited_seconds: float) -> str | None:
-        """One pass of teardown. Returns what it still waits for, or None when done."""
-        try:
-            stack = ServingStack.model_validate(_without_status(body))
-        except ValidationError as err:
-            raise InvalidSpecError(_first_error(err)) from err
-        target = await self.session.open(await self.session.read(stack))
-        try:
-            if not await claim.before_teardown(target.client, stack, self.emit, self.claimant):
-                return None  # another stack's target: this one installed nothing there
-
-            observed = await observe(target.client, stack.spec)
-            current = await asyncio.to_thread(plan, stack, observed, self.options.sources())
-            if self.on_plan is not None:
-                self.on_plan(current)
-            steps = teardown_steps(current, observed)
-            give_up = waited_seconds > self.options.teardown_wait_seconds
-            waiting = await self._carry_out(steps, target, give_up)
-            if waiting is None:
-                await claim.after_teardown(target.client, stack, self.emit, self.claimant)
-        finally:
-            await target.close()
-        return waiting
-
-    async def _carry_out(
-        self, steps: list[TeardownStep], target: Target, give_up: bool
-    ) -> str | None:
-        """Do the steps in order, up to the first whose objects are still there."""
-        for step in steps:
-            if isinstance(step, UninstallRelease):
-                await self._uninstall(step, target)
-                continue
-            remaining = await self._delete(step, target)
-            if not (step.wait and remaining):
-                continue
-            if not give_up:
-                return f"waiting for {', '.join(remaining)} to be deleted"
-            self.emit(
-                "Warning",
-                "TeardownTimeout",
-                f"gave up waiting for {', '.join(remaining)}; going on",
-            )
-        return None
-
-    async def _delete(self, step: DeleteObjects, target: Target) -> list[str]:
-        """Delete the step's objects; the ones still there (finalizers may hold them)."""
-        remaining = []
-        for ref in step.objects:
-            still_there = await delete_object(target.client, ref.body())
-            log.info("teardown: deleted %s", ref)
-            if still_there:
-                remaining.append(str(ref))
-        return remaining
-
-    async def _uninstall(self, step: UninstallRelease, target: Target) -> None:
-        kubeconfig = await target.helm_kubeconfig()
-        try:
-            await self.helm.uninstall(step.release, step.namespace, kubeconfig)
-        except HelmError as err:
-            # helm's words seldom name the release; the Teardown condition should.
-            raise HelmError(f"uninstall of release {step.release}: {err}") from err
-        log.info("teardown: uninstalled release %s", step.release)
-        self.emit(
-            "Normal", "Uninstalled", f"uninstalled release {step.release} from {step.namespace}"
-        )
-
-
-def explain(fault: Fault, err: BaseException, stack: ServingStack) -> str:
-    """What Ready (or Teardown) says about a fault that stopped the stack."""
-    if fault.kind is ErrorKind.IDENTITY and isinstance(err, IdentityError):
-        entry = stack.spec.cloud_identity
-        return f"the {entry.type if entry else 'cloud'} identity: {err.message}"
-    if fault.kind is ErrorKind.NAMESPACE_TERMINATING:
-        return (
-            "waiting for a namespace on the target to finish terminating: nothing can be "
-            "created in it until it is gone, and it is made again then (the target "
-            f"answered {describe_error(err)})"
-        )
-    if fault.kind is ErrorKind.UNREACHABLE:
-        return f"cannot reach the target API server: {describe_error(err)}"
-    if fault.status is not None:
-        answered = f": {err}" if isinstance(err, ApiStatusError) else f" {describe_error(err)}"
-        return _refused_identity(stack, fault.status) or f"the target API server answered{answered}"
-    if fault.kind in (ErrorKind.CREDENTIALS, ErrorKind.INVALID, ErrorKind.ADDRESS_DENIED):
-        return str(err)
-    return describe_error(err)
-
-
-def _refused_identity(stack: ServingStack, code: int | None) -> str | None:
-    """Say a 401 that stood after a fresh token as the identity's, or None otherwise.
-
-    The token service vouched for the identity, so the target does not take
-    it: most often the identity has no access to this cluster, or (EKS) the
-    token was made for another cluster name than the target's own.
-    """
-    entry = stack.spec.cloud_identity
-    if entry is None or code != 401:
-        return None
-    where = f"{entry.namespace}/{entry.name}" if entry.namespace else entry.name
-    return (
-        f"the target API server refused the {entry.type} identity (Secret {where}, key "
-        f"{entry.key}) with 401 Unauthorized, also with a freshly minted token: give the "
-        "identity access to this cluster (an EKS access entry for the role, RBAC for a "
-        "GKE service account) and check that the kubeconfig's cluster name (or the "
-        "identity's clusterName) is the cluster's own"
-    )
-
-
-def _without_status(body: dict[str, Any]) -> dict[str, Any]:
-    return {k: body[k] for k in ("apiVersion", "kind", "metadata", "spec") if k in body}
-
-
-def _first_error(err: ValidationError) -> str:
-    first = err.errors()[0]
-    return f"{'.'.join(str(p) for p in first['loc'])}: {first['msg']}"

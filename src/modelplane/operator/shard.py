@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import re
 
+from modelplane.plan.rollout import split_selector
+
 _NAME = r"[A-Za-z0-9](?:[-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
 _PREFIX = r"[a-z0-9](?:[-a-z0-9]*[a-z0-9])?(?:\.[a-z0-9](?:[-a-z0-9]*[a-z0-9])?)*"
 _KEY = re.compile(rf"(?:{_PREFIX}/)?{_NAME}")
@@ -25,19 +27,7 @@ _EXISTS = re.compile(r"^(?P<neg>!?)\s*(?P<key>[^=!\s()]+)$")
 
 def _requirements(text: str) -> list[str]:
     """Split on the commas that are not inside a value set."""
-    parts, depth, current = [], 0, ""
-    for char in text:
-        if char == "(":
-            depth += 1
-        elif char == ")":
-            depth -= 1
-        if char == "," and depth == 0:
-            parts.append(current)
-            current = ""
-        else:
-            current += char
-    parts.append(current)
-    return [p.strip() for p in parts]
+    return [p.strip() for p in split_selector(text)]
 
 
 def _key(key: str, requirement: str) -> str:

@@ -13,11 +13,16 @@ from modelplane.catalog.configuration import Hold, TeardownWave
 from modelplane.catalog.types import RequirementStatus as RequirementStatus
 from modelplane.catalog.types import Severity as Severity
 from modelplane.plan.capacity import GpuAvailability, TargetSummary
+from modelplane.plan.component_health import ComponentHealth
 from modelplane.plan.frozen import Frozen
-from modelplane.plan.health import ComponentHealth, State
+from modelplane.plan.health import State
 from modelplane.plan.images import ImageUse
 from modelplane.plan.pull_secrets import MissingPullSecret
 from modelplane.plan.release_health import ReleaseDrift
+
+# The component the product's own objects (Namespace, Gateway, ...) are
+# planned under, next to the catalog's components.
+CONFIGURATION = "configuration"
 
 
 class ReleaseState(StrEnum):

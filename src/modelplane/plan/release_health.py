@@ -41,22 +41,12 @@ from typing import Any
 
 from pydantic import Field
 
+from modelplane.plan.component_health import ComponentHealth, component_health
 from modelplane.plan.drift import drifted_fields
 from modelplane.plan.frozen import Frozen
-from modelplane.plan.health import (
-    MAX_MESSAGE,
-    MAX_NAME,
-    ComponentHealth,
-    Kind,
-    ManifestWorkload,
-    PodSignal,
-    Reason,
-    State,
-    WorkloadKey,
-    WorkloadStatus,
-    component_health,
-    judge,
-)
+from modelplane.plan.health import MAX_MESSAGE, Reason, State, judge
+from modelplane.plan.manifest import ManifestWorkload
+from modelplane.plan.workloads import MAX_NAME, Kind, PodSignal, WorkloadKey, WorkloadStatus
 from modelplane.untrusted import printable
 
 # The most drifted field paths named per object; the rest are counted.

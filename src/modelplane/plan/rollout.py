@@ -22,7 +22,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
-from modelplane.api.models import ServingStackSpec
+from modelplane.api.spec import ServingStackSpec
 from modelplane.catalog.components import components_for
 from modelplane.pins import ComponentsMode
 from modelplane.plan.model import Plan
@@ -273,10 +273,11 @@ def selects(selector: str | None, labels: Mapping[str, str]) -> bool:
     """Whether a canonical label selector (operator.shard's form) matches ``labels``."""
     if not selector:
         return False
-    return all(_requirement(r, labels) for r in _split(selector))
+    return all(_requirement(r, labels) for r in split_selector(selector))
 
 
-def _split(selector: str) -> list[str]:
+def split_selector(selector: str) -> list[str]:
+    """A label selector's requirements: split on the commas that are not inside a value set."""
     parts, depth, current = [], 0, ""
     for char in selector:
         depth += (char == "(") - (char == ")")

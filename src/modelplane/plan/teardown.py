@@ -31,10 +31,10 @@ from pydantic import Field
 
 from modelplane.catalog.configuration import TeardownWave
 from modelplane.pins import ComponentsMode
+from modelplane.plan.applied import crd_stub
 from modelplane.plan.frozen import Frozen
 from modelplane.plan.model import Plan, PlannedRelease
 from modelplane.plan.observed import Observed
-from modelplane.plan.planner import crd_stub
 from modelplane.wire import object_key
 
 

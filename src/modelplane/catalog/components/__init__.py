@@ -38,7 +38,7 @@ from modelplane.catalog.types import Component
 from modelplane.pins import Stack
 
 if TYPE_CHECKING:
-    from modelplane.api.models import ServingStackSpec
+    from modelplane.api.spec import ServingStackSpec
 
 
 # Besides its own names, what several components share (_common), importable from here as before.

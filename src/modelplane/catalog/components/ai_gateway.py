@@ -19,7 +19,7 @@ from modelplane.catalog.images import Images, ImageSite, PullSecrets, Repository
 from modelplane.catalog.types import ChartSource, Component, Values, Workloads
 
 if TYPE_CHECKING:
-    from modelplane.api.models import ServingStackSpec
+    from modelplane.api.spec import ServingStackSpec
 
 VERSION = ai_gateway_crds.VERSION
 

@@ -14,7 +14,7 @@ from modelplane.catalog.components._common import (
 from modelplane.catalog.types import Component
 
 if TYPE_CHECKING:
-    from modelplane.api.models import ServingStackSpec
+    from modelplane.api.spec import ServingStackSpec
 
 
 def _needed(spec: ServingStackSpec) -> bool:

@@ -33,7 +33,7 @@ from modelplane.catalog.types import (
 )
 
 if TYPE_CHECKING:
-    from modelplane.api.models import ServingStackSpec
+    from modelplane.api.spec import ServingStackSpec
 
 VERSION = "v1.8.4"
 

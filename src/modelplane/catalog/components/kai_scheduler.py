@@ -26,7 +26,7 @@ from modelplane.catalog.types import (
 )
 
 if TYPE_CHECKING:
-    from modelplane.api.models import ServingStackSpec
+    from modelplane.api.spec import ServingStackSpec
 
 VERSION = "v0.16.8"
 

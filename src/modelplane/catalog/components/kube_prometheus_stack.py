@@ -36,7 +36,7 @@ from modelplane.catalog.types import (
 from modelplane.wire import ApiRef
 
 if TYPE_CHECKING:
-    from modelplane.api.models import ServingStackSpec
+    from modelplane.api.spec import ServingStackSpec
 
 VERSION = "84.4.0"
 

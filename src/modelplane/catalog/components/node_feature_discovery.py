@@ -25,7 +25,7 @@ from modelplane.catalog.types import (
 )
 
 if TYPE_CHECKING:
-    from modelplane.api.models import ServingStackSpec
+    from modelplane.api.spec import ServingStackSpec
 
 VERSION = "0.19.0"
 

@@ -50,7 +50,7 @@ from modelplane.catalog.types import (
 from modelplane.wire import ApiRef
 
 if TYPE_CHECKING:
-    from modelplane.api.models import ServingStackSpec
+    from modelplane.api.spec import ServingStackSpec
 
 # The driver's release; its critical-pods quota (dra_critical_pods_quota) goes with it.
 VERSION = "0.4.1"

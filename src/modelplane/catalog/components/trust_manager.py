@@ -18,7 +18,7 @@ from modelplane.catalog.types import (
 )
 
 if TYPE_CHECKING:
-    from modelplane.api.models import ServingStackSpec
+    from modelplane.api.spec import ServingStackSpec
 
 # The simulated test cluster runs this version too (hack/build-controllers.sh reads it).
 VERSION = "v0.25.0"

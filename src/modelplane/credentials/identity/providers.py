@@ -6,7 +6,7 @@ fallen back from to the kubeconfig's own credentials.
 
 from __future__ import annotations
 
-from modelplane.api.models import SecretType
+from modelplane.api.spec import SecretType
 from modelplane.credentials.identity import aws, google, nebius
 from modelplane.credentials.identity.base import MinterFactory
 

@@ -1,0 +1,114 @@
+"""One ServingStack's teardown on its target, step by step, as the plan orders it.
+
+``StackReconciler`` takes it in as a base: teardown reads the stack's
+credentials, plans, and removes what the plan installed, in
+``plan.teardown``'s order, over the reconciler's connection and events.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from pydantic import ValidationError
+
+from modelplane.actions import claim
+from modelplane.actions.apply import delete_object
+from modelplane.actions.claim import Emit
+from modelplane.actions.helm import Helm, HelmError
+from modelplane.api.models import ServingStack
+from modelplane.kube.client import Target
+from modelplane.kube.errors import ErrorKind, KnownError
+from modelplane.observe.state import observe
+from modelplane.operator.options import OperatorOptions
+from modelplane.operator.session import TargetSession
+from modelplane.operator.stack_text import first_error, without_status
+from modelplane.plan import Plan, plan
+from modelplane.plan.teardown import DeleteObjects, TeardownStep, UninstallRelease, teardown_steps
+
+log = logging.getLogger("modelplane.operator")
+
+
+class InvalidSpecError(KnownError):
+    """The stored spec does not validate, so there is no plan to tear down by."""
+
+    kind = ErrorKind.INVALID
+
+
+class StackTeardown:
+    """Teardown, for ``StackReconciler``: the fields it reads are the reconciler's."""
+
+    helm: Helm
+    options: OperatorOptions
+    emit: Emit
+    claimant: claim.Claimant | None
+    on_plan: Callable[[Plan], None] | None
+    session: TargetSession
+
+    async def teardown(self, body: dict[str, Any], waited_seconds: float) -> str | None:
+        """One pass of teardown. Returns what it still waits for, or None when done."""
+        try:
+            stack = ServingStack.model_validate(without_status(body))
+        except ValidationError as err:
+            raise InvalidSpecError(first_error(err)) from err
+        target = await self.session.open(await self.session.read(stack))
+        try:
+            if not await claim.before_teardown(target.client, stack, self.emit, self.claimant):
+                return None  # another stack's target: this one installed nothing there
+
+            observed = await observe(target.client, stack.spec)
+            current = await asyncio.to_thread(plan, stack, observed, self.options.sources())
+            if self.on_plan is not None:
+                self.on_plan(current)
+            steps = teardown_steps(current, observed)
+            give_up = waited_seconds > self.options.teardown_wait_seconds
+            waiting = await self._carry_out(steps, target, give_up)
+            if waiting is None:
+                await claim.after_teardown(target.client, stack, self.emit, self.claimant)
+        finally:
+            await target.close()
+        return waiting
+
+    async def _carry_out(
+        self, steps: list[TeardownStep], target: Target, give_up: bool
+    ) -> str | None:
+        """Do the steps in order, up to the first whose objects are still there."""
+        for step in steps:
+            if isinstance(step, UninstallRelease):
+                await self._uninstall(step, target)
+                continue
+            remaining = await self._delete(step, target)
+            if not (step.wait and remaining):
+                continue
+            if not give_up:
+                return f"waiting for {', '.join(remaining)} to be deleted"
+            self.emit(
+                "Warning",
+                "TeardownTimeout",
+                f"gave up waiting for {', '.join(remaining)}; going on",
+            )
+        return None
+
+    async def _delete(self, step: DeleteObjects, target: Target) -> list[str]:
+        """Delete the step's objects; the ones still there (finalizers may hold them)."""
+        remaining = []
+        for ref in step.objects:
+            still_there = await delete_object(target.client, ref.body())
+            log.info("teardown: deleted %s", ref)
+            if still_there:
+                remaining.append(str(ref))
+        return remaining
+
+    async def _uninstall(self, step: UninstallRelease, target: Target) -> None:
+        kubeconfig = await target.helm_kubeconfig()
+        try:
+            await self.helm.uninstall(step.release, step.namespace, kubeconfig)
+        except HelmError as err:
+            # helm's words seldom name the release; the Teardown condition should.
+            raise HelmError(f"uninstall of release {step.release}: {err}") from err
+        log.info("teardown: uninstalled release %s", step.release)
+        self.emit(
+            "Normal", "Uninstalled", f"uninstalled release {step.release} from {step.namespace}"
+        )
