@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from modelplane.api.models import ServingStackSpec
+from modelplane.api.spec import ServingStackSpec
 from modelplane.catalog.components import components_for
 from modelplane.catalog.facts import RESOURCE_QUOTAS as QUOTAS
 from modelplane.catalog.facts import Listing

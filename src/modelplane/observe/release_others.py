@@ -46,8 +46,8 @@ from typing import Any
 
 from modelplane.observe.state import RELEASE_NAMESPACES, Listed, ReleaseCollection
 from modelplane.plan.drift import fields_of
-from modelplane.plan.health import GROUPS, Kind
 from modelplane.plan.release_health import ReleaseObject
+from modelplane.plan.workloads import GROUPS, Kind
 from modelplane.untrusted import load_yaml_all
 from modelplane.wire import ApiRef
 
