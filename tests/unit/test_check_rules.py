@@ -14,8 +14,8 @@ from modelplane.catalog.advisories import (
     image_repository,
     image_tag,
     is_image,
-    is_nfd_vendor_label,
 )
+from modelplane.catalog.gpu_nodes import is_nfd_vendor_label
 from modelplane.checks.checker import check_results, provided_stack, summarize
 from modelplane.pins import Stack
 from modelplane.plan import plan

@@ -47,7 +47,6 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 from modelplane.api import status_limits
-from modelplane.catalog.advisories import gpu_node_unavailable, gpu_nodes
 from modelplane.catalog.components import node_feature_discovery, nvidia_dra_driver
 from modelplane.catalog.components._common import GPUS
 from modelplane.catalog.facts import (
@@ -55,6 +54,7 @@ from modelplane.catalog.facts import (
     ObservedToleration,
     blocking_taints,
 )
+from modelplane.catalog.gpu_nodes import gpu_node_unavailable, gpu_nodes
 from modelplane.catalog.types import Component, Finding, GpuNodes, RequirementStatus, Severity
 from modelplane.untrusted import printable
 

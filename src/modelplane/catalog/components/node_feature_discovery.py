@@ -5,13 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from modelplane.catalog.advisories import (
-    WorkloadsAvailable,
-    each_gpu_node,
-    is_nfd_vendor_label,
-)
+from modelplane.catalog.advisories import WorkloadsAvailable
 from modelplane.catalog.components._common import BOTH, GPU_TAINT_KEY, GPUS
 from modelplane.catalog.facts import ClusterFacts, Fact, Nodes, ResourceSlices
+from modelplane.catalog.gpu_nodes import each_gpu_node, is_nfd_vendor_label
 from modelplane.catalog.images import Images, ImageSite, PullSecrets, Repository
 from modelplane.catalog.types import (
     ChartSource,

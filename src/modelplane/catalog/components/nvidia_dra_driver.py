@@ -11,9 +11,6 @@ from modelplane.catalog.advisories import (
     UNKNOWN,
     WARNING,
     cannot,
-    each_gpu_node,
-    gpu_node_unavailable,
-    gpu_nodes,
     kinds_of,
     listed,
     matching,
@@ -36,6 +33,7 @@ from modelplane.catalog.facts import (
     ResourceSlices,
     WorkloadsOfKind,
 )
+from modelplane.catalog.gpu_nodes import each_gpu_node, gpu_node_unavailable, gpu_nodes
 from modelplane.catalog.images import Images, ImageSite, PullSecrets, Repository
 from modelplane.catalog.types import (
     ChartSource,
