@@ -607,7 +607,7 @@ func (s *server) get(t *target, res *resource, ns, name string, w http.ResponseW
 		return
 	}
 	if metaOnly(r) {
-		w.Header().Set("Content-Type", "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1")
+		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write(e.metadataOnly())
 		return
 	}
@@ -719,7 +719,7 @@ func (s *server) list(t *target, res *resource, ns string, w http.ResponseWriter
 	}
 	b.WriteString("]}")
 	if mo {
-		w.Header().Set("Content-Type", "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1")
+		w.Header().Set("Content-Type", "application/json")
 	} else {
 		w.Header().Set("Content-Type", "application/json")
 	}
@@ -1027,13 +1027,14 @@ func (s *server) write(t *target, res *resource, ns, name, sub string, w http.Re
 			}
 		}
 		if sub == "status" {
-			// Only the status is written through the status subresource.
+			// The status subresource writes the status and metadata, never the rest.
 			keep := deepCopy(old.obj).(map[string]any)
 			if st, ok := next["status"]; ok {
 				keep["status"] = st
 			} else {
 				delete(keep, "status")
 			}
+			keep["metadata"] = meta
 			next = keep
 		} else if res.hasStatus {
 			if st, ok := old.obj["status"]; ok {
@@ -1056,7 +1057,11 @@ func (s *server) write(t *target, res *resource, ns, name, sub string, w http.Re
 	if r.URL.Query().Get("dryRun") != "" {
 		// Answered as it would be stored, and not stored.
 		b, _ := json.Marshal(next)
-		writeRaw(w, 200, b)
+		code := 200
+		if old == nil {
+			code = 201
+		}
+		writeRaw(w, code, b)
 		return
 	}
 	code, kind := 200, "MODIFIED"
@@ -1186,6 +1191,8 @@ func (s *server) control(w http.ResponseWriter, r *http.Request) {
 		}
 		t := s.target(i)
 		t.mu.Lock()
+		// Past every version so far, as a compaction of etcd after a write is.
+		t.rv++
 		t.log, t.minRV = nil, t.rv
 		t.mu.Unlock()
 		writeJSON(w, 200, "application/json", map[string]any{"resourceVersion": strconv.FormatUint(t.rv, 10)})
