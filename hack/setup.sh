@@ -6,7 +6,8 @@
 #   2. installs modelplane into it, editable, with its dev extras, at the
 #      exact versions in hack/constraints.txt (pip install -c);
 #   3. builds the integration-test binaries (hack/build-testbin.sh) and the
-#      simulated cluster's controllers (hack/build-controllers.sh);
+#      simulated cluster's controllers (hack/build-controllers.sh) and the
+#      simulated fleet's server (hack/build-fleet-server.sh);
 #   4. makes sure promtool and prometheus are on PATH (the chart's alert rules
 #      are tested with them): when missing, as root on a system with apt-get,
 #      installs Debian's prometheus package; otherwise stops and says how;
@@ -111,6 +112,8 @@ say "building integration-test binaries"
 "$ROOT/hack/build-testbin.sh"
 say "building the simulated cluster's controllers"
 "$ROOT/hack/build-controllers.sh"
+# The simulated fleet's server (bench/fleet_server), for its test and the fleet benchmark.
+"$ROOT/hack/build-fleet-server.sh" >/dev/null
 
 # ---- 4. promtool and prometheus ---------------------------------------------
 

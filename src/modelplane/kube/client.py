@@ -33,6 +33,7 @@ from modelplane.backoff import Backoff, retry
 from modelplane.kube.address import DEFAULT_DENIED, AddressDenied, IPNetwork, host_and_port, vet
 from modelplane.kube.answers import bounded, describe_answer, describe_error, status_message
 from modelplane.kube.budget import Budget, budget_for
+from modelplane.kube.handshakes import limit_handshakes
 from modelplane.kube.transport import AuthTransport, GuardedTransport, TokenAuth, Tokens
 from modelplane.untrusted import Limits, UntrustedInputError, load_json
 from modelplane.wire import FIELD_MANAGER, ApiRef
@@ -254,9 +255,11 @@ async def open_target(
     verify = client_adapter.verify_cluster(
         config.cluster, config.user, config.abs_file, trust_env=trust_env
     )
-    transport: httpx2.AsyncBaseTransport = GuardedTransport(
-        deny, httpx2.AsyncHTTPTransport(verify=verify)
-    )
+    pool = httpx2.AsyncHTTPTransport(verify=verify)
+    # New connections queue for the process's handshake slots, so that a
+    # shard opening thousands at once does not time all of them out.
+    limit_handshakes(pool, tls=config.cluster.server.startswith("https:"))
+    transport: httpx2.AsyncBaseTransport = GuardedTransport(deny, pool)
     if identity is not None:
         # The identity replaces the kubeconfig's user; nothing of it is used.
         # Its auth sits on the one transport both clients share, outside the

@@ -1,0 +1,95 @@
+"""Benchmark: what one healthy target's connection and watches cost, in this process.
+
+Opens --targets targets of the simulated fleet (tests/testenv/fleet.py) the
+way the operator does (``kube.client.open_target``), then starts the watches
+a Provided Standard stack runs on each (``observe.watches.WatchCache``), and
+prints the growth of this process's RSS per target at each step, next to
+what the reflectors hold (their objects' bytes on the wire) and the
+connections and watches the fleet server counts. The difference between the
+two is what the connections cost, not the caches.
+
+    python bench/bench_target_memory.py [--targets 50]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from lightkube.config.kubeconfig import KubeConfig  # noqa: E402
+from tests.testenv.fleet import FleetServer  # noqa: E402
+
+from modelplane.api.models import ServingStackSpec  # noqa: E402
+from modelplane.kube.client import OpenCount, Target, open_target  # noqa: E402
+from modelplane.observe.state import wanted  # noqa: E402
+from modelplane.observe.watches import WatchCache  # noqa: E402
+
+PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def _rss_kib() -> float:
+    gc.collect()
+    return int(Path("/proc/self/statm").read_text().split()[1]) * PAGE / 1024
+
+
+async def _measure(fleet: FleetServer, n: int) -> None:
+    spec = ServingStackSpec.model_validate(
+        {
+            "components": "Provided",
+            "secrets": [{"type": "Kubeconfig", "name": "x", "key": "kubeconfig"}],
+        }
+    )
+    want = wanted(spec)
+    r0 = _rss_kib()
+    count = OpenCount()
+    targets: list[Target] = []
+    for i in range(n):
+        config = KubeConfig.from_dict(fleet.kubeconfig(i)).get()
+        targets.append(await open_target(config, count=count))
+    r1 = _rss_kib()
+    print(f"a connection opened (no request yet): {(r1 - r0) / n:.0f} KiB per target")
+    caches = [WatchCache(t.http, want, lambda: None) for t in targets]
+    for cache in caches:
+        cache.start()
+    for _ in range(1200):
+        await asyncio.sleep(0.5)
+        if all(c.synced() and c.plurals for c in caches):
+            break
+    await asyncio.sleep(5)
+    r2 = _rss_kib()
+    reflectors = [r for c in caches for r in c.reflectors.values()]
+    held = sum(r.held for r in reflectors)
+    stats = fleet.stats()["total"]
+    print(
+        f"the watches running: {(r2 - r1) / n:.0f} KiB per target; "
+        f"{len(reflectors) / n:.1f} reflectors holding {held / n / 1024:.0f} KiB of objects; "
+        f"{stats['Conns'] / n:.1f} connections and {stats['Watches'] / n:.1f} watches each"
+    )
+    for cache in caches:
+        await cache.close()
+    for target in targets:
+        await target.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--targets", type=int, default=50)
+    parser.add_argument("--seed", type=Path, help="a seed file to reuse")
+    args = parser.parse_args()
+    with (
+        tempfile.TemporaryDirectory(prefix="mp-target-memory-") as tmp,
+        FleetServer(Path(tmp) / "fleet", args.targets, seed=args.seed) as fleet,
+    ):
+        asyncio.run(_measure(fleet, args.targets))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,3 @@
+module modelplane.ai/bench/fleet_server
+
+go 1.24
