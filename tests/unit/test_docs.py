@@ -52,6 +52,8 @@ FOREIGN_FLAGS = {
     "--stacks",  # bench/bench_fleet.py
     "--real",  # bench/bench_fleet.py
     "--window",  # bench/bench_fleet.py
+    "--targets",  # bench/bench_fleet_healthy.py, bench/bench_target_memory.py
+    "--shards",  # bench/bench_fleet_healthy.py
     "--variant",  # mmdebstrap
     "--network",  # podman run
 }
