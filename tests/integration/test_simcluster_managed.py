@@ -87,7 +87,10 @@ def test_managed_releases_install_with_wait_and_ready_waits_for_them(
         assert {r["status"] for r in workloads.values()} == {"met"}, workloads
         assert all("Available" in r["message"] for r in workloads.values())
         gpu = [r for r in results if r["requirement"].startswith("GPU nodes")]
-        assert [r["status"] for r in gpu] == ["met", "met"], gpu
+        # NFD's label, the kubelet plugin's slices, and no node cordoned or tainted.
+        assert len(gpu) == 3, gpu
+        assert [r["status"] for r in gpu] == ["met"] * 3, gpu
+        assert any(r["message"] == "all 2 GPU nodes are schedulable" for r in gpu), gpu
         h.hub.delete(SS, "stack", namespace=h.ns)
         wait_for("the ServingStack gone", lambda: stack_gone(h.hub, h.ns), deadline=300)
         # Only the operator's releases (mp-*): the session's target is shared.
