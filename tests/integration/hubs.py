@@ -96,6 +96,21 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def service_account_token(hub_env: TestEnv, namespace: str, service_account: str) -> str:
+    """A fresh token of ``service_account``, as the kubelet would mount one into a pod."""
+    with hub_env.http_client() as http:
+        response = http.post(
+            f"/api/v1/namespaces/{namespace}/serviceaccounts/{service_account}/token",
+            json={
+                "apiVersion": "authentication.k8s.io/v1",
+                "kind": "TokenRequest",
+                "spec": {"expirationSeconds": 3600},
+            },
+        )
+    response.raise_for_status()
+    return str(response.json()["status"]["token"])
+
+
 @contextlib.contextmanager
 def private_env(directory: Path) -> Iterator[TestEnv]:
     """A fresh API server (with its own etcd) under ``directory``, stopped on exit.

@@ -35,7 +35,7 @@ from lightkube.resources.core_v1 import Secret
 from lightkube.resources.rbac_authorization_v1 import Role
 from lightkube.types import PatchType
 from tests.integration.conftest import Helm
-from tests.integration.hubs import SS, Harness, free_port, stack_gone
+from tests.integration.hubs import SS, Harness, free_port, service_account_token, stack_gone
 from tests.integration.substrate import Substrate, provide_substrate
 from tests.testenv import TestEnv, find_binaries
 from tests.waiting import wait_for
@@ -159,17 +159,7 @@ def installed(
 
 def _service_account_kubeconfig(hub_env: TestEnv, namespace: str) -> dict[str, Any]:
     """A kubeconfig whose only credential is a fresh token of the chart's ServiceAccount."""
-    with hub_env.http_client() as http:
-        response = http.post(
-            f"/api/v1/namespaces/{namespace}/serviceaccounts/{SERVICE_ACCOUNT}/token",
-            json={
-                "apiVersion": "authentication.k8s.io/v1",
-                "kind": "TokenRequest",
-                "spec": {"expirationSeconds": 3600},
-            },
-        )
-    response.raise_for_status()
-    token = response.json()["status"]["token"]
+    token = service_account_token(hub_env, namespace, SERVICE_ACCOUNT)
     config = hub_env.kubeconfig
     user = f"system:serviceaccount:{namespace}:{SERVICE_ACCOUNT}"
     config["users"] = [{"name": user, "user": {"token": token}}]

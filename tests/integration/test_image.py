@@ -47,7 +47,7 @@ from lightkube.resources.coordination_v1 import Lease
 from lightkube.types import PatchType
 from prometheus_client.parser import text_string_to_metric_families
 from tests.integration.conftest import Helm
-from tests.integration.hubs import SS, Harness, free_port
+from tests.integration.hubs import SS, Harness, free_port, service_account_token
 from tests.testenv import TestEnv
 from tests.waiting import wait_for
 
@@ -135,26 +135,12 @@ class Pod:
         return podman("exec", self.name, *argv, check=False)
 
 
-def _service_account_token(hub_env: TestEnv, namespace: str) -> str:
-    with hub_env.http_client() as http:
-        response = http.post(
-            f"/api/v1/namespaces/{namespace}/serviceaccounts/{SERVICE_ACCOUNT}/token",
-            json={
-                "apiVersion": "authentication.k8s.io/v1",
-                "kind": "TokenRequest",
-                "spec": {"expirationSeconds": 3600},
-            },
-        )
-    response.raise_for_status()
-    return str(response.json()["status"]["token"])
-
-
 def _service_account_dir(directory: Path, hub_env: TestEnv, namespace: str) -> Path:
     """What the kubelet projects into a pod of the chart's ServiceAccount."""
     directory.mkdir(mode=0o755)
     directory.chmod(0o755)  # whatever the umask: uid 65532 reads it
     for name, data in (
-        ("token", _service_account_token(hub_env, namespace)),
+        ("token", service_account_token(hub_env, namespace, SERVICE_ACCOUNT)),
         ("ca.crt", hub_env.ca_pem.decode()),
         ("namespace", namespace),
     ):
