@@ -11,8 +11,8 @@
 # The inputs are what the Dockerfile copies (.dockerignore lets nothing else
 # in), the Dockerfile, the podman config and both bases' image IDs; their
 # digest is the image's label modelplane.inputs. A cold build (bases, helm from
-# source, the package's dependencies from PyPI) takes minutes; see README,
-# "Build the image".
+# source, the package's dependencies from PyPI) takes minutes; the measured times
+# are in docs/image.md.
 #
 # PYTHON_IMAGE and GO_IMAGE, when set, are used as the bases instead (no
 # mmdebstrap then). MODELPLANE_IMAGE_BUDGET_MB overrides the size budget.
