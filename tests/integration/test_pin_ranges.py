@@ -74,7 +74,7 @@ def out_of_range_events(hub_env: TestEnv) -> list[str]:
 def reconciles(target: TestEnv) -> float:
     # Every reconcile reads the target's claim once; a resync from the
     # watches' copy reads nothing else, so no other request counts them.
-    return target.request_total(verb="GET", resource="leases")
+    return target.client_lease_requests(["GET"])
 
 
 def test_operator_reports_an_out_of_range_pin_once_per_change(
