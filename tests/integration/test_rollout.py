@@ -225,9 +225,17 @@ def test_a_canary_goes_first_one_at_a_time_and_a_failure_pauses_the_rest(
 
             # 2. A bump that breaks the canary leaves the rest where they are.
             revisions = {n: _revision(h, targets[n]) for n in STACKS}
+            put_stack(hub, _stack(h, CANARY, MISSING))
+            # The others move once the canary is seen behind: a change of
+            # theirs that the operator reconciled first would rightly start,
+            # since no canary had anything left to do then.
+            wait_for(
+                "the canary's upgrade to start",
+                lambda: _up_to_date(h, CANARY).get("reason") in ("Upgrading", "UpgradeFailed"),
+                deadline=60,
+            )
             put_stack(hub, _stack(h, "east", PIN))
             put_stack(hub, _stack(h, "west", PIN))
-            put_stack(hub, _stack(h, CANARY, MISSING))
             failed = h.wait_condition(
                 "UpToDate", "False", "UpgradeFailed", name=CANARY, deadline=120
             )
