@@ -1,13 +1,14 @@
-"""Benchmark: how many watches one HTTP/2 connection of httpx2 carries before it stalls.
+"""Benchmark: how many idle watches one HTTP/2 connection of httpx2 carries before it stalls.
 
 Over HTTP/1.1 every open watch holds a TLS connection of its own, and those
 connections are most of what a healthy target costs the operator
-(bench_target_memory.py). HTTP/2 would carry all of a target's watches on
-one connection. This opens WATCHes one at a time on one
+(bench_target_memory.py). HTTP/2 carries all of a target's watches on one
+connection. This opens WATCHes one at a time on one
 ``httpx2.AsyncClient(http2=True)`` against a real kube-apiserver from the
 testbin and, after each, sends a LIST on the same client: it prints how
 many watches were open when a LIST first got no answer within --wait
-seconds, or that none stalled.
+seconds, or that none stalled. Once with httpcore2's own HTTP/2 connection,
+once with the operator's (kube/http2.py), each in a process of its own.
 
     python bench/bench_http2_streams.py [--watches 16] [--wait 3]
 """
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -68,7 +70,22 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--watches", type=int, default=16)
     parser.add_argument("--wait", type=float, default=3.0)
+    parser.add_argument("--connection", choices=("httpcore2", "fair"), default=None)
     args = parser.parse_args()
+    if args.connection is None:
+        # The class is the process's, once put in place: each kind runs alone.
+        for kind in ("httpcore2", "fair"):
+            print(f"{kind}:", flush=True)
+            subprocess.run(
+                [sys.executable, __file__, "--watches", str(args.watches),
+                 "--wait", str(args.wait), "--connection", kind],
+                check=True,
+            )  # fmt: skip
+        return
+    if args.connection == "fair":
+        from modelplane.kube.http2 import use_fair_http2
+
+        use_fair_http2()
     with tempfile.TemporaryDirectory(prefix="mp-http2-") as tmp:
         env = TestEnv(Path(tmp) / "target")
         env.start()

@@ -34,6 +34,7 @@ from modelplane.kube.address import DEFAULT_DENIED, AddressDenied, IPNetwork, ho
 from modelplane.kube.answers import bounded, describe_answer, describe_error, status_message
 from modelplane.kube.budget import Budget, budget_for
 from modelplane.kube.handshakes import limit_handshakes
+from modelplane.kube.http2 import use_fair_http2
 from modelplane.kube.transport import AuthTransport, GuardedTransport, TokenAuth, Tokens
 from modelplane.untrusted import Limits, UntrustedInputError, load_json
 from modelplane.wire import FIELD_MANAGER, ApiRef
@@ -255,7 +256,10 @@ async def open_target(
     verify = client_adapter.verify_cluster(
         config.cluster, config.user, config.abs_file, trust_env=trust_env
     )
-    pool = httpx2.AsyncHTTPTransport(verify=verify)
+    # HTTP/2 where the target offers it (ALPN): one connection carries every
+    # watch and request of the target, not one TLS connection per open watch.
+    use_fair_http2()
+    pool = httpx2.AsyncHTTPTransport(verify=verify, http2=True)
     # New connections queue for the process's handshake slots, so that a
     # shard opening thousands at once does not time all of them out.
     limit_handshakes(pool, tls=config.cluster.server.startswith("https:"))

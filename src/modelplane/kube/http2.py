@@ -1,0 +1,195 @@
+"""One HTTP/2 connection per target that its idle watches cannot stall.
+
+Over HTTP/1.1 every open watch holds a TLS connection of its own, and those
+connections are most of what a healthy target costs the operator
+(docs/sizing.md). HTTP/2 carries all of a target's streams on one
+connection, but httpcore2's connection reads the network for every stream
+under one lock, held for as long as the read blocks: a task queued on that
+lock behind a watch that has nothing to read stays queued after its own
+response arrived, until the watch gets an event or times out. With two
+watches open, a LIST on their connection got no answer
+(bench/bench_http2_streams.py; the sister case of upload flow control is
+pydantic/httpx2#1133).
+
+``FairHTTP2Connection`` keeps httpcore2's reading and dispatch, and changes
+only how a stream waits: while another task reads for the connection, a
+stream waits to be told that a read has dispatched something, not for the
+lock, and looks at its own events again each time. No task ever queues on
+the lock, so the one reading is the only one that may block on the network.
+
+Two more of httpcore2's HTTP/2 ways would lose a target's connection, and
+the class mends them:
+
+- A response closed before its end (a collection past its budget, a watch
+  stopped) leaves its stream open: the server goes on sending up to the
+  stream's 16 MiB window, and what arrives, read or not, is never handed
+  back to the connection's window, so after a few such responses every
+  stream of the connection waits for a window that never reopens. Closing
+  one early resets its stream (CANCEL) and hands back what it left unread;
+  h2 itself hands back what arrives after the reset.
+- A graceful GOAWAY (NO_ERROR) says the server still finishes the streams
+  up to its last stream id. kube-apiserver sends one with each 401 over
+  HTTP/2, so that the client reconnects with new credentials; httpcore2
+  failed the stream that carried the 401 with RemoteProtocolError, and h2
+  closes its state machine on any GOAWAY, so that no frame after it can be
+  read at all (python-hyper/h2#1181). Here a GOAWAY leaves the connection
+  draining: the streams the server took read on to their end, no new one
+  starts on it (the pool opens a new connection), and it closes once the
+  last is done.
+
+``use_fair_http2`` has httpcore2 open its HTTP/2 connections as this class.
+httpcore2 looks the class up in its module each time a connection
+negotiates h2, so it is put there, for the whole process: every HTTP/2
+connection of the process waits this way, which is only fairer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any
+
+import h2.connection
+import h2.events
+import h2.exceptions
+import httpcore2
+from h2.errors import ErrorCodes
+from httpcore2._async import http2 as _h2
+
+# What _write_outgoing_data reads of a request is its write timeout; closing
+# a response has no request at hand, so it writes as this one.
+_CLOSING = httpcore2.Request(
+    "GET", "https://closing.invalid/", extensions={"timeout": {"write": 10.0}}
+)
+
+
+class _DrainingStateMachine(h2.connection.H2ConnectionStateMachine):
+    """h2's connection states, but a GOAWAY received drains the connection, not closes it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.draining = False
+
+    def process_input(self, input_: h2.connection.ConnectionInputs) -> list[h2.events.Event]:
+        inputs, states = h2.connection.ConnectionInputs, h2.connection.ConnectionState
+        if self.state is states.CLIENT_OPEN:
+            if input_ is inputs.RECV_GOAWAY:
+                self.draining = True
+                return []
+            if self.draining and input_ is inputs.SEND_HEADERS:
+                # A client sends HEADERS only to open a stream: refused,
+                # and the connection stays as it is for the streams it has.
+                raise h2.exceptions.ProtocolError("the server sent GOAWAY: no new streams")
+        return super().process_input(input_)
+
+
+class FairHTTP2Connection(_h2.AsyncHTTP2Connection):
+    """httpcore2's HTTP/2 connection, where a stream never waits behind another's read."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._draining = _DrainingStateMachine()
+        self._h2_state.state_machine = self._draining
+        self._reading = False
+        self._dispatched: asyncio.Event | None = None
+
+    async def _receive_events(
+        self, request: httpcore2.Request, stream_id: int | None = None
+    ) -> None:
+        # Called under the read lock, by every path that reads. Set and
+        # cleared with no await between them and the lock's own acquire and
+        # release, so "not reading" means the lock is free to take at once.
+        self._reading = True
+        terminated = self._connection_terminated
+        graceful = (
+            terminated is not None
+            and terminated.error_code == ErrorCodes.NO_ERROR
+            and stream_id is not None
+            and terminated.last_stream_id is not None
+            and stream_id <= terminated.last_stream_id
+        )
+        try:
+            if graceful:
+                # httpcore2 refuses to read once terminated; this stream the
+                # server still answers, so read as if it were not.
+                self._connection_terminated = None
+            await super()._receive_events(request, stream_id)
+        finally:
+            if graceful and self._connection_terminated is None:
+                self._connection_terminated = terminated
+            self._reading = False
+            self._wake()
+
+    def is_available(self) -> bool:
+        return super().is_available() and not self._draining.draining
+
+    async def _receive_stream_event(self, request: httpcore2.Request, stream_id: int) -> Any:
+        while not self._events.get(stream_id):
+            if self._reading:
+                await self._await_dispatch(request)
+                continue
+            async with self._read_lock:
+                if not self._events.get(stream_id):
+                    await self._receive_events(request, stream_id)
+            await self._write_outgoing_data(request)
+        # Its events are in: httpcore2 pops the next one, and raises on a reset.
+        return await super()._receive_stream_event(request, stream_id)
+
+    async def _wait_for_outgoing_flow(self, request: httpcore2.Request, stream_id: int) -> int:
+        # httpcore2's, but waiting as a stream waits for its events: a large
+        # request body stalls behind an idle watch's read the same way.
+        while True:
+            window = self._h2_state.local_flow_control_window(stream_id)
+            flow = min(window, self._h2_state.max_outbound_frame_size)
+            if flow > 0:
+                return int(flow)
+            if self._reading:
+                await self._await_dispatch(request)
+                continue
+            async with self._read_lock:
+                if self._h2_state.local_flow_control_window(stream_id) <= 0:
+                    await self._receive_events(request)
+            await self._write_outgoing_data(request)
+
+    async def _response_closed(self, stream_id: int) -> None:
+        unread = self._events.get(stream_id, [])
+        data = [e for e in unread if isinstance(e, h2.events.DataReceived)]
+        left = sum(e.flow_controlled_length or 0 for e in data)
+        ended = any(isinstance(e, h2.events.StreamEnded | h2.events.StreamReset) for e in unread)
+        stream = self._h2_state.streams.get(stream_id)
+        reset = stream is not None and not stream.closed and not ended
+        if reset:
+            try:
+                self._h2_state.reset_stream(stream_id, ErrorCodes.CANCEL)
+            except h2.exceptions.ProtocolError:
+                reset = False  # closed meanwhile: nothing more comes for it
+        if left:
+            self._h2_state.acknowledge_received_data(left, stream_id)
+        if reset or left:
+            # Before httpcore2's own close, which may close the connection.
+            with contextlib.suppress(httpcore2.NetworkError, httpcore2.TimeoutException):
+                await self._write_outgoing_data(_CLOSING)
+        await super()._response_closed(stream_id)
+
+    def _wake(self) -> None:
+        if self._dispatched is not None:
+            self._dispatched.set()
+            self._dispatched = None
+
+    async def _await_dispatch(self, request: httpcore2.Request) -> None:
+        """Wait until the reading task has dispatched what it read, or stopped reading."""
+        if self._dispatched is None:
+            self._dispatched = asyncio.Event()
+        dispatched = self._dispatched
+        timeout = (request.extensions.get("timeout") or {}).get("read")
+        try:
+            await asyncio.wait_for(dispatched.wait(), timeout)
+        except TimeoutError as err:
+            # This stream's own read timeout, as if it had read the network
+            # itself; the connection and its other streams are left as they are.
+            raise httpcore2.ReadTimeout(f"no answer within {timeout} s") from err
+
+
+def use_fair_http2() -> None:
+    """Open every HTTP/2 connection of this process as a ``FairHTTP2Connection``."""
+    _h2.AsyncHTTP2Connection = FairHTTP2Connection  # type: ignore[misc]

@@ -1,0 +1,137 @@
+"""A target's watches and requests on one HTTP/2 connection, none stalled by an idle watch.
+
+Against a real kube-apiserver, through the product's own target connection
+(``kube.client.open_target``): a dozen and more watches that have nothing to
+say must neither hold up a LIST on the same connection nor each other's
+events.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import copy
+import json
+import os
+import uuid
+from typing import Any
+
+import httpx2
+from lightkube import KubeConfig
+from lightkube.resources.core_v1 import ConfigMap, Namespace
+from tests.testenv import TestEnv
+
+from modelplane.kube.client import open_target
+
+# As many as a healthy target holds open (docs/sizing.md), and a few more.
+WATCHES = 16
+
+
+def _local_port(response: httpx2.Response) -> int:
+    stream = response.extensions["network_stream"]
+    return int(stream.get_extra_info("client_addr")[1])
+
+
+async def test_idle_watches_share_one_http2_connection_and_stall_nothing(
+    hub_env: TestEnv,
+) -> None:
+    ns = f"http2-{uuid.uuid4().hex[:8]}"
+    target = await open_target(
+        KubeConfig.from_dict(hub_env.kubeconfig).get(), deny=(), trust_env=False
+    )
+    client, http = target.client, target.client.http
+    await client.create(Namespace.from_dict({"metadata": {"name": ns}}))
+    opened: list[httpx2.Response] = []
+    seen: list[asyncio.Queue[dict[str, Any]]] = [asyncio.Queue() for _ in range(WATCHES)]
+
+    async def watch(i: int) -> None:
+        params = {"watch": "true", "timeoutSeconds": "120"}
+        async with http.stream(
+            "GET", f"/api/v1/namespaces/{ns}/configmaps", params=params
+        ) as answer:
+            opened.append(answer)
+            async for line in answer.aiter_lines():
+                await seen[i].put(json.loads(line))
+
+    tasks = [asyncio.create_task(watch(i)) for i in range(WATCHES)]
+    try:
+        async with asyncio.timeout(30):
+            while len(opened) < WATCHES:
+                await asyncio.sleep(0.05)
+        # Every watch is open and idle: a LIST on their connection is answered.
+        async with asyncio.timeout(5):
+            listed = await http.get(f"/api/v1/namespaces/{ns}/configmaps")
+        assert listed.status_code == 200, listed.text
+
+        # One change reaches every watch, each on its own stream.
+        await client.create(ConfigMap.from_dict({"metadata": {"name": "one", "namespace": ns}}))
+        async with asyncio.timeout(10):
+            events = [await queue.get() for queue in seen]
+        assert {(e["type"], e["object"]["metadata"]["name"]) for e in events} == {("ADDED", "one")}
+
+        # ...and all of it went over one connection, as HTTP/2.
+        answers = [*opened, listed]
+        assert {a.http_version for a in answers} == {"HTTP/2"}
+        assert len({_local_port(a) for a in answers}) == 1
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await client.delete(Namespace, ns)
+        await target.close()
+
+
+async def test_responses_closed_early_give_the_connection_its_window_back(
+    hub_env: TestEnv,
+) -> None:
+    # Each LIST answers about 2.7 MB (random, so that gzip does not shrink
+    # it); ten closed after their first bytes are
+    # more than the connection's 16 MiB window, had the server been let to
+    # fill it and nothing been handed back.
+    ns = f"http2-{uuid.uuid4().hex[:8]}"
+    target = await open_target(
+        KubeConfig.from_dict(hub_env.kubeconfig).get(), deny=(), trust_env=False
+    )
+    client, http = target.client, target.client.http
+    await client.create(Namespace.from_dict({"metadata": {"name": ns}}))
+    try:
+        for i in range(3):
+            await client.create(
+                ConfigMap.from_dict(
+                    {
+                        "metadata": {"name": f"big-{i}", "namespace": ns},
+                        "data": {"x": base64.b64encode(os.urandom(675_000)).decode()},
+                    }
+                )
+            )
+        for _ in range(10):
+            async with http.stream("GET", f"/api/v1/namespaces/{ns}/configmaps") as answer:
+                async for _chunk in answer.aiter_bytes():
+                    break
+            await asyncio.sleep(0.2)  # the server sends what its window lets it
+        async with asyncio.timeout(10):
+            listed = await http.get(f"/api/v1/namespaces/{ns}/configmaps")
+        assert listed.status_code == 200
+        assert listed.http_version == "HTTP/2"
+        assert len(listed.json()["items"]) == 3
+    finally:
+        await client.delete(Namespace, ns)
+        await target.close()
+
+
+async def test_a_401_over_http2_is_read_and_the_next_request_still_answered(
+    hub_env: TestEnv,
+) -> None:
+    # kube-apiserver answers a refused credential over HTTP/2 with a GOAWAY
+    # before the 401: the 401 is what the caller must see, not a protocol error,
+    # and the next request goes out on a connection that takes new streams.
+    config = copy.deepcopy(hub_env.kubeconfig)
+    config["users"][0]["user"]["token"] = "not-the-token"
+    target = await open_target(KubeConfig.from_dict(config).get(), deny=(), trust_env=False)
+    try:
+        first = await target.client.http.get("/api/v1/namespaces")
+        second = await target.client.http.get("/api/v1/namespaces")
+        assert (first.status_code, second.status_code) == (401, 401)
+        assert {first.http_version, second.http_version} == {"HTTP/2"}
+    finally:
+        await target.close()
