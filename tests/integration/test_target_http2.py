@@ -14,17 +14,32 @@ import copy
 import json
 import os
 import uuid
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx2
+import pytest_asyncio
 from lightkube import KubeConfig
 from lightkube.resources.core_v1 import ConfigMap, Namespace
 from tests.testenv import TestEnv
 
-from modelplane.kube.client import open_target
+from modelplane.kube.client import Target, open_target
 
 # As many as a healthy target holds open (docs/sizing.md), and a few more.
 WATCHES = 16
+
+
+# In the test's own event loop: the connection's locks belong to the loop that made them.
+@pytest_asyncio.fixture(loop_scope="function")
+async def target_and_namespace(hub_env: TestEnv) -> AsyncIterator[tuple[Target, str]]:
+    """The product's connection to the test hub, and a namespace of its own there."""
+    ns = f"http2-{uuid.uuid4().hex[:8]}"
+    config = KubeConfig.from_dict(hub_env.kubeconfig).get()
+    target = await open_target(config, deny=(), trust_env=False)
+    await target.client.create(Namespace.from_dict({"metadata": {"name": ns}}))
+    yield target, ns
+    await target.client.delete(Namespace, ns)
+    await target.close()
 
 
 def _local_port(response: httpx2.Response) -> int:
@@ -33,14 +48,10 @@ def _local_port(response: httpx2.Response) -> int:
 
 
 async def test_idle_watches_share_one_http2_connection_and_stall_nothing(
-    hub_env: TestEnv,
+    target_and_namespace: tuple[Target, str],
 ) -> None:
-    ns = f"http2-{uuid.uuid4().hex[:8]}"
-    target = await open_target(
-        KubeConfig.from_dict(hub_env.kubeconfig).get(), deny=(), trust_env=False
-    )
+    target, ns = target_and_namespace
     client, http = target.client, target.client.http
-    await client.create(Namespace.from_dict({"metadata": {"name": ns}}))
     opened: list[httpx2.Response] = []
     seen: list[asyncio.Queue[dict[str, Any]]] = [asyncio.Queue() for _ in range(WATCHES)]
 
@@ -77,46 +88,35 @@ async def test_idle_watches_share_one_http2_connection_and_stall_nothing(
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        await client.delete(Namespace, ns)
-        await target.close()
 
 
 async def test_responses_closed_early_give_the_connection_its_window_back(
-    hub_env: TestEnv,
+    target_and_namespace: tuple[Target, str],
 ) -> None:
     # Each LIST answers about 2.7 MB (random, so that gzip does not shrink
-    # it); ten closed after their first bytes are
-    # more than the connection's 16 MiB window, had the server been let to
-    # fill it and nothing been handed back.
-    ns = f"http2-{uuid.uuid4().hex[:8]}"
-    target = await open_target(
-        KubeConfig.from_dict(hub_env.kubeconfig).get(), deny=(), trust_env=False
-    )
+    # it); ten closed after their first bytes are more than the connection's
+    # 16 MiB window, had the server been let to fill it and nothing handed back.
+    target, ns = target_and_namespace
     client, http = target.client, target.client.http
-    await client.create(Namespace.from_dict({"metadata": {"name": ns}}))
-    try:
-        for i in range(3):
-            await client.create(
-                ConfigMap.from_dict(
-                    {
-                        "metadata": {"name": f"big-{i}", "namespace": ns},
-                        "data": {"x": base64.b64encode(os.urandom(675_000)).decode()},
-                    }
-                )
+    for i in range(3):
+        await client.create(
+            ConfigMap.from_dict(
+                {
+                    "metadata": {"name": f"big-{i}", "namespace": ns},
+                    "data": {"x": base64.b64encode(os.urandom(675_000)).decode()},
+                }
             )
-        for _ in range(10):
-            async with http.stream("GET", f"/api/v1/namespaces/{ns}/configmaps") as answer:
-                async for _chunk in answer.aiter_bytes():
-                    break
-            await asyncio.sleep(0.2)  # the server sends what its window lets it
-        async with asyncio.timeout(10):
-            listed = await http.get(f"/api/v1/namespaces/{ns}/configmaps")
-        assert listed.status_code == 200
-        assert listed.http_version == "HTTP/2"
-        assert len(listed.json()["items"]) == 3
-    finally:
-        await client.delete(Namespace, ns)
-        await target.close()
+        )
+    for _ in range(10):
+        async with http.stream("GET", f"/api/v1/namespaces/{ns}/configmaps") as answer:
+            async for _chunk in answer.aiter_bytes():
+                break
+        await asyncio.sleep(0.2)  # the server sends what its window lets it
+    async with asyncio.timeout(10):
+        listed = await http.get(f"/api/v1/namespaces/{ns}/configmaps")
+    assert listed.status_code == 200
+    assert listed.http_version == "HTTP/2"
+    assert len(listed.json()["items"]) == 3
 
 
 async def test_a_401_over_http2_is_read_and_the_next_request_still_answered(
