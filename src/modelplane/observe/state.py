@@ -29,7 +29,7 @@ from lightkube.resources.core_v1 import ConfigMap
 
 from modelplane.api.spec import ServingStackSpec
 from modelplane.api.status_limits import OBSERVED_CONDITION_MESSAGE, OBSERVED_CONDITION_REASON
-from modelplane.catalog.components import COMPONENTS, components_for
+from modelplane.catalog.components import COMPONENTS, components_for, installed_for
 from modelplane.catalog.configuration import (
     BUNDLES,
     CA_KEY,
@@ -206,8 +206,10 @@ def wanted(spec: ServingStackSpec, pull_secrets: Sequence[str] = ()) -> Wanted:
         frozenset(objects),
         bool(spec.gateway.hostname),
         tuple(pull_secrets),
+        # Only where a release of the product's may be: in Provided mode Helm's
+        # Secrets of the substrate are neither planned from nor removed.
         release_namespaces=tuple(
-            sorted({c.namespace for c in components_for(spec) if c.chart is not None})
+            sorted({c.namespace for c in installed_for(spec) if c.chart is not None})
         ),
         gpu_listings=gpu_listings(spec),
     )

@@ -23,7 +23,7 @@ from enum import StrEnum
 from typing import Any
 
 from modelplane.api.spec import ServingStackSpec
-from modelplane.catalog.components import components_for
+from modelplane.catalog.components import installed_for
 from modelplane.pins import ComponentsMode
 from modelplane.plan.model import Plan
 
@@ -305,9 +305,4 @@ def _requirement(requirement: str, labels: Mapping[str, str]) -> bool:
 
 def desired_versions(spec: ServingStackSpec) -> dict[str, str]:
     """The version each component the product installs should run, from spec and defaults."""
-    managed = spec.components is ComponentsMode.MANAGED
-    return {
-        c.name: c.version_for(spec)
-        for c in components_for(spec)
-        if managed or c.role != "substrate"
-    }
+    return {c.name: c.version_for(spec) for c in installed_for(spec)}

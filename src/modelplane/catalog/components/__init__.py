@@ -35,7 +35,7 @@ from modelplane.catalog.components._common import (
     SYSTEM_CRITICAL_CLASSES,
 )
 from modelplane.catalog.types import Component
-from modelplane.pins import Stack
+from modelplane.pins import ComponentsMode, Stack
 
 if TYPE_CHECKING:
     from modelplane.api.spec import ServingStackSpec
@@ -123,6 +123,13 @@ BY_NAME: dict[str, Component] = {c.name: c for c in COMPONENTS}
 def components_for(spec: ServingStackSpec) -> list[Component]:
     """The components of the spec's stack that its settings enable."""
     return [c for c in COMPONENTS if spec.stack in c.stacks and c.enabled(spec)]
+
+
+def installed_for(spec: ServingStackSpec) -> list[Component]:
+    """The components the product installs for the spec: all of them in Managed mode,
+    only its own configuration in Provided mode, where the substrate is checked instead."""
+    managed = spec.components is ComponentsMode.MANAGED
+    return [c for c in components_for(spec) if managed or c.role != "substrate"]
 
 
 def components_of_stack(stack: Stack) -> list[Component]:
