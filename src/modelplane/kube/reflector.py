@@ -209,8 +209,12 @@ class Reflector:
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         rand: Callable[[], float] = random.random,
+        outline: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
     ) -> None:
         self.key, self._http, self._link, self._changed = key, http, link, changed
+        # What of each object is kept (all of it by default): the budget
+        # still weighs what the target sent.
+        self.outline = outline or _whole
         self._label = label
         self._watch_timeout = watch_timeout
         self._clock, self._sleep, self._rand = clock, sleep, rand
@@ -406,7 +410,7 @@ class Reflector:
             )
         except ApiStatusError as err:
             raise Gone() if err.status == 410 else Refused(err.status) from err
-        self.items = {object_name_key(item): item for item in found.items}
+        self.items = {object_name_key(item): self.outline(item) for item in found.items}
         # Each object's share of what the pages weighed: a watch event that
         # replaces it later weighs in by its own line.
         share = found.bytes // max(len(self.items), 1)
@@ -472,7 +476,7 @@ class Reflector:
                 if kind == "DELETED":
                     self._drop(object_name_key(obj))
                 else:
-                    self._keep(object_name_key(obj), obj, len(line))
+                    self._keep(object_name_key(obj), self.outline(obj), len(line))
                 self._changed(self.key, str(kind))
         return rv
 
@@ -501,6 +505,10 @@ async def _lines(chunks: AsyncIterator[bytes], limit: int) -> AsyncIterator[byte
             raise Unreadable(f"a line longer than {limit} bytes")
     if buffer:
         yield bytes(buffer)
+
+
+def _whole(obj: dict[str, Any]) -> dict[str, Any]:
+    return obj
 
 
 def object_name_key(obj: dict[str, Any]) -> str:

@@ -15,7 +15,9 @@ facts again (one LIST per listing), and a quiet resync reads none.
 What is compared is only what the checks read (``fingerprint``): a Node's
 status changes with every heartbeat (conditions, the lease's renew time),
 and a ResourceQuota's ``status.used`` with every pod, and neither may wake
-a stack.
+a stack. The watches keep only that of each object (``outline``): a real
+Node carries its images and a few KiB of status, and a fleet of targets
+would hold every one of them to compare a handful of fields.
 """
 
 from __future__ import annotations
@@ -86,6 +88,37 @@ def _spec_only(obj: dict[str, Any]) -> tuple[Any, ...]:
 
 
 _BY_RESOURCE = {"nodes": _node, "daemonsets": _daemon_set}
+
+
+def outline(resource: str, obj: dict[str, Any]) -> dict[str, Any]:
+    """The part of one object of a watched GPU collection that ``fingerprint`` reads.
+
+    ``fingerprint`` of the outlines is ``fingerprint`` of the objects: the
+    rest is never read, and is not kept.
+    """
+    meta, spec, status = _map(obj.get("metadata")), _map(obj.get("spec")), _map(obj.get("status"))
+    identity = ("namespace", "name", "resourceVersion")
+    metadata: dict[str, Any] = {k: meta[k] for k in identity if k in meta}
+    if resource == "nodes":
+        if "labels" in meta:
+            metadata["labels"] = meta["labels"]
+        node_spec = {k: spec[k] for k in ("taints", "unschedulable") if k in spec}
+        allocatable = _map(status.get("allocatable"))
+        extended = {k: v for k, v in allocatable.items() if "/" in str(k)}
+        return {"metadata": metadata, "spec": node_spec, "status": {"allocatable": extended}}
+    if resource == "daemonsets":
+        pod = _map(_map(spec.get("template")).get("spec"))
+        containers = [c for c in pod.get("containers") or [] if isinstance(c, dict)]
+        pod_spec: dict[str, Any] = {"containers": [{"image": c.get("image")} for c in containers]}
+        if "tolerations" in pod:
+            pod_spec["tolerations"] = pod["tolerations"]
+        counts = ("desiredNumberScheduled", "numberAvailable")
+        return {
+            "metadata": metadata,
+            "spec": {"template": {"spec": pod_spec}},
+            "status": {k: status[k] for k in counts if k in status},
+        }
+    return {"metadata": metadata, "spec": obj.get("spec")}
 
 
 def fingerprint(resource: str, items: Iterable[dict[str, Any]]) -> list[tuple[Any, ...]]:

@@ -12,6 +12,7 @@ import asyncio
 import dataclasses
 import logging
 from collections.abc import Callable, Iterable
+from functools import partial
 from typing import Any
 
 import httpx2
@@ -30,7 +31,7 @@ from modelplane.kube.reflector import (
     Reflector,
     WatchKey,
 )
-from modelplane.observe.gpu_watch import fingerprint
+from modelplane.observe.gpu_watch import fingerprint, outline
 from modelplane.observe.state import (
     CRD_API_VERSION,
     NODES,
@@ -45,7 +46,7 @@ from modelplane.observe.state import (
     pull_secret_selector,
     release_secret_selector,
 )
-from modelplane.wire import ApiRef
+from modelplane.wire import DIGEST_ANNOTATION, ApiRef
 
 log = logging.getLogger("modelplane.operator.watch")
 
@@ -150,6 +151,43 @@ def crd_plurals(crds: Iterable[dict[str, Any]]) -> PLURALS:
     return plurals
 
 
+def crd_outline(crd: dict[str, Any]) -> dict[str, Any]:
+    """What the cache reads of a CRD: its identity, labels, digest, names, versions, conditions.
+
+    Every CRD of the target is watched, and a real one is mostly its
+    schema (Envoy Gateway's EnvoyProxy alone runs to megabytes); kept
+    whole, a fleet's copies of them would be most of the operator's memory.
+    What ``crd_plurals``, the served-API check and ``to_observed`` (the
+    product's digest) read is kept, as the target wrote it.
+    """
+    meta, spec, status = _map(crd.get("metadata")), _map(crd.get("spec")), _map(crd.get("status"))
+    metadata = _pick(meta, ("name", "resourceVersion", "labels"))
+    annotations = _map(meta.get("annotations"))
+    if DIGEST_ANNOTATION in annotations:
+        metadata["annotations"] = {DIGEST_ANNOTATION: annotations[DIGEST_ANNOTATION]}
+    outline_spec = _pick(spec, ("group", "names", "scope"))
+    versions = spec.get("versions")
+    if isinstance(versions, list):
+        outline_spec["versions"] = [
+            _pick(v, ("name", "served", "storage")) for v in versions if isinstance(v, dict)
+        ]
+    conditions = status.get("conditions")
+    outline_status = (
+        {"conditions": [_pick(c, ("type", "status")) for c in conditions if isinstance(c, dict)]}
+        if isinstance(conditions, list)
+        else {}
+    )
+    return {"metadata": metadata, "spec": outline_spec, "status": outline_status}
+
+
+def _map(value: object) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _pick(value: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
+    return {k: value[k] for k in keys if k in value}
+
+
 def _established(status: dict[str, Any]) -> bool:
     return any(
         c.get("type") == "Established" and c.get("status") == "True"
@@ -194,6 +232,10 @@ class WatchCache:
         self.reflectors: dict[WatchKey, Reflector] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._started = False
+        self._gpu_keys = gpu_keys(want)
+        self._signal_only = self._gpu_keys - watch_keys(
+            dataclasses.replace(want, gpu_listings=()), {}
+        )
         self._add_reflectors()
         # Bumped by every CRD event and every relist: the served APIs may
         # have changed, and discovery is read again before the cache answers.
@@ -215,10 +257,14 @@ class WatchCache:
         for c in want.release_collections:
             key = release_collection_key(c)
             self._followed[key] = self._followed.get(key, frozenset()) | c.names
-        self._gpu_keys = gpu_keys(want)
-        self._signal_only = self._gpu_keys - watch_keys(
-            dataclasses.replace(want, gpu_listings=()), {}
-        )
+
+    def _outline(self, key: WatchKey) -> Callable[[dict[str, Any]], dict[str, Any]] | None:
+        """What of each object a collection's copy keeps: only what is read of it."""
+        if key.api == CRDS:
+            return crd_outline
+        if key in self._signal_only:
+            return partial(outline, key.api.resource)
+        return None
 
     def _add_reflectors(self) -> None:
         for key in sorted(watch_keys(self.want, self.plurals) - set(self.reflectors), key=_order):
@@ -229,6 +275,7 @@ class WatchCache:
                 self._on_change,
                 label=self._label,
                 watch_timeout=self._watch_timeout,
+                outline=self._outline(key),
             )
             self.reflectors[key] = reflector
             if self._started:
