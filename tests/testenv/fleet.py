@@ -109,12 +109,44 @@ def dump(env: TestEnv) -> dict[str, Any]:
     return out
 
 
+def wait_for_discovery(env: TestEnv, deadline: float = 60.0) -> None:
+    """Until the aggregated discovery serves every version of every CRD the server holds.
+
+    The aggregated document lags a new CRD by a moment after the legacy one
+    lists it; a seed dumped in that moment serves targets whose discovery
+    misses the last CRDs applied, and the benchmark's stacks never get Ready.
+    """
+    with env.http_client() as http:
+        crds = http.get("/apis/apiextensions.k8s.io/v1/customresourcedefinitions").json()
+        wanted = {
+            (c["spec"]["group"], v["name"])
+            for c in crds.get("items") or []
+            for v in c["spec"]["versions"]
+            if v.get("served")
+        }
+        end = time.monotonic() + deadline
+        while True:
+            body = http.get("/apis", headers={"Accept": AGGREGATED}).json()
+            served = {
+                (g["metadata"]["name"], v["version"])
+                for g in body.get("items") or []
+                for v in g.get("versions") or []
+            }
+            missing = wanted - served
+            if not missing:
+                return
+            if time.monotonic() > end:
+                raise RuntimeError(f"aggregated discovery never served {sorted(missing)}")
+            time.sleep(0.1)
+
+
 def write_seed(path: Path, work: Path) -> Path:
     """A seed from a real API server started under ``work``, written to ``path``."""
     env = TestEnv(work / "seed-target")
     env.start()
     try:
         healthy_target(Client(KubeConfig.from_dict(env.kubeconfig), field_manager="seed"))
+        wait_for_discovery(env)
         path.write_text(json.dumps(dump(env)))
     finally:
         env.stop()
