@@ -65,6 +65,16 @@ class UntrustedInputError(ValueError):
     """Text refused by a bound or by its parser; the message never quotes the text."""
 
 
+def as_dict(value: object) -> dict[str, Any]:
+    """``value`` if the target sent an object there, else an empty one: a shape is no promise."""
+    return value if isinstance(value, dict) else {}
+
+
+def pick(value: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
+    """The entries of ``value`` under ``keys``, those it has."""
+    return {k: value[k] for k in keys if k in value}
+
+
 def check_depth(doc: Any, max_depth: int) -> None:
     """Refuse a parsed document nested deeper than ``max_depth`` (without recursion)."""
     stack: list[tuple[Any, int]] = [(doc, 0)]

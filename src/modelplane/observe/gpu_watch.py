@@ -30,6 +30,7 @@ from modelplane.catalog.components import components_for
 from modelplane.catalog.facts import RESOURCE_QUOTAS as QUOTAS
 from modelplane.catalog.facts import Listing
 from modelplane.plan.capacity import gpu_check
+from modelplane.untrusted import as_dict, pick
 
 
 def gpu_listings(spec: ServingStackSpec) -> tuple[Listing, ...]:
@@ -53,25 +54,27 @@ def _order(listing: Listing) -> tuple[str, str, str]:
     return (listing.api.key, listing.namespace or "", listing.name or "")
 
 
-def _map(value: object) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
-
-
 def _node(obj: dict[str, Any]) -> tuple[Any, ...]:
-    meta, spec, status = _map(obj.get("metadata")), _map(obj.get("spec")), _map(obj.get("status"))
+    meta, spec, status = (
+        as_dict(obj.get("metadata")),
+        as_dict(obj.get("spec")),
+        as_dict(obj.get("status")),
+    )
     return (
         meta.get("name"),
-        repr(sorted(_map(meta.get("labels")).items())),
+        repr(sorted(as_dict(meta.get("labels")).items())),
         repr(spec.get("taints")),
         spec.get("unschedulable") is True,
         # Extended resources only: a device plugin's (NoNodeAdvertises).
-        repr(sorted((k, v) for k, v in _map(status.get("allocatable")).items() if "/" in str(k))),
+        repr(
+            sorted((k, v) for k, v in as_dict(status.get("allocatable")).items() if "/" in str(k))
+        ),
     )
 
 
 def _daemon_set(obj: dict[str, Any]) -> tuple[Any, ...]:
-    meta, status = _map(obj.get("metadata")), _map(obj.get("status"))
-    pod = _map(_map(_map(obj.get("spec")).get("template")).get("spec"))
+    meta, status = as_dict(obj.get("metadata")), as_dict(obj.get("status"))
+    pod = as_dict(as_dict(as_dict(obj.get("spec")).get("template")).get("spec"))
     return (
         meta.get("namespace"),
         meta.get("name"),
@@ -83,7 +86,7 @@ def _daemon_set(obj: dict[str, Any]) -> tuple[Any, ...]:
 
 
 def _spec_only(obj: dict[str, Any]) -> tuple[Any, ...]:
-    meta = _map(obj.get("metadata"))
+    meta = as_dict(obj.get("metadata"))
     return (meta.get("namespace"), meta.get("name"), repr(obj.get("spec")))
 
 
@@ -96,27 +99,29 @@ def outline(resource: str, obj: dict[str, Any]) -> dict[str, Any]:
     ``fingerprint`` of the outlines is ``fingerprint`` of the objects: the
     rest is never read, and is not kept.
     """
-    meta, spec, status = _map(obj.get("metadata")), _map(obj.get("spec")), _map(obj.get("status"))
-    identity = ("namespace", "name", "resourceVersion")
-    metadata: dict[str, Any] = {k: meta[k] for k in identity if k in meta}
+    meta, spec, status = (
+        as_dict(obj.get("metadata")),
+        as_dict(obj.get("spec")),
+        as_dict(obj.get("status")),
+    )
+    metadata = pick(meta, ("namespace", "name", "resourceVersion"))
     if resource == "nodes":
         if "labels" in meta:
             metadata["labels"] = meta["labels"]
-        node_spec = {k: spec[k] for k in ("taints", "unschedulable") if k in spec}
-        allocatable = _map(status.get("allocatable"))
+        node_spec = pick(spec, ("taints", "unschedulable"))
+        allocatable = as_dict(status.get("allocatable"))
         extended = {k: v for k, v in allocatable.items() if "/" in str(k)}
         return {"metadata": metadata, "spec": node_spec, "status": {"allocatable": extended}}
     if resource == "daemonsets":
-        pod = _map(_map(spec.get("template")).get("spec"))
+        pod = as_dict(as_dict(spec.get("template")).get("spec"))
         containers = [c for c in pod.get("containers") or [] if isinstance(c, dict)]
         pod_spec: dict[str, Any] = {"containers": [{"image": c.get("image")} for c in containers]}
         if "tolerations" in pod:
             pod_spec["tolerations"] = pod["tolerations"]
-        counts = ("desiredNumberScheduled", "numberAvailable")
         return {
             "metadata": metadata,
             "spec": {"template": {"spec": pod_spec}},
-            "status": {k: status[k] for k in counts if k in status},
+            "status": pick(status, ("desiredNumberScheduled", "numberAvailable")),
         }
     return {"metadata": metadata, "spec": obj.get("spec")}
 

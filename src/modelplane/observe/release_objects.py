@@ -34,7 +34,7 @@ from modelplane.plan.release_health import (
     outside_namespace,
 )
 from modelplane.plan.workloads import GROUPS, Kind, PodSignal, WorkloadKey, WorkloadStatus
-from modelplane.untrusted import UntrustedInputError, load_yaml_all, printable
+from modelplane.untrusted import UntrustedInputError, as_dict, load_yaml_all, printable
 from modelplane.wire import FIELD_MANAGER, ApiRef
 
 log = logging.getLogger("modelplane.operator")
@@ -131,7 +131,7 @@ def manifest_entries(manifest: str, namespace: str) -> tuple[ManifestEntry, ...]
     scaled = {_scale_target(o, namespace) for o in objects} - {None}
     out: list[ManifestEntry] = []
     for obj in objects:
-        meta = _dict(obj.get("metadata"))
+        meta = as_dict(obj.get("metadata"))
         try:
             kind = Kind(str(obj.get("kind")))
         except ValueError:
@@ -154,8 +154,8 @@ def _scale_target(obj: dict[str, Any], namespace: str) -> WorkloadKey | None:
     """The workload a HorizontalPodAutoscaler scales (in its own namespace), or None."""
     if obj.get("kind") != "HorizontalPodAutoscaler":
         return None
-    meta, spec = _dict(obj.get("metadata")), _dict(obj.get("spec"))
-    target = _dict(spec.get("scaleTargetRef"))
+    meta, spec = as_dict(obj.get("metadata")), as_dict(obj.get("spec"))
+    target = as_dict(spec.get("scaleTargetRef"))
     try:
         kind = Kind(str(target.get("kind")))
     except ValueError:
@@ -262,7 +262,7 @@ def release_workloads(manifests: list[ReleaseManifest], listed: Listed) -> list[
             if objects is None:
                 continue
             live = next(
-                (o for o in objects if _dict(o.get("metadata")).get("name") == e.watch.name),
+                (o for o in objects if as_dict(o.get("metadata")).get("name") == e.watch.name),
                 None,
             )
             status, owned = None, None
@@ -270,7 +270,7 @@ def release_workloads(manifests: list[ReleaseManifest], listed: Listed) -> list[
                 # List items carry no apiVersion or kind of their own.
                 typed = {**live, "apiVersion": e.body["apiVersion"], "kind": e.body["kind"]}
                 status = WorkloadStatus.from_object(typed)
-                owned = fields_of(_dict(live.get("metadata")), RELEASE_OWNERS)
+                owned = fields_of(as_dict(live.get("metadata")), RELEASE_OWNERS)
             pods = [
                 PodSignal.from_object(p) for p in listed.release_pods.get(e.watch, [])[:MAX_PODS]
             ]
@@ -289,17 +289,13 @@ def release_workloads(manifests: list[ReleaseManifest], listed: Listed) -> list[
     return out
 
 
-def _dict(value: object) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
-
-
 def node_facts(nodes: list[dict[str, Any]] | None) -> list[NodeFacts] | None:
     if nodes is None:
         return None
     out = []
     for node in nodes[:MAX_NODES]:
-        meta, spec = _dict(node.get("metadata")), _dict(node.get("spec"))
-        labels = _dict(meta.get("labels"))
+        meta, spec = as_dict(node.get("metadata")), as_dict(node.get("spec"))
+        labels = as_dict(meta.get("labels"))
         found = spec.get("taints")
         taints = found if isinstance(found, list) else []
         out.append(

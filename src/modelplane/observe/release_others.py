@@ -48,7 +48,7 @@ from modelplane.observe.state import RELEASE_NAMESPACES, Listed, ReleaseCollecti
 from modelplane.plan.drift import fields_of
 from modelplane.plan.release_health import ReleaseObject
 from modelplane.plan.workloads import GROUPS, Kind
-from modelplane.untrusted import load_yaml_all
+from modelplane.untrusted import as_dict, load_yaml_all
 from modelplane.wire import ApiRef
 
 # A stack's releases install a few hundred objects in all (RBAC mostly);
@@ -121,10 +121,6 @@ class OtherEntry:
         return (self.api, self.namespace or None)
 
 
-def _dict(value: object) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
-
-
 def other_entries(manifest: str, namespace: str) -> tuple[OtherEntry, ...]:
     """The followed objects of one stored manifest (see the module's docstring).
 
@@ -150,7 +146,7 @@ def _entry(obj: dict[str, Any], namespace: str) -> OtherEntry | None:
     followed = FOLLOWED.get((api_version, kind))
     if followed is None or _is_workload(api_version, kind):
         return None
-    meta = _dict(obj.get("metadata"))
+    meta = as_dict(obj.get("metadata"))
     name = meta.get("name")
     if not isinstance(name, str) or len(name) > 253 or not _NAME.fullmatch(name):
         return None
@@ -186,19 +182,19 @@ def refused_grant(entry: OtherEntry, entries: list[OtherEntry], namespace: str) 
     """Why the operator will not restore ``entry`` from a stored revision; "" if it may."""
     body = entry.body
     if entry.kind in _BINDINGS:
-        ref = _dict(body.get("roleRef"))
+        ref = as_dict(body.get("roleRef"))
         defined = {(e.kind, e.name) for e in entries if e.kind in _ROLES}
         if (str(ref.get("kind")), str(ref.get("name"))) not in defined:
             return "it binds a role its release does not define"
         subjects = body.get("subjects")
         for subject in subjects if isinstance(subjects, list) else []:
-            s = _dict(subject)
+            s = as_dict(subject)
             if s.get("kind") != "ServiceAccount" or s.get("namespace", namespace) != namespace:
                 return "it binds a subject outside its release's ServiceAccounts"
     if entry.kind in _ROLES:
         rules = body.get("rules")
         for rule in rules if isinstance(rules, list) else []:
-            r = _dict(rule)
+            r = as_dict(rule)
             verbs = {str(v) for v in r.get("verbs") or [] if isinstance(v, str)}
             resources = {str(v) for v in r.get("resources") or [] if isinstance(v, str)}
             if verbs & _GRANTING_VERBS or "*" in resources:
@@ -235,7 +231,7 @@ def release_others(
     for c, items in listed.release_collections.items():
         by_name = by_collection.setdefault((c.api, c.namespace), {})
         for item in items:
-            meta = _dict(item.get("metadata"))
+            meta = as_dict(item.get("metadata"))
             if isinstance(meta.get("name"), str):
                 by_name[meta["name"]] = meta
     by_release: dict[str, list[OtherEntry]] = {}

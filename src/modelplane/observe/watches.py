@@ -46,6 +46,7 @@ from modelplane.observe.state import (
     pull_secret_selector,
     release_secret_selector,
 )
+from modelplane.untrusted import as_dict, pick
 from modelplane.wire import DIGEST_ANNOTATION, ApiRef
 
 log = logging.getLogger("modelplane.operator.watch")
@@ -160,32 +161,28 @@ def crd_outline(crd: dict[str, Any]) -> dict[str, Any]:
     What ``crd_plurals``, the served-API check and ``to_observed`` (the
     product's digest) read is kept, as the target wrote it.
     """
-    meta, spec, status = _map(crd.get("metadata")), _map(crd.get("spec")), _map(crd.get("status"))
-    metadata = _pick(meta, ("name", "resourceVersion", "labels"))
-    annotations = _map(meta.get("annotations"))
+    meta, spec, status = (
+        as_dict(crd.get("metadata")),
+        as_dict(crd.get("spec")),
+        as_dict(crd.get("status")),
+    )
+    metadata = pick(meta, ("name", "resourceVersion", "labels"))
+    annotations = as_dict(meta.get("annotations"))
     if DIGEST_ANNOTATION in annotations:
         metadata["annotations"] = {DIGEST_ANNOTATION: annotations[DIGEST_ANNOTATION]}
-    outline_spec = _pick(spec, ("group", "names", "scope"))
+    outline_spec = pick(spec, ("group", "names", "scope"))
     versions = spec.get("versions")
     if isinstance(versions, list):
         outline_spec["versions"] = [
-            _pick(v, ("name", "served", "storage")) for v in versions if isinstance(v, dict)
+            pick(v, ("name", "served", "storage")) for v in versions if isinstance(v, dict)
         ]
     conditions = status.get("conditions")
     outline_status = (
-        {"conditions": [_pick(c, ("type", "status")) for c in conditions if isinstance(c, dict)]}
+        {"conditions": [pick(c, ("type", "status")) for c in conditions if isinstance(c, dict)]}
         if isinstance(conditions, list)
         else {}
     )
     return {"metadata": metadata, "spec": outline_spec, "status": outline_status}
-
-
-def _map(value: object) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
-
-
-def _pick(value: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
-    return {k: value[k] for k in keys if k in value}
 
 
 def _established(status: dict[str, Any]) -> bool:
