@@ -12,8 +12,21 @@ import pytest
 from modelplane.api.spec import ServingStackSpec
 from modelplane.kube.discovery import PLURALS
 from modelplane.kube.reflector import WatchKey
-from modelplane.observe.state import ReleaseWatch, Wanted, to_observed, wanted
-from modelplane.observe.watches import CRDS, NODES_KEY, WatchCache, crd_plurals, watch_keys
+from modelplane.observe.state import (
+    ReleaseCollection,
+    ReleaseWatch,
+    Wanted,
+    to_observed,
+    wanted,
+)
+from modelplane.observe.watches import (
+    CRDS,
+    NODES_KEY,
+    WatchCache,
+    crd_plurals,
+    release_collection_key,
+    watch_keys,
+)
 from modelplane.pins import ComponentsMode
 from modelplane.wire import DIGEST_ANNOTATION, MANAGED_BY, MANAGED_BY_LABEL, ApiRef
 
@@ -270,3 +283,33 @@ def test_the_gpu_path_is_watched_in_either_mode(mode: ComponentsMode) -> None:
     spec = SPEC.model_copy(update={"components": mode})
     keys = watch_keys(wanted(spec), SERVED)
     assert {NODES_KEY, WatchKey(ApiRef("resource.k8s.io", "v1", "resourceslices"))} <= keys
+
+
+@pytest.mark.parametrize("kind", ["LOST", "REFUSED", "FAILED", "GONE"])
+@pytest.mark.parametrize("collection", ["release", "nodes", "gpu"])
+def test_a_collection_lost_wakes_the_stack_whichever_collection_noticed(
+    kind: str, collection: str
+) -> None:
+    # Only the first watch to lose the target tells of it: when that is one
+    # whose objects are compared before waking, the loss must still wake the
+    # reconcile, which then says the target is unreachable.
+    woken: list[int] = []
+    roles = ReleaseCollection(
+        ApiRef("rbac.authorization.k8s.io", "v1", "clusterroles"), None, frozenset({"plugin"})
+    )
+    want = replace(_release_want()[0], release_collections=(roles,))
+    cache = WatchCache(httpx2.AsyncClient(), want, lambda: woken.append(1))
+    cache.learn(SERVED)
+    keys = {
+        "release": release_collection_key(roles),
+        "nodes": NODES_KEY,
+        "gpu": next(k for k in cache.reflectors if k.api.resource == "resourceslices"),
+    }
+    key = keys[collection]
+    cache._on_change(key, "LIST")
+    assert len(woken) == 1
+    # The copy as it was: nothing in it changed.
+    cache._on_change(key, "MODIFIED")
+    assert len(woken) == 1
+    cache._on_change(key, kind)
+    assert len(woken) == 2

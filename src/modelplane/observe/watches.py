@@ -202,6 +202,13 @@ def _has_label(obj: dict[str, Any], name: str, value: str) -> bool:
     return bool(labels.get(name) == value)
 
 
+# The changes a watch tells of one object. Only these may be dropped as
+# changing nothing the stack reads: a LIST, and a collection lost, refused or
+# failed, always wake it. The first watch to lose the target is the only one
+# that says so, and it may be any collection, a followed one included.
+_OBJECT_EVENTS = frozenset({"ADDED", "MODIFIED", "DELETED"})
+
+
 class WatchCache:
     """The reflectors for one target and spec; answers ``Listed`` when all of them are current.
 
@@ -310,13 +317,13 @@ class WatchCache:
             seen = _followed(self.reflectors[key].items.values(), names)
             unchanged = seen == self._seen.get(key)
             self._seen[key] = seen
-            if unchanged and kind != "LIST":
+            if unchanged and kind in _OBJECT_EVENTS:
                 return
         if key == NODES_KEY or key in self._gpu_keys:
             seen = fingerprint(key.api.resource, self.reflectors[key].items.values())
             unchanged = seen == self._seen.get(key)
             self._seen[key] = seen
-            if unchanged and kind != "LIST":
+            if unchanged and kind in _OBJECT_EVENTS:
                 return
             # A LIST too: what changed while the watch was down has no event.
             self.facts_generation += 1
