@@ -127,11 +127,16 @@ def _stack(name: str, shard: int) -> dict[str, Any]:
     }
 
 
-def _hub_requests(env: TestEnv) -> tuple[float, float]:
-    """Reads (GET, LIST) and writes on the hub so far, the leader Leases left out."""
+def _hub_requests(env: TestEnv) -> tuple[float, float, dict[str, float]]:
+    """Reads (GET, LIST) and writes on the hub so far, the leader Leases left out.
+
+    The third is the writes by verb and resource, to tell what a shard still
+    writes once its stacks are Ready.
+    """
     from prometheus_client.parser import text_string_to_metric_families
 
     reads = writes = 0.0
+    by_kind: dict[str, float] = {}
     for family in text_string_to_metric_families(env.metrics_text()):
         for s in family.samples:
             if s.name != "apiserver_request_total" or s.labels.get("resource") == "leases":
@@ -141,7 +146,11 @@ def _hub_requests(env: TestEnv) -> tuple[float, float]:
                 reads += s.value
             elif verb in ("POST", "PUT", "PATCH", "DELETE", "APPLY"):
                 writes += s.value
-    return reads, writes
+                what = "/".join(
+                    p for p in (verb, s.labels.get("resource"), s.labels.get("subresource")) if p
+                )
+                by_kind[what] = by_kind.get(what, 0.0) + s.value
+    return reads, writes, by_kind
 
 
 def _until(what: str, check: Callable[[], bool], timeout: float, every: float = 0.5) -> float:
@@ -325,9 +334,15 @@ def main() -> None:
                 latencies[s] = _change_latencies(hub, fleets[s], where[name][1], name, args.changes)
 
             print(f"load average (1, 5, 15 min) at the end: {_load()}")
+            grown = ", ".join(
+                f"{k} {(v - hub0[2].get(k, 0.0)) * per_minute:.0f}"
+                for k, v in sorted(hub1[2].items())
+                if v != hub0[2].get(k, 0.0)
+            )
             print(
                 f"hub, every shard together, settled: reads {(hub1[0] - hub0[0]) * per_minute:.0f}"
                 f"/min, writes {(hub1[1] - hub0[1]) * per_minute:.0f}/min"
+                + (f" ({grown})" if grown else "")
             )
             for s in range(args.shards):
                 mine = [n for n in names if shard_of[n] == s]
