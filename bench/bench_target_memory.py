@@ -19,6 +19,7 @@ import gc
 import os
 import sys
 import tempfile
+import tracemalloc
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -40,7 +41,7 @@ def _rss_kib() -> float:
     return int(Path("/proc/self/statm").read_text().split()[1]) * PAGE / 1024
 
 
-async def _measure(fleet: FleetServer, n: int) -> None:
+async def _measure(fleet: FleetServer, n: int, trace: int) -> None:
     spec = ServingStackSpec.model_validate(
         {
             "components": "Provided",
@@ -56,6 +57,9 @@ async def _measure(fleet: FleetServer, n: int) -> None:
         targets.append(await open_target(config, count=count))
     r1 = _rss_kib()
     print(f"a connection opened (no request yet): {(r1 - r0) / n:.0f} KiB per target")
+    if trace:
+        tracemalloc.start(trace)
+        before = tracemalloc.take_snapshot()
     caches = [WatchCache(t.http, want, lambda: None) for t in targets]
     for cache in caches:
         cache.start()
@@ -73,22 +77,44 @@ async def _measure(fleet: FleetServer, n: int) -> None:
         f"{len(reflectors) / n:.1f} reflectors holding {held / n / 1024:.0f} KiB of objects; "
         f"{stats['Conns'] / n:.1f} connections and {stats['Watches'] / n:.1f} watches each"
     )
+    if trace:
+        _print_growth(before, tracemalloc.take_snapshot(), n, trace)
     for cache in caches:
         await cache.close()
     for target in targets:
         await target.close()
 
 
+def _print_growth(
+    before: tracemalloc.Snapshot, after: tracemalloc.Snapshot, n: int, depth: int
+) -> None:
+    """The Python allocations the watches added, per target, by where they were made."""
+    diffs = after.compare_to(before, "traceback" if depth > 1 else "lineno")
+    total = sum(d.size_diff for d in diffs)
+    print(f"Python objects the watches added: {total / n / 1024:.0f} KiB per target; the largest:")
+    for d in diffs[:25]:
+        print(f"  {d.size_diff / n / 1024:6.1f} KiB, {d.count_diff / n:6.1f} blocks per target:")
+        for frame in list(d.traceback)[-depth:]:
+            print(f"      {frame.filename.split('site-packages/')[-1]}:{frame.lineno}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--targets", type=int, default=50)
     parser.add_argument("--seed", type=Path, help="a seed file to reuse")
+    parser.add_argument(
+        "--trace",
+        type=int,
+        default=0,
+        metavar="FRAMES",
+        help="also trace the watches' Python allocations, FRAMES deep, and print the largest",
+    )
     args = parser.parse_args()
     with (
         tempfile.TemporaryDirectory(prefix="mp-target-memory-") as tmp,
         FleetServer(Path(tmp) / "fleet", args.targets, seed=args.seed) as fleet,
     ):
-        asyncio.run(_measure(fleet, args.targets))
+        asyncio.run(_measure(fleet, args.targets, args.trace))
 
 
 if __name__ == "__main__":
