@@ -33,12 +33,14 @@ from __future__ import annotations
 import argparse
 import base64
 import contextlib
+import json
 import os
 import resource
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -162,22 +164,71 @@ def _until(what: str, check: Callable[[], bool], timeout: float, every: float = 
     raise TimeoutError(f"{what}: not within {timeout:.0f} s")
 
 
-def _ready_stacks(http: httpx2.Client) -> dict[str, bool]:
-    """name -> Ready, from one paginated LIST of the hub's stacks."""
-    out: dict[str, bool] = {}
-    cont = ""
-    path = f"/apis/{API_GROUP}/{API_VERSION}/namespaces/{NS}/{PLURAL}"
-    while True:
-        params = {"limit": "500", **({"continue": cont} if cont else {})}
-        doc = http.get(path, params=params, timeout=60).json()
-        for item in doc.get("items") or []:
-            conditions = (item.get("status") or {}).get("conditions") or []
-            out[item["metadata"]["name"]] = any(
-                c.get("type") == "Ready" and c.get("status") == "True" for c in conditions
-            )
-        cont = (doc.get("metadata") or {}).get("continue") or ""
-        if not cont:
-            return out
+def _is_ready(item: dict[str, Any]) -> bool:
+    conditions = (item.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
+class _ReadyWatch:
+    """name -> Ready of the hub's stacks, kept by one LIST and then a WATCH.
+
+    Polled instead, a LIST of 10,000 stacks every few seconds was a load of
+    its own on the hub the operators write to (and half a core here).
+    """
+
+    def __init__(self, env: TestEnv) -> None:
+        self.ready: dict[str, bool] = {}
+        self._env = env
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> _ReadyWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+
+    def _run(self) -> None:
+        path = f"/apis/{API_GROUP}/{API_VERSION}/namespaces/{NS}/{PLURAL}"
+        with self._env.http_client(timeout=120) as http:
+            while not self._stop.is_set():
+                try:
+                    rv = self._list(http, path)
+                    self._watch(http, path, rv)
+                except (httpx2.HTTPError, ValueError, KeyError):
+                    time.sleep(1)
+
+    def _list(self, http: httpx2.Client, path: str) -> str:
+        cont, seen = "", {}
+        while True:
+            params = {"limit": "500", **({"continue": cont} if cont else {})}
+            response = http.get(path, params=params)
+            response.raise_for_status()
+            doc = response.json()
+            for item in doc.get("items") or []:
+                seen[item["metadata"]["name"]] = _is_ready(item)
+            cont = (doc.get("metadata") or {}).get("continue") or ""
+            if not cont:
+                self.ready = seen
+                return str(doc["metadata"]["resourceVersion"])
+
+    def _watch(self, http: httpx2.Client, path: str, rv: str) -> None:
+        params = {"watch": "1", "resourceVersion": rv, "timeoutSeconds": "300"}
+        with http.stream("GET", path, params=params, timeout=None) as response:
+            response.raise_for_status()
+            for line in response.iter_lines():
+                if self._stop.is_set():
+                    return
+                event = json.loads(line)
+                if event.get("type") == "ERROR":
+                    return  # 410 Gone: listed again
+                item = event.get("object") or {}
+                name = item["metadata"]["name"]
+                if event.get("type") == "DELETED":
+                    self.ready.pop(name, None)
+                else:
+                    self.ready[name] = _is_ready(item)
 
 
 def _hub_address(hub: Client, name: str) -> Any:
@@ -283,7 +334,7 @@ def main() -> None:
 
             # The fleet's Secrets and stacks, created as fast as the hub takes them.
             t0 = time.monotonic()
-            with hub_env.http_client(timeout=60) as http:
+            with hub_env.http_client(timeout=60) as http, _ReadyWatch(hub_env) as watch:
 
                 def create(i: int) -> None:
                     name = names[i]
@@ -302,7 +353,8 @@ def main() -> None:
                 print(f"created {args.targets} Secrets and ServingStacks in {created:.0f} s")
                 ready_at: dict[int, float] = {}
                 while len(ready_at) < args.shards:
-                    ready = _ready_stacks(http)
+                    time.sleep(2)
+                    ready = dict(watch.ready)
                     now = time.monotonic() - t0
                     for s in range(args.shards):
                         if s not in ready_at and all(
@@ -313,7 +365,6 @@ def main() -> None:
                         missing = [n for n in names if not ready.get(n)]
                         print(hub.get(SS, missing[0], namespace=NS).to_dict().get("status"))
                         raise TimeoutError(f"{len(missing)} not Ready, e.g. {missing[:5]}")
-                    time.sleep(2)
             print(f"every stack Ready {max(ready_at.values()):.0f} s after the first was created")
             time.sleep(args.settle)
 
