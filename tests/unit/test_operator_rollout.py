@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -11,7 +12,7 @@ from modelplane.operator.rollout import Rollout
 from modelplane.operator.status import Outcome
 from modelplane.plan import plan
 from modelplane.plan.observed import Observed
-from modelplane.plan.rollout import RESUME_ANNOTATION, Phase, Policy
+from modelplane.plan.rollout import RESUME_ANNOTATION, Member, Phase, Policy
 
 from .conftest import installed, manifest
 
@@ -195,3 +196,51 @@ def test_a_settled_status_carries_no_null_to_write_again_and_again() -> None:
     body["status"]["rollout"] = {"phase": "UpToDate", "startedAt": "2026-01-01T00:00:00Z"}
     out = r.finish(body, r.begin(body, NOW), Outcome(), status, NOW)
     assert out["rollout"]["startedAt"] is None
+
+
+def _naive_fleet(r: Rollout) -> list[Member]:
+    """The fleet as the two records make it, rebuilt from scratch."""
+    out = []
+    for key in r.seen.keys() | r.local.keys():
+        seen, mine = r.seen.get(key), r.local.get(key)
+        if seen is None or mine is None:
+            member = mine or seen
+        else:
+            member = Member(key, mine.phase, mine.canary or seen.canary, mine.behind or seen.behind)
+        if member is not None:
+            out.append(member)
+    return sorted(out, key=lambda m: m.key)
+
+
+def test_the_fleet_kept_stack_by_stack_is_the_one_the_records_make() -> None:
+    # The fleet is kept up to date one stack at a time (rebuilding it for
+    # every stack's turn was quadratic in the shard's stacks): after any mix
+    # of watch events, turns, finishes and deletions it is what the watch's
+    # and this process's records say, and who is woken follows from it.
+    rng = random.Random(7)
+    woken: list[str] = []
+    r = Rollout(Policy(max_concurrent=2, canary_selector="ring=canary"))
+    names = [f"s{i}" for i in range(12)]
+    phases = [None, "Pending", "Upgrading", "Failed", "UpToDate"]
+    for step in range(600):
+        name = rng.choice(names)
+        r.wakers.setdefault(f"fleet/{name}", lambda name=name: woken.append(name))
+        labels = {"ring": "canary"} if rng.random() < 0.3 else {}
+        body = _body(name, rng.choice(["84.5.0", "84.4.0"]), "84.4.0", rng.choice(phases), labels)
+        action = rng.randrange(4)
+        if action == 0:
+            r.observe(body)
+        elif action == 1:
+            turn = r.begin(body, NOW)
+            ready = rng.random() < 0.5
+            status = {
+                "observedGeneration": 1,
+                "conditions": [{"type": "Ready", "status": str(ready), "reason": "x"}],
+            }
+            r.finish(body, turn, Outcome(), status, NOW + timedelta(seconds=step))
+        elif action == 2:
+            r.begin(body, NOW)
+        else:
+            r.forget(f"fleet/{name}")
+        assert sorted(r.fleet(), key=lambda m: m.key) == _naive_fleet(r), step
+    assert woken, "no stack was ever woken: the test did not reach a freed slot"

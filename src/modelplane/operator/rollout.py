@@ -88,6 +88,13 @@ class Rollout:
     wakers: dict[str, Callable[[], None]] = field(default_factory=dict)
     # When each upgrading stack of this process started its upgrade.
     started: dict[str, datetime] = field(default_factory=dict)
+    # ``fleet()`` kept up to date one stack at a time, and the keys of its
+    # stacks by phase: every stack's first reconcile and status event asks
+    # who waits and how many upgrade, and rebuilding the fleet for each
+    # made a shard's start quadratic in its stacks (a fifth of its CPU at
+    # 2,500 stacks).
+    _merged: dict[str, Member] = field(default_factory=dict, init=False)
+    _by_phase: dict[Phase, set[str]] = field(default_factory=dict, init=False)
 
     def observe(self, body: Mapping[str, Any]) -> None:
         key = _key(body)
@@ -95,6 +102,7 @@ class Rollout:
         before = self.seen.get(key)
         if before != member:
             self.seen[key] = member
+            self._merge(key)
             self._wake_waiting(before, member)
 
     def forget(self, key: str) -> None:
@@ -103,6 +111,7 @@ class Rollout:
         left = self.local.pop(key, None)
         self.wakers.pop(key, None)
         self.started.pop(key, None)
+        self._merge(key)
         if left is not None:
             self._wake_waiting(left, None)
 
@@ -114,16 +123,24 @@ class Rollout:
         decision. Behind by either is behind: the safe side, for as long as
         the watch lags.
         """
-        out = []
-        for key in self.seen.keys() | self.local.keys():
-            seen, mine = self.seen.get(key), self.local.get(key)
-            if seen is None or mine is None:
-                out.append(mine or seen)
-            else:
-                out.append(
-                    Member(key, mine.phase, mine.canary or seen.canary, mine.behind or seen.behind)
-                )
-        return [m for m in out if m is not None]
+        return list(self._merged.values())
+
+    def _merge(self, key: str) -> None:
+        """Bring ``key``'s entry of the fleet in line with ``seen`` and ``local``."""
+        seen, mine = self.seen.get(key), self.local.get(key)
+        if seen is None or mine is None:
+            member = mine or seen
+        else:
+            member = Member(key, mine.phase, mine.canary or seen.canary, mine.behind or seen.behind)
+        old = self._merged.pop(key, None)
+        if old is not None:
+            self._by_phase[old.phase].discard(key)
+        if member is not None:
+            self._merged[key] = member
+            self._by_phase.setdefault(member.phase, set()).add(key)
+
+    def _in_phase(self, phase: Phase) -> set[str]:
+        return self._by_phase.get(phase, set())
 
     def begin(self, body: Mapping[str, Any], now: datetime) -> Turn:
         """Where the stack stands before its reconcile, and the versions to plan at."""
@@ -267,6 +284,7 @@ class Rollout:
 
     def _record(self, key: str, member: Member, before: Member | None) -> None:
         self.local[key] = member
+        self._merge(key)
         if before is None or before.phase is not member.phase:
             self._wake_waiting(before, member)
 
@@ -282,14 +300,16 @@ class Rollout:
         now = after is not None and after.phase in failed
         changed = after.key if after is not None else before.key if before is not None else ""
         pending = [
-            m
-            for m in self.fleet()
-            if m.phase is Phase.PENDING and m.key != changed and m.key in self.wakers
+            self._merged[key]
+            for key in self._in_phase(Phase.PENDING)
+            if key != changed and key in self.wakers
         ]
+        if not pending:
+            return
         if was != now:
             chosen = [m.key for m in pending]
         else:
-            upgrading = sum(m.phase is Phase.UPGRADING for m in self.fleet())
+            upgrading = len(self._in_phase(Phase.UPGRADING))
             chosen = rollout.next_up(pending, self.policy.max_concurrent - upgrading)
         for key in chosen:
             self.wakers[key]()
