@@ -54,6 +54,8 @@ FOREIGN_FLAGS = {
     "--window",  # bench/bench_fleet.py
     "--targets",  # bench/bench_fleet_healthy.py, bench/bench_target_memory.py
     "--shards",  # bench/bench_fleet_healthy.py
+    "--settle",  # bench/bench_fleet_healthy.py
+    "--trace",  # bench/bench_target_memory.py
     "--variant",  # mmdebstrap
     "--network",  # podman run
 }
