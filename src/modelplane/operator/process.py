@@ -17,7 +17,6 @@ from lightkube.core.exceptions import ApiError
 from modelplane.actions.helm import Helm, TargetHelm
 from modelplane.api.models import API_GROUP, PLURAL
 from modelplane.kube.answers import describe_error
-from modelplane.kube.http2 import use_fair_http2
 from modelplane.operator import metrics
 from modelplane.operator.handlers import FINALIZER, QuietTeardownRetries, register
 from modelplane.operator.hub import (
@@ -71,13 +70,7 @@ async def run(options: OperatorOptions) -> None:
     """Run the operator until interrupted."""
     # Read once: the hub client and kopf's login both use this one.
     config = load_config(options.hub_kubeconfig)
-    # Every stack's status writes and reads on one HTTP/2 connection. Over
-    # HTTP/1.1, a shard bringing up 2,500 stacks at once used up the pool's
-    # 100 connections, and the writes queued behind them failed with
-    # PoolTimeout while each new connection waited on a TLS handshake with
-    # the busy hub (docs/sizing.md).
-    use_fair_http2()
-    hub = AsyncClient(config, http2=True)
+    hub = AsyncClient(config)
     with tempfile.TemporaryDirectory(prefix="modelplane-helm-") as home:
         helm = Helm.find(Path(home), options.helm_timeout_seconds)
         rt = Runtime(
