@@ -135,3 +135,47 @@ async def _scripted(script: Script) -> tuple[Reflector, list[float], list[str]]:
         await asyncio.gather(task, return_exceptions=True)
         await http.aclose()
     return reflector, slept, changes
+
+
+async def test_a_reflector_says_when_its_list_is_worth_waiting_for() -> None:
+    # A reconcile waits for a LIST that no failure came before (the first,
+    # or one after a 410) and reads around one that follows a failure.
+    gone = httpx2.Response(
+        410, json={"kind": "Status", "status": "Failure", "reason": "Expired", "code": 410}
+    )
+    script = Script(
+        [
+            list_answer("10", "a"),
+            gone,
+            httpx2.Response(200, json=[]),
+            list_answer("20", "b"),
+        ]
+    )
+    listing: list[bool] = []
+    holder: list[Reflector] = []
+
+    async def answer(request: httpx2.Request) -> httpx2.Response:
+        if request.url.params.get("watch") != "true":
+            listing.append(holder[0].listing)
+        return await script(request)
+
+    http = httpx2.AsyncClient(
+        base_url="https://target.invalid", transport=httpx2.MockTransport(answer)
+    )
+
+    async def sleep(_seconds: float) -> None:
+        pass
+
+    reflector = Reflector(http, KEY, Link(http, "test"), lambda _k, _kind: None, sleep=sleep)
+    holder.append(reflector)
+    task = asyncio.create_task(reflector.run())
+    try:
+        await asyncio.wait_for(script.done.wait(), 10.0)
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await http.aclose()
+    # The first LIST, the one after the 410 (answered with no list), and
+    # the one after that failure; then a watch is open and nothing is listing.
+    assert listing == [True, True, False], listing
+    assert not reflector.listing and reflector.synced

@@ -313,3 +313,58 @@ def test_a_collection_lost_wakes_the_stack_whichever_collection_noticed(
     assert len(woken) == 1
     cache._on_change(key, kind)
     assert len(woken) == 2
+
+
+def _all_synced_but(cache: WatchCache, resource: str) -> Any:
+    for reflector in cache.reflectors.values():
+        reflector.synced = True
+    key = next(k for k in cache.reflectors if k.api.resource == resource)
+    reflector = cache.reflectors[key]
+    reflector.synced = False
+    return key, reflector
+
+
+def test_a_collection_listed_again_is_waited_for_not_read_around() -> None:
+    # A reconcile woken by one relist may find another collection mid-LIST:
+    # it waits for that LIST rather than list all of them itself.
+    async def run() -> None:
+        cache = _cache()
+        key, gateways = _all_synced_but(cache, "gateways")
+        gateways.listing = True
+
+        async def relisted() -> None:
+            await asyncio.sleep(0.05)
+            gateways.synced, gateways.listing = True, False
+            cache._on_change(key, "LIST")
+
+        task = asyncio.create_task(relisted())
+        started = asyncio.get_running_loop().time()
+        assert await cache.current(5.0)
+        # Woken by the LIST itself, not by the poll.
+        assert asyncio.get_running_loop().time() - started < 0.2
+        await task
+
+    asyncio.run(run())
+
+
+def test_a_collection_in_its_backoff_is_not_waited_for() -> None:
+    async def run() -> None:
+        cache = _cache()
+        _, gateways = _all_synced_but(cache, "gateways")
+        gateways.listing = False  # failed: waiting out its backoff
+        started = asyncio.get_running_loop().time()
+        assert not await cache.current(5.0)
+        assert asyncio.get_running_loop().time() - started < 0.1
+
+    asyncio.run(run())
+
+
+def test_a_relist_that_outlasts_the_wait_leaves_the_read_to_the_reconcile() -> None:
+    async def run() -> None:
+        cache = _cache()
+        _, gateways = _all_synced_but(cache, "gateways")
+        gateways.listing = True
+        assert not await cache.current(0.3)
+        assert await cache.listed(None, within=0.1) is None  # type: ignore[arg-type]
+
+    asyncio.run(run())

@@ -229,6 +229,10 @@ class Reflector:
         self.synced = False
         # False after a 404: the API is not served (``items`` is then empty).
         self.served = True
+        # True while a LIST is under way that no failure came before (the
+        # first, or one after a watch ended or expired): worth waiting for,
+        # where a collection that failed is in its backoff and is not.
+        self.listing = False
         self.lists = 0
         self.watches = 0
         self.bookmarks = 0
@@ -266,7 +270,11 @@ class Reflector:
         while True:
             try:
                 await self._link.up.wait()
-                rv = await self._list()
+                self.listing = not (failing or refused)
+                try:
+                    rv = await self._list()
+                finally:
+                    self.listing = False
                 settling.reset()
                 if failing or refused:
                     log.info("target of %s: watch of %s resumed", self._label, self.key)

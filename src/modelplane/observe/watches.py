@@ -9,6 +9,7 @@ reflector is current: a no-op resync then reads nothing but the claim.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 from collections.abc import Callable, Iterable
@@ -202,6 +203,14 @@ def _has_label(obj: dict[str, Any], name: str, value: str) -> bool:
     return bool(labels.get(name) == value)
 
 
+# How long a reconcile waits for collections being listed again (a watch
+# ended or expired) before it reads the whole target instead: the LIST it
+# waits for is one of the twenty a direct read makes, and usually done first.
+RELIST_WAIT_SECONDS = 5.0
+# How often a wait looks again when no LIST came: one that failed says so
+# only the first time.
+_RELIST_POLL_SECONDS = 0.25
+
 # The changes a watch tells of one object. Only these may be dropped as
 # changing nothing the stack reads: a LIST, and a collection lost, refused or
 # failed, always wake it. The first watch to lose the target is the only one
@@ -241,6 +250,9 @@ class WatchCache:
             dataclasses.replace(want, gpu_listings=()), {}
         )
         self._add_reflectors()
+        # Set, and replaced, at every change a reflector tells: what a wait
+        # for a relist wakes on.
+        self._moved = asyncio.Event()
         # Bumped by every CRD event and every relist: the served APIs may
         # have changed, and discovery is read again before the cache answers.
         self.api_generation = 0
@@ -312,6 +324,8 @@ class WatchCache:
         await self.link.close()
 
     def _on_change(self, key: WatchKey, kind: str) -> None:
+        self._moved.set()
+        self._moved = asyncio.Event()
         names = self._followed.get(key)
         if names is not None:
             seen = _followed(self.reflectors[key].items.values(), names)
@@ -340,12 +354,35 @@ class WatchCache:
     def synced(self) -> bool:
         return all(r.synced for k, r in self.reflectors.items() if k not in self._signal_only)
 
-    async def listed(self, client: AsyncClient) -> Listed | None:
+    async def current(self, within: float) -> bool:
+        """Whether every watch is current, waiting up to ``within`` s for those listing again.
+
+        A watch that ends or meets a 410 lists its collection again, and the
+        reconcile its LIST wakes may find another one mid-LIST: a direct read
+        then lists all twenty collections to spare the wait for one. A
+        collection that failed is in its backoff, and is not waited for.
+        """
+        deadline = asyncio.get_running_loop().time() + within
+        while not self.synced():
+            pending = [
+                r for k, r in self.reflectors.items() if not r.synced and k not in self._signal_only
+            ]
+            left = deadline - asyncio.get_running_loop().time()
+            if left <= 0 or not all(r.listing for r in pending):
+                return False
+            moved = self._moved
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(moved.wait(), min(left, _RELIST_POLL_SECONDS))
+        return True
+
+    async def listed(self, client: AsyncClient, *, within: float = 0.0) -> Listed | None:
         """What ``read_listed`` would read, from the watches; None when they are not current.
+
+        ``within``: how long to wait for collections being listed again.
 
         Costs no request, except discovery (two) after the served APIs may have changed.
         """
-        if not self.synced():
+        if not await self.current(within):
             return None
         apis = self._apis
         if apis is None or self._apis_generation != self.api_generation:

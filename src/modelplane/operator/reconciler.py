@@ -63,6 +63,7 @@ from modelplane.observe.state import (
     to_observed,
     wanted,
 )
+from modelplane.observe.watches import RELIST_WAIT_SECONDS
 from modelplane.operator import metrics
 from modelplane.operator.component_failures import ComponentFailures
 from modelplane.operator.options import OperatorOptions
@@ -267,7 +268,11 @@ class StackReconciler(ComponentFailures, StackTeardown):
             # list the whole cluster's Nodes, Deployments, ... once each.
             facts_read = False
             for _ in range(MAX_ROUNDS):
-                listed = await cache.listed(target.client) if cache and from_cache else None
+                listed = (
+                    await cache.listed(target.client, within=RELIST_WAIT_SECONDS)
+                    if cache and from_cache
+                    else None
+                )
                 direct = listed is None
                 if listed is None:
                     listed = await read_listed(target.client, want)
