@@ -11,12 +11,19 @@ connection made with them serve every resync until something changes
 
 from __future__ import annotations
 
+import httpx2
 from lightkube.resources.core_v1 import Node
 from lightkube.types import PatchType
-from tests.integration.hubs import Harness, HarnessOptions, measure_resyncs
+from tests.integration.hubs import (
+    Harness,
+    HarnessOptions,
+    client_requests_by_resource,
+    measure_resyncs,
+)
 from tests.integration.substrate import (
     provide_substrate,
 )
+from tests.waiting import wait_for
 
 HARNESS = HarnessOptions(prefix="p", kubeconfig_secret=True)
 
@@ -58,3 +65,38 @@ def test_five_no_op_resyncs_of_a_provided_stack_read_only_the_claim(
     # facts kept from the last direct read still feed the advisories.
     assert resyncs.hub_writes == {}, "hub writes"
     assert "gpu-0 advertises nvidia.com/gpu" in harness.condition("RequirementsMet")["message"]
+
+
+def _reconciles(h: Harness) -> int:
+    try:
+        return h.reconciles()
+    except httpx2.TransportError:  # its metrics not served yet
+        return 0
+
+
+def test_an_operator_restarted_on_a_settled_provided_target_lists_each_kind_once(
+    harness: Harness,
+) -> None:
+    # What a new operator pod costs each healthy target of a fleet: its
+    # first read of the target is its watches' first LISTs, not a direct
+    # read made beside them (which listed every collection twice).
+    provide_substrate(harness.target)
+    harness.create({"components": "Provided", "gateway": {"hostname": "west.example.com"}})
+    harness.start("--resync", "300")
+    harness.wait_condition("Ready", "True", deadline=120)
+    harness.stop()
+
+    before = client_requests_by_resource(harness.target_env, ("LIST",))
+    harness.start("--resync", "300")
+    # Past its first reconcile and the ones the watches' LISTs wake.
+    wait_for("two reconciles of the new operator", lambda: _reconciles(harness) >= 2, deadline=60)
+    after = client_requests_by_resource(harness.target_env, ("LIST",))
+    listed = {
+        resource: n - before.get(resource, 0.0)
+        for resource, n in after.items()
+        if n > before.get(resource, 0.0)
+    }
+    assert harness.condition("Ready")["status"] == "True"
+    # The operator's own configuration, listed by its watch and nothing else.
+    for kind in ("gateways", "gatewayclasses", "envoyproxies", "issuers", "certificates"):
+        assert listed.get(kind) == 1, listed

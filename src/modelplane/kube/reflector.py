@@ -229,10 +229,11 @@ class Reflector:
         self.synced = False
         # False after a 404: the API is not served (``items`` is then empty).
         self.served = True
-        # True while a LIST is under way that no failure came before (the
-        # first, or one after a watch ended or expired): worth waiting for,
-        # where a collection that failed is in its backoff and is not.
-        self.listing = False
+        # True while a LIST is under way, or about to be, that no failure
+        # came before (the first, or one after a watch ended or expired):
+        # worth waiting for, where a collection that failed is in its
+        # backoff and is not.
+        self.listing = True
         self.lists = 0
         self.watches = 0
         self.bookmarks = 0

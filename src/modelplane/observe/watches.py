@@ -203,10 +203,11 @@ def _has_label(obj: dict[str, Any], name: str, value: str) -> bool:
     return bool(labels.get(name) == value)
 
 
-# How long a reconcile waits for collections being listed again (a watch
-# ended or expired) before it reads the whole target instead: the LIST it
-# waits for is one of the twenty a direct read makes, and usually done first.
-RELIST_WAIT_SECONDS = 5.0
+# How long a reconcile waits for collections being listed (for the first
+# time, or again after a watch ended or expired) before it reads the whole
+# target instead: each LIST it waits for is one of the twenty a direct read
+# makes, and is usually done first.
+LIST_WAIT_SECONDS = 10.0
 # How often a wait looks again when no LIST came: one that failed says so
 # only the first time.
 _RELIST_POLL_SECONDS = 0.25
@@ -244,6 +245,7 @@ class WatchCache:
         self.plurals: PLURALS = {}
         self.reflectors: dict[WatchKey, Reflector] = {}
         self._tasks: list[asyncio.Task[None]] = []
+        self._discovering: asyncio.Task[None] | None = None
         self._started = False
         self._gpu_keys = gpu_keys(want)
         self._signal_only = self._gpu_keys - watch_keys(
@@ -305,7 +307,10 @@ class WatchCache:
     def start(self) -> None:
         self._started = True
         self._tasks = [asyncio.create_task(r.run()) for r in self.reflectors.values()]
-        self._tasks.append(asyncio.create_task(self._discover()))
+        # Until it is done, the watches of the kinds it finds served are not
+        # there to be waited for.
+        self._discovering = asyncio.create_task(self._discover())
+        self._tasks.append(self._discovering)
 
     async def _discover(self) -> None:
         try:
@@ -357,12 +362,17 @@ class WatchCache:
     async def current(self, within: float) -> bool:
         """Whether every watch is current, waiting up to ``within`` s for those listing again.
 
-        A watch that ends or meets a 410 lists its collection again, and the
-        reconcile its LIST wakes may find another one mid-LIST: a direct read
-        then lists all twenty collections to spare the wait for one. A
-        collection that failed is in its backoff, and is not waited for.
+        The watches list every collection when they start (after one
+        discovery), and each one again when its watch ends or meets a 410: a
+        reconcile that came meanwhile would list all twenty collections
+        itself to spare the wait. A collection that failed is in its
+        backoff, and is not waited for.
         """
         deadline = asyncio.get_running_loop().time() + within
+        discovering = self._discovering
+        if within > 0 and discovering is not None and not discovering.done():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(discovering), within)
         while not self.synced():
             pending = [
                 r for k, r in self.reflectors.items() if not r.synced and k not in self._signal_only

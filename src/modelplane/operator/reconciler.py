@@ -63,7 +63,7 @@ from modelplane.observe.state import (
     to_observed,
     wanted,
 )
-from modelplane.observe.watches import RELIST_WAIT_SECONDS
+from modelplane.observe.watches import LIST_WAIT_SECONDS
 from modelplane.operator import metrics
 from modelplane.operator.component_failures import ComponentFailures
 from modelplane.operator.options import OperatorOptions
@@ -253,12 +253,22 @@ class StackReconciler(ComponentFailures, StackTeardown):
                 )
 
             want = self._wanted(stack)
+            # A Provided stack's first read is its watches' first LISTs: the
+            # same requests, as fresh, made once rather than twice. A Managed
+            # stack's watches follow its releases' workloads, which only its
+            # first read finds, so they start after it.
+            fresh = (
+                self.session.kept
+                and self.session.cache is None
+                and stack.spec.components is not ComponentsMode.MANAGED
+            )
+            if fresh:
+                await self.session.watch(want)
             cache = self.session.cache
             from_cache = (
                 cache is not None
                 and cache.want == want
-                and acted_on_nothing
-                and not self._direct_read_due()
+                and (fresh or (acted_on_nothing and not self._direct_read_due()))
             )
             acted = False
             # The advisories' facts are read at most once a reconcile (and
@@ -269,14 +279,17 @@ class StackReconciler(ComponentFailures, StackTeardown):
             facts_read = False
             for _ in range(MAX_ROUNDS):
                 listed = (
-                    await cache.listed(target.client, within=RELIST_WAIT_SECONDS)
+                    await cache.listed(target.client, within=LIST_WAIT_SECONDS)
                     if cache and from_cache
                     else None
                 )
-                direct = listed is None
+                # Watches that have just listed everything are a direct read.
+                direct = listed is None or fresh
                 if listed is None:
                     listed = await read_listed(target.client, want)
+                if direct:
                     self.last_direct = self.clock()
+                fresh = False
                 observed = to_observed(listed)
                 if stack.spec.components is ComponentsMode.MANAGED:
                     observed, want = await self._release_workloads(target, listed, observed, want)
