@@ -418,3 +418,21 @@ def test_the_charts_rollout_values_reach_the_operators_policy(
     assert default.ready_timeout == timedelta(minutes=10)
     assert (staged.max_concurrent, staged.canary_selector) == (3, "ring in (canary)")
     assert staged.ready_timeout == timedelta(seconds=90)
+
+
+def test_the_charts_target_reads_value_reaches_the_operator(
+    helm_binary: tuple[Path, dict[str, str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from modelplane.operator import process
+    from modelplane.operator.options import OperatorOptions
+
+    seen: list[OperatorOptions] = []
+
+    async def operator(options: OperatorOptions) -> None:
+        seen.append(options)
+
+    monkeypatch.setattr(process, "run", operator)
+    for sets in ((), ("operator.maxConcurrentTargetReads=7",)):
+        result = CliRunner().invoke(app, container(render(helm_binary, *sets))["args"])
+        assert result.exit_code == 0, result.output
+    assert [o.max_concurrent_target_reads for o in seen] == [50, 7]

@@ -91,6 +91,16 @@ def run(
             "re-planning from what the watches hold.",
         ),
     ] = 3600.0,
+    max_concurrent_target_reads: Annotated[
+        int,
+        typer.Option(
+            "--max-concurrent-target-reads",
+            min=1,
+            help="At most this many ServingStacks connect to their target and read it in "
+            "full at once (a new operator starts its whole shard together); the rest "
+            "wait their turn.",
+        ),
+    ] = 50,
     watch_timeout: Annotated[
         float, typer.Option("--watch-timeout", hidden=True, help="Target watch timeoutSeconds.")
     ] = 300.0,
@@ -258,6 +268,7 @@ def run(
         resync_seconds=resync,
         relist_seconds=relist,
         watch_timeout_seconds=watch_timeout,
+        max_concurrent_target_reads=max_concurrent_target_reads,
         helm_timeout_seconds=helm_timeout,
         manage_crd=manage_crd,
         release_drift=release_drift,

@@ -215,6 +215,7 @@ def register(registry: kopf.OperatorRegistry, rt: Runtime) -> None:
             tokens=rt.tokens,
             wake=wake.event.set,
             label=label,
+            target_reads=rt.target_reads,
         )
         failure_log = FailureLog(label)
         streak = 0  # consecutive blocked or failed reconciles

@@ -33,6 +33,10 @@ TRACKED = Gauge(
     "ServingStacks the operator keeps state for, by kind of state (wakers, generations).",
     ["what"],
 )
+TARGET_READS_WAITING = Gauge(
+    "modelplane_target_reads_waiting",
+    "Reconciles waiting for one of the --max-concurrent-target-reads slots.",
+)
 TARGETS_OPEN = Gauge(
     "modelplane_targets_open", "Connections to target clusters opened and not yet closed."
 )

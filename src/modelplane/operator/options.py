@@ -75,6 +75,9 @@ class OperatorOptions(BaseModel):
     # Let AWS identity Secrets name the operator pod's own projected token
     # (IRSA): off by default, since that token is the operator's IAM role.
     allow_operator_identity: bool = False
+    # How many stacks connect to their target and read it in full at once
+    # (operator.target_reads).
+    max_concurrent_target_reads: int = Field(default=50, ge=1)
     # The staged rollout of upgrades (plan.rollout), within this shard: the
     # stacks' statuses that carry it are read from this operator's watch.
     max_concurrent_upgrades: int = Field(default=1, ge=1)

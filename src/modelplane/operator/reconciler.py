@@ -16,6 +16,7 @@ condition is ``operator.stack_text``'s.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import time
@@ -71,6 +72,7 @@ from modelplane.operator.session import CredentialSource, TargetSession
 from modelplane.operator.stack_teardown import StackTeardown
 from modelplane.operator.stack_text import explain, first_error, without_status
 from modelplane.operator.status import Outcome
+from modelplane.operator.target_reads import TargetReads
 from modelplane.pins import ComponentsMode
 from modelplane.plan import Plan, decisions, plan
 from modelplane.plan.capacity import TargetSummary
@@ -152,6 +154,10 @@ class StackReconciler(ComponentFailures, StackTeardown):
     # each reconcile opens the target and closes it (a test, a teardown).
     wake: Callable[[], None] | None = None
     label: str = ""
+    # Shared by the stacks of one operator: how many may connect to their
+    # target and read it in full at once (--max-concurrent-target-reads).
+    # None: no bound (a CLI run reconciles one stack).
+    target_reads: TargetReads | None = None
     # Whether the last reconcile was blocked or failed.
     went_wrong: bool = True
     # Managed mode: the releases' workloads (from their stored manifests,
@@ -235,7 +241,15 @@ class StackReconciler(ComponentFailures, StackTeardown):
         held: Mapping[str, str],
     ) -> Outcome:
         current: Plan | None = None
+        # Held from connecting to the target through the first round's read
+        # (and the facts read with it), when that read is a full one: never
+        # while the plan is carried out (helm may take minutes).
+        slot = contextlib.AsyncExitStack()
         try:
+            if self.target_reads is not None and not (
+                self.session.target is not None and acted_on_nothing and not self._direct_read_due()
+            ):
+                await slot.enter_async_context(self.target_reads.slot())
             target = await self.session.connect(
                 stack,
                 (body.get("metadata") or {}).get("generation"),
@@ -300,6 +314,7 @@ class StackReconciler(ComponentFailures, StackTeardown):
                     target, stack, observed.apis, direct and not facts_read
                 )
                 facts_read = facts_read or direct
+                await slot.aclose()
                 observed = observed.model_copy(update={"cluster": facts, "target": summary})
                 # In a worker thread: the plan parses a tenant's ConfigMaps
                 # (a MiB of YAML takes seconds), and the loop renews the
@@ -329,6 +344,7 @@ class StackReconciler(ComponentFailures, StackTeardown):
                 blocked_message=printable(explain(fault, err, stack), LOG_MESSAGE),
             )
         finally:
+            await slot.aclose()
             if not self.session.kept:
                 await self.session.close()
         if current is not None:

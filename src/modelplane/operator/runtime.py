@@ -19,6 +19,7 @@ from modelplane.kube.client import open_targets
 from modelplane.operator import metrics
 from modelplane.operator.options import OperatorOptions
 from modelplane.operator.rollout import Rollout
+from modelplane.operator.target_reads import TargetReads
 
 ServingStackResource = create_namespaced_resource(API_GROUP, API_VERSION, KIND, PLURAL)
 
@@ -36,9 +37,12 @@ class Runtime:
     tokens: TokenCache = field(default_factory=TokenCache)
     # The staged rollout of upgrades over this shard's stacks.
     rollout: Rollout = field(init=False)
+    # The bound on the stacks reading their target in full at once.
+    target_reads: TargetReads = field(init=False)
 
     def __post_init__(self) -> None:
         self.rollout = Rollout(self.options.rollout_policy())
+        self.target_reads = TargetReads(self.options.max_concurrent_target_reads)
 
     def expose(self) -> None:
         """Report the sizes of what is kept in the metrics: a size that only grows is a leak."""
