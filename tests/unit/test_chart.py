@@ -389,11 +389,12 @@ def test_the_chart_passes_release_drift_to_run(helm_binary: tuple[Path, dict[str
     assert "--release-drift=warn" in args("operator.releaseDrift=warn")
 
 
-def test_the_charts_rollout_values_reach_the_operators_policy(
-    helm_binary: tuple[Path, dict[str, str]], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from datetime import timedelta
-
+def _options_run_with(
+    helm_binary: tuple[Path, dict[str, str]],
+    monkeypatch: pytest.MonkeyPatch,
+    *renders: tuple[str, ...],
+) -> list[Any]:
+    """The operator options ``run`` is given by the chart's args, one per set of values."""
     from modelplane.operator import process
     from modelplane.operator.options import OperatorOptions
 
@@ -403,16 +404,27 @@ def test_the_charts_rollout_values_reach_the_operators_policy(
         seen.append(options)
 
     monkeypatch.setattr(process, "run", operator)
-    for sets in (
+    for sets in renders:
+        result = CliRunner().invoke(app, container(render(helm_binary, *sets))["args"])
+        assert result.exit_code == 0, result.output
+    return seen
+
+
+def test_the_charts_rollout_values_reach_the_operators_policy(
+    helm_binary: tuple[Path, dict[str, str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from datetime import timedelta
+
+    seen = _options_run_with(
+        helm_binary,
+        monkeypatch,
         (),
         (
             "operator.maxConcurrentUpgrades=3",
             "operator.canarySelector=ring in (canary)",
             "operator.upgradeReadyTimeout=90s",
         ),
-    ):
-        result = CliRunner().invoke(app, container(render(helm_binary, *sets))["args"])
-        assert result.exit_code == 0, result.output
+    )
     default, staged = (o.rollout_policy() for o in seen)
     assert (default.max_concurrent, default.canary_selector) == (1, None)
     assert default.ready_timeout == timedelta(minutes=10)
@@ -423,16 +435,5 @@ def test_the_charts_rollout_values_reach_the_operators_policy(
 def test_the_charts_target_reads_value_reaches_the_operator(
     helm_binary: tuple[Path, dict[str, str]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from modelplane.operator import process
-    from modelplane.operator.options import OperatorOptions
-
-    seen: list[OperatorOptions] = []
-
-    async def operator(options: OperatorOptions) -> None:
-        seen.append(options)
-
-    monkeypatch.setattr(process, "run", operator)
-    for sets in ((), ("operator.maxConcurrentTargetReads=7",)):
-        result = CliRunner().invoke(app, container(render(helm_binary, *sets))["args"])
-        assert result.exit_code == 0, result.output
+    seen = _options_run_with(helm_binary, monkeypatch, (), ("operator.maxConcurrentTargetReads=7",))
     assert [o.max_concurrent_target_reads for o in seen] == [50, 7]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
 from typing import Any
 
 import httpx2
@@ -113,9 +114,19 @@ async def test_a_watch_line_that_is_no_event_relists_and_keeps_nothing(
     assert reflector.lists == 2 and list(reflector.items) == ["ns/b"]
 
 
-async def _scripted(script: Script) -> tuple[Reflector, list[float], list[str]]:
+async def _scripted(
+    script: Script, seen: Callable[[Reflector, httpx2.Request], None] | None = None
+) -> tuple[Reflector, list[float], list[str]]:
+    """Run a reflector against ``script``; ``seen`` is told of each request as it is made."""
+    reflectors: list[Reflector] = []
+
+    async def answer(request: httpx2.Request) -> httpx2.Response:
+        if seen is not None:
+            seen(reflectors[0], request)
+        return await script(request)
+
     http = httpx2.AsyncClient(
-        base_url="https://target.invalid", transport=httpx2.MockTransport(script)
+        base_url="https://target.invalid", transport=httpx2.MockTransport(answer)
     )
     slept: list[float] = []
     changes: list[str] = []
@@ -126,6 +137,7 @@ async def _scripted(script: Script) -> tuple[Reflector, list[float], list[str]]:
     reflector = Reflector(
         http, KEY, Link(http, "test"), lambda _k, kind: changes.append(kind), sleep=sleep
     )
+    reflectors.append(reflector)
     task = asyncio.create_task(reflector.run())
     try:
         await asyncio.wait_for(script.done.wait(), 10.0)
@@ -152,29 +164,12 @@ async def test_a_reflector_says_when_its_list_is_worth_waiting_for() -> None:
         ]
     )
     listing: list[bool] = []
-    holder: list[Reflector] = []
 
-    async def answer(request: httpx2.Request) -> httpx2.Response:
+    def note(reflector: Reflector, request: httpx2.Request) -> None:
         if request.url.params.get("watch") != "true":
-            listing.append(holder[0].listing)
-        return await script(request)
+            listing.append(reflector.listing)
 
-    http = httpx2.AsyncClient(
-        base_url="https://target.invalid", transport=httpx2.MockTransport(answer)
-    )
-
-    async def sleep(_seconds: float) -> None:
-        pass
-
-    reflector = Reflector(http, KEY, Link(http, "test"), lambda _k, _kind: None, sleep=sleep)
-    holder.append(reflector)
-    task = asyncio.create_task(reflector.run())
-    try:
-        await asyncio.wait_for(script.done.wait(), 10.0)
-    finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
-        await http.aclose()
+    reflector, _, _ = await _scripted(script, note)
     # The first LIST, the one after the 410 (answered with no list), and
     # the one after that failure; then a watch is open and nothing is listing.
     assert listing == [True, True, False], listing
