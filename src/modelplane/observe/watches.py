@@ -210,7 +210,7 @@ def _has_label(obj: dict[str, Any], name: str, value: str) -> bool:
 LIST_WAIT_SECONDS = 10.0
 # How often a wait looks again when no LIST came: one that failed says so
 # only the first time.
-_RELIST_POLL_SECONDS = 0.25
+_LIST_POLL_SECONDS = 0.25
 
 # The changes a watch tells of one object. Only these may be dropped as
 # changing nothing the stack reads: a LIST, and a collection lost, refused or
@@ -382,7 +382,7 @@ class WatchCache:
                 return False
             moved = self._moved
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(moved.wait(), min(left, _RELIST_POLL_SECONDS))
+                await asyncio.wait_for(moved.wait(), min(left, _LIST_POLL_SECONDS))
         return True
 
     async def listed(self, client: AsyncClient, *, within: float = 0.0) -> Listed | None:
