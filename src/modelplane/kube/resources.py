@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 from lightkube import AsyncClient
 from lightkube.codecs import resource_registry
-from lightkube.core.exceptions import ApiError
+from lightkube.core.exceptions import ApiError, LoadResourceError
 from lightkube.core.resource import NamespacedResource, api_info
 from lightkube.generic_resource import create_global_resource, create_namespaced_resource
 
@@ -39,11 +39,31 @@ async def plural_of(client: AsyncClient, api_version: str, kind: str) -> str:
     if not isinstance(client, TargetClient):
         raise TypeError(f"the plural of {kind} needs the client of a Target, not {client!r}")
     if (api_version, kind) not in client.plurals:
+        core = _core_plural(api_version, kind)
+        if core is not None:
+            return core
         await served(client)  # keeps what it found on the client
     try:
         return client.plurals[(api_version, kind)]
     except KeyError:
         raise KindNotServed(f"the target serves no {kind} in {api_version}") from None
+
+
+@cache
+def _core_plural(api_version: str, kind: str) -> str | None:
+    """The plural of a kind of the core group, from Kubernetes' own models; None for others.
+
+    The core group cannot be turned off and its plurals are part of the
+    API, so a new target's first write (the claim's namespace) needs no
+    discovery: at 2,500 new targets a shard, that discovery was a fifth of
+    the shard's CPU. Every other group's plural still comes from discovery.
+    """
+    if api_version != "v1":
+        return None
+    try:
+        return str(api_info(resource_registry.load(api_version, kind)).plural)
+    except LoadResourceError:
+        return None
 
 
 @cache
