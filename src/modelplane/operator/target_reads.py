@@ -13,8 +13,6 @@ in line, and the ones admitted finish in the time their requests take.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import AsyncIterator
 
 from modelplane.operator import metrics
 
@@ -26,15 +24,28 @@ class TargetReads:
         self.limit = limit
         self._gate = asyncio.Semaphore(limit)
 
-    @contextlib.asynccontextmanager
-    async def slot(self) -> AsyncIterator[None]:
-        """Wait for a free slot (counted in the metrics while waiting) and hold it."""
+    def slot(self) -> Slot:
+        """One slot, waited for (counted in the metrics meanwhile) when entered."""
+        return Slot(self._gate)
+
+
+class Slot:
+    """Held from ``__aenter__`` to ``__aexit__``, and only then given back.
+
+    A class, not a generator: a slot whose holder forgot to give it back is
+    not returned by the garbage collector behind the holder's back, so a
+    test of the holder sees the leak.
+    """
+
+    def __init__(self, gate: asyncio.Semaphore) -> None:
+        self._gate = gate
+
+    async def __aenter__(self) -> None:
         metrics.TARGET_READS_WAITING.inc()
         try:
             await self._gate.acquire()
         finally:
             metrics.TARGET_READS_WAITING.dec()
-        try:
-            yield
-        finally:
-            self._gate.release()
+
+    async def __aexit__(self, *_exc: object) -> None:
+        self._gate.release()
