@@ -241,14 +241,15 @@ class StackReconciler(ComponentFailures, StackTeardown):
         held: Mapping[str, str],
     ) -> Outcome:
         current: Plan | None = None
+        # Whether the watches' copy may answer: the last reconcile wrote
+        # nothing, and no periodic direct read is due.
+        settled = acted_on_nothing and not self._direct_read_due()
         # Held from connecting to the target through the first round's read
         # (and the facts read with it), when that read is a full one: never
         # while the plan is carried out (helm may take minutes).
         slot = contextlib.AsyncExitStack()
         try:
-            if self.target_reads is not None and not (
-                self.session.target is not None and acted_on_nothing and not self._direct_read_due()
-            ):
+            if self.target_reads is not None and not (self.session.target is not None and settled):
                 await slot.enter_async_context(self.target_reads.slot())
             target = await self.session.connect(
                 stack,
@@ -279,11 +280,7 @@ class StackReconciler(ComponentFailures, StackTeardown):
             if fresh:
                 await self.session.watch(want)
             cache = self.session.cache
-            from_cache = (
-                cache is not None
-                and cache.want == want
-                and (fresh or (acted_on_nothing and not self._direct_read_due()))
-            )
+            from_cache = cache is not None and cache.want == want and (fresh or settled)
             acted = False
             # The advisories' facts are read at most once a reconcile (and
             # again only if the served APIs change): what its rounds write is
