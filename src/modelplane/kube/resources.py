@@ -1,9 +1,10 @@
 """Lightkube resource classes for objects known only as dictionaries.
 
-A kind's resource name (its plural) is never guessed from its spelling: it
-comes from the target's discovery (``kube.discovery``), kept on the Target's
-client for as long as the connection lives, so a reconcile that observed the
-target first pays nothing more for it.
+A kind's resource name (its plural) is never guessed from its spelling: a
+core kind's is Kubernetes' own, from lightkube's models; any other comes from
+the target's discovery (``kube.discovery``), kept on the Target's client for
+as long as the connection lives, so a reconcile that observed the target
+first pays nothing more for it.
 """
 
 from __future__ import annotations
