@@ -35,6 +35,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
@@ -76,19 +77,26 @@ def pick(value: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
 
 
 def check_depth(doc: Any, max_depth: int) -> None:
-    """Refuse a parsed document nested deeper than ``max_depth`` (without recursion)."""
-    stack: list[tuple[Any, int]] = [(doc, 0)]
-    while stack:
-        value, depth = stack.pop()
-        if isinstance(value, dict):
-            children: Any = value.values()
-        elif isinstance(value, list):
-            children = value
-        else:
-            continue
-        if depth >= max_depth:
-            raise UntrustedInputError(f"nested deeper than {max_depth} levels")
-        stack.extend((child, depth + 1) for child in children)
+    """Refuse a parsed document nested deeper than ``max_depth`` (without recursion).
+
+    A level at a time, looking only at containers: every answer a target
+    sends is walked here, and this costs about half of what a walk of
+    every value did, less than its parse.
+    """
+    level: list[Any] = [doc] if isinstance(doc, _CONTAINERS) else []
+    for _ in range(max_depth):
+        if not level:
+            return
+        below: list[Any] = []
+        for value in level:
+            children = value.values() if isinstance(value, dict) else value
+            below += [child for child in children if isinstance(child, _CONTAINERS)]
+        level = below
+    if level:
+        raise UntrustedInputError(f"nested deeper than {max_depth} levels")
+
+
+_CONTAINERS = (dict, list)
 
 
 def _size_check(text: str | bytes, limits: Limits) -> None:
@@ -97,17 +105,35 @@ def _size_check(text: str | bytes, limits: Limits) -> None:
         raise UntrustedInputError(f"{size} bytes, over the limit of {limits.max_bytes}")
 
 
+# msgspec's decoder parses a target's answers two to three times faster
+# than the standard library's (``python bench/bench_json.py``); JSON
+# decoding was the largest part of a shard's CPU while its targets came up.
+_DECODER = msgspec.json.Decoder()
+
+
 def load_json(text: str | bytes, limits: Limits = DEFAULT) -> Any:
-    """Parse JSON within ``limits``."""
+    """Parse JSON within ``limits``.
+
+    What msgspec refuses (``NaN``, a lone surrogate escape, nesting past
+    its recursion limit) is parsed again by the standard library, so the
+    fast path accepts and refuses exactly what the standard one does.
+    """
     _size_check(text, limits)
     try:
-        doc = json.loads(text)
+        doc = _DECODER.decode(text)
+    except (msgspec.DecodeError, RecursionError):
+        doc = _load_json_slowly(text, limits)
+    check_depth(doc, limits.max_depth)
+    return doc
+
+
+def _load_json_slowly(text: str | bytes, limits: Limits) -> Any:
+    try:
+        return json.loads(text)
     except RecursionError as err:
         raise UntrustedInputError(f"nested deeper than {limits.max_depth} levels") from err
     except ValueError as err:  # JSONDecodeError and UnicodeDecodeError
         raise UntrustedInputError(f"not JSON: {type(err).__name__}") from err
-    check_depth(doc, limits.max_depth)
-    return doc
 
 
 def decode_base64(text: str | bytes, max_bytes: int) -> bytes:

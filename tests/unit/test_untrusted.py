@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import time
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 
 from modelplane.untrusted import (
     Limits,
     UntrustedInputError,
+    check_depth,
     load_json,
     load_yaml,
     load_yaml_all,
@@ -214,3 +218,61 @@ def test_a_gzip_bomb_is_refused_without_decompressing_it_whole() -> None:
     finally:
         tracemalloc.stop()
     assert peak < 8 * 1024 * 1024
+
+
+# What the standard library's parser makes of each (or refuses), the fast
+# parser must too: the edges where msgspec alone would differ among them.
+_JSON_EDGES = [
+    '{"a": [1, 2.50, true, null, "\\u00e9"], "b": {}}',
+    '{"a": 1, "a": 2}',
+    '{"big": 123456789012345678901234567890}',
+    "1e400",
+    "-1e400",
+    "NaN",
+    '{"x": Infinity}',
+    '"\\ud800"',
+    '"\\u0000"',
+    "  [1]  ",
+    "[1] x",
+    "",
+    "{",
+]
+
+
+def _parsed(parse: Callable[[], Any]) -> tuple[str, ...]:
+    """What a parse gave, as text (NaN is not equal to itself), or that it refused."""
+    try:
+        return ("parsed", json.dumps(parse(), sort_keys=True))
+    except (UntrustedInputError, ValueError):
+        return ("refused",)
+
+
+@pytest.mark.parametrize("text", _JSON_EDGES)
+def test_json_is_parsed_as_the_standard_library_parses_it(text: str) -> None:
+    expected = _parsed(lambda: json.loads(text))
+    assert _parsed(lambda: load_json(text)) == expected
+    # And as bytes, as a target's answer arrives.
+    assert _parsed(lambda: load_json(text.encode("utf-8", "surrogatepass"))) == expected
+
+
+def test_invalid_utf8_is_refused_as_not_json() -> None:
+    with pytest.raises(UntrustedInputError, match="not JSON"):
+        load_json(b'{"a": "\xff"}')
+
+
+def _nested(depth: int, wide: bool) -> Any:
+    doc: Any = "leaf"
+    for level in range(depth):
+        doc = {"k": doc, "n": [1, "x"]} if (wide and level % 2) else [doc, 2]
+    return doc
+
+
+@pytest.mark.parametrize("depth", [0, 1, 2, 5, 6, 7, 40])
+@pytest.mark.parametrize("wide", [False, True])
+def test_depth_is_counted_in_containers_from_the_root(depth: int, wide: bool) -> None:
+    doc = _nested(depth, wide)
+    # ``depth`` containers nest: allowed at a bound of ``depth``, refused below it.
+    check_depth(doc, depth)
+    if depth:
+        with pytest.raises(UntrustedInputError, match=f"nested deeper than {depth - 1} levels"):
+            check_depth(doc, depth - 1)
