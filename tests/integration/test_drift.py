@@ -35,7 +35,7 @@ from modelplane.catalog.configuration import (
     NS,
     configuration_for,
 )
-from modelplane.operator.reconciler import DRIFT_CORRECTED
+from modelplane.operator.stack_actions import DRIFT_CORRECTED
 from modelplane.wire import MANAGED_BY, MANAGED_BY_LABEL
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -11,7 +11,12 @@ connection made with them serve every resync until something changes
 
 from __future__ import annotations
 
+import time
+from typing import Any
+
 import httpx2
+from lightkube.core.exceptions import ApiError
+from lightkube.generic_resource import create_global_resource, create_namespaced_resource
 from lightkube.resources.core_v1 import Node
 from lightkube.types import PatchType
 from tests.integration.hubs import (
@@ -99,4 +104,73 @@ def test_an_operator_restarted_on_a_settled_provided_target_lists_each_kind_once
     assert harness.condition("Ready")["status"] == "True"
     # The operator's own configuration, listed by its watch and nothing else.
     for kind in ("gateways", "gatewayclasses", "envoyproxies", "issuers", "certificates"):
+        assert listed.get(kind) == 1, listed
+
+
+# The product's configuration kinds, by plural.
+CONFIGURATION = {
+    "gateways": create_namespaced_resource(
+        "gateway.networking.k8s.io", "v1", "Gateway", "gateways"
+    ),
+    "gatewayclasses": create_global_resource(
+        "gateway.networking.k8s.io", "v1", "GatewayClass", "gatewayclasses"
+    ),
+    "envoyproxies": create_namespaced_resource(
+        "gateway.envoyproxy.io", "v1alpha1", "EnvoyProxy", "envoyproxies"
+    ),
+    "issuers": create_namespaced_resource("cert-manager.io", "v1", "Issuer", "issuers"),
+    "certificates": create_namespaced_resource(
+        "cert-manager.io", "v1", "Certificate", "certificates"
+    ),
+    "bundles": create_global_resource("trust.cert-manager.io", "v1alpha1", "Bundle", "bundles"),
+}
+
+
+def _lists(h: Harness, resource: Any) -> bool:
+    try:
+        list(h.target.list(resource))
+    except ApiError:
+        return False
+    return True
+
+
+def _quiet_lists(h: Harness) -> dict[str, float]:
+    """The target's LISTs by resource, once no reconcile or LIST came for 3 s."""
+    last: list[Any] = [None, 0.0]
+
+    def quiet() -> bool:
+        now = (_reconciles(h), client_requests_by_resource(h.target_env, ("LIST",)))
+        if now != last[0]:
+            last[:] = [now, time.monotonic()]
+        return time.monotonic() - last[1] >= 3.0
+
+    wait_for("the operator to be quiet for 3 s", quiet, deadline=60, interval=0.5)
+    return dict(last[0][1])
+
+
+def test_a_new_provided_stack_reads_its_own_writes_from_its_watches(
+    harness: Harness,
+) -> None:
+    # What a fleet's start costs each target: the first reconcile writes the
+    # product's configuration, and both what follows in it and the
+    # reconcile its writes wake read those writes from the watches' copy.
+    # Before, each listed every collection again (three LISTs of each kind).
+    provide_substrate(harness.target)
+    # A CRD just applied is not listed at once: until it is, the watches
+    # of its kind are failing, and the first reconcile reads around them.
+    for plural, resource in CONFIGURATION.items():
+        wait_for(f"{plural} listed", lambda r=resource: _lists(harness, r), deadline=60)
+    before = client_requests_by_resource(harness.target_env, ("LIST",))
+    harness.create({"components": "Provided", "gateway": {"hostname": "west.example.com"}})
+    harness.start("--resync", "300")
+    harness.wait_condition("Ready", "True", deadline=120)
+    # Past the reconciles its writes wake: until the operator has been quiet
+    # for 3 s (with --resync 300, nothing else wakes it).
+    after = _quiet_lists(harness)
+    listed = {
+        resource: n - before.get(resource, 0.0)
+        for resource, n in after.items()
+        if n > before.get(resource, 0.0)
+    }
+    for kind in CONFIGURATION:
         assert listed.get(kind) == 1, listed

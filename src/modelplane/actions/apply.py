@@ -75,9 +75,14 @@ def _shown(body: dict[str, Any]) -> str:
     return f"{body['kind']} {where}{meta['name']}"
 
 
-async def apply_object(client: AsyncClient, body: dict[str, Any]) -> None:
-    """Server-side apply ``body``; ``WebhookNotReady`` when a webhook cannot be called."""
-    await _apply(client, body, dry_run=False)
+async def apply_object(client: AsyncClient, body: dict[str, Any]) -> str | None:
+    """Server-side apply ``body``; the resourceVersion it is stored at, if the answer says.
+
+    ``WebhookNotReady`` when a webhook cannot be called.
+    """
+    answer = await _apply(client, body, dry_run=False)
+    version = getattr(getattr(answer, "metadata", None), "resourceVersion", None)
+    return version if isinstance(version, str) else None
 
 
 async def dry_run_apply(client: AsyncClient, body: dict[str, Any]) -> dict[str, Any]:

@@ -47,6 +47,7 @@ from modelplane.observe.state import (
     pull_secret_selector,
     release_secret_selector,
 )
+from modelplane.observe.writes import Written, at_or_after, covers
 from modelplane.untrusted import as_dict, pick
 from modelplane.wire import DIGEST_ANNOTATION, ApiRef
 
@@ -384,6 +385,42 @@ class WatchCache:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(moved.wait(), min(left, _LIST_POLL_SECONDS))
         return True
+
+    def _holds(self, w: Written) -> bool | None:
+        """Whether the copy holds ``w``: yes, not yet, or None: no watch ever will."""
+        api = api_of(w.api_version, w.kind, self.plurals)
+        watching = [
+            r
+            for k, r in self.reflectors.items()
+            if k.api == api and k not in self._signal_only and covers(k, w)
+        ]
+        if not watching:
+            return None
+        for reflector in watching:
+            obj = reflector.items.get(w.key) if reflector.synced else None
+            seen = as_dict(as_dict(obj).get("metadata")).get("resourceVersion")
+            if isinstance(seen, str) and at_or_after(seen, w.resource_version):
+                return True
+        return False
+
+    async def shows(self, writes: Iterable[Written], within: float) -> bool:
+        """Whether the copy holds every one of ``writes``, waiting up to ``within`` s for events.
+
+        False at once if one of them is of a collection nothing here watches.
+        """
+        pending = list(writes)
+        deadline = asyncio.get_running_loop().time() + within
+        while True:
+            held = [self._holds(w) for w in pending]
+            if None in held:
+                return False
+            pending = [w for w, h in zip(pending, held, strict=True) if not h]
+            left = deadline - asyncio.get_running_loop().time()
+            if not pending or left <= 0:
+                return not pending
+            moved = self._moved
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(moved.wait(), min(left, _LIST_POLL_SECONDS))
 
     async def listed(self, client: AsyncClient, *, within: float = 0.0) -> Listed | None:
         """What ``read_listed`` would read, from the watches; None when they are not current.

@@ -7,9 +7,10 @@ reconciles it keeps backoff after failures, a cache of fetched manifests
 and, for the daemon, the one connection to the target that the reconciles
 and the target watches share; all are safe to lose.
 
-Two parts are their own modules, taken in as bases of ``StackReconciler``:
-the failed components and their backoff (``operator.component_failures``)
-and teardown (``operator.stack_teardown``). What a fault says in a
+Three parts are their own modules, taken in as bases of ``StackReconciler``:
+carrying out a round's plan (``operator.stack_actions``), with the failed
+components and their backoff (``operator.component_failures``), and
+teardown (``operator.stack_teardown``). What a fault says in a
 condition is ``operator.stack_text``'s.
 """
 
@@ -29,13 +30,11 @@ from lightkube import AsyncClient
 from pydantic import ValidationError
 
 from modelplane.actions import claim
-from modelplane.actions.apply import apply_object, create_namespace, fetch_manifests, vet_manifests
-from modelplane.actions.chart_crds import apply_chart_crds
 from modelplane.actions.claim import Emit
 from modelplane.actions.helm import Helm
 from modelplane.api.models import ServingStack
 from modelplane.api.status_limits import LOG_MESSAGE
-from modelplane.catalog.components import BY_NAME, components_for
+from modelplane.catalog.components import components_for
 from modelplane.catalog.facts import ClusterFacts
 from modelplane.credentials.identity.cache import TokenCache
 from modelplane.kube.answers import describe_error
@@ -65,10 +64,10 @@ from modelplane.observe.state import (
     wanted,
 )
 from modelplane.observe.watches import LIST_WAIT_SECONDS
-from modelplane.operator import metrics
-from modelplane.operator.component_failures import ComponentFailures
+from modelplane.observe.writes import Writes
 from modelplane.operator.options import OperatorOptions
 from modelplane.operator.session import CredentialSource, TargetSession
+from modelplane.operator.stack_actions import RELEASE_DRIFT, StackActions
 from modelplane.operator.stack_teardown import StackTeardown
 from modelplane.operator.stack_text import explain, first_error, without_status
 from modelplane.operator.status import Outcome
@@ -78,10 +77,8 @@ from modelplane.plan import Plan, decisions, plan
 from modelplane.plan.capacity import TargetSummary
 from modelplane.plan.decisions import BlockedReason
 from modelplane.plan.health import Reason
-from modelplane.plan.model import ObjectAction, PlannedManifests, PlannedRelease, ReleaseAction
 from modelplane.plan.observed import Observed
 from modelplane.untrusted import printable
-from modelplane.wire import stamp
 
 log = logging.getLogger("modelplane.operator")
 
@@ -91,10 +88,6 @@ log = logging.getLogger("modelplane.operator")
 MAX_ROUNDS = 6
 
 INVALID_SPEC = BlockedReason.INVALID_SPEC
-# A hand edit of fields the operator owns, taken back (see plan.drift).
-DRIFT_CORRECTED = "DriftCorrected"
-# A release's object deleted or changed by hand (restored, or only reported).
-RELEASE_DRIFT = "ReleaseDrift"
 # A release revision refused: it installs workloads outside its namespace.
 RELEASE_REFUSED = "ReleaseRevisionRefused"
 # A Warning event: the target connection is allowed but unsafe (Target.warnings).
@@ -102,7 +95,7 @@ INSECURE_TARGET = "InsecureTarget"
 
 
 @dataclass
-class StackReconciler(ComponentFailures, StackTeardown):
+class StackReconciler(StackActions, StackTeardown):
     # None for a run without a hub (``modelplane apply``), which gives ``credentials``.
     hub: AsyncClient | None
     helm: Helm
@@ -130,11 +123,13 @@ class StackReconciler(ComponentFailures, StackTeardown):
     # The last collection refused over its budget, said in an event once.
     refused_collection: str | None = None
     # When the target was last read directly, for the full relist; and
-    # whether the last reconcile acted on nothing. The watch copy is
-    # trusted only then: right after a write its events may still be on
-    # their way, and a stale copy would only cost a second, idle apply.
+    # whether the last reconcile acted on nothing, or its writes were all
+    # seen in the watch copy before it ended. The copy is trusted only
+    # then: right after a write its events may still be on their way, and
+    # a stale copy would cost a second, idle apply (observe.writes).
     last_direct: float | None = None
     acted_on_nothing: bool = False
+    writes_seen: bool = False
     # The advisories' facts and the target's summary, with what they were
     # read for (the components and the served APIs): read again only with a
     # direct read of the target, or when either changed. Watching what they
@@ -200,6 +195,8 @@ class StackReconciler(ComponentFailures, StackTeardown):
         their upgrade waits for the rollout (plan.rollout).
         """
         acted_on_nothing, self.acted_on_nothing = self.acted_on_nothing, False
+        acted_on_nothing |= self.writes_seen
+        self.writes_seen = False
         try:
             stack = ServingStack.model_validate(without_status(body))
         except ValidationError as err:
@@ -282,6 +279,7 @@ class StackReconciler(ComponentFailures, StackTeardown):
             cache = self.session.cache
             from_cache = cache is not None and cache.want == want and (fresh or settled)
             acted = False
+            writes = Writes()
             # The advisories' facts are read at most once a reconcile (and
             # again only if the served APIs change): what its rounds write is
             # the product's own, and the reconcile after one that wrote reads
@@ -321,10 +319,19 @@ class StackReconciler(ComponentFailures, StackTeardown):
                 )
                 if self.on_plan is not None:
                     self.on_plan(current)
-                if not await self._act(current, target):
+                if not await self._act(current, target, writes):
+                    # Read after every write, from the target or a copy showing them.
+                    self.writes_seen = acted and from_cache
                     break
-                # What this round wrote is not in the watch copy yet.
-                acted, from_cache = True, False
+                acted = True
+                # What this round wrote answers the next from the watch copy
+                # once its events are in; helm's writes are never dated.
+                from_cache = (
+                    cache is not None
+                    and cache.want == want
+                    and not writes.untracked
+                    and await cache.shows(writes.objects, within=LIST_WAIT_SECONDS)
+                )
             self.acted_on_nothing = not acted
         except Exception as err:
             fault = classify(err)
@@ -472,119 +479,5 @@ class StackReconciler(ComponentFailures, StackTeardown):
         for message in sorted(messages - self.client_ca_warnings):
             self.emit("Warning", "ClientCAWarning", message)
         self.client_ca_warnings = messages
-
-    async def _act(self, p: Plan, target: Target) -> bool:
-        """Carry out what the plan says now; True if anything changed."""
-        changed = False
-        for m in p.manifests:
-            if m.action is ObjectAction.APPLY and self._due(m.component):
-                changed |= await self._guard(m.component, self._apply_manifests(m, target))
-        for o in p.objects:
-            if o.action is ObjectAction.APPLY and self._due(o.component):
-                applied = await self._guard(o.component, apply_object(target.client, o.object))
-                if applied and o.drift:
-                    # Field paths only, never values: a value may be a secret.
-                    self.emit(
-                        "Normal", DRIFT_CORRECTED, f"restored {o.shown}: {', '.join(o.drift)}"
-                    )
-                changed |= applied
-        for d in p.release_drift:
-            if d.restore is not None and self._due(d.component):
-                # From the release's stored manifest, not by running helm: a
-                # forced server-side apply of the fields the manifest sets.
-                restored = await self._guard(
-                    d.component,
-                    apply_object(target.client, d.restore),
-                    what=f"restore of {d.shown}",
-                )
-                if restored:
-                    self.emit("Normal", RELEASE_DRIFT, d.message)
-                    metrics.record_drift_corrected(self.label, d.component)
-                changed |= restored
-        releases = [
-            r
-            for r in p.releases
-            if r.action not in (ReleaseAction.NONE, ReleaseAction.WAIT) and self._due(r.component)
-        ]
-        # Releases the plan lets go now do not depend on each other.
-        results = await asyncio.gather(*(self._release(r, target) for r in releases))
-        return changed or any(results)
-
-    async def _apply_manifests(self, m: PlannedManifests, target: Target) -> None:
-        if m.url not in self.manifests:
-            source = BY_NAME[m.component].manifests
-            others = source.other_crds if source is not None else ()
-            # Vetted before it is cached: a refused set is fetched afresh next time.
-            self.manifests[m.url] = vet_manifests(
-                await fetch_manifests(m.url, deny=self.options.deny_target_cidrs),
-                m.crds,
-                others,
-                m.url,
-            )
-        for body in self.manifests[m.url]:
-            await apply_object(target.client, stamp(body, m.digest))
-
-    async def _release(self, release: PlannedRelease, target: Target) -> bool:
-        verb = {
-            ReleaseAction.INSTALL: "Install",
-            ReleaseAction.UPGRADE: "Upgrade",
-            ReleaseAction.REINSTALL: "Reinstall",
-            ReleaseAction.ROLLBACK: "Rollback",
-        }[release.action]
-        # Minted (or taken from the cache) per release: helm gets a token
-        # fresh enough for its run, never the identity's key.
-        kubeconfig = await target.helm_kubeconfig()
-
-        async def carry_out() -> None:
-            if release.action in (ReleaseAction.INSTALL, ReleaseAction.REINSTALL):
-                # Made here rather than by helm's --create-namespace, labelled
-                # as ours, so that teardown removes the namespace with the
-                # release; one that is there already is the owner's and stays.
-                await create_namespace(target.client, release.namespace)
-            if release.action is not ReleaseAction.ROLLBACK:
-                await self._chart_crds(release, target, kubeconfig)
-            await self.helm.apply(release, kubeconfig)
-
-        started = time.monotonic()
-        ok = await self._guard(
-            release.component, carry_out(), what=f"{verb.lower()} of release {release.name}"
-        )
-        metrics.record_helm_action(
-            self.label,
-            release.component,
-            release.action.value,
-            "succeeded" if ok else "failed",
-            time.monotonic() - started,
-        )
-        if ok:
-            self.emit(
-                "Normal",
-                f"{verb}Succeeded",
-                f"{verb.lower()} of {release.name} {release.chart} {release.version} "
-                f"in {release.namespace} succeeded",
-            )
-        return ok
-
-    async def _chart_crds(self, release: PlannedRelease, target: Target, kubeconfig: str) -> None:
-        """Apply the CRDs Helm would leave at their first version, before Helm runs."""
-        chart = BY_NAME[release.component].chart
-        if chart is None or chart.crds.helm_upgrades:
-            return
-        applied = await apply_chart_crds(self.helm, target.client, release, kubeconfig)
-        written = applied.written
-        if written:
-            self.emit(
-                "Normal",
-                "CRDsApplied",
-                f"{release.chart} {release.version}: "
-                + ", ".join(f"{c.name} ({c.action.value.lower()})" for c in written),
-            )
-        for name in applied.kept:
-            self.emit(
-                "Warning",
-                "CRDKept",
-                f"{release.chart} {release.version} no longer ships CRD {name}; it is kept, "
-                "since deleting it would delete every object of its kind",
-            )
 
     # -- teardown ------------------------------------------------------------

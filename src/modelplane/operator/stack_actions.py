@@ -1,0 +1,161 @@
+"""Carrying out one round's plan on the target: objects, manifests, drift, releases.
+
+``StackReconciler`` takes it in as a base. Each action is one component's,
+guarded (``ComponentFailures``): a failure is recorded and backed off, and
+the rest of the round goes on. What was applied is noted in ``Writes``, so
+the reconcile can tell when the watch copy shows it (``observe.writes``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from modelplane.actions.apply import apply_object, create_namespace, fetch_manifests, vet_manifests
+from modelplane.actions.chart_crds import apply_chart_crds
+from modelplane.actions.claim import Emit
+from modelplane.actions.helm import Helm
+from modelplane.catalog.components import BY_NAME
+from modelplane.kube.client import Target
+from modelplane.observe.writes import Writes
+from modelplane.operator import metrics
+from modelplane.operator.component_failures import ComponentFailures
+from modelplane.operator.options import OperatorOptions
+from modelplane.plan import Plan
+from modelplane.plan.model import ObjectAction, PlannedManifests, PlannedRelease, ReleaseAction
+from modelplane.wire import stamp
+
+# A hand edit of fields the operator owns, taken back (see plan.drift).
+DRIFT_CORRECTED = "DriftCorrected"
+# A release's object deleted or changed by hand (restored, or only reported).
+RELEASE_DRIFT = "ReleaseDrift"
+
+
+class StackActions(ComponentFailures):
+    """The plan's actions, for ``StackReconciler``, whose fields these are."""
+
+    helm: Helm
+    options: OperatorOptions
+    emit: Emit
+    label: str
+    manifests: dict[str, list[dict[str, Any]]]
+
+    async def _act(self, p: Plan, target: Target, writes: Writes) -> bool:
+        """Carry out what the plan says now, noting it in ``writes``; True if anything changed."""
+        changed = False
+        for m in p.manifests:
+            if m.action is ObjectAction.APPLY and self._due(m.component):
+                changed |= await self._guard(m.component, self._apply_manifests(m, target, writes))
+        for o in p.objects:
+            if o.action is ObjectAction.APPLY and self._due(o.component):
+                applied = await self._guard(o.component, self._apply(target, o.object, writes))
+                if applied and o.drift:
+                    # Field paths only, never values: a value may be a secret.
+                    self.emit(
+                        "Normal", DRIFT_CORRECTED, f"restored {o.shown}: {', '.join(o.drift)}"
+                    )
+                changed |= applied
+        for d in p.release_drift:
+            if d.restore is not None and self._due(d.component):
+                # From the release's stored manifest, not by running helm: a
+                # forced server-side apply of the fields the manifest sets.
+                restored = await self._guard(
+                    d.component,
+                    self._apply(target, d.restore, writes),
+                    what=f"restore of {d.shown}",
+                )
+                if restored:
+                    self.emit("Normal", RELEASE_DRIFT, d.message)
+                    metrics.record_drift_corrected(self.label, d.component)
+                changed |= restored
+        releases = [
+            r
+            for r in p.releases
+            if r.action not in (ReleaseAction.NONE, ReleaseAction.WAIT) and self._due(r.component)
+        ]
+        writes.untracked |= bool(releases)
+        # Releases the plan lets go now do not depend on each other.
+        results = await asyncio.gather(*(self._release(r, target) for r in releases))
+        return changed or any(results)
+
+    @staticmethod
+    async def _apply(target: Target, body: dict[str, Any], writes: Writes) -> None:
+        writes.applied(body, await apply_object(target.client, body))
+
+    async def _apply_manifests(self, m: PlannedManifests, target: Target, writes: Writes) -> None:
+        if m.url not in self.manifests:
+            source = BY_NAME[m.component].manifests
+            others = source.other_crds if source is not None else ()
+            # Vetted before it is cached: a refused set is fetched afresh next time.
+            self.manifests[m.url] = vet_manifests(
+                await fetch_manifests(m.url, deny=self.options.deny_target_cidrs),
+                m.crds,
+                others,
+                m.url,
+            )
+        for body in self.manifests[m.url]:
+            await self._apply(target, stamp(body, m.digest), writes)
+
+    async def _release(self, release: PlannedRelease, target: Target) -> bool:
+        verb = {
+            ReleaseAction.INSTALL: "Install",
+            ReleaseAction.UPGRADE: "Upgrade",
+            ReleaseAction.REINSTALL: "Reinstall",
+            ReleaseAction.ROLLBACK: "Rollback",
+        }[release.action]
+        # Minted (or taken from the cache) per release: helm gets a token
+        # fresh enough for its run, never the identity's key.
+        kubeconfig = await target.helm_kubeconfig()
+
+        async def carry_out() -> None:
+            if release.action in (ReleaseAction.INSTALL, ReleaseAction.REINSTALL):
+                # Made here rather than by helm's --create-namespace, labelled
+                # as ours, so that teardown removes the namespace with the
+                # release; one that is there already is the owner's and stays.
+                await create_namespace(target.client, release.namespace)
+            if release.action is not ReleaseAction.ROLLBACK:
+                await self._chart_crds(release, target, kubeconfig)
+            await self.helm.apply(release, kubeconfig)
+
+        started = time.monotonic()
+        ok = await self._guard(
+            release.component, carry_out(), what=f"{verb.lower()} of release {release.name}"
+        )
+        metrics.record_helm_action(
+            self.label,
+            release.component,
+            release.action.value,
+            "succeeded" if ok else "failed",
+            time.monotonic() - started,
+        )
+        if ok:
+            self.emit(
+                "Normal",
+                f"{verb}Succeeded",
+                f"{verb.lower()} of {release.name} {release.chart} {release.version} "
+                f"in {release.namespace} succeeded",
+            )
+        return ok
+
+    async def _chart_crds(self, release: PlannedRelease, target: Target, kubeconfig: str) -> None:
+        """Apply the CRDs Helm would leave at their first version, before Helm runs."""
+        chart = BY_NAME[release.component].chart
+        if chart is None or chart.crds.helm_upgrades:
+            return
+        applied = await apply_chart_crds(self.helm, target.client, release, kubeconfig)
+        written = applied.written
+        if written:
+            self.emit(
+                "Normal",
+                "CRDsApplied",
+                f"{release.chart} {release.version}: "
+                + ", ".join(f"{c.name} ({c.action.value.lower()})" for c in written),
+            )
+        for name in applied.kept:
+            self.emit(
+                "Warning",
+                "CRDKept",
+                f"{release.chart} {release.version} no longer ships CRD {name}; it is kept, "
+                "since deleting it would delete every object of its kind",
+            )

@@ -1,0 +1,142 @@
+"""A reconcile's own writes, and when the watches' copy shows them (observe.writes)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import httpx2
+import pytest
+
+from modelplane.kube.reflector import WatchKey
+from modelplane.observe.state import wanted
+from modelplane.observe.watches import WatchCache
+from modelplane.observe.writes import Writes, Written, at_or_after, covers
+from modelplane.wire import MANAGED_BY, MANAGED_BY_LABEL, ApiRef
+
+from .test_watch_cache import SERVED, SPEC
+
+OURS = {MANAGED_BY_LABEL: MANAGED_BY}
+GATEWAYS = ApiRef("gateway.networking.k8s.io", "v1", "gateways")
+
+
+def _gateway(resource_version: str, labels: dict[str, str] | None = None) -> dict[str, Any]:
+    return {
+        "apiVersion": "gateway.networking.k8s.io/v1",
+        "kind": "Gateway",
+        "metadata": {
+            "name": "inference-gateway",
+            "namespace": "modelplane-system",
+            "labels": OURS if labels is None else labels,
+            "resourceVersion": resource_version,
+        },
+    }
+
+
+def _written(resource_version: str, labels: dict[str, str] | None = None) -> Written:
+    writes = Writes()
+    writes.applied(_gateway("", labels), resource_version)
+    return writes.objects[0]
+
+
+@pytest.mark.parametrize(
+    ("seen", "wrote", "included"),
+    [
+        ("17", "17", True),
+        ("18", "17", True),
+        ("100", "99", True),
+        ("99", "100", False),
+        ("16", "17", False),
+        # Not KEP-5504's form: only equality tells.
+        ("abc", "abc", True),
+        ("abd", "abc", False),
+        ("017", "16", False),
+        ("1" * 5000, "2", True),
+    ],
+)
+def test_a_copy_includes_a_write_at_its_version_or_a_later_one(
+    seen: str, wrote: str, included: bool
+) -> None:
+    assert at_or_after(seen, wrote) is included
+
+
+def test_an_apply_without_a_resource_version_is_untracked() -> None:
+    writes = Writes()
+    writes.applied(_gateway(""), "5")
+    assert not writes.untracked
+    writes.applied(_gateway(""), None)
+    assert writes.untracked and writes.any
+
+
+def test_a_write_is_covered_by_the_collections_whose_selectors_it_matches() -> None:
+    w = _written("5")
+    assert covers(WatchKey(GATEWAYS), w)
+    assert covers(
+        WatchKey(
+            GATEWAYS, namespace="modelplane-system", labels=f"{MANAGED_BY_LABEL}={MANAGED_BY}"
+        ),
+        w,
+    )
+    assert covers(WatchKey(GATEWAYS, fields="metadata.name=inference-gateway"), w)
+    assert not covers(WatchKey(GATEWAYS, namespace="other"), w)
+    assert not covers(WatchKey(GATEWAYS, labels="team=a"), w)
+    assert not covers(WatchKey(GATEWAYS, fields="metadata.name=other"), w)
+    # A selector of another form is not taken to cover anything.
+    assert not covers(WatchKey(GATEWAYS, labels=f"{MANAGED_BY_LABEL}!=x"), w)
+    assert not covers(WatchKey(GATEWAYS, labels=f"{MANAGED_BY_LABEL}"), w)
+
+
+def _cache() -> tuple[WatchCache, WatchKey]:
+    cache = WatchCache(httpx2.AsyncClient(), wanted(SPEC), lambda: None)
+    cache.learn(SERVED)
+    for reflector in cache.reflectors.values():
+        reflector.synced = True
+    key = next(k for k in cache.reflectors if k.api == GATEWAYS)
+    return cache, key
+
+
+def test_the_copy_shows_a_write_once_its_event_is_in() -> None:
+    async def run() -> None:
+        cache, key = _cache()
+        cache.reflectors[key].items = {"modelplane-system/inference-gateway": _gateway("4")}
+
+        async def event() -> None:
+            await asyncio.sleep(0.05)
+            cache.reflectors[key].items["modelplane-system/inference-gateway"] = _gateway("5")
+            cache._on_change(key, "MODIFIED")
+
+        task = asyncio.create_task(event())
+        started = asyncio.get_running_loop().time()
+        assert await cache.shows([_written("5")], within=5.0)
+        # Woken by the event, not by the poll or the bound.
+        assert asyncio.get_running_loop().time() - started < 0.2
+        await task
+        # A later change by someone else still includes ours.
+        cache.reflectors[key].items["modelplane-system/inference-gateway"] = _gateway("9")
+        assert await cache.shows([_written("5")], within=0.0)
+
+    asyncio.run(run())
+
+
+def test_a_write_whose_event_does_not_come_is_not_shown() -> None:
+    async def run() -> None:
+        cache, key = _cache()
+        cache.reflectors[key].items = {"modelplane-system/inference-gateway": _gateway("4")}
+        assert not await cache.shows([_written("5")], within=0.3)
+        # Nor by a copy that is listing again.
+        cache.reflectors[key].items["modelplane-system/inference-gateway"] = _gateway("5")
+        cache.reflectors[key].synced = False
+        assert not await cache.shows([_written("5")], within=0.0)
+
+    asyncio.run(run())
+
+
+def test_a_write_no_watch_covers_is_not_waited_for() -> None:
+    async def run() -> None:
+        cache, _ = _cache()
+        # Without our label: the own-objects watch selects by it.
+        started = asyncio.get_running_loop().time()
+        assert not await cache.shows([_written("5", labels={})], within=5.0)
+        assert asyncio.get_running_loop().time() - started < 0.1
+
+    asyncio.run(run())
