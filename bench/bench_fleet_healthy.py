@@ -77,6 +77,28 @@ PAGE = os.sysconf("SC_PAGE_SIZE")
 NOFILE = 1_048_576
 
 
+def _create(http: httpx2.Client, path: str, body: dict[str, Any], tries: int = 10) -> None:
+    """POST ``body``, again after a timeout or a 5xx or 429 from a hub the shards keep busy.
+
+    At 10,000 stacks the shards' status writes take the hub's two cores too,
+    and a create now and then outlasts its 60 s (504). A 409 after a retry is
+    the earlier try's create, which went through.
+    """
+    for attempt in range(tries):
+        try:
+            answer = http.post(path, json=body)
+        except httpx2.TransportError:
+            time.sleep(2**attempt)
+            continue
+        if answer.status_code == 409 and attempt > 0:
+            return
+        if answer.status_code < 500 and answer.status_code != 429:
+            answer.raise_for_status()
+            return
+        time.sleep(2**attempt)
+    raise RuntimeError(f"POST {path}: no answer after {tries} tries")
+
+
 def _raise_nofile() -> int:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     for want in (NOFILE, hard):
@@ -338,14 +360,16 @@ def main() -> None:
 
                 def create(i: int) -> None:
                     name = names[i]
-                    http.post(
+                    _create(
+                        http,
                         f"/api/v1/namespaces/{NS}/secrets",
-                        json=_secret(name, fleets[where[name][0]].kubeconfig(where[name][1])),
-                    ).raise_for_status()
-                    http.post(
+                        _secret(name, fleets[where[name][0]].kubeconfig(where[name][1])),
+                    )
+                    _create(
+                        http,
                         f"/apis/{API_GROUP}/{API_VERSION}/namespaces/{NS}/{PLURAL}",
-                        json=_stack(name, shard_of[name]),
-                    ).raise_for_status()
+                        _stack(name, shard_of[name]),
+                    )
 
                 with ThreadPoolExecutor(8) as pool:
                     list(pool.map(create, range(args.targets)))
