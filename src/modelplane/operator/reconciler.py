@@ -282,9 +282,11 @@ class StackReconciler(StackActions, StackTeardown):
             writes = Writes()
             # The advisories' facts are read at most once a reconcile (and
             # again only if the served APIs change): what its rounds write is
-            # the product's own, and the reconcile after one that wrote reads
-            # the target directly anyway. An install's rounds would otherwise
-            # list the whole cluster's Nodes, Deployments, ... once each.
+            # the product's own, and they are read again with the next direct
+            # read (after a release, a write the copy did not show, or
+            # --relist) or a change the GPU path's watches see. An install's
+            # rounds would otherwise list the whole cluster's Nodes,
+            # Deployments, ... once each.
             facts_read = False
             for _ in range(MAX_ROUNDS):
                 listed = (
