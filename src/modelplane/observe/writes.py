@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from modelplane.kube.reflector import WatchKey, object_name_key
+from modelplane.plan.rollout import selects
 from modelplane.untrusted import as_dict
 
 # KEP-5504's form: a positive integer, no leading zero.
@@ -72,10 +73,6 @@ class Writes:
             )
         )
 
-    @property
-    def any(self) -> bool:
-        return self.untracked or bool(self.objects)
-
 
 def at_or_after(seen: str, wrote: str) -> bool:
     """Whether a copy at ``seen`` includes a write that answered ``wrote``.
@@ -92,26 +89,11 @@ def at_or_after(seen: str, wrote: str) -> bool:
 
 
 def covers(key: WatchKey, w: Written) -> bool:
-    """Whether the collection ``key`` watches holds ``w`` once its event arrives.
-
-    Selectors are matched as the product writes them (``k=v`` terms, and a
-    field selector on the name); any other form is taken as not covering,
-    and the reconcile reads the target instead.
-    """
+    """Whether the collection ``key`` watches holds ``w`` once its event arrives."""
     if key.namespace is not None and key.namespace != w.namespace:
         return False
-    if key.labels and not _matches(key.labels, dict(w.labels)):
-        return False
-    return not key.fields or _matches(
-        key.fields, {"metadata.name": w.name, "metadata.namespace": w.namespace}
+    fields = {"metadata.name": w.name, "metadata.namespace": w.namespace}
+    # The product's selectors, in the form ``plan.rollout.selects`` reads.
+    return (not key.labels or selects(key.labels, dict(w.labels))) and (
+        not key.fields or selects(key.fields, fields)
     )
-
-
-def _matches(selector: str, values: dict[str, str]) -> bool:
-    for term in selector.split(","):
-        name, sep, value = term.partition("=")
-        if not sep or name.endswith("!"):
-            return False  # not an equality: ``k!=v``, ``k in (a)``, ``k``
-        if values.get(name.strip()) != value.removeprefix("=").strip():
-            return False
-    return True
