@@ -189,9 +189,7 @@ class FairHTTP2Connection(_h2.AsyncHTTP2Connection):
 
     def _wake(self) -> None:
         """After a read: wake the streams it brought events to (all, if the connection ended)."""
-        if self._dispatched is not None:
-            self._dispatched.set()
-            self._dispatched = None
+        self._wake_flow()
         ended = self._read_exception is not None or self._connection_terminated is not None
         for stream_id, waiter in self._waiters.items():
             if ended or self._events.get(stream_id) or stream_id not in self._events:
@@ -201,13 +199,16 @@ class FairHTTP2Connection(_h2.AsyncHTTP2Connection):
         """With nobody reading, wake one stream still waiting, to read for the rest."""
         if self._reading:
             return
+        self._wake_flow()
+        waiting = next((w for w in self._waiters.values() if not w.done()), None)
+        if waiting is not None:
+            waiting.set_result(None)
+
+    def _wake_flow(self) -> None:
+        """Wake what waits for any read at all (a window to send in)."""
         if self._dispatched is not None:
             self._dispatched.set()
             self._dispatched = None
-        for waiter in self._waiters.values():
-            if not waiter.done():
-                waiter.set_result(None)
-                return
 
     async def _await_events(self, request: httpcore2.Request, stream_id: int) -> None:
         """Wait until a read brought this stream something, or it is its turn to read."""

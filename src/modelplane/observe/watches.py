@@ -381,10 +381,15 @@ class WatchCache:
             left = deadline - asyncio.get_running_loop().time()
             if left <= 0 or not all(r.listing for r in pending):
                 return False
-            moved = self._moved
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(moved.wait(), min(left, _LIST_POLL_SECONDS))
+            await self._moved_within(left)
         return True
+
+    async def _moved_within(self, left: float) -> None:
+        """Wait for the next change a reflector tells, or a poll's time (or ``left``)."""
+        moved = self._moved
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(min(left, _LIST_POLL_SECONDS)):
+                await moved.wait()
 
     def _holds(self, w: Written) -> bool | None:
         """Whether the copy holds ``w``: yes, not yet, or None: no watch ever will."""
@@ -418,9 +423,7 @@ class WatchCache:
             left = deadline - asyncio.get_running_loop().time()
             if not pending or left <= 0:
                 return not pending
-            moved = self._moved
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(moved.wait(), min(left, _LIST_POLL_SECONDS))
+            await self._moved_within(left)
 
     async def listed(self, client: AsyncClient, *, within: float = 0.0) -> Listed | None:
         """What ``read_listed`` would read, from the watches; None when they are not current.
