@@ -194,9 +194,8 @@ class StackReconciler(StackActions, StackTeardown):
         ``held``: the installed versions to reconcile components at while
         their upgrade waits for the rollout (plan.rollout).
         """
-        acted_on_nothing, self.acted_on_nothing = self.acted_on_nothing, False
-        acted_on_nothing |= self.writes_seen
-        self.writes_seen = False
+        copy_trusted = self.acted_on_nothing or self.writes_seen
+        self.acted_on_nothing = self.writes_seen = False
         try:
             stack = ServingStack.model_validate(without_status(body))
         except ValidationError as err:
@@ -210,7 +209,7 @@ class StackReconciler(StackActions, StackTeardown):
             return Outcome(blocked_reason=INVALID_SPEC, blocked_message=message)
         self.invalid_spec = None
         self.round_connection_warnings = None
-        outcome = await self._reconcile(stack, body, acted_on_nothing, held or {})
+        outcome = await self._reconcile(stack, body, copy_trusted, held or {})
         outcome.connection_warnings = self.round_connection_warnings
         self.went_wrong = outcome.blocked_reason is not None or bool(outcome.failures)
         if outcome.blocked_reason is None:
@@ -234,13 +233,13 @@ class StackReconciler(StackActions, StackTeardown):
         self,
         stack: ServingStack,
         body: dict[str, Any],
-        acted_on_nothing: bool,
+        copy_trusted: bool,
         held: Mapping[str, str],
     ) -> Outcome:
         current: Plan | None = None
         # Whether the watches' copy may answer: the last reconcile wrote
-        # nothing, and no periodic direct read is due.
-        settled = acted_on_nothing and not self._direct_read_due()
+        # nothing or saw its writes in the copy, and no direct read is due.
+        settled = copy_trusted and not self._direct_read_due()
         # Held from connecting to the target through the first round's read
         # (and the facts read with it), when that read is a full one: never
         # while the plan is carried out (helm may take minutes).
