@@ -15,8 +15,6 @@ import time
 from typing import Any
 
 import httpx2
-from lightkube.core.exceptions import ApiError
-from lightkube.generic_resource import create_global_resource, create_namespaced_resource
 from lightkube.resources.core_v1 import Node
 from lightkube.types import PatchType
 from tests.integration.hubs import (
@@ -29,6 +27,17 @@ from tests.integration.substrate import (
     provide_substrate,
 )
 from tests.waiting import wait_for
+
+from modelplane.catalog.configuration import (
+    BUNDLES,
+    CERTIFICATES,
+    ENVOY_PROXIES,
+    GATEWAY_CLASSES,
+    GATEWAYS,
+    ISSUERS,
+)
+from modelplane.kube.client import collection_path
+from modelplane.wire import ApiRef
 
 HARNESS = HarnessOptions(prefix="p", kubeconfig_secret=True)
 
@@ -107,31 +116,13 @@ def test_an_operator_restarted_on_a_settled_provided_target_lists_each_kind_once
         assert listed.get(kind) == 1, listed
 
 
-# The product's configuration kinds, by plural.
-CONFIGURATION = {
-    "gateways": create_namespaced_resource(
-        "gateway.networking.k8s.io", "v1", "Gateway", "gateways"
-    ),
-    "gatewayclasses": create_global_resource(
-        "gateway.networking.k8s.io", "v1", "GatewayClass", "gatewayclasses"
-    ),
-    "envoyproxies": create_namespaced_resource(
-        "gateway.envoyproxy.io", "v1alpha1", "EnvoyProxy", "envoyproxies"
-    ),
-    "issuers": create_namespaced_resource("cert-manager.io", "v1", "Issuer", "issuers"),
-    "certificates": create_namespaced_resource(
-        "cert-manager.io", "v1", "Certificate", "certificates"
-    ),
-    "bundles": create_global_resource("trust.cert-manager.io", "v1alpha1", "Bundle", "bundles"),
-}
+# The product's configuration kinds.
+CONFIGURATION = (GATEWAYS, GATEWAY_CLASSES, ENVOY_PROXIES, ISSUERS, CERTIFICATES, BUNDLES)
 
 
-def _lists(h: Harness, resource: Any) -> bool:
-    try:
-        list(h.target.list(resource))
-    except ApiError:
-        return False
-    return True
+def _lists(h: Harness, api: ApiRef) -> bool:
+    with h.target_env.http_client() as http:
+        return http.get(collection_path(api)).status_code == 200
 
 
 def _quiet_lists(h: Harness) -> dict[str, float]:
@@ -158,8 +149,8 @@ def test_a_new_provided_stack_reads_its_own_writes_from_its_watches(
     provide_substrate(harness.target)
     # A CRD just applied is not listed at once: until it is, the watches
     # of its kind are failing, and the first reconcile reads around them.
-    for plural, resource in CONFIGURATION.items():
-        wait_for(f"{plural} listed", lambda r=resource: _lists(harness, r), deadline=60)
+    for api in CONFIGURATION:
+        wait_for(f"{api.resource} listed", lambda a=api: _lists(harness, a), deadline=60)
     before = client_requests_by_resource(harness.target_env, ("LIST",))
     harness.create({"components": "Provided", "gateway": {"hostname": "west.example.com"}})
     harness.start("--resync", "300")
@@ -172,5 +163,5 @@ def test_a_new_provided_stack_reads_its_own_writes_from_its_watches(
         for resource, n in after.items()
         if n > before.get(resource, 0.0)
     }
-    for kind in CONFIGURATION:
-        assert listed.get(kind) == 1, listed
+    for api in CONFIGURATION:
+        assert listed.get(api.resource) == 1, listed
