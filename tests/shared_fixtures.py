@@ -28,3 +28,18 @@ def upstream_dir() -> Path:
 def yaml_docs(path: Path) -> list[Any]:
     """Every document of a YAML file, as the safe loader reads it."""
     return list(yaml.load_all(path.read_text(), Loader=FAST_YAML))
+
+
+def charts_dir() -> Path:
+    """The real upstream charts' data files, ``<chart>/<version>/`` (see its README.md)."""
+    return upstream_dir().parent / "charts"
+
+
+def real_chart(chart: str, version: str) -> Path:
+    """One real chart's data folder; the calling test skips, naming it, when it is absent."""
+    import pytest
+
+    path = charts_dir() / chart / version
+    if not path.is_dir():
+        pytest.skip(f"the real chart data {path} is not there (../shared/fixtures/charts)")
+    return path
