@@ -190,8 +190,9 @@ def test_a_deleted_deployment_is_restored_with_correct(stack: Stack) -> None:
     # Restored by the operator's field manager, not by a helm upgrade.
     restored = _deployment(stack.h, CONTROLLER)
     assert restored is not None and restored.metadata is not None
-    applied = {f.manager for f in restored.metadata.managedFields or [] if f.operation == "Apply"}
-    assert applied == {FIELD_MANAGER}, applied
+    # Created again as Helm creates it (an Update), not server-side applied.
+    writers = {(f.manager, f.operation) for f in restored.metadata.managedFields or []}
+    assert writers == {(FIELD_MANAGER, "Update")}, writers
     releases = stack.h.helm_releases()
     assert releases["mp-cert-manager"]["revision"] == "1", releases["mp-cert-manager"]
     stack.h.wait_condition("Ready", "True", deadline=DEADLINE)
@@ -409,8 +410,9 @@ def test_a_deleted_service_then_webhook_configuration_each_come_back(stack: Stac
     assert took <= FOLLOWS_WITHIN, f"the webhook configuration came back after {took:.2f} s"
     restored = stack.h.target.get(ValidatingWebhookConfiguration, WEBHOOK_CONFIG)
     assert restored.metadata is not None
-    applied = {f.manager for f in restored.metadata.managedFields or [] if f.operation == "Apply"}
-    assert applied == {FIELD_MANAGER}, applied
+    # Created again as Helm creates it (an Update), not server-side applied.
+    writers = {(f.manager, f.operation) for f in restored.metadata.managedFields or []}
+    assert writers == {(FIELD_MANAGER, "Update")}, writers
     # From the stored manifest, not by a helm upgrade.
     assert stack.h.helm_releases()["mp-cert-manager"]["revision"] == "1"
     stack.h.wait_condition("Ready", "True", deadline=DEADLINE)

@@ -407,3 +407,26 @@ def test_a_custom_kind_named_deployment_is_not_the_workload() -> None:
     real = _deployment_body(replicas=3)
     [entry] = manifest_entries(yaml.safe_dump_all([custom, real]), "ns")
     assert entry.body["apiVersion"] == "apps/v1" and entry.workload.replicas == 3
+
+
+@pytest.mark.parametrize(
+    ("live", "apply_changes", "fields"),
+    [
+        # A field nobody owns, and a dry run of the restore would change the
+        # object: a hand edit.
+        (_live(0, 0), True, ["spec.replicas"]),
+        # Not asked (a webhook refused the dry run): ownership alone decides.
+        (_live(0, 0), None, ["spec.replicas"]),
+        # The dry run leaves the object as it is: the API server does not
+        # store the field (a zero value it drops, a feature gate's field).
+        (_live(0, 0), False, None),
+        # Deleted is deleted, whatever a dry run said of the object before.
+        (None, False, []),
+    ],
+)
+def test_a_field_nobody_owns_is_drift_only_if_a_restore_would_change_the_object(
+    live: WorkloadStatus | None, apply_changes: bool | None, fields: list[str] | None
+) -> None:
+    w = _workload(live, _without_replicas()).model_copy(update={"apply_changes": apply_changes})
+    found = drift_of(w, DriftMode.CORRECT)
+    assert (found.fields if found is not None else None) == fields

@@ -41,11 +41,12 @@ log = logging.getLogger("modelplane.operator")
 
 # Helm 3 writes a release's objects with Update operations under the name of
 # its binary ("helm"; pkg/kube/client.go, getManagedFieldsManager); the
-# operator restores one with server-side apply under its own manager.
+# operator restores one with a patch (Update) under its own manager
+# (``actions.restore``), and did with server-side apply (Apply) before.
 HELM_MANAGER = "helm"
 RELEASE_OWNERS = {
     HELM_MANAGER: frozenset({"Update", "Apply"}),
-    FIELD_MANAGER: frozenset({"Apply"}),
+    FIELD_MANAGER: frozenset({"Update", "Apply"}),
 }
 # A stack's releases run a few dozen workloads; past this many the rest are
 # not followed (a manifest that lists thousands is not one the catalog ships).
@@ -265,8 +266,9 @@ def release_workloads(manifests: list[ReleaseManifest], listed: Listed) -> list[
                 (o for o in objects if as_dict(o.get("metadata")).get("name") == e.watch.name),
                 None,
             )
-            status, owned = None, None
+            status, owned, version = None, None, ""
             if live is not None:
+                version = str(as_dict(live.get("metadata")).get("resourceVersion", ""))[:64]
                 # List items carry no apiVersion or kind of their own.
                 typed = {**live, "apiVersion": e.body["apiVersion"], "kind": e.body["kind"]}
                 status = WorkloadStatus.from_object(typed)
@@ -284,6 +286,7 @@ def release_workloads(manifests: list[ReleaseManifest], listed: Listed) -> list[
                     pods=[p for p in pods if p is not None],
                     owned=owned,
                     autoscaled=e.autoscaled,
+                    version=version,
                 )
             )
     return out

@@ -252,6 +252,7 @@ def release_others(
                 desired=e.body,
                 present=live is not None,
                 owned=fields_of(live, owners) if live is not None else None,
+                version=str(live.get("resourceVersion", ""))[:64] if live is not None else "",
                 data_owned_elsewhere=e.kind == "Secret",
                 held=refused_grant(e, by_release[release], namespace),
             )

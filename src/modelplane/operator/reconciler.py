@@ -31,6 +31,7 @@ from pydantic import ValidationError
 
 from modelplane.actions import claim
 from modelplane.actions.claim import Emit
+from modelplane.actions.dry_runs import DryRuns
 from modelplane.actions.helm import Helm
 from modelplane.api.models import ServingStack
 from modelplane.api.status_limits import LOG_MESSAGE
@@ -78,6 +79,7 @@ from modelplane.plan.capacity import TargetSummary
 from modelplane.plan.decisions import BlockedReason
 from modelplane.plan.health import Reason
 from modelplane.plan.observed import Observed
+from modelplane.plan.release_health import DriftMode
 from modelplane.untrusted import printable
 
 log = logging.getLogger("modelplane.operator")
@@ -158,6 +160,7 @@ class StackReconciler(StackActions, StackTeardown):
     # Managed mode: the releases' workloads (from their stored manifests,
     # decoded once per revision) and what is read of them; safe to lose.
     release_manifests: ReleaseManifests = field(default_factory=ReleaseManifests)
+    dry_runs: DryRuns = field(default_factory=DryRuns)
     release_watches: tuple[ReleaseWatch, ...] = ()
     release_collections: tuple[ReleaseCollection, ...] = ()
     # The release drift last reported by event (--release-drift=warn).
@@ -397,9 +400,13 @@ class StackReconciler(StackActions, StackTeardown):
             )
             self.release_watches, self.release_collections = watches, collections
             await read_release_objects(target.client, want, listed)
+        workloads = release_workloads(manifests, listed)
+        objects = release_others(others, listed, RELEASE_OWNERS)
+        if self.options.release_drift is not DriftMode.OFF:
+            workloads, objects = await self.dry_runs.settle(target.client, workloads, objects)
         update = {
-            "release_workloads": release_workloads(manifests, listed),
-            "release_objects": release_others(others, listed, RELEASE_OWNERS),
+            "release_workloads": workloads,
+            "release_objects": objects,
             "unjudged_releases": unjudged_releases(manifests),
             "refused_revisions": refused_revisions(manifests),
             "nodes": node_facts(listed.nodes),

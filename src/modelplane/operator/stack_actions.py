@@ -16,6 +16,7 @@ from modelplane.actions.apply import apply_object, create_namespace, fetch_manif
 from modelplane.actions.chart_crds import apply_chart_crds
 from modelplane.actions.claim import Emit
 from modelplane.actions.helm import Helm
+from modelplane.actions.restore import restore_object
 from modelplane.catalog.components import BY_NAME
 from modelplane.kube.client import Target
 from modelplane.observe.writes import Writes
@@ -59,10 +60,11 @@ class StackActions(ComponentFailures):
         for d in p.release_drift:
             if d.restore is not None and self._due(d.component):
                 # From the release's stored manifest, not by running helm: a
-                # forced server-side apply of the fields the manifest sets.
+                # patch of the fields the manifest sets, as Helm's upgrade
+                # sends (see actions.restore).
                 restored = await self._guard(
                     d.component,
-                    self._apply(target, d.restore, writes),
+                    self._restore(target, d.restore, writes),
                     what=f"restore of {d.shown}",
                 )
                 if restored:
@@ -82,6 +84,10 @@ class StackActions(ComponentFailures):
     @staticmethod
     async def _apply(target: Target, body: dict[str, Any], writes: Writes) -> None:
         writes.applied(body, await apply_object(target.client, body))
+
+    @staticmethod
+    async def _restore(target: Target, body: dict[str, Any], writes: Writes) -> None:
+        writes.applied(body, await restore_object(target.client, body))
 
     async def _apply_manifests(self, m: PlannedManifests, target: Target, writes: Writes) -> None:
         if m.url not in self.manifests:

@@ -13,7 +13,8 @@ managers own; this module decides, with no read and no clock of its own:
 - each workload's drift: deleted, or a field the manifest sets that neither
   Helm nor the operator owns any more (``plan.drift.drifted_fields``, the
   rule for the product's own objects: a field another manager only added is
-  left alone).
+  left alone) and that a restore would change (``apply_changes``, a dry run:
+  the API server stores no zero value its types omit, so nobody owns it).
 
 A revision whose manifest puts a workload outside the release's own
 namespace is refused (``outside_namespace``): none of its workloads is
@@ -96,6 +97,11 @@ class ReleaseWorkload(Frozen):
     # A HorizontalPodAutoscaler of the release scales it: its replicas are
     # the autoscaler's, neither drift nor a scale-down to report.
     autoscaled: bool = False
+    # The live object's resourceVersion ("" when not on the target), and
+    # whether restoring ``desired`` would change it, as a dry run of it
+    # answered (see ``drift_of``); None when not asked.
+    version: str = ""
+    apply_changes: bool | None = None
 
 
 class ReleaseObject(Frozen):
@@ -118,6 +124,9 @@ class ReleaseObject(Frozen):
     # Why a restore of it is refused whatever the mode (see
     # observe.release_others.refused_grant); "" when it may be restored.
     held: str = ""
+    # As ``ReleaseWorkload``'s.
+    version: str = ""
+    apply_changes: bool | None = None
 
 
 class ReleaseDrift(Frozen):
@@ -234,8 +243,34 @@ def nodes_expected(desired: Mapping[str, Any], nodes: Sequence[NodeFacts]) -> in
     return count
 
 
+def drift_candidates(
+    desired: Mapping[str, Any], owned: Mapping[str, Any], *, autoscaled: bool = False
+) -> list[str]:
+    """The fields ``desired`` sets that neither Helm nor the operator owns: drift, unless the
+    API server simply does not store them.
+
+    Ownership alone cannot tell a hand edit from a value the API server
+    drops: a chart's ``hostNetwork: false`` or an env var's ``value: ""``
+    (zero values the typed object omits), or a field whose feature gate is
+    off (a DeviceClass's ``extendedResourceName``), is stored by nobody, so
+    no manager owns it. Those candidates are settled by a dry run of the
+    manifest (``apply_changes``, asked by ``actions.dry_runs``).
+    """
+    return [
+        f
+        for f in drifted_fields(_pruned(desired), dict(owned))
+        if not (autoscaled and f == "spec.replicas")
+    ]
+
+
 def drift_of(w: ReleaseWorkload, mode: DriftMode) -> ReleaseDrift | None:
-    """The workload's drift from its manifest; None when there is none, or the mode is off."""
+    """The workload's drift from its manifest; None when there is none, or the mode is off.
+
+    A field no manager owns is drift only if applying the manifest would
+    change the live object: when a dry run of it said it would not
+    (``apply_changes`` False), the API server stores the manifest as the
+    object already is.
+    """
     if mode is DriftMode.OFF or w.manifest.key.kind is Kind.JOB:
         # A Job applied again runs again: that is no restore.
         return None
@@ -243,13 +278,9 @@ def drift_of(w: ReleaseWorkload, mode: DriftMode) -> ReleaseDrift | None:
     common = {"component": w.component, "release": w.release, "shown": w.manifest.key.shown}
     if w.live is None:
         return ReleaseDrift(**common, deleted=True, restore=restore)
-    if w.owned is None:
+    if w.owned is None or w.apply_changes is False:
         return None
-    fields = [
-        f
-        for f in drifted_fields(_pruned(w.desired), w.owned)
-        if not (w.autoscaled and f == "spec.replicas")
-    ]
+    fields = drift_candidates(w.desired, w.owned, autoscaled=w.autoscaled)
     if not fields:
         return None
     return ReleaseDrift(**common, fields=[printable(f, 256) for f in fields], restore=restore)
@@ -259,9 +290,9 @@ def object_drift(o: ReleaseObject, mode: DriftMode) -> ReleaseDrift | None:
     """A release object's drift from its manifest, by the workloads' rule; None if none.
 
     Deleted, or a field the manifest sets that neither Helm nor the operator
-    owns any more. A Secret is only ever recreated when it is gone, from the
-    manifest's body, never edited back: what a controller wrote into it
-    stays.
+    owns any more and that applying the manifest would change. A Secret is
+    only ever recreated when it is gone, from the manifest's body, never
+    edited back: what a controller wrote into it stays.
     """
     if mode is DriftMode.OFF:
         return None
@@ -269,9 +300,9 @@ def object_drift(o: ReleaseObject, mode: DriftMode) -> ReleaseDrift | None:
     common = {"component": o.component, "release": o.release, "shown": o.shown, "held": o.held}
     if not o.present:
         return ReleaseDrift(**common, deleted=True, restore=restore)
-    if o.owned is None or o.data_owned_elsewhere:
+    if o.owned is None or o.data_owned_elsewhere or o.apply_changes is False:
         return None
-    fields = drifted_fields(_pruned(o.desired), o.owned)
+    fields = drift_candidates(o.desired, o.owned)
     if not fields:
         return None
     return ReleaseDrift(**common, fields=[printable(f, 256) for f in fields], restore=restore)
