@@ -114,7 +114,6 @@ VALUES = [
             }
         ],
     ),
-    ("grove", "imagePullSecrets", PULL),
 ]
 
 
@@ -125,6 +124,34 @@ def test_the_release_values_carry_each_path(
     stack = "Standard" if component == "leader-worker-set" else "Dynamo"
     p = plan(make_stack(stack=stack), sources=MIRROR)
     assert _get(_values(p, component), path) == expected
+
+
+def test_grove_at_its_pin_gets_no_pull_secrets_and_the_plan_says_so(
+    make_stack: StackFactory,
+) -> None:
+    # grove-charts v0.1.0-alpha.12-rc2 (rc1's sources) reads no pull-secret value.
+    p = plan(make_stack(stack="Dynamo"), sources=MIRROR)
+    [grove] = [r for r in p.releases if r.component == "grove"]
+    assert "imagePullSecrets" not in grove.values
+    assert grove.refused == ["imagePullSecrets"]
+    said = (
+        "grove-charts v0.1.0-alpha.12-rc2 reads no pull-secret value, so its pods pull "
+        "without one (imagePullSecrets left unset)"
+    )
+    assert f"{said}." in p.notes
+    [component] = [c for c in p.components if c.name == "grove"]
+    assert said in component.message
+    # Every other release takes the Secrets where its chart reads them.
+    assert [r.component for r in p.releases if r.refused] == ["grove"]
+
+
+def test_grove_at_another_version_is_composed_unchecked(make_stack: StackFactory) -> None:
+    # The catalog does not know what another version reads (main reads
+    # imagePullSecrets), so nothing is refused there.
+    stack = make_stack(stack="Dynamo", dynamo={"grove": "v0.1.0-alpha.13"})
+    p = plan(stack, sources=MIRROR)
+    assert _get(_values(p, "grove"), "imagePullSecrets") == PULL
+    assert not any("pull-secret" in note for note in p.notes)
 
 
 def test_the_mirror_keeps_each_chart_values_of_its_own(make_stack: StackFactory) -> None:

@@ -17,6 +17,7 @@ from modelplane.catalog.images import (
     RegistryAndRepository,
     Repository,
 )
+from modelplane.catalog.types import ValuesRead
 from modelplane.plan.images import (
     MirrorRule,
     check_secret_names,
@@ -155,7 +156,10 @@ SITES = Images(
 
 
 def test_every_setting_shape_is_rewritten_in_its_own_values() -> None:
-    values, uses = image_values("c", SITES, "v1", parse_rules(["*=mirror.internal"]), ("pull",))
+    values, uses, refused = image_values(
+        "c", SITES, "v1", parse_rules(["*=mirror.internal"]), ("pull",)
+    )
+    assert refused == []
     assert values == {
         "image": {"repository": "mirror.internal/jetstack/cert-manager-controller"},
         "p": {"image": {"registry": "mirror.internal", "repository": "prometheus/prometheus"}},
@@ -179,16 +183,60 @@ def test_every_setting_shape_is_rewritten_in_its_own_values() -> None:
 
 
 def test_without_rules_nothing_is_set() -> None:
-    values, uses = image_values("c", SITES, "v1", ())
+    values, uses, _ = image_values("c", SITES, "v1", ())
     assert values == {}
     assert all(u.mirrored is None for u in uses)
 
 
 def test_a_rule_inside_a_prefix_cannot_move_it() -> None:
     rules = parse_rules(["ghcr.io/kai/kai/operator=mirror.internal/op"])
-    values, uses = image_values("c", SITES, "v1", rules)
+    values, uses, _ = image_values("c", SITES, "v1", rules)
     assert "global" not in values
     assert {u.image: u.mirrored for u in uses}["ghcr.io/kai/kai/operator:v1"] is None
+
+
+# A chart version that reads every path of SITES but the prometheus registry
+# and one of the two pull-secret lists.
+PARTLY = ValuesRead(
+    "v1",
+    (
+        "image.repository",
+        "p.image.repository",
+        "global.images",
+        "global.registry",
+        "global.imagePullSecrets",
+        "deployment.env",
+    ),
+)
+
+
+def test_a_path_the_chart_does_not_read_is_refused_not_set() -> None:
+    values, uses, refused = image_values(
+        "c", SITES, "v1", parse_rules(["*=mirror.internal"]), ("pull",), PARTLY
+    )
+    assert refused == ["p.image.registry", "extra.secrets"]
+    # Half a setting would move half an image: its repository is not set either.
+    assert "p" not in values and "extra" not in values
+    assert values["global"]["imagePullSecrets"] == [{"name": "pull"}]
+    # The image whose setting is half ignored is not moved, and says so.
+    prometheus = {u.image: u for u in uses}["quay.io/prometheus/prometheus:v3.11.3"]
+    assert (prometheus.mirrored, prometheus.settable) == (None, False)
+
+
+def test_without_rules_an_ignored_setting_refuses_nothing() -> None:
+    values, uses, refused = image_values("c", SITES, "v1", (), reads=PARTLY)
+    assert (values, refused) == ({}, [])
+    assert not {u.image: u for u in uses}["quay.io/prometheus/prometheus:v3.11.3"].settable
+
+
+def test_a_chart_that_reads_no_pull_secret_path_gets_none() -> None:
+    reads = ValuesRead("v1", ("image.repository",))
+    site = Images(sites=SITES.sites[:1], pull_secrets=PullSecrets(("imagePullSecrets",)))
+    values, _, refused = image_values(
+        "c", site, "v1", parse_rules(["*=mirror.internal"]), ("pull",), reads
+    )
+    assert values == {"image": {"repository": "mirror.internal/jetstack/cert-manager-controller"}}
+    assert refused == ["imagePullSecrets"]
 
 
 def test_merge_keeps_what_the_overlay_does_not_name() -> None:
@@ -202,7 +250,7 @@ OWN = Images(sites=(PROXY, ImageSite("docker.io/envoyproxy/gateway:{version}", N
 
 
 def test_a_product_objects_image_is_not_a_chart_value() -> None:
-    values, uses = image_values("eg", OWN, "v1", parse_rules(["*=mirror.internal"]))
+    values, uses, _ = image_values("eg", OWN, "v1", parse_rules(["*=mirror.internal"]))
     assert values == {}
     assert [u.image for u in uses] == ["docker.io/envoyproxy/gateway:v1"]
 

@@ -23,6 +23,7 @@ from modelplane.plan.pull_secrets import (
     missing,
     needed,
     object_namespace,
+    pulls_without,
 )
 from modelplane.plan.sources import Sources
 
@@ -182,3 +183,33 @@ def test_with_rules_only_the_moved_components_need_the_secrets(make_stack: Stack
         "nvidia-dra-driver-gpu",
         "modelexpress-crds",
     }
+
+
+@pytest.mark.parametrize(
+    ("pull", "refused", "without"),
+    [
+        (PullSecrets(("imagePullSecrets",)), ["imagePullSecrets"], True),
+        (PullSecrets(("imagePullSecrets",)), [], False),
+        (PullSecrets(("imagePullSecrets",)), ["image.repository"], False),
+        # One of two read: the pods it reaches still name the Secrets.
+        (PullSecrets(("a.imagePullSecrets", "b.imagePullSecrets")), ["a.imagePullSecrets"], False),
+        # The product's own objects: no chart path to refuse.
+        (PullSecrets((), namespaces=("default",)), [], False),
+        (None, ["imagePullSecrets"], False),
+    ],
+)
+def test_a_chart_pulls_without_the_secrets_only_when_it_reads_none_of_their_paths(
+    pull: PullSecrets | None, refused: list[str], without: bool
+) -> None:
+    assert pulls_without(pull, refused) is without
+
+
+def test_grove_at_its_pin_needs_no_secret_in_its_namespace(make_stack: StackFactory) -> None:
+    # grove-charts v0.1.0-alpha.12-rc2 reads no pull-secret value: its pods name
+    # none, so grove-system is not asked for one; the notes say why.
+    p = plan(make_stack(stack="Dynamo"), Observed(pull_secrets={"regcred": []}), SOURCES)
+    needing = {m.component for m in p.missing_pull_secrets}
+    assert "grove" not in needing
+    assert "kai-scheduler" in needing
+    assert "PullSecretMissing" not in _messages(p)["grove"]
+    assert "reads no pull-secret value" in _messages(p)["grove"]

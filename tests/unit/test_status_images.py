@@ -73,3 +73,20 @@ def test_the_crd_bounds_the_new_field() -> None:
     field = root["properties"]["status"]["properties"]["imageMirrors"]
     assert field["maxItems"] == status_limits.LISTS["imageMirrors"]
     assert field["items"]["maxLength"] == status_limits.STRINGS["imageMirrors[]"]
+
+
+def test_a_component_whose_chart_reads_no_pull_secret_says_so_in_its_status() -> None:
+    # grove-charts at its pin reads no pull-secret value: the operator's status
+    # says its pods pull without one, where each component's state is read.
+    from modelplane.pins import Stack
+    from modelplane.plan import Observed, plan
+    from modelplane.plan.sources import Sources
+
+    spec = STACK.spec.model_copy(update={"stack": Stack.DYNAMO})
+    dynamo = STACK.model_copy(update={"spec": spec})
+    p = plan(dynamo, Observed(), Sources(image_pull_secrets=("regcred",)))
+    status = bounded(desired_status(Outcome(plan=p), 3))
+    messages = {c["name"]: c["message"] for c in status["components"]}
+    assert "grove-charts v0.1.0-alpha.12-rc2 reads no pull-secret value" in messages["grove"]
+    assert "pull-secret value" not in messages["kai-scheduler"]
+    _conforms(status, _status_schema())

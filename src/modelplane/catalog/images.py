@@ -176,6 +176,15 @@ class ProductObject:
 Setting = Repository | RegistryAndRepository | Reference | Prefix | EnvEntry | ProductObject
 
 
+def setting_paths(setting: Setting | None) -> tuple[str, ...]:
+    """The chart values paths a setting writes; none for the product's own objects."""
+    if isinstance(setting, RegistryAndRepository):
+        return (setting.registry, setting.repository)
+    if isinstance(setting, Repository | Reference | Prefix | EnvEntry):
+        return (setting.path,)
+    return ()
+
+
 @dataclass(frozen=True)
 class ImageSite:
     """One image a component runs, and where it is set.

@@ -192,6 +192,36 @@ class CrdPlacement(StrEnum):
 
 
 @dataclass(frozen=True)
+class ValuesRead:
+    """The values paths one version of a chart reads, of those the product can set.
+
+    Not the chart's whole values: at least every path the product may
+    compose for it (its fixed values, the image settings a mirror rewrites,
+    the pull-secret paths). A path is read with everything under it
+    (``config.envoyGateway`` is rendered whole into one document). The plan
+    sets no value outside these, and says so: Helm takes a value no
+    template reads without a word, so the setting would fail silently.
+
+    ``paths`` are each in the chart's values.yaml at that version (or a
+    subchart's, or its values.schema.json), which the real chart data
+    checks. ``unlisted`` are read by a template though values.yaml does not
+    list them (commented out, or read defensively), each with the source
+    that says so: the chart's data files alone cannot show it.
+    """
+
+    version: str
+    paths: tuple[str, ...]
+    unlisted: tuple[tuple[str, str], ...] = ()  # (path, where a template reads it)
+
+    def reads(self, path: str) -> bool:
+        """Whether the chart reads ``path``: it, or a path it lies under, is read."""
+        return any(
+            path == read or path.startswith(f"{read}.")
+            for read in (*self.paths, *(p for p, _ in self.unlisted))
+        )
+
+
+@dataclass(frozen=True)
 class ChartSource:
     """Where a chart comes from: a classic HTTP repository or an OCI registry."""
 
@@ -199,6 +229,18 @@ class ChartSource:
     repository: str  # https://... (index.yaml) or oci://registry/path (without the chart)
     # Where the chart keeps its CRDs (upstream-facts.md, per component).
     crds: CrdPlacement = CrdPlacement.NONE
+    # What the chart reads at the versions the catalog knows (the pin at
+    # least). At another version its values are composed unchecked: what
+    # it reads is not known, so nothing is refused.
+    reads: tuple[ValuesRead, ...] = ()
+
+    def __post_init__(self) -> None:
+        versions = [r.version for r in self.reads]
+        if len(set(versions)) != len(versions):
+            raise ValueError(f"{self.chart}: two ValuesRead records for one version")
+
+    def reads_at(self, version: str) -> ValuesRead | None:
+        return next((r for r in self.reads if r.version == version), None)
 
 
 @dataclass(frozen=True)

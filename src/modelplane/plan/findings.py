@@ -1,4 +1,5 @@
-"""What the plan finds on the target: requirements, advisories, versions, GPUs.
+"""What the plan finds on the target and in its pins: requirements, advisories, versions,
+values a chart does not read, GPUs.
 
 A requirement decides RequirementsMet; an advisory never does. Every
 message built from what the target holds is made printable and cut here.
@@ -11,9 +12,11 @@ from typing import Any
 from modelplane.catalog.advisories import MAX_MESSAGE
 from modelplane.catalog.types import Component, CRDServes, ObjectExists, Requirement
 from modelplane.plan.capacity import GpuAvailability, gpu_findings, gpus_available
+from modelplane.plan.chart_values import refused_message
 from modelplane.plan.gateway import BUNDLE_TITLE, bundle_finding, not_programmed
 from modelplane.plan.model import (
     CONFIGURATION,
+    PlannedRelease,
     RequirementResult,
     RequirementStatus,
     Severity,
@@ -95,6 +98,20 @@ def mirror_advisories(
             )
         )
     return results
+
+
+def refused_values(components: list[Component], releases: list[PlannedRelease]) -> dict[str, str]:
+    """Component -> what the values its chart does not read, left unset, mean; plan order."""
+    by_name = {c.name: c for c in components}
+    out: dict[str, str] = {}
+    for release in releases:
+        if not release.refused:
+            continue
+        pull = by_name[release.component].images.pull_secrets
+        out[release.component] = refused_message(
+            release.chart, release.version, release.refused, pull.paths if pull else ()
+        )
+    return out
 
 
 def version_warnings(components: list[Component], spec: Any) -> list[VersionWarning]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from pydantic import BaseModel, ConfigDict
 
@@ -30,8 +30,10 @@ from modelplane.catalog.images import (
     Repository,
     Runs,
     is_host,
+    setting_paths,
     split_repository,
 )
+from modelplane.catalog.types import ValuesRead
 
 ANY_REGISTRY = "*"
 MAX_RULE = 512
@@ -162,7 +164,8 @@ class ImageUse(BaseModel):
     mirrored: str | None = None  # None: no rule names it, or nothing sets it
     rule: str | None = None
     runs: Runs = Runs.ALWAYS
-    settable: bool = True  # False: nothing in the chart sets it, so it is never rewritten
+    # False: nothing the chart reads at its version sets it, so it is never rewritten.
+    settable: bool = True
     note: str = ""
 
 
@@ -188,32 +191,55 @@ def merge(base: Values, overlay: Values) -> Values:
     return out
 
 
+class ChartImages(NamedTuple):
+    """What a chart's images make of its values: the overlay, every image, what was left out."""
+
+    values: Values
+    uses: list[ImageUse]
+    # The paths the rules or the pull Secrets would set that the chart at
+    # this version does not read (plan.chart_values): left unset.
+    refused: list[str]
+
+
 def image_values(
     component: str,
     images: Images,
     version: str,
     rules: Sequence[MirrorRule],
     pull_secrets: Sequence[str] = (),
-) -> tuple[Values, list[ImageUse]]:
+    reads: ValuesRead | None = None,
+) -> ChartImages:
     """The values that put a chart's images in the mirror, and every image, listed.
 
     Without rules nothing is set, so an install without a mirror keeps the
-    values (and the digest) it always had.
+    values (and the digest) it always had. A path the chart does not read
+    (``reads``, when known) is not set: an image whose setting it ignores is
+    not moved, and is listed as nothing the product sets moves.
     """
     values: Values = {}
     uses: list[ImageUse] = []
+    refused: list[str] = []
     for site in images.sites:
         if isinstance(site.setting, ProductObject):
             continue  # not the chart's: see product_images
         default = site.default(version)
+        ignored = [
+            p for p in setting_paths(site.setting) if reads is not None and not reads.reads(p)
+        ]
         moved = _moved(site, default, rules)
-        uses.append(_use(component, site, default, moved))
+        if moved is not None and ignored:
+            refused += ignored
+            moved = None
+        uses.append(_use(component, site, default, moved, settable=not ignored))
         if moved is not None:
             _set(values, site, moved[0])
     if pull_secrets and images.pull_secrets is not None and takes_pull_secrets(uses, rules):
         for path in images.pull_secrets.paths:
-            set_path(values, path, [{"name": name} for name in pull_secrets])
-    return values, uses
+            if reads is None or reads.reads(path):
+                set_path(values, path, [{"name": name} for name in pull_secrets])
+            else:
+                refused.append(path)
+    return ChartImages(values, uses, refused)
 
 
 def product_images(
@@ -252,7 +278,11 @@ def takes_pull_secrets(uses: Sequence[ImageUse], rules: Sequence[MirrorRule]) ->
 
 
 def _use(
-    component: str, site: ImageSite, default: ImageRef, moved: tuple[ImageRef, MirrorRule] | None
+    component: str,
+    site: ImageSite,
+    default: ImageRef,
+    moved: tuple[ImageRef, MirrorRule] | None,
+    settable: bool = True,
 ) -> ImageUse:
     return ImageUse(
         component=component,
@@ -260,7 +290,7 @@ def _use(
         mirrored=str(moved[0]) if moved else None,
         rule=str(moved[1]) if moved else None,
         runs=site.runs,
-        settable=site.setting is not None,
+        settable=settable and site.setting is not None,
         note=site.note,
     )
 

@@ -70,6 +70,9 @@ class PlannedRelease(Frozen):
     waiting_for: list[str] = Field(default_factory=list)
     # Every image the release runs, before and after the mirror rules.
     images: list[ImageUse] = Field(default_factory=list)
+    # The values paths the product would set that the chart at this version
+    # does not read (plan.chart_values): left unset, and said in the notes.
+    refused: list[str] = Field(default_factory=list)
 
 
 class PlannedManifests(Frozen):

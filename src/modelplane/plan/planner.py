@@ -134,6 +134,9 @@ def plan(
 
     version_warnings = findings.version_warnings(components, spec)
     out_of_range = {w.component: w.message for w in version_warnings}
+    # Values a chart does not read are left unset (plan.chart_values): the
+    # notes and the component's message say what that means.
+    refused = findings.refused_values(components, releases)
     component_plans = [
         _component_plan(
             c,
@@ -146,6 +149,7 @@ def plan(
             spec_version=c.version_for(spec),
             held_at=held.get(c.name),
             warning=out_of_range.get(c.name),
+            refused=refused.get(c.name),
             pull=(
                 pull_secrets.component_message(missing_by_component[c.name])
                 if c.name in missing_by_component
@@ -174,7 +178,9 @@ def plan(
         manifests=manifests,
         objects=objects,
         requirements=requirements + advisories,
-        notes=_notes(stack) + [w.message for w in version_warnings],
+        notes=_notes(stack)
+        + [w.message for w in version_warnings]
+        + [f"{message}." for message in refused.values()],
         gateway=GatewayReport(
             address=published_address(observed.gateway_addresses),
             ca_certificate=ca_certificate,
@@ -248,6 +254,7 @@ def _missing_pull_secrets(
     # A chart's pods are the product's only where it installs the chart; the
     # product's own components are applied in both modes.
     installed = {r.component for r in releases}
+    refused = {r.component: r.refused for r in releases}
     uses: dict[str, list[ImageUse]] = {}
     for use in [u for r in releases for u in r.images] + product_uses:
         uses.setdefault(use.component, []).append(use)
@@ -257,6 +264,8 @@ def _missing_pull_secrets(
             for c in components
             if (c.name in installed or c.role == "config")
             and takes_pull_secrets(uses.get(c.name, []), sources.image_mirrors)
+            # A chart that reads none of its pull-secret paths names no Secret.
+            and not pull_secrets.pulls_without(c.images.pull_secrets, refused.get(c.name, []))
         ],
         # Held ones too: an object waiting for its API runs its pods once it is served.
         [(o.component, o.object) for o in objects],
@@ -275,6 +284,7 @@ def _component_plan(
     spec_version: str,
     held_at: str | None = None,
     warning: str | None = None,
+    refused: str | None = None,
     pull: str | None = None,
 ) -> ComponentPlan:
     provided = component.role == "substrate" and not managed
@@ -304,7 +314,7 @@ def _component_plan(
             component.chart.repository if component.chart else None,
         ),
         state=state,
-        message="; ".join(m for m in (message, warning, pull) if m),
+        message="; ".join(m for m in (message, warning, refused, pull) if m),
     )
 
 

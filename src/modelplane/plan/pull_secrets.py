@@ -17,6 +17,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from modelplane.catalog.advisories import listed
+from modelplane.catalog.images import PullSecrets
 from modelplane.catalog.types import Component
 
 # The reason a component's message and the condition give.
@@ -50,6 +51,16 @@ def component_namespaces(component: Component) -> tuple[str, ...]:
     if pull is None:
         return ()
     return tuple(ns for ns in dict.fromkeys((component.namespace, *pull.namespaces)) if ns)
+
+
+def pulls_without(pull: PullSecrets | None, refused: Sequence[str]) -> bool:
+    """Whether a chart's pods take none of the pull Secrets: it reads none of their paths.
+
+    ``refused`` are the release's values paths the chart does not read
+    (plan.chart_values). Such a component's namespaces need not hold the
+    Secrets; the plan's notes say its pods pull without them.
+    """
+    return pull is not None and bool(pull.paths) and all(p in refused for p in pull.paths)
 
 
 def object_namespace(body: Mapping[str, Any]) -> str | None:

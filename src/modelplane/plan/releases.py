@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from modelplane.catalog.types import Component
+from modelplane.plan.chart_values import readable
 from modelplane.plan.images import image_values, merge
 from modelplane.plan.model import PlannedRelease, ReleaseAction, ReleaseState
 from modelplane.plan.observed import Observed, ObservedRelease
@@ -59,14 +60,19 @@ def planned_release(
     enabled: set[str],
 ) -> PlannedRelease:
     assert component.chart is not None
-    overlay, images = image_values(
+    # What the chart reads at this version; unknown (None) at a version the
+    # catalog has no record of, and then nothing is refused.
+    reads = component.chart.reads_at(version)
+    images = image_values(
         component.name,
         component.images,
         version,
         sources.image_mirrors,
         sources.image_pull_secrets,
+        reads,
     )
-    values = merge(component.values(spec), overlay)
+    fixed, refused = readable(component.values(spec), reads)
+    values = merge(fixed, images.values)
     desired = digest({"chart": component.chart.chart, "version": version, "values": values})
     seen = observed.releases.get(component.release_name)
     state = release_state(desired, seen)
@@ -93,5 +99,6 @@ def planned_release(
         state=state,
         action=action,
         waiting_for=waiting if action is ReleaseAction.WAIT else [],
-        images=images,
+        images=images.uses,
+        refused=[*refused, *images.refused],
     )

@@ -16,7 +16,7 @@ from modelplane.catalog.components._common import (
     ENVOY_OCI,
 )
 from modelplane.catalog.images import Images, ImageSite, PullSecrets, Repository, Runs
-from modelplane.catalog.types import ChartSource, Component, Values, Workloads
+from modelplane.catalog.types import ChartSource, Component, Values, ValuesRead, Workloads
 
 if TYPE_CHECKING:
     from modelplane.api.spec import ServingStackSpec
@@ -51,6 +51,21 @@ IMAGES = Images(
 )
 
 
+# What the chart reads at the pin, of what the product can set: its fixed
+# values and images.md §6 (global.imagePullSecrets is only a fallback).
+READS = ValuesRead(
+    VERSION,
+    (
+        "controller.fullnameOverride",
+        "envoyGateway.namespace",
+        "controller.image.repository",
+        "extProc.image.repository",
+        "controller.imagePullSecrets",
+        "extProc.imagePullSecrets",
+    ),
+)
+
+
 def _values(_spec: ServingStackSpec) -> Values:
     # Pin the controller's name so its Service answers at AI_GATEWAY_FQDN, and
     # bind InferencePool read access to Envoy Gateway's own namespace.
@@ -67,7 +82,7 @@ COMPONENT = Component(
     version=VERSION,
     order=80,
     stacks=BOTH,
-    chart=ChartSource("ai-gateway-helm", ENVOY_OCI),
+    chart=ChartSource("ai-gateway-helm", ENVOY_OCI, reads=(READS,)),
     values=_values,
     images=IMAGES,
     depends_on=(ai_gateway_crds.COMPONENT.name, envoy_gateway.COMPONENT.name),

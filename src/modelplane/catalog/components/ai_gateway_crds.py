@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 from modelplane.catalog.components._common import AI_GATEWAY_NAMESPACE, BOTH, ENVOY_OCI
-from modelplane.catalog.types import ChartSource, Component, CrdPlacement, CRDServes
+from modelplane.catalog.types import ChartSource, Component, CrdPlacement, CRDServes, ValuesRead
 
 # The AI Gateway release: these CRDs and the controller (ai_gateway) share it.
 VERSION = "v1.1.0"
+
+# The product sets no value of this chart: at the pin, anything it would set
+# is refused.
+READS = ValuesRead(VERSION, ())
 
 COMPONENT = Component(
     name="ai-gateway-crds",
@@ -15,7 +19,9 @@ COMPONENT = Component(
     version=VERSION,
     order=70,
     stacks=BOTH,
-    chart=ChartSource("ai-gateway-crds-helm", ENVOY_OCI, crds=CrdPlacement.TEMPLATES),
+    chart=ChartSource(
+        "ai-gateway-crds-helm", ENVOY_OCI, crds=CrdPlacement.TEMPLATES, reads=(READS,)
+    ),
     wait=True,
     requirements=(
         CRDServes(

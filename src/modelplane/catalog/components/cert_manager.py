@@ -13,6 +13,7 @@ from modelplane.catalog.types import (
     CrdPlacement,
     CRDServes,
     Values,
+    ValuesRead,
     Workloads,
 )
 
@@ -66,6 +67,22 @@ IMAGES = Images(
 )
 
 
+# What the chart reads at the pin, of what the product can set: its fixed
+# value, the image repositories and the one pull-secret list (images.md §1).
+READS = ValuesRead(
+    VERSION,
+    (
+        "crds.enabled",
+        "image.repository",
+        "webhook.image.repository",
+        "cainjector.image.repository",
+        "startupapicheck.image.repository",
+        "acmesolver.image.repository",
+        "global.imagePullSecrets",
+    ),
+)
+
+
 def _values(_spec: ServingStackSpec) -> Values:
     # CRDs are kept on uninstall so finalizers on composed Certificates and
     # Issuers can still be released (upstream-facts §1).
@@ -81,7 +98,7 @@ COMPONENT = Component(
     version_field="versions.certManager",
     version_description="cert-manager chart version.",
     stacks=BOTH,
-    chart=ChartSource("cert-manager", JETSTACK, crds=CrdPlacement.TEMPLATES),
+    chart=ChartSource("cert-manager", JETSTACK, crds=CrdPlacement.TEMPLATES, reads=(READS,)),
     values=_values,
     images=IMAGES,
     wait=True,

@@ -28,6 +28,7 @@ from modelplane.catalog.types import (
     CrdPlacement,
     CRDServes,
     Values,
+    ValuesRead,
     VersionRange,
     Workloads,
 )
@@ -81,6 +82,21 @@ IMAGES = Images(
     pull_secrets=PullSecrets(
         ("global.imagePullSecrets",),
         note="the proxy pods pull with the EnvoyProxy's envoyDeployment.pod.imagePullSecrets",
+    ),
+)
+
+
+# What the chart reads at the pin, of what the product can set (images.md §5).
+# config.envoyGateway is read whole: the chart renders it as the EnvoyGateway
+# document of the envoy-gateway-config ConfigMap, so extensionManager, which
+# its values.yaml does not list, reaches the controller all the same.
+READS = ValuesRead(
+    VERSION,
+    (
+        "config.envoyGateway",
+        "global.images.envoyGateway.image",
+        "global.images.ratelimit.image",
+        "global.imagePullSecrets",
     ),
 )
 
@@ -146,7 +162,7 @@ COMPONENT = Component(
         "v1.8 cannot route to an InferencePool",
     ),
     stacks=BOTH,
-    chart=ChartSource("gateway-helm", ENVOY_OCI, crds=CrdPlacement.SUBCHART),
+    chart=ChartSource("gateway-helm", ENVOY_OCI, crds=CrdPlacement.SUBCHART, reads=(READS,)),
     values=_values,
     images=IMAGES,
     depends_on=(cert_manager.COMPONENT.name,),

@@ -11,6 +11,7 @@ from modelplane.catalog.types import (
     Component,
     CrdPlacement,
     CRDServes,
+    ValuesRead,
     VersionRange,
     Workloads,
 )
@@ -44,8 +45,19 @@ IMAGES = Images(
             "crdInstaller.enabled",
         ),
     ),
-    # main has it (grove#745); rc1 has no pull-secret value at all.
+    # main reads it (grove#745, the operator pod); rc1 has no pull-secret value
+    # at all, and the pin reads none (READS): the plan refuses to set it there.
     pull_secrets=PullSecrets(("imagePullSecrets",)),
+)
+
+# What the chart reads at the pin, of what the product can set: its image
+# settings (IMAGES). The pinned rc2 was built from the rc1 sources (rc2 is not
+# tagged among the tags read; shared/fixtures/charts/README.md), and at rc1 no
+# template reads imagePullSecrets (images.md §10), so it is not here: under
+# --image-pull-secret the operator pod pulls without one, and the plan says so.
+READS = ValuesRead(
+    VERSION,
+    ("image.repository", "deployment.env", "crdInstaller.image.repository"),
 )
 
 COMPONENT = Component(
@@ -63,7 +75,12 @@ COMPONENT = Component(
         "prepending them (grove#753), so MODELPLANE_LEADER_ADDRESS cannot be aliased to them",
     ),
     stacks=DYNAMO,
-    chart=ChartSource("grove-charts", "oci://ghcr.io/ai-dynamo/grove", crds=CrdPlacement.CRDS_DIR),
+    chart=ChartSource(
+        "grove-charts",
+        "oci://ghcr.io/ai-dynamo/grove",
+        crds=CrdPlacement.CRDS_DIR,
+        reads=(READS,),
+    ),
     images=IMAGES,
     depends_on=(kai_scheduler.COMPONENT.name,),
     requirements=(

@@ -22,6 +22,7 @@ from modelplane.catalog.types import (
     CrdPlacement,
     CRDServes,
     Finding,
+    ValuesRead,
     Workloads,
 )
 
@@ -69,6 +70,10 @@ IMAGES = Images(
     # Also handed to every operand through kai-config's additionalImagePullSecrets.
     pull_secrets=PullSecrets(("global.imagePullSecrets",)),
 )
+
+# What the chart reads at the pin, of what the product can set (images.md §9):
+# the one prefix every image hangs from and the one pull-secret list.
+READS = ValuesRead(VERSION, ("global.registry", "global.imagePullSecrets"))
 
 # ---- its advisory kinds --------------------------------------------------------
 
@@ -131,7 +136,10 @@ COMPONENT = Component(
     version_description="KAI Scheduler chart version.",
     stacks=DYNAMO,
     chart=ChartSource(
-        "kai-scheduler", "oci://ghcr.io/kai-scheduler/kai-scheduler", crds=CrdPlacement.CRDS_DIR
+        "kai-scheduler",
+        "oci://ghcr.io/kai-scheduler/kai-scheduler",
+        crds=CrdPlacement.CRDS_DIR,
+        reads=(READS,),
     ),
     images=IMAGES,
     wait=True,

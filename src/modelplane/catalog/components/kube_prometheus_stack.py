@@ -31,6 +31,7 @@ from modelplane.catalog.types import (
     CRDServes,
     Finding,
     Values,
+    ValuesRead,
     Workloads,
 )
 from modelplane.wire import ApiRef
@@ -204,6 +205,64 @@ IMAGES = Images(
 )
 
 
+def _pair(prefix: str) -> tuple[str, str]:
+    return (f"{prefix}.registry", f"{prefix}.repository")
+
+
+# What the chart reads at the pin, of what the product can set: its fixed
+# values, each image's registry and repository (images.md §2; a subchart's
+# under its name, from its own values.yaml) and global.imagePullSecrets.
+READS = ValuesRead(
+    VERSION,
+    (
+        "fullnameOverride",
+        "grafana.enabled",
+        "alertmanager.enabled",
+        "prometheus.prometheusSpec.podMonitorSelectorNilUsesHelmValues",
+        "prometheus.prometheusSpec.podMonitorNamespaceSelector",
+        "prometheus.prometheusSpec.additionalScrapeConfigs",
+        "global.imagePullSecrets",
+        *_pair(f"{_OPERATOR}.image"),
+        *_pair(f"{_OPERATOR}.prometheusConfigReloader.image"),
+        *_pair(f"{_OPERATOR}.admissionWebhooks.patch.image"),
+        *_pair(f"{_OPERATOR}.admissionWebhooks.deployment.image"),
+        *_pair(f"{_OPERATOR}.thanosImage"),
+        *_pair("prometheus.prometheusSpec.image"),
+        *_pair("alertmanager.alertmanagerSpec.image"),
+        *_pair("thanosRuler.thanosRulerSpec.image"),
+        *_pair("crds.upgradeJob.image.busybox"),
+        *_pair("crds.upgradeJob.image.kubectl"),
+        *_pair("kube-state-metrics.image"),
+        *_pair("kube-state-metrics.kubeRBACProxy.image"),
+        *_pair("prometheus-node-exporter.image"),
+        *_pair("prometheus-node-exporter.kubeRBACProxy.image"),
+        *_pair("prometheus-node-exporter.permissionInitContainer.image"),
+        *_pair("grafana.image"),
+        *_pair("grafana.sidecar.image"),
+        *_pair("grafana.testFramework.image"),
+        *_pair("grafana.initChownData.image"),
+        *_pair("grafana.downloadDashboardsImage"),
+        *_pair("grafana.imageRenderer.image"),
+    ),
+    # Commented out in values.yaml, so the chart's data files cannot show the
+    # read; images.md §2 (kube-prometheus-stack-84.4.0 templates/prometheus-
+    # operator/deployment.yaml) has the operator's Deployment pass each to a
+    # --prometheus-/--alertmanager-default-base-image flag when it is set.
+    unlisted=tuple(
+        (
+            f"{_OPERATOR}.{name}",
+            "templates/prometheus-operator/deployment.yaml renders the operator's "
+            "--*-default-base-image flags from it when set (images.md §2)",
+        )
+        for name in (
+            "prometheusDefaultBaseImage",
+            "prometheusDefaultBaseImageRegistry",
+            "alertmanagerDefaultBaseImage",
+            "alertmanagerDefaultBaseImageRegistry",
+        )
+    ),
+)
+
 # ---- its advisory kinds --------------------------------------------------------
 
 
@@ -298,6 +357,7 @@ COMPONENT = Component(
         "kube-prometheus-stack",
         "https://prometheus-community.github.io/helm-charts",
         crds=CrdPlacement.SUBCHART,
+        reads=(READS,),
     ),
     values=_values,
     images=IMAGES,

@@ -5,7 +5,14 @@ from __future__ import annotations
 from modelplane.catalog.advisories import WorkloadsAvailable
 from modelplane.catalog.components._common import STANDARD
 from modelplane.catalog.images import Images, ImageSite, PullSecrets, Repository
-from modelplane.catalog.types import ChartSource, Component, CrdPlacement, CRDServes, Workloads
+from modelplane.catalog.types import (
+    ChartSource,
+    Component,
+    CrdPlacement,
+    CRDServes,
+    ValuesRead,
+    Workloads,
+)
 
 VERSION = "v0.8.0"
 
@@ -18,6 +25,9 @@ IMAGES = Images(
     pull_secrets=PullSecrets(("imagePullSecrets",)),
 )
 
+# What the chart reads at the pin, of what the product can set (images.md §8).
+READS = ValuesRead(VERSION, ("image.manager.repository", "imagePullSecrets"))
+
 COMPONENT = Component(
     name="leader-worker-set",
     summary="LeaderWorkerSet, for multi-node engines on the Standard stack.",
@@ -27,7 +37,9 @@ COMPONENT = Component(
     version_field="standard.leaderWorkerSet",
     version_description="LeaderWorkerSet chart version.",
     stacks=STANDARD,
-    chart=ChartSource("lws", "oci://registry.k8s.io/lws/charts", crds=CrdPlacement.CRDS_DIR),
+    chart=ChartSource(
+        "lws", "oci://registry.k8s.io/lws/charts", crds=CrdPlacement.CRDS_DIR, reads=(READS,)
+    ),
     images=IMAGES,
     requirements=(
         CRDServes(

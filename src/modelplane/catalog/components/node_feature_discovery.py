@@ -18,6 +18,7 @@ from modelplane.catalog.types import (
     Finding,
     GpuNodes,
     Values,
+    ValuesRead,
     Workloads,
 )
 
@@ -77,6 +78,11 @@ class GpuNodesLabelled:
         )
 
 
+# What the chart reads at the pin, of what the product can set (images.md §3).
+# imagePullSecrets wins over global.imagePullSecrets, so the product sets it.
+READS = ValuesRead(VERSION, ("worker.tolerations", "image.repository", "imagePullSecrets"))
+
+
 def _values(_spec: ServingStackSpec) -> Values:
     # Without the toleration the worker never labels tainted GPU nodes, the
     # DRA kubelet plugin never schedules there, and claims stay pending.
@@ -100,6 +106,7 @@ COMPONENT = Component(
         "node-feature-discovery",
         "https://kubernetes-sigs.github.io/node-feature-discovery/charts",
         crds=CrdPlacement.CRDS_DIR,
+        reads=(READS,),
     ),
     values=_values,
     images=IMAGES,

@@ -43,6 +43,7 @@ from modelplane.catalog.types import (
     GpuNodes,
     ObjectExists,
     Values,
+    ValuesRead,
     Workloads,
 )
 from modelplane.wire import ApiRef
@@ -316,6 +317,20 @@ class CriticalPodsAdmitted:
         return MET, f"{sign}; namespace {', '.join(namespaces)} has a ResourceQuota admitting them"
 
 
+# What the chart reads at the pin, of what the product can set: its fixed
+# values (nvidiaDriverRoot only off the default root) and images.md §4.
+READS = ValuesRead(
+    VERSION,
+    (
+        "gpuResourcesEnabledOverride",
+        "resources.computeDomains.enabled",
+        "nvidiaDriverRoot",
+        "image.repository",
+        "imagePullSecrets",
+    ),
+)
+
+
 def _values(spec: ServingStackSpec) -> Values:
     # gpuResourcesEnabledOverride acknowledges the chart's guard against a
     # co-existing device plugin; without it the chart refuses to render.
@@ -341,6 +356,7 @@ COMPONENT = Component(
         "dra-driver-nvidia-gpu",
         "oci://registry.k8s.io/dra-driver-nvidia/charts",
         crds=CrdPlacement.CRDS_DIR,
+        reads=(READS,),
     ),
     values=_values,
     images=IMAGES,

@@ -14,6 +14,7 @@ from modelplane.catalog.types import (
     CrdPlacement,
     CRDServes,
     Values,
+    ValuesRead,
     Workloads,
 )
 
@@ -47,6 +48,24 @@ IMAGES = Images(
 )
 
 
+# What the chart reads at the pin, of what the product can set (images.md §7;
+# the pinned v0.25.0 was built from the v0.24.0 chart sources,
+# shared/fixtures/charts/README.md). No global.imagePullSecrets: global holds
+# only rbac.
+READS = ValuesRead(
+    VERSION,
+    (
+        "crds.enabled",
+        "crds.keep",
+        "app.trust.namespace",
+        "defaultPackage.enabled",
+        "image.repository",
+        "defaultPackageImage.repository",
+        "imagePullSecrets",
+    ),
+)
+
+
 def _values(_spec: ServingStackSpec) -> Values:
     return {
         "crds": {"enabled": True, "keep": True},
@@ -68,7 +87,7 @@ COMPONENT = Component(
     version_field="versions.trustManager",
     version_description="trust-manager chart version.",
     stacks=BOTH,
-    chart=ChartSource("trust-manager", JETSTACK, crds=CrdPlacement.TEMPLATES),
+    chart=ChartSource("trust-manager", JETSTACK, crds=CrdPlacement.TEMPLATES, reads=(READS,)),
     values=_values,
     images=IMAGES,
     depends_on=(cert_manager.COMPONENT.name,),
