@@ -19,9 +19,9 @@ from modelplane.catalog.facts import (
     ObservedNode,
     ObservedQuota,
     ObservedTaint,
-    ObservedToleration,
     ObservedWorkload,
 )
+from modelplane.catalog.placement import ObservedToleration
 from modelplane.catalog.types import Finding, RequirementStatus
 from modelplane.plan.capacity import (
     MAX_DEVICE_GROUPS,

@@ -20,6 +20,12 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from modelplane.catalog.placement import (
+    BLOCKING_EFFECTS,
+    MAX_TAINTS,
+    ObservedToleration,
+    tolerations,
+)
 from modelplane.wire import ApiRef
 
 NODES = ApiRef("", "v1", "nodes")
@@ -49,28 +55,6 @@ class ObservedTaint(BaseModel):
     def shown(self) -> str:
         value = f"={self.value}" if self.value else ""
         return f"{self.key}{value}:{self.effect}"
-
-
-class ObservedToleration(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
-    key: str = ""
-    operator: str = "Equal"
-    value: str = ""
-    effect: str = ""
-
-    def tolerates(self, taint: ObservedTaint) -> bool:
-        """The scheduler's rule (core/v1 Toleration.ToleratesTaint)."""
-        if self.effect and self.effect != taint.effect:
-            return False
-        if self.operator == "Exists":
-            return not self.key or self.key == taint.key
-        return self.key == taint.key and self.value == taint.value
-
-
-# The most taints and tolerations kept of one node or pod template: real ones carry a few.
-MAX_TAINTS = 64
-BLOCKING_EFFECTS = frozenset({"NoSchedule", "NoExecute"})
 
 
 class ObservedWorkload(BaseModel):
@@ -258,21 +242,6 @@ def blocking_taints(taints: object) -> list[ObservedTaint]:
         )
         for t in found[:MAX_TAINTS]
         if isinstance(t, dict) and t.get("effect") in BLOCKING_EFFECTS and _text(t.get("key"), 317)
-    ]
-
-
-def tolerations(pod: object) -> list[ObservedToleration]:
-    """A pod spec's tolerations, as far as they are well formed."""
-    found = pod.get("tolerations") if isinstance(pod, dict) else None
-    return [
-        ObservedToleration(
-            key=_text(t.get("key"), 317),
-            operator=_text(t.get("operator"), 16) or "Equal",
-            value=_text(t.get("value"), 63),
-            effect=_text(t.get("effect"), 32),
-        )
-        for t in (found if isinstance(found, list) else [])[:MAX_TAINTS]
-        if isinstance(t, dict)
     ]
 
 

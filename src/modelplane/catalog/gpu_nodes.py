@@ -12,7 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from modelplane.catalog.advisories import MET, UNKNOWN, WARNING, cannot, listed
-from modelplane.catalog.facts import ClusterFacts, ObservedNode, ObservedTaint, ObservedToleration
+from modelplane.catalog.facts import ClusterFacts, ObservedNode, ObservedTaint
+from modelplane.catalog.placement import ObservedToleration
 from modelplane.catalog.types import Finding, GpuNodes
 from modelplane.untrusted import printable
 

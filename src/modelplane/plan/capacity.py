@@ -49,12 +49,9 @@ from pydantic.alias_generators import to_camel
 from modelplane.api import status_limits
 from modelplane.catalog.components import node_feature_discovery, nvidia_dra_driver
 from modelplane.catalog.components._common import GPUS
-from modelplane.catalog.facts import (
-    ObservedNode,
-    ObservedToleration,
-    blocking_taints,
-)
+from modelplane.catalog.facts import ObservedNode, blocking_taints
 from modelplane.catalog.gpu_nodes import gpu_node_unavailable, gpu_nodes
+from modelplane.catalog.placement import ObservedToleration
 from modelplane.catalog.types import Component, Finding, GpuNodes, RequirementStatus, Severity
 from modelplane.untrusted import printable
 

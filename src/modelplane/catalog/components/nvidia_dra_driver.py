@@ -28,13 +28,13 @@ from modelplane.catalog.facts import (
     ClusterFacts,
     Fact,
     Nodes,
-    ObservedToleration,
     Quotas,
     ResourceSlices,
     WorkloadsOfKind,
 )
 from modelplane.catalog.gpu_nodes import each_gpu_node, gpu_node_unavailable, gpu_nodes
 from modelplane.catalog.images import Images, ImageSite, PullSecrets, Repository
+from modelplane.catalog.placement import ObservedToleration
 from modelplane.catalog.types import (
     ChartSource,
     Component,
