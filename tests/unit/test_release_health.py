@@ -7,6 +7,9 @@ from typing import Any
 
 import pytest
 import yaml
+from tests.shared_fixtures import real_chart, yaml_docs
+from tests.testenv.nodes import DEFAULT_LAYOUT, HardwareMissingError, NodeLayout, h200
+from tests.testenv.nodes import node as sim_node
 from typer.testing import CliRunner
 
 from modelplane.api.models import ServingStack
@@ -83,6 +86,102 @@ def test_nodes_a_daemonset_should_run_on(
     tolerations: list[dict[str, Any]] | None, selector: dict[str, str] | None, expected: int
 ) -> None:
     assert nodes_expected(_ds(tolerations, selector), NODES) == expected
+
+
+def _simulated_nodes() -> list[NodeFacts]:
+    """The simulated GPU cluster's nodes (tests/testenv/nodes.py, its default layout: two
+    H200 nodes with NFD's PCI label and the GPU taint, one CPU node), as observe reads them."""
+    try:
+        gpu = h200()
+    except HardwareMissingError as exc:
+        pytest.skip(str(exc))
+    names = NodeLayout.parse(DEFAULT_LAYOUT).names()
+    found = node_facts([sim_node(name, gpu=gpu if is_gpu else None) for name, is_gpu in names])
+    assert found is not None
+    return found
+
+
+def _rendered_daemon_set(chart: str, version: str, name: str) -> dict[str, Any]:
+    docs = yaml_docs(real_chart(chart, version) / "rendered-standard.yaml")
+    [found] = [
+        d
+        for d in docs
+        if isinstance(d, dict) and d.get("kind") == "DaemonSet" and d["metadata"]["name"] == name
+    ]
+    return dict(found)
+
+
+@pytest.mark.parametrize(
+    ("chart", "version", "name", "gpu_only"),
+    [
+        # Required node affinity on NFD's NVIDIA PCI labels (OR of five terms),
+        # and the GPU taint tolerated: the GPU nodes only.
+        ("dra-driver-nvidia-gpu", "0.4.1", "dra-driver-nvidia-gpu-kubelet-plugin", True),
+        # No selection, the GPU taint tolerated: every node.
+        ("node-feature-discovery", "0.19.0", "mp-node-feature-discovery-worker", False),
+        # nodeSelector kubernetes.io/os=linux, an affinity that only keeps it off
+        # Fargate and virtual-kubelet nodes, every NoSchedule taint tolerated: every node.
+        (
+            "kube-prometheus-stack",
+            "84.4.0",
+            "mp-kube-prometheus-stack-prometheus-node-exporter",
+            False,
+        ),
+    ],
+)
+def test_the_real_charts_daemonsets_are_expected_where_they_run(
+    chart: str, version: str, name: str, gpu_only: bool
+) -> None:
+    desired = _rendered_daemon_set(chart, version, name)
+    nodes = _simulated_nodes()
+    gpu_nodes = [n for n in nodes if any(t.key == "nvidia.com/gpu" for t in n.taints)]
+    assert len(gpu_nodes) == 2 and len(nodes) == 3
+    assert nodes_expected(desired, nodes) == len(gpu_nodes if gpu_only else nodes)
+
+
+def test_the_dra_kubelet_plugin_on_every_gpu_node_is_healthy() -> None:
+    # Issue 39: read by its nodeSelector alone, the plugin was expected on the
+    # CPU node too, and "runs on 2 of 3 nodes" for ever.
+    desired = _rendered_daemon_set(
+        "dra-driver-nvidia-gpu", "0.4.1", "dra-driver-nvidia-gpu-kubelet-plugin"
+    )
+    nodes = _simulated_nodes()
+    counts = {
+        "desiredNumberScheduled": 2,
+        "currentNumberScheduled": 2,
+        "updatedNumberScheduled": 2,
+        "numberReady": 2,
+        "numberAvailable": 2,
+    }
+    meta = {**desired["metadata"], "generation": 1}
+    live = WorkloadStatus.from_object(
+        {**desired, "metadata": meta, "status": {"observedGeneration": 1, **counts}}
+    )
+    w = ReleaseWorkload(
+        component="nvidia-dra-driver-gpu",
+        release="mp-dra-driver-nvidia-gpu",
+        manifest=ManifestWorkload(
+            key=WorkloadKey(kind=Kind.DAEMON_SET, namespace=meta["namespace"], name=meta["name"])
+        ),
+        desired=desired,
+        live=live,
+        owned=None,
+    )
+    [health] = release_report([w], nodes, NOW, DriftMode.OFF).health
+    assert health.state == "Healthy", health.message
+
+
+def test_a_virtual_kubelet_node_is_kept_from_the_node_exporter() -> None:
+    desired = _rendered_daemon_set(
+        "kube-prometheus-stack", "84.4.0", "mp-kube-prometheus-stack-prometheus-node-exporter"
+    )
+    linux = {"kubernetes.io/os": "linux"}
+    nodes = [
+        NodeFacts(name="virtual", labels={**linux, "type": "virtual-kubelet"}),
+        NodeFacts(name="windows", labels={"kubernetes.io/os": "windows"}),
+        NodeFacts(name="kwok", labels={**linux, "type": "kwok"}),
+    ]
+    assert nodes_expected(desired, nodes) == 1
 
 
 def _deployment_body(replicas: int = 2) -> dict[str, Any]:

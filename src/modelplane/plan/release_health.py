@@ -26,11 +26,17 @@ not carry what it wrote into any other namespace.
 A Job is judged while it exists and never restored: applied again it would
 run again, and one deleted once done (its TTL, a clean-up) has simply ended.
 
-DaemonSet placement is the simple rule: ``spec.template.spec.nodeSelector``
-and the tolerations against each node's ``NoSchedule`` and ``NoExecute``
-taints. Node affinity is not read; a DaemonSet that sets one is counted by
-its nodeSelector alone (so it can only be said to run on too many nodes,
-never reported short by a rule it does not have).
+DaemonSet placement is the scheduler's rule (``catalog.placement``): the
+pod template's ``nodeSelector`` and required node affinity select the
+node, and its tolerations cover the node's ``NoSchedule`` and
+``NoExecute`` taints. The DRA driver's kubelet plugin picks GPU nodes by
+affinity on NFD's PCI labels alone; read by its nodeSelector only, it would
+be expected on every node and reported short forever. A template the
+scheduler could not read (a malformed requirement) is counted on fewer
+nodes, never more, so it is never reported short by a rule it does not
+have. The taints the DaemonSet controller tolerates on every DaemonSet's
+pods (a cordon, not-ready) are not added: a node that has one is left out
+of the count, which only lowers it.
 """
 
 from __future__ import annotations
@@ -42,6 +48,7 @@ from typing import Any
 
 from pydantic import Field
 
+from modelplane.catalog.placement import placement
 from modelplane.plan.component_health import ComponentHealth, component_health
 from modelplane.plan.drift import drifted_fields
 from modelplane.plan.frozen import Frozen
@@ -54,8 +61,6 @@ from modelplane.untrusted import printable
 MAX_DRIFT_PATHS = 8
 # The most workloads a refused revision's message names outside its namespace.
 MAX_REFUSED_NAMED = 3
-# Taint effects that keep a DaemonSet's pod off a node (PreferNoSchedule does not).
-_BLOCKING = frozenset({"NoSchedule", "NoExecute"})
 
 
 class DriftMode(StrEnum):
@@ -211,36 +216,14 @@ class ReleaseReport(Frozen):
         return [h for h in self.health if h.state is not State.HEALTHY]
 
 
-def _tolerates(tolerations: Sequence[Mapping[str, Any]], taint: Taint) -> bool:
-    for t in tolerations:
-        effect = t.get("effect") or ""
-        if effect and effect != taint.effect:
-            continue
-        key, operator = t.get("key") or "", t.get("operator") or "Equal"
-        if operator == "Exists" and (not key or key == taint.key):
-            return True
-        if operator == "Equal" and key == taint.key and (t.get("value") or "") == taint.value:
-            return True
-    return False
-
-
 def _map(value: object) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
 
 
 def nodes_expected(desired: Mapping[str, Any], nodes: Sequence[NodeFacts]) -> int:
     """How many of ``nodes`` the DaemonSet ``desired`` (a manifest's body) should run on."""
-    pod = _map(_map(_map(desired.get("spec")).get("template")).get("spec"))
-    selector = {k: v for k, v in _map(pod.get("nodeSelector")).items() if isinstance(v, str)}
-    raw = pod.get("tolerations")
-    tolerations = [t for t in raw if isinstance(t, Mapping)] if isinstance(raw, list) else []
-    count = 0
-    for node in nodes:
-        if any(node.labels.get(k) != v for k, v in selector.items()):
-            continue
-        if all(_tolerates(tolerations, t) for t in node.taints if t.effect in _BLOCKING):
-            count += 1
-    return count
+    pod = placement(_map(_map(_map(desired.get("spec")).get("template")).get("spec")))
+    return sum(1 for n in nodes if pod.admits(n.name, n.labels, n.taints))
 
 
 def drift_candidates(
