@@ -6,6 +6,7 @@ import re
 from typing import Any
 
 import pytest
+from tests.shared_fixtures import real_chart, yaml_docs
 from tests.testenv.nodes import HardwareMissingError, h200, hardware_dir, resource_slice
 from tests.testenv.nodes import node as sim_node
 
@@ -14,14 +15,24 @@ from modelplane.api.spec import ServingStackSpec
 from modelplane.api.status import TargetStatus
 from modelplane.api.status_limits import CONSTRAINTS
 from modelplane.catalog.components import COMPONENTS
+from modelplane.catalog.components._common import GPUS
 from modelplane.catalog.facts import (
     ClusterFacts,
+    Nodes,
     ObservedNode,
     ObservedQuota,
     ObservedTaint,
     ObservedWorkload,
+    WorkloadsOfKind,
 )
-from modelplane.catalog.placement import ObservedToleration
+from modelplane.catalog.gpu_nodes import NOT_SELECTED, gpu_node_unavailable, gpu_nodes
+from modelplane.catalog.placement import (
+    NodeSelection,
+    NodeTerm,
+    ObservedToleration,
+    Placement,
+    Requirement,
+)
 from modelplane.catalog.types import Finding, RequirementStatus
 from modelplane.plan.capacity import (
     MAX_DEVICE_GROUPS,
@@ -486,6 +497,20 @@ IN_MAINTENANCE = GPU_NODE.model_copy(
         ]
     }
 )
+# A selection GPU_NODE (NFD's pci-0302_10de label) does not meet.
+ONLY_PCI_10DE = NodeSelection(
+    terms=[
+        NodeTerm(
+            labels=[
+                Requirement(
+                    key="feature.node.kubernetes.io/pci-10de.present",
+                    operator="In",
+                    values=["true"],
+                )
+            ]
+        )
+    ]
+)
 GKE_QUOTA = ObservedQuota(
     namespace="kube-system",
     name="gcp-critical-pods",
@@ -580,6 +605,17 @@ GKE_QUOTA = ObservedQuota(
             "GPUNodesUnavailable",
         ),
         (
+            "a GPU node the kubelet plugin's node affinity leaves out",
+            ClusterFacts(
+                nodes=[GPU_NODE],
+                resource_slices={DRIVER: ["a"]},
+                workloads=[PLUGIN.model_copy(update={"selection": ONLY_PCI_10DE})],
+                quotas=[],
+            ),
+            ConditionStatus.FALSE,
+            "GPUNodesUnavailable",
+        ),
+        (
             "a cordoned GPU node",
             ClusterFacts(
                 nodes=[GPU_NODE.model_copy(update={"unschedulable": True})],
@@ -640,15 +676,104 @@ def test_gpus_on_nodes_the_plugin_cannot_run_on_are_not_counted() -> None:
     nodes, slices = four_h100()
     nodes[0]["spec"] = {"taints": [{"key": "maintenance", "value": "true", "effect": "NoExecute"}]}
     nodes[1]["spec"] = {"taints": [{"key": "nvidia.com/gpu", "effect": "NoSchedule"}]}
-    tolerations = [TOLERATES_GPU]
-    summary = summarize_target(VERSION, nodes, slices, plugin_tolerations=tolerations)
+    plugins = [Placement(tolerations=TOLERATES_GPU)]
+    summary = summarize_target(VERSION, nodes, slices, plugin_placements=plugins)
     assert (summary.gpu_nodes, summary.gpus) == (2, 2), summary
     nodes[1]["spec"]["unschedulable"] = True
-    summary = summarize_target(VERSION, nodes, slices, plugin_tolerations=tolerations)
+    summary = summarize_target(VERSION, nodes, slices, plugin_placements=plugins)
     assert (summary.gpu_nodes, summary.gpus) == (2, 0), summary
     # Without the plugin observed, the taints are not judged; a cordon still is.
     summary = summarize_target(VERSION, nodes, slices)
     assert summary.gpus == 2, summary
+
+
+def _real_kubelet_plugin() -> ObservedWorkload:
+    """The DRA driver's kubelet plugin DaemonSet of the real render, as the facts reduce it."""
+    docs = yaml_docs(real_chart("dra-driver-nvidia-gpu", "0.4.1") / "rendered-standard.yaml")
+    [obj] = [d for d in docs if isinstance(d, dict) and d.get("kind") == "DaemonSet"]
+    [plugin] = WorkloadsOfKind("DaemonSet").reduce([obj])["workloads"]
+    assert isinstance(plugin, ObservedWorkload)
+    return plugin
+
+
+GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+MAINTENANCE_TAINT = {"key": "maintenance", "value": "true", "effect": "NoExecute"}
+GKE_H100 = {"cloud.google.com/gke-accelerator": "nvidia-h100-80gb"}
+
+
+def _observed_node(labels: dict[str, str], spec: dict[str, Any], name: str = "n") -> ObservedNode:
+    obj = {"metadata": {"name": name, "labels": labels}, "spec": spec}
+    [found] = Nodes().reduce([obj])["nodes"]
+    assert isinstance(found, ObservedNode)
+    return found
+
+
+@pytest.mark.parametrize(
+    ("case", "labels", "spec", "why"),
+    [
+        ("NFD's label, the GPU taint", {NFD: "true"}, {"taints": [GPU_TAINT]}, None),
+        (
+            "NFD's vendor-only label",
+            {"feature.node.kubernetes.io/pci-10de.present": "true"},
+            {},
+            None,
+        ),
+        ("GPU feature discovery's label", {"nvidia.com/gpu.present": "true"}, {}, None),
+        ("GKE's accelerator label only", GKE_H100, {"taints": [GPU_TAINT]}, NOT_SELECTED),
+        (
+            "NFD labels of vendor and device",
+            {"feature.node.kubernetes.io/pci-10de_2335.present": "true"},
+            {},
+            NOT_SELECTED,
+        ),
+        ("the GPU taint only", {}, {"taints": [GPU_TAINT]}, NOT_SELECTED),
+        (
+            "selected, in maintenance",
+            {NFD: "true"},
+            {"taints": [GPU_TAINT, MAINTENANCE_TAINT]},
+            "taint maintenance=true:NoExecute",
+        ),
+        (
+            "cordoned and left out",
+            GKE_H100,
+            {"unschedulable": True},
+            f"cordoned and {NOT_SELECTED}",
+        ),
+    ],
+)
+def test_a_gpu_node_the_real_kubelet_plugin_cannot_run_on_is_unavailable(
+    case: str, labels: dict[str, str], spec: dict[str, Any], why: str | None
+) -> None:
+    plugin = _real_kubelet_plugin()
+    node = _observed_node(labels, spec)
+    assert gpu_nodes(GPUS, [node], {}) == [node], case
+    assert gpu_node_unavailable(node, [plugin.placement]) == why, case
+    # Another DaemonSet of the plugin that selects every node is enough.
+    everywhere = Placement(tolerations=[ObservedToleration(operator="Exists")])
+    assert gpu_node_unavailable(node, [plugin.placement, everywhere]) == (
+        "cordoned" if spec.get("unschedulable") else None
+    ), case
+
+
+def test_the_gpus_of_a_node_the_plugin_leaves_out_are_neither_counted_nor_available() -> None:
+    plugin = _real_kubelet_plugin().model_copy(update={"scheduled": 1, "available_on": 1})
+    nodes, slices = four_h100()
+    nodes[1]["metadata"]["labels"] = GKE_H100
+    summary = summarize_target(VERSION, nodes, slices, plugin_placements=[plugin.placement])
+    assert (summary.gpu_nodes, summary.gpus) == (2, 2), summary
+    facts = ClusterFacts(
+        nodes=[_observed_node({NFD: "true"}, {}, "nfd"), _observed_node(GKE_H100, {}, "gke")],
+        resource_slices={DRIVER: ["nfd"]},
+        workloads=[plugin],
+        quotas=[],
+    )
+    [result] = [
+        r
+        for r in _results(facts)
+        if r.requirement == "GPU nodes are schedulable and admit the kubelet plugin"
+    ]
+    assert result.status is WARNING
+    assert result.message.startswith(f"GPU node gke: {NOT_SELECTED}: "), result.message
 
 
 def test_required_results_are_not_gpu_findings() -> None:

@@ -144,6 +144,13 @@ def _node() -> dict[str, Any]:
     }
 
 
+_NFD_GPU = {
+    "key": "feature.node.kubernetes.io/pci-0302_10de.present",
+    "operator": "In",
+    "values": ["true"],
+}
+
+
 def _daemon_set() -> dict[str, Any]:
     return {
         "metadata": {"name": "plugin", "namespace": "dra", "managedFields": _MANAGED_FIELDS},
@@ -151,6 +158,18 @@ def _daemon_set() -> dict[str, Any]:
             "template": {
                 "spec": {
                     "tolerations": [{"operator": "Exists"}],
+                    "nodeSelector": {"kubernetes.io/os": "linux"},
+                    "affinity": {
+                        "nodeAffinity": {
+                            "requiredDuringSchedulingIgnoredDuringExecution": {
+                                "nodeSelectorTerms": [{"matchExpressions": [_NFD_GPU]}]
+                            },
+                            "preferredDuringSchedulingIgnoredDuringExecution": [
+                                {"weight": 1, "preference": {"matchExpressions": [_NFD_GPU]}}
+                            ],
+                        },
+                        "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": []},
+                    },
                     "containers": [
                         {"name": "plugin", "image": "nvcr.io/plugin:1", "args": ["-v"] * 50},
                         "not a container",
@@ -193,6 +212,25 @@ def test_a_gpu_outline_tells_the_changes_the_checks_read() -> None:
     assert fingerprint("daemonsets", [outline("daemonsets", ds)]) != fingerprint(
         "daemonsets", [outline("daemonsets", available)]
     )
+    # Where the kubelet plugin may run (catalog.placement) is read too.
+    pod = ds["spec"]["template"]["spec"]
+    for changed in (
+        {**pod, "nodeSelector": {}},
+        {**pod, "affinity": {"nodeAffinity": {}}},
+        {**pod, "tolerations": []},
+    ):
+        moved = {**ds, "spec": {"template": {"spec": changed}}}
+        assert fingerprint("daemonsets", [outline("daemonsets", ds)]) != fingerprint(
+            "daemonsets", [outline("daemonsets", moved)]
+        ), changed
+    kept = outline("daemonsets", ds)["spec"]["template"]["spec"]
+    assert kept["affinity"] == {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": pod["affinity"]["nodeAffinity"][
+                "requiredDuringSchedulingIgnoredDuringExecution"
+            ]
+        }
+    }
 
 
 def _cache(spec: ServingStackSpec, *releases: ReleaseWatch) -> WatchCache:

@@ -23,7 +23,10 @@ from pydantic import BaseModel, ConfigDict, Field
 from modelplane.catalog.placement import (
     BLOCKING_EFFECTS,
     MAX_TAINTS,
+    NodeSelection,
     ObservedToleration,
+    Placement,
+    node_selection,
     tolerations,
 )
 from modelplane.wire import ApiRef
@@ -73,8 +76,14 @@ class ObservedWorkload(BaseModel):
     # None for a Deployment, or a DaemonSet whose status does not say.
     scheduled: int | None = None
     available_on: int | None = None
-    # The pod template's tolerations: which tainted nodes a DaemonSet can run on.
+    # A DaemonSet's pod template's tolerations and node selection: which
+    # nodes it can run on (catalog.placement).
     tolerations: list[ObservedToleration] = Field(default_factory=list)
+    selection: NodeSelection = Field(default_factory=NodeSelection)
+
+    @property
+    def placement(self) -> Placement:
+        return Placement(selection=self.selection, tolerations=self.tolerations)
 
 
 class ObservedNode(BaseModel):
@@ -304,6 +313,7 @@ class WorkloadsOfKind(Fact):
 
 def _workload(kind: str, obj: Item) -> ObservedWorkload:
     namespace, name = _name(obj)
+    daemon = kind == "DaemonSet"
     pod = ((obj.get("spec") or {}).get("template") or {}).get("spec") or {}
     containers = [*(pod.get("initContainers") or []), *(pod.get("containers") or [])]
     status = obj.get("status") or {}
@@ -332,7 +342,8 @@ def _workload(kind: str, obj: Item) -> ObservedWorkload:
         available=available,
         scheduled=scheduled,
         available_on=available_on,
-        tolerations=tolerations(pod) if kind == "DaemonSet" else [],
+        tolerations=tolerations(pod) if daemon else [],
+        selection=node_selection(pod) if daemon else NodeSelection(),
     )
 
 

@@ -2,9 +2,16 @@
 
 The signs of a GPU node (a taint, labels, NFD's PCI labels, capacity, the
 driver's ResourceSlices) and what keeps its GPUs from new pods (a cordon, a
-taint the kubelet plugin does not tolerate), shared by the GPU advisories of
+taint the kubelet plugin does not tolerate, a node selector or node affinity
+of the plugin that leaves the node out), shared by the GPU advisories of
 NFD and the DRA driver and by ``plan.capacity``'s count. Pure, as the
 advisories are.
+
+A sign of a GPU is no promise that the plugin runs there: the DRA driver's
+chart selects nodes by NFD's ``pci-10de``, ``pci-0302_10de`` and
+``pci-0300_10de`` labels (and two more), so a node known as a GPU node only
+by its taint, a cloud's accelerator label or another NFD label layout gets
+no plugin, and its GPUs take no pod.
 """
 
 from __future__ import annotations
@@ -13,7 +20,7 @@ from collections.abc import Callable
 
 from modelplane.catalog.advisories import MET, UNKNOWN, WARNING, cannot, listed
 from modelplane.catalog.facts import ClusterFacts, ObservedNode, ObservedTaint
-from modelplane.catalog.placement import ObservedToleration
+from modelplane.catalog.placement import Placement
 from modelplane.catalog.types import Finding, GpuNodes
 from modelplane.untrusted import printable
 
@@ -84,10 +91,8 @@ DAEMON_TOLERATED = frozenset(
 )
 
 
-def untolerated(
-    node: ObservedNode, tolerations: list[list[ObservedToleration]]
-) -> list[ObservedTaint]:
-    """The node's blocking taints that no one of the pod templates ``tolerations`` runs through.
+def untolerated(node: ObservedNode, templates: list[Placement]) -> list[ObservedTaint]:
+    """The node's blocking taints that no one of the pod ``templates`` runs through.
 
     A taint is tolerated when any template tolerates it (one DaemonSet of the
     plugin running there is enough); with no template, none is.
@@ -95,31 +100,43 @@ def untolerated(
     return [
         t
         for t in node.blocking_taints
-        if t.key not in DAEMON_TOLERATED
-        and not any(any(x.tolerates(t) for x in template) for template in tolerations)
+        if t.key not in DAEMON_TOLERATED and not any(p.tolerates(t) for p in templates)
     ]
 
 
-def gpu_node_unavailable(
-    node: ObservedNode, plugin_tolerations: list[list[ObservedToleration]] | None
-) -> str | None:
+# Why a GPU node gets no kubelet plugin when none of its DaemonSets selects it.
+NOT_SELECTED = "the kubelet plugin's node selector and node affinity leave it out"
+
+
+def plugin_kept_off(node: ObservedNode, plugins: list[Placement]) -> str | None:
+    """Why the kubelet plugin (its DaemonSets' pod templates) cannot run on ``node``; None
+    when one of them can: none selects the node, or the taints none of those that do
+    tolerates."""
+    selecting = [p for p in plugins if p.selection.selects(node.name, node.labels)]
+    if not selecting:
+        return NOT_SELECTED
+    taints = untolerated(node, selecting)
+    if not taints:
+        return None
+    shown = ", ".join(printable(t.shown, 400) for t in taints[:3])
+    more = len(taints) - 3
+    return f"taint {shown}" + (f" and {more} more" if more > 0 else "")
+
+
+def gpu_node_unavailable(node: ObservedNode, plugins: list[Placement] | None) -> str | None:
     """Why a GPU node's GPUs are not available to new pods; None when they are.
 
-    Cordoned (``spec.unschedulable``), or tainted (NoSchedule, NoExecute)
-    so that the DRA driver's kubelet plugin cannot run there: the taints are
-    judged against the plugin DaemonSets' tolerations (``plugin_tolerations``),
-    and not at all when no plugin DaemonSet was observed (the plugin check
-    says that).
+    Cordoned (``spec.unschedulable``), or the DRA driver's kubelet plugin
+    cannot run there (``plugin_kept_off``): judged against the plugin
+    DaemonSets' pod templates (``plugins``), and not at all when no plugin
+    DaemonSet was observed (the plugin check says that).
     """
     why: list[str] = []
     if node.unschedulable or any(t.key == CORDON_TAINT for t in node.blocking_taints):
         why.append("cordoned")
-    if plugin_tolerations is not None:
-        taints = untolerated(node, plugin_tolerations)
-        if taints:
-            shown = ", ".join(printable(t.shown, 400) for t in taints[:3])
-            more = len(taints) - 3
-            why.append(f"taint {shown}" + (f" and {more} more" if more > 0 else ""))
+    kept_off = None if plugins is None else plugin_kept_off(node, plugins)
+    if kept_off is not None:
+        why.append(kept_off)
     return " and ".join(why) or None
 
 

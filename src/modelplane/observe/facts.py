@@ -16,7 +16,7 @@ from typing import Any
 from lightkube import AsyncClient
 
 from modelplane.catalog.components import components_of_stack
-from modelplane.catalog.components.nvidia_dra_driver import KUBELET_PLUGIN, plugin_tolerations
+from modelplane.catalog.components.nvidia_dra_driver import KUBELET_PLUGIN, plugin_placements
 from modelplane.catalog.facts import (
     NODES,
     RESOURCE_SLICES,
@@ -99,13 +99,13 @@ async def observe_target(
     if not isinstance(nodes, list):
         return facts, None
     slices = answers.get(Listing(RESOURCE_SLICES))
-    # The GPUs a cordon or a taint keeps from new pods are not counted:
-    # which taints the plugin runs through, its DaemonSets' tolerations say.
+    # The GPUs a cordon, a taint or the plugin's node affinity keeps from new
+    # pods are not counted: where the plugin runs, its DaemonSets' pod templates say.
     return facts, summarize_target(
         version,
         nodes,
         slices if isinstance(slices, list) else [],
-        plugin_tolerations=plugin_tolerations(KUBELET_PLUGIN, facts),
+        plugin_placements=plugin_placements(KUBELET_PLUGIN, facts),
     )
 
 

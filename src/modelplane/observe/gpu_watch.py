@@ -72,6 +72,12 @@ def _node(obj: dict[str, Any]) -> tuple[Any, ...]:
     )
 
 
+def _required_affinity(pod: dict[str, Any]) -> Any:
+    """The pod spec's required node affinity, the only part of its affinity the checks read."""
+    node = as_dict(as_dict(pod.get("affinity")).get("nodeAffinity"))
+    return node.get("requiredDuringSchedulingIgnoredDuringExecution")
+
+
 def _daemon_set(obj: dict[str, Any]) -> tuple[Any, ...]:
     meta, status = as_dict(obj.get("metadata")), as_dict(obj.get("status"))
     pod = as_dict(as_dict(as_dict(obj.get("spec")).get("template")).get("spec"))
@@ -79,6 +85,8 @@ def _daemon_set(obj: dict[str, Any]) -> tuple[Any, ...]:
         meta.get("namespace"),
         meta.get("name"),
         repr(pod.get("tolerations")),
+        repr(pod.get("nodeSelector")),
+        repr(_required_affinity(pod)),
         repr([c.get("image") for c in pod.get("containers") or [] if isinstance(c, dict)]),
         status.get("desiredNumberScheduled"),
         status.get("numberAvailable"),
@@ -116,8 +124,11 @@ def outline(resource: str, obj: dict[str, Any]) -> dict[str, Any]:
         pod = as_dict(as_dict(spec.get("template")).get("spec"))
         containers = [c for c in pod.get("containers") or [] if isinstance(c, dict)]
         pod_spec: dict[str, Any] = {"containers": [{"image": c.get("image")} for c in containers]}
-        if "tolerations" in pod:
-            pod_spec["tolerations"] = pod["tolerations"]
+        pod_spec.update(pick(pod, ("tolerations", "nodeSelector")))
+        required = _required_affinity(pod)
+        if required is not None:
+            node_affinity = {"requiredDuringSchedulingIgnoredDuringExecution": required}
+            pod_spec["affinity"] = {"nodeAffinity": node_affinity}
         return {
             "metadata": metadata,
             "spec": {"template": {"spec": pod_spec}},
@@ -130,8 +141,9 @@ def fingerprint(resource: str, items: Iterable[dict[str, Any]]) -> list[tuple[An
     """What of a watched collection the GPU checks read, in a comparable form.
 
     Nodes: labels, taints, cordon and extended resources (never status
-    heartbeats); DaemonSets: tolerations, images and the scheduled and
-    available counts; anything else (ResourceSlices): the spec.
+    heartbeats); DaemonSets: tolerations, nodeSelector, required node
+    affinity, images and the scheduled and available counts; anything else
+    (ResourceSlices): the spec.
     """
     reduce = _BY_RESOURCE.get(resource, _spec_only)
     return sorted(reduce(i) for i in items)

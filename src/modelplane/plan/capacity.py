@@ -51,7 +51,7 @@ from modelplane.catalog.components import node_feature_discovery, nvidia_dra_dri
 from modelplane.catalog.components._common import GPUS
 from modelplane.catalog.facts import ObservedNode, blocking_taints
 from modelplane.catalog.gpu_nodes import gpu_node_unavailable, gpu_nodes
-from modelplane.catalog.placement import ObservedToleration
+from modelplane.catalog.placement import Placement
 from modelplane.catalog.types import Component, Finding, GpuNodes, RequirementStatus, Severity
 from modelplane.untrusted import printable
 
@@ -123,15 +123,16 @@ def summarize_target(
     resource_slices: object,
     *,
     gpus: GpuNodes = GPUS,
-    plugin_tolerations: list[list[ObservedToleration]] | None = None,
+    plugin_placements: list[Placement] | None = None,
 ) -> TargetSummary:
     """``status.target`` from ``GET /version``, the Nodes and the ResourceSlices, as listed.
 
     Each argument is taken as whatever arrived: an entry that is not an
     object, or a field of the wrong type, counts as absent. A GPU on a node
-    that is cordoned, or tainted so that the kubelet plugin (by
-    ``plugin_tolerations``, see ``gpu_node_unavailable``) cannot run there,
-    is not counted: it takes no new pod.
+    that is cordoned, or that the kubelet plugin cannot run on (its
+    DaemonSets' ``plugin_placements`` leave the node out or do not tolerate
+    its taints, see ``gpu_node_unavailable``), is not counted: it takes no
+    new pod.
     """
     # By name: a list from a file may repeat a node, a LIST never does.
     by_name = {n.name: n for n in (_node(item) for item in _items(nodes)) if n is not None}
@@ -139,7 +140,7 @@ def summarize_target(
     devices = _gpu_devices(resource_slices, gpus.driver, names)
     with_slices = sorted({node for node, _ in devices.values()})
     gpu = gpu_nodes(gpus, observed, {gpus.driver: with_slices})
-    out = {n.name for n in gpu if gpu_node_unavailable(n, plugin_tolerations) is not None}
+    out = {n.name for n in gpu if gpu_node_unavailable(n, plugin_placements) is not None}
     devices = {k: v for k, v in devices.items() if v[0] not in out}
 
     groups: dict[tuple[str, str, str], tuple[int, set[str]]] = {}

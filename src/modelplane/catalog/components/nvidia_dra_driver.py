@@ -34,7 +34,7 @@ from modelplane.catalog.facts import (
 )
 from modelplane.catalog.gpu_nodes import each_gpu_node, gpu_node_unavailable, gpu_nodes
 from modelplane.catalog.images import Images, ImageSite, PullSecrets, Repository
-from modelplane.catalog.placement import ObservedToleration
+from modelplane.catalog.placement import Placement
 from modelplane.catalog.types import (
     ChartSource,
     Component,
@@ -201,23 +201,23 @@ class PluginOnEveryGpuNode:
         return MET, f"{', '.join(ref(w) for w in found)} available on all {gpu} GPU node(s)"
 
 
-def plugin_tolerations(
-    workloads: Workloads, facts: ClusterFacts
-) -> list[list[ObservedToleration]] | None:
-    """The kubelet plugin DaemonSets' tolerations; None when none was observed."""
+def plugin_placements(workloads: Workloads, facts: ClusterFacts) -> list[Placement] | None:
+    """Where the kubelet plugin DaemonSets' pods may run; None when none was observed."""
     if facts.workloads is None:
         return None
-    found = [w.tolerations for w in matching(workloads, facts.workloads) if w.kind == "DaemonSet"]
+    found = [w.placement for w in matching(workloads, facts.workloads) if w.kind == "DaemonSet"]
     return found or None
 
 
 @dataclass(frozen=True)
 class GpuNodesSchedulable:
-    """No GPU node is cordoned, or tainted so that the kubelet plugin cannot run there.
+    """No GPU node is cordoned, or kept from the kubelet plugin by a taint or its selection.
 
     Either way its GPUs take no new pod: a drain for maintenance
     (``maintenance=true:NoExecute``) evicts the plugin, and the DaemonSet
-    then reports 0 desired and 0 ready, healthy by its own account.
+    then reports 0 desired and 0 ready, healthy by its own account; a GPU
+    node the plugin's node affinity leaves out (no NFD PCI label it names)
+    is not counted by the DaemonSet at all.
     """
 
     workloads: Workloads
@@ -239,10 +239,10 @@ class GpuNodesSchedulable:
         gpu = gpu_nodes(self.gpus, facts.nodes, facts.resource_slices)
         if not gpu:
             return UNKNOWN, "no node shows a sign of a GPU: nothing to check"
-        tolerations = plugin_tolerations(self.workloads, facts)
+        plugins = plugin_placements(self.workloads, facts)
         out: dict[str, list[str]] = {}
         for node in gpu:
-            why = gpu_node_unavailable(node, tolerations)
+            why = gpu_node_unavailable(node, plugins)
             if why is not None:
                 out.setdefault(why, []).append(node.name)
         if out:
@@ -385,7 +385,9 @@ COMPONENT = Component(
             KUBELET_PLUGIN,
             GPUS,
             "uncordon the node, or remove the taint, once its maintenance is over (or let "
-            "the kubelet plugin's DaemonSet tolerate a taint the GPU pool keeps)",
+            "the kubelet plugin's DaemonSet tolerate a taint the GPU pool keeps); a node its "
+            "node affinity leaves out needs NFD's PCI label of its GPU "
+            "(feature.node.kubernetes.io/pci-0302_10de.present and the like)",
         ),
         PluginOnEveryGpuNode(
             KUBELET_PLUGIN,
