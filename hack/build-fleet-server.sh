@@ -12,7 +12,12 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 SRC="$ROOT/bench/fleet_server"
 say() { echo "build-fleet-server: $*" >&2; }
 
-command -v go >/dev/null 2>&1 || { say "error: go not found on PATH"; exit 1; }
+# The official Go tarball installs to /usr/local/go, which a clean shell's
+# PATH lacks (hack/build-testbin.sh looks there too).
+if ! command -v go >/dev/null 2>&1 && [[ -x /usr/local/go/bin/go ]]; then
+    PATH="/usr/local/go/bin:$PATH"
+fi
+command -v go >/dev/null 2>&1 || { say "error: go not found on PATH nor in /usr/local/go"; exit 1; }
 HASH="$(cat "$SRC/go.mod" "$SRC"/*.go | sha256sum | cut -c1-16)"
 DEST="${MODELPLANE_TESTBIN_CACHE:-$HOME/.cache/modelplane/testbin}/fleet-server-$HASH"
 if [[ ! -x "$DEST/fleet_server" ]]; then
