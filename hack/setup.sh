@@ -5,15 +5,12 @@
 #      installed outside it, so this works on a PEP 668 system Python too);
 #   2. installs modelplane into it, editable, with its dev extras, at the
 #      exact versions in hack/constraints.txt (pip install -c);
-#   3. builds the integration-test binaries (hack/build-testbin.sh) and the
-#      simulated cluster's controllers (hack/build-controllers.sh) and the
-#      simulated fleet's server (hack/build-fleet-server.sh);
-#   4. makes sure promtool and prometheus are on PATH (the chart's alert rules
-#      are tested with them): when missing, as root on a system with apt-get,
-#      installs Debian's prometheus package; otherwise stops and says how;
-#   5. installs podman & co. the same way and builds the operator image
-#      (hack/build-image.sh: its bases from Debian's packages, then the
-#      Dockerfile; rebuilt only when an input changed).
+#
+# That is all a newcomer needs to run the product (render, diff, apply, run).
+# What only the tests need (the real kube-apiserver, etcd and helm, the
+# simulated cluster's controllers, the fleet server, promtool, the operator
+# image) is hack/test-deps.sh, which the test command runs itself before the
+# first integration test (tests/conftest.py), with its progress shown.
 #
 # Nothing needs activating afterwards: run .venv/bin/python, .venv/bin/modelplane.
 #
@@ -106,66 +103,5 @@ else
     echo "$want" >"$STAMP"
 fi
 
-# ---- 3. the integration-test binaries ---------------------------------------
-
-say "building integration-test binaries"
-"$ROOT/hack/build-testbin.sh"
-say "building the simulated cluster's controllers"
-"$ROOT/hack/build-controllers.sh"
-# The simulated fleet's server (bench/fleet_server), for its test and the fleet benchmark.
-"$ROOT/hack/build-fleet-server.sh" >/dev/null
-
-# ---- 4. promtool and prometheus ---------------------------------------------
-
-have_prometheus() { command -v promtool >/dev/null 2>&1 && command -v prometheus >/dev/null 2>&1; }
-if ! have_prometheus; then
-    if [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null 2>&1; then
-        say "installing Debian's prometheus package (promtool and prometheus, for the alert tests)"
-        apt_install() {
-            DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends prometheus
-        }
-        # A fresh machine may have no package lists yet.
-        apt_install >/dev/null || { apt-get update -q >/dev/null && apt_install >/dev/null; } \
-            || die "apt-get could not install the prometheus package"
-        say "installed $(dpkg-query -W -f='${Package} ${Version}' prometheus)"
-    else
-        die "promtool and prometheus are not on PATH; the alert-rule tests need both: install" \
-            "them (as root: 'apt-get install --no-install-recommends prometheus'), then re-run" \
-            "hack/setup.sh"
-    fi
-fi
-have_prometheus || die "the prometheus package is installed but promtool or prometheus is not on PATH"
-say "promtool: $(command -v promtool) ($(promtool --version 2>&1 | head -n 1))"
-
-# ---- 5. the operator image --------------------------------------------------
-
-# tests/integration/test_image.py runs the operator image as deploy/chart runs
-# it, with podman. The tools come from Debian's packages (runc because crun
-# refuses mixed cgroups; hack/containers.conf says so); the bases are made
-# from Debian's packages too, since no image registry need be reachable.
-IMAGE_PACKAGES=(podman buildah runc skopeo mmdebstrap uidmap fuse-overlayfs)
-IMAGE_TOOLS=(podman buildah runc skopeo mmdebstrap newuidmap fuse-overlayfs)
-have_image_tools() {
-    local t
-    for t in "${IMAGE_TOOLS[@]}"; do command -v "$t" >/dev/null 2>&1 || return 1; done
-}
-if ! have_image_tools; then
-    if [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null 2>&1; then
-        say "installing Debian's ${IMAGE_PACKAGES[*]} (to build and run the operator image)"
-        image_install() {
-            DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${IMAGE_PACKAGES[@]}"
-        }
-        image_install >/dev/null || { apt-get update -q >/dev/null && image_install >/dev/null; } \
-            || die "apt-get could not install ${IMAGE_PACKAGES[*]}"
-        say "installed $(dpkg-query -W -f='${Package} ${Version}, ' "${IMAGE_PACKAGES[@]}" | sed 's/, $//')"
-    else
-        die "the image test needs ${IMAGE_TOOLS[*]} on PATH: install them (as root:" \
-            "'apt-get install ${IMAGE_PACKAGES[*]}'), then re-run hack/setup.sh"
-    fi
-fi
-have_image_tools || die "the image packages are installed but one of ${IMAGE_TOOLS[*]} is not on PATH"
-say "podman: $(podman --version), $(runc --version | head -n 1)"
-# Cached: a re-run with no input changed costs a digest and two image inspects.
-"$ROOT/hack/build-image.sh"
-
-say "done; run every test with: .venv/bin/python -m pytest"
+say "done. Try: .venv/bin/modelplane render -f examples/servingstack.yaml"
+say "the tests build what they need the first time (hack/test-deps.sh): .venv/bin/python -m pytest"

@@ -20,11 +20,17 @@ expects; naming a directory, or nothing, spreads them.
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 from tests.scheduling import WORKERS, module_groups
+from tests.testenv.nodes import HardwareMissingError
+
+TESTS = Path(__file__).resolve().parent
+TEST_DEPS = TESTS.parent / "hack" / "test-deps.sh"
+IMAGE_TEST = TESTS / "integration" / "test_image.py"
 
 _GROUPED = pytest.StashKey[bool]()
 
@@ -53,6 +59,60 @@ def pytest_cmdline_main(config: pytest.Config) -> None:
         # gaps at the end.
         option.loadscopereorder = False
         config.stash[_GROUPED] = True
+
+
+def _reaches(config: pytest.Config, path: Path) -> bool:
+    """Whether the run's arguments (or the testpaths, given none) reach into ``path``."""
+    args = [a.split("::", 1)[0] for a in config.args] or [str(TESTS)]
+    for arg in args:
+        given = Path(arg).resolve()
+        if given == path or path in given.parents or given in path.parents:
+            return True
+    return False
+
+
+def _test_deps(config: pytest.Config) -> list[str] | None:
+    """``hack/test-deps.sh``'s arguments for this run; None when it needs nothing built.
+
+    Unit tests run at once, as a quick check expects; a run that reaches an
+    integration test gets the binaries first, and the operator image when
+    it reaches the image test.
+    """
+    if not _reaches(config, TESTS / "integration"):
+        return None
+    return ["--image"] if _reaches(config, IMAGE_TEST) else []
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_configure(config: pytest.Config) -> None:
+    # Once, in the process that starts the workers, before any of them.
+    option = config.option
+    if hasattr(config, "workerinput") or option.collectonly:
+        return
+    args = _test_deps(config)
+    if args is None:
+        return
+    capture = config.pluginmanager.getplugin("capturemanager")
+    with capture.global_and_fixture_disabled():
+        print(f"\nbuilding what the tests need: bash hack/test-deps.sh {' '.join(args)}".rstrip())
+        done = subprocess.run(["bash", str(TEST_DEPS), *args], check=False)
+    if done.returncode != 0:
+        pytest.exit(f"hack/test-deps.sh failed (exit {done.returncode}); see above", 3)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    """A test that found ``../shared``'s GPU profile missing is skipped, saying so.
+
+    The rule for every test, not a check each one must remember: a clone
+    with no ``../shared`` beside it runs the suite with skips that name what
+    they looked for, never failures (``simulated`` skips the same way).
+    """
+    report = yield
+    if call.excinfo is not None and call.excinfo.errisinstance(HardwareMissingError):
+        report.outcome = "skipped"
+        report.longrepr = (str(item.path), item.location[1] or 0, f"Skipped: {call.excinfo.value}")
+    return report
 
 
 @pytest.hookimpl(optionalhook=True)

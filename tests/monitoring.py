@@ -1,7 +1,7 @@
 """The chart's alert rules and dashboard as helm renders them, and the tools that check them.
 
 promtool and prometheus come from Debian's ``prometheus`` package, which
-hack/setup.sh installs; a test that needs them fails, saying so, when they
+hack/test-deps.sh installs; a test that needs them fails, saying so, when they
 are missing.
 """
 
@@ -26,7 +26,7 @@ def prometheus_tool(name: str) -> Path:
     found = shutil.which(name)
     if found is None:
         pytest.fail(
-            f"{name} is not installed: run 'bash hack/setup.sh' (as root it installs Debian's "
+            f"{name} is not installed: run 'bash hack/test-deps.sh' (as root it installs Debian's "
             "prometheus package, which has promtool and prometheus), or "
             "'apt-get install --no-install-recommends prometheus'",
             pytrace=False,

@@ -8,7 +8,8 @@ with the real ``helm package`` and indexed with ``helm repo index`` — from an
 HTTP server on 127.0.0.1.
 
 Missing binaries make these fixtures fail with the instruction to run
-hack/setup.sh; integration tests are never skipped silently.
+hack/test-deps.sh (which the test command runs first); integration tests are never
+skipped silently.
 """
 
 from __future__ import annotations

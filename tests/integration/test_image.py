@@ -59,7 +59,8 @@ RELEASE = "mp"
 SERVICE_ACCOUNT = f"{RELEASE}-modelplane"
 SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 INSTALL = (
-    "run 'bash hack/setup.sh' as root, which installs podman & co. from Debian's packages "
+    "run 'bash hack/test-deps.sh --image' as root, which installs podman & co. from Debian's "
+    "packages "
     "and builds the image, or: apt-get install podman buildah runc skopeo mmdebstrap uidmap "
     "fuse-overlayfs && bash hack/build-image.sh"
 )

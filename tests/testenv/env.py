@@ -39,7 +39,7 @@ from tests.waiting import WaitTimeout, wait_for
 TESTBIN_KEY = "k8s-v1.34.4_etcd-v3.6.16_helm-v3.19.5"
 BINARIES: tuple[str, ...] = ("kube-apiserver", "etcd", "helm")
 
-SETUP_HINT = "run hack/setup.sh (or hack/build-testbin.sh) from the modelplane repository"
+SETUP_HINT = "run hack/test-deps.sh (or hack/build-testbin.sh) from the modelplane repository"
 
 ADMIN_USER = "modelplane-testenv-admin"
 ADMIN_GROUP = "system:masters"
