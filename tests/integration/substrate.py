@@ -82,6 +82,38 @@ CHART_CRDS: dict[str, list[Crd]] = {
 MANIFEST_CRDS: dict[str, list[Crd]] = {
     c.name: required_crds(c) for c in catalog.COMPONENTS if c.manifests is not None
 }
+# The CRDs a fetched file brings beside those its requirements check
+# (``ManifestSource.other_crds``), as the real files hold them (upstream-facts
+# §9, §14): served in the file, so the product applies and removes them as it
+# would the real ones.
+OTHER_MANIFEST_CRDS: dict[str, list[Crd]] = {
+    "gaie-crds": [
+        ("inference.networking.x-k8s.io", "v1alpha2", "inferencepools", "InferencePool", True),
+        (
+            "inference.networking.x-k8s.io",
+            "v1alpha2",
+            "inferenceobjectives",
+            "InferenceObjective",
+            True,
+        ),
+    ],
+    "modelexpress-crds": [
+        ("modelexpress.nvidia.com", "v1alpha1", "modelcacheentries", "ModelCacheEntry", True)
+    ],
+}
+
+
+def _other_crds_stood_in() -> None:
+    """Every other CRD the catalog names has its stand-in: a new one fails here, not later."""
+    for c in catalog.COMPONENTS:
+        if c.manifests is not None:
+            stood_in = {f"{s[2]}.{s[0]}" for s in OTHER_MANIFEST_CRDS.get(c.name, [])}
+            assert stood_in == set(c.manifests.other_crds), (
+                f"{c.name}: its other CRDs need a stand-in in OTHER_MANIFEST_CRDS"
+            )
+
+
+_other_crds_stood_in()
 _CHART_OBJECTS: dict[str, list[dict[str, Any]]] = {
     c.chart.chart: required_objects(c) for c in catalog.COMPONENTS if c.chart is not None
 }
@@ -1341,9 +1373,8 @@ def serve_substrate(
                     / component.manifests.path.format(version=component.version)
                 )
                 path.parent.mkdir(parents=True, exist_ok=True)
-                path.write_text(
-                    yaml.safe_dump_all([crd(*c) for c in MANIFEST_CRDS[component.name]])
-                )
+                specs = MANIFEST_CRDS[component.name] + OTHER_MANIFEST_CRDS.get(component.name, [])
+                path.write_text(yaml.safe_dump_all([crd(*c) for c in specs]))
         yield Substrate(f"{url}/charts", f"{url}/manifests", served)
 
 

@@ -153,6 +153,9 @@ def test_delete_tears_down_in_order_and_leaves_nothing(harness: Harness) -> None
         ("gatewayclasses", "envoy"),
         ("envoyproxies", "inference-gateway"),
         ("customresourcedefinitions", "inferencepools.inference.networking.k8s.io"),
+        # The GAIE file's other CRDs, applied from it: deleted with it.
+        ("customresourcedefinitions", "inferencepools.inference.networking.x-k8s.io"),
+        ("customresourcedefinitions", "inferenceobjectives.inference.networking.x-k8s.io"),
         ("secrets", "sh.helm.release.v1.mp-lws.v1"),
         ("secrets", "sh.helm.release.v1.mp-cert-manager.v1"),
         ("namespaces", NS),

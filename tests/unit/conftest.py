@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from modelplane.api.models import ServingStack
+from modelplane.catalog.components import BY_NAME
 from modelplane.plan import Plan
 from modelplane.plan.applied import crd_stub
 from modelplane.plan.observed import Observed, ObservedRelease
@@ -132,5 +133,8 @@ def installed(p: Plan, base: Observed | None = None) -> Observed:
     }
     applied = {o.key: o.object["metadata"]["annotations"][DIGEST_ANNOTATION] for o in p.objects}
     for m in p.manifests:
-        applied |= {object_key(crd_stub(crd)): m.digest for crd in m.crds}
+        # The file's other CRDs are applied from it too, with its digest.
+        source = BY_NAME[m.component].manifests
+        others = source.other_crds if source is not None else ()
+        applied |= {object_key(crd_stub(crd)): m.digest for crd in (*m.crds, *others)}
     return base.model_copy(update={"releases": releases, "applied": applied})

@@ -20,7 +20,13 @@ from .conftest import CA_PEM, StackFactory, installed
 
 HOST = "west.example.com"
 CAS = [{"name": "fleet", "certificate": CA_PEM}]
-GAIE_CRDS = ["CustomResourceDefinition inferencepools.inference.networking.k8s.io"]
+# All of the fetched file's CRDs: the one the requirements check, and the
+# two it brings beside it (applied with the same digest, so ours alike).
+GAIE_CRDS = [
+    "CustomResourceDefinition inferencepools.inference.networking.k8s.io",
+    "CustomResourceDefinition inferencepools.inference.networking.x-k8s.io",
+    "CustomResourceDefinition inferenceobjectives.inference.networking.x-k8s.io",
+]
 
 
 def described(steps: list[TeardownStep]) -> list[tuple[Any, ...]]:
@@ -152,7 +158,14 @@ def test_provided_dynamo_deletes_the_modelexpress_crds_it_applied(
         if isinstance(s, DeleteObjects) and s.objects[0].kind == "CustomResourceDefinition"
     ]
     assert described(crd_steps) == [
-        ("delete", ["CustomResourceDefinition modelmetadatas.modelexpress.nvidia.com"], False)
+        (
+            "delete",
+            [
+                "CustomResourceDefinition modelmetadatas.modelexpress.nvidia.com",
+                "CustomResourceDefinition modelcacheentries.modelexpress.nvidia.com",
+            ],
+            False,
+        )
     ]
 
 
@@ -207,3 +220,26 @@ def test_the_release_namespaces_the_product_made_go_last_the_owners_stay(
         teardown_steps(provided, observed.model_copy(update={"applied": observed.applied | ours}))
     )
     assert steps[-1] == ("delete", ["Namespace modelplane-system"], False)
+
+
+@pytest.mark.parametrize(
+    ("ours", "deleted"),
+    [
+        # Each of the file's CRDs goes only if it carries our digest: one the
+        # cluster owner brought before (say the x-k8s.io ones) stays.
+        (GAIE_CRDS, GAIE_CRDS),
+        (GAIE_CRDS[:1], GAIE_CRDS[:1]),
+        (GAIE_CRDS[1:], GAIE_CRDS[1:]),
+        ([], []),
+    ],
+)
+def test_the_fetched_files_crds_go_when_they_carry_our_digest(
+    make_stack: StackFactory, ours: list[str], deleted: list[str]
+) -> None:
+    p = plan(make_stack())
+    observed = installed(p)
+    names = {crd.split()[-1] for crd in GAIE_CRDS} - {crd.split()[-1] for crd in ours}
+    applied = {k: v for k, v in observed.applied.items() if k.rpartition("/")[2] not in names}
+    steps = described(teardown_steps(p, observed.model_copy(update={"applied": applied})))
+    crds = [s[1] for s in steps if s[0] == "delete" and "CustomResourceDefinition" in s[1][0]]
+    assert crds == ([deleted] if deleted else [])

@@ -12,8 +12,12 @@ running while a stack deletes, so they can clear finalizers):
 1. configuration objects wave by wave (``TeardownWave``), each wave gone
    before the next: the Gateway and what targets it while the gateway
    controller still runs, then the GatewayClass, then the rest;
-2. the CRDs of fetched manifests that carry our digest: a CRD the cluster
-   owner brought stays;
+2. the CRDs of fetched manifests that carry our digest, every one the file
+   brings: the GAIE manifest's two ``inference.networking.x-k8s.io`` CRDs
+   as well as the InferencePool v1 its requirement checks. The product
+   fetched and applied all of them alike; a CRD the cluster owner brought
+   (no digest of ours) stays. The charts' ``crds/`` CRDs are not among
+   them: Helm leaves those, and so does the product (docs/operating.md);
 3. Helm releases, dependents before what they depend on, in Managed mode
    only: a Provided substrate is never uninstalled, even one we installed
    before a switch from Managed;
@@ -29,11 +33,12 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
+from modelplane.catalog.components import BY_NAME
 from modelplane.catalog.configuration import TeardownWave
 from modelplane.pins import ComponentsMode
 from modelplane.plan.applied import crd_stub
 from modelplane.plan.frozen import Frozen
-from modelplane.plan.model import Plan, PlannedRelease
+from modelplane.plan.model import Plan, PlannedManifests, PlannedRelease
 from modelplane.plan.observed import Observed
 from modelplane.wire import object_key
 
@@ -103,7 +108,7 @@ def teardown_steps(plan: Plan, observed: Observed) -> list[TeardownStep]:
         ObjectRef.of(crd_stub(crd))
         for m in plan.manifests
         if m.teardown
-        for crd in m.crds
+        for crd in _manifest_crds(m)
         if object_key(crd_stub(crd)) in observed.applied
     ]
     if crds:
@@ -128,6 +133,14 @@ def teardown_steps(plan: Plan, observed: Observed) -> list[TeardownStep]:
     if last:
         steps.append(DeleteObjects(objects=last, wait=False))
     return steps
+
+
+def _manifest_crds(manifests: PlannedManifests) -> list[str]:
+    """Every CRD the fetched file brings: those the requirements check, and the others."""
+    component = BY_NAME.get(manifests.component)
+    source = component.manifests if component is not None else None
+    others = source.other_crds if source is not None else ()
+    return [*manifests.crds, *(c for c in others if c not in manifests.crds)]
 
 
 def _release_namespaces(releases: list[PlannedRelease]) -> list[ObjectRef]:
