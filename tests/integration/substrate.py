@@ -217,6 +217,65 @@ def crd(
     }
 
 
+# Hooks of the real charts that outlive their release, as the pinned version
+# renders them (gateway-helm v1.8.4, templates/certgen-rbac.yaml and
+# envoy-proxy-topology-injector-webhook.yaml): no delete policy, so Helm
+# deletes one only before making it again. The webhook's object selector
+# matches nothing: no webhook answers here.
+_HOOK_MARKS = """  labels:
+    app.kubernetes.io/instance: {{ .Release.Name }}
+    app.kubernetes.io/managed-by: {{ .Release.Service }}
+  annotations:
+    helm.sh/hook: pre-install, pre-upgrade
+    helm.sh/hook-weight: "-1"
+"""
+RELEASE_HOOKS: dict[str, str] = {
+    "gateway-helm": f"""---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata:
+  name: {{{{ .Release.Name }}}}-certgen:{{{{ .Release.Namespace }}}}
+{_HOOK_MARKS}rules: []
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata:
+  name: {{{{ .Release.Name }}}}-certgen:{{{{ .Release.Namespace }}}}
+{_HOOK_MARKS}roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: ClusterRole
+  name: {{{{ .Release.Name }}}}-certgen:{{{{ .Release.Namespace }}}}
+subjects:
+- kind: ServiceAccount
+  name: {{{{ .Release.Name }}}}-certgen
+  namespace: {{{{ .Release.Namespace }}}}
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingWebhookConfiguration
+metadata:
+  name: envoy-gateway-topology-injector.{{{{ .Release.Namespace }}}}
+{_HOOK_MARKS}webhooks:
+- name: topology.webhook.gateway.envoyproxy.io
+  admissionReviewVersions: [v1]
+  sideEffects: None
+  failurePolicy: Ignore
+  clientConfig:
+    service:
+      name: envoy-gateway
+      namespace: {{{{ .Release.Namespace }}}}
+      path: /inject-pod-topology
+      port: 9443
+  objectSelector:
+    matchLabels: {{fixture.modelplane.ai/matches: nothing}}
+  rules:
+  - apiGroups: [""]
+    apiVersions: [v1]
+    operations: [CREATE]
+    resources: [pods/binding]
+""",
+}
+
+
 _VALUES_CONFIGMAP = """apiVersion: v1
 kind: ConfigMap
 metadata:
@@ -1228,6 +1287,7 @@ def write_chart(
     *,
     upstream_crds: bool = False,
     previous: bool = False,
+    hooks: bool = False,
 ) -> Path:
     """The fixture chart ``name`` at ``version``; with ``standin``, its images and workloads.
 
@@ -1236,7 +1296,8 @@ def write_chart(
     are where the real chart keeps them (``CRD_PLACEMENT``: crds/, a crds
     subchart's crds/, or templates/), else among the templates, which Helm
     upgrades and uninstalls with the release. A ``previous`` chart's CRDs
-    declare one field fewer (``FIXTURE_FIELDS``).
+    declare one field fewer (``FIXTURE_FIELDS``). With ``hooks`` it has the
+    real chart's hooks that outlive the release (``RELEASE_HOOKS``).
     """
     chart = root / f"{name}-{version}"
     (chart / "templates").mkdir(parents=True)
@@ -1275,6 +1336,8 @@ def write_chart(
     if standin is not None:
         for file, text in standin_templates(standin).items():
             (chart / "templates" / file).write_text(text)
+    if hooks and name in RELEASE_HOOKS:
+        (chart / "templates" / "hooks.yaml").write_text(RELEASE_HOOKS[name])
     return chart
 
 
@@ -1334,7 +1397,12 @@ class Helm:
 
 
 def serve_substrate(
-    helm: Any, workdir: Path, *, workloads: bool = False, upstream_crds: bool = False
+    helm: Any,
+    workdir: Path,
+    *,
+    workloads: bool = False,
+    upstream_crds: bool = False,
+    hooks: bool = False,
 ) -> Iterator[Substrate]:
     """Package every catalog chart and the manifests, and serve them on loopback.
 
@@ -1360,6 +1428,7 @@ def serve_substrate(
                     stand_in_for(component) if workloads else None,
                     upstream_crds=upstream_crds,
                     previous=version == previous_version(component.version),
+                    hooks=hooks,
                 )
                 helm.run("package", str(chart), "--destination", str(served / "charts"))
     with serve_directory(served) as url:

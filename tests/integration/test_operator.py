@@ -18,12 +18,15 @@ import pytest
 import yaml
 from lightkube.core.exceptions import ApiError
 from lightkube.generic_resource import create_namespaced_resource
+from lightkube.resources.admissionregistration_v1 import MutatingWebhookConfiguration
 from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
 from lightkube.resources.core_v1 import ConfigMap, Namespace
+from lightkube.resources.rbac_authorization_v1 import ClusterRole, ClusterRoleBinding
 from lightkube.types import PatchType
 from prometheus_client.parser import text_string_to_metric_families
+from tests.integration.conftest import Helm
 from tests.integration.hubs import SS, Harness, stack_gone
-from tests.integration.substrate import provided_crd_specs
+from tests.integration.substrate import Substrate, provided_crd_specs, serve_substrate
 from tests.testenv import TestEnv
 from tests.waiting import wait_for
 
@@ -45,6 +48,22 @@ STANDARD_RELEASES = {
     for c in catalog.components_of_stack(catalog.Stack.STANDARD)
     if c.chart is not None
 }
+
+
+# gateway-helm's hooks that outlive its release (substrate.RELEASE_HOOKS).
+CERTGEN = "mp-gateway-helm-certgen:envoy-gateway-system"
+TOPOLOGY_INJECTOR = "envoy-gateway-topology-injector.envoy-gateway-system"
+HOOKS_LEFT = (
+    (ClusterRole, "clusterroles", CERTGEN),
+    (ClusterRoleBinding, "clusterrolebindings", CERTGEN),
+    (MutatingWebhookConfiguration, "mutatingwebhookconfigurations", TOPOLOGY_INJECTOR),
+)
+
+
+@pytest.fixture(scope="module")
+def substrate(helm: Helm, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Substrate]:
+    """The fixture charts, with the real charts' hooks that outlive their release."""
+    yield from serve_substrate(helm, tmp_path_factory.mktemp("substrate"), hooks=True)
 
 
 @pytest.fixture
@@ -123,6 +142,8 @@ def test_delete_tears_down_in_order_and_leaves_nothing(harness: Harness) -> None
     harness.start()
     harness.wait_condition("Ready", "True", deadline=120)
     assert harness.helm_releases()
+    for res, _, name in HOOKS_LEFT:
+        harness.target.get(res, name)  # made by helm install, outside the release
 
     harness.hub.delete(SS, "stack", namespace=harness.ns)
     wait_for(
@@ -144,6 +165,11 @@ def test_delete_tears_down_in_order_and_leaves_nothing(harness: Harness) -> None
         ]
 
     assert crds_not_deleting() == []
+    # helm uninstall leaves hooks; teardown takes what they left.
+    for res, _, name in HOOKS_LEFT:
+        with pytest.raises(ApiError) as gone:
+            harness.target.get(res, name)
+        assert gone.value.status.code == 404, name
     wait_for("modelplane-system deleted", lambda: _namespace_deleting(harness), deadline=60)
     # The order as the target's API server served the deletions (its audit
     # log), not as the operator's log tells it. A release is gone when helm
@@ -157,6 +183,10 @@ def test_delete_tears_down_in_order_and_leaves_nothing(harness: Harness) -> None
         ("customresourcedefinitions", "inferencepools.inference.networking.x-k8s.io"),
         ("customresourcedefinitions", "inferenceobjectives.inference.networking.x-k8s.io"),
         ("secrets", "sh.helm.release.v1.mp-lws.v1"),
+        # What its hooks left goes right after the release, before what it
+        # depends on (cert-manager).
+        ("secrets", "sh.helm.release.v1.mp-gateway-helm.v1"),
+        *((resource, name) for _, resource, name in HOOKS_LEFT),
         ("secrets", "sh.helm.release.v1.mp-cert-manager.v1"),
         ("namespaces", NS),
     ]

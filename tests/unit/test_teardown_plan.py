@@ -7,11 +7,18 @@ from typing import Any
 import pytest
 
 from modelplane.actions.apply import namespace_body
-from modelplane.plan import Observed, plan
+from modelplane.catalog.types import HelmHook
+from modelplane.plan import Observed, Plan, plan
 from modelplane.plan.teardown import (
+    DeleteHookObjects,
     DeleteObjects,
+    FoundObject,
+    ObjectRef,
     TeardownStep,
     UninstallRelease,
+    hooks_to_find,
+    is_release_hook,
+    left_by_helm,
     teardown_steps,
 )
 from modelplane.wire import object_key
@@ -35,6 +42,8 @@ def described(steps: list[TeardownStep]) -> list[tuple[Any, ...]]:
     for step in steps:
         if isinstance(step, UninstallRelease):
             out.append(("uninstall", f"{step.namespace}/{step.release}"))
+        elif isinstance(step, DeleteHookObjects):
+            out.append(("delete hooks", step.release, [str(ref) for ref in step.objects]))
         else:
             out.append(("delete", [str(ref) for ref in step.objects], step.wait))
     return out
@@ -243,3 +252,195 @@ def test_the_fetched_files_crds_go_when_they_carry_our_digest(
     steps = described(teardown_steps(p, observed.model_copy(update={"applied": applied})))
     crds = [s[1] for s in steps if s[0] == "delete" and "CustomResourceDefinition" in s[1][0]]
     assert crds == ([deleted] if deleted else [])
+
+
+# -- what the releases' hooks left -------------------------------------------------
+
+NO_POLICY: tuple[str, ...] = ()
+UNLESS_FAILED = ("before-hook-creation", "hook-succeeded")
+
+
+@pytest.mark.parametrize(
+    ("events", "policies", "left"),
+    [
+        # gateway-helm's certgen and topology injector: no policy means
+        # before-hook-creation, which deletes it only before making it again.
+        (("pre-install", "pre-upgrade"), NO_POLICY, True),
+        (("pre-install",), ("before-hook-creation",), True),
+        # Deleted once it succeeds, so a failed hook (and install) leaves it.
+        (("post-install",), UNLESS_FAILED, True),
+        (("post-delete",), ("hook-failed",), True),
+        # Gone whichever way it ends.
+        (("post-delete",), ("hook-succeeded", "hook-failed"), False),
+        (("pre-install",), ("before-hook-creation", "hook-failed", "hook-succeeded"), False),
+        # The product never runs helm test: such a hook is never made.
+        (("test",), NO_POLICY, False),
+        (("test-success",), NO_POLICY, False),
+        # Made on a rollback, which the product runs.
+        (("pre-rollback", "test"), NO_POLICY, True),
+    ],
+)
+def test_which_hooks_helm_may_leave(
+    events: tuple[str, ...], policies: tuple[str, ...], left: bool
+) -> None:
+    hook = HelmHook("v1", "ServiceAccount", "x", True, events, policies)
+    assert left_by_helm(hook) is left
+
+
+MARKS = {
+    "labels": {
+        "app.kubernetes.io/instance": "mp-gateway-helm",
+        "app.kubernetes.io/managed-by": "Helm",
+    },
+    "annotations": {"helm.sh/hook": "pre-install, pre-upgrade"},
+}
+MWC = ObjectRef(
+    api_version="admissionregistration.k8s.io/v1",
+    kind="MutatingWebhookConfiguration",
+    name="envoy-gateway-topology-injector.envoy-gateway-system",
+)
+CERTGEN_ROLE = ObjectRef(
+    api_version="rbac.authorization.k8s.io/v1",
+    kind="Role",
+    name="mp-gateway-helm-certgen",
+    namespace="envoy-gateway-system",
+)
+
+
+def _with(metadata: dict[str, Any], part: str, **changes: Any) -> dict[str, Any]:
+    return {**metadata, part: {**metadata[part], **changes}}
+
+
+@pytest.mark.parametrize(
+    ("metadata", "ours"),
+    [
+        (MARKS, True),
+        # More labels and annotations than the marks change nothing.
+        (_with(_with(MARKS, "labels", app="x"), "annotations", note="y"), True),
+        # Another release's, or not Helm's: a cluster owner's own object of that name.
+        (_with(MARKS, "labels", **{"app.kubernetes.io/instance": "gateway-helm"}), False),
+        (_with(MARKS, "labels", **{"app.kubernetes.io/managed-by": "kubectl"}), False),
+        ({"labels": MARKS["labels"]}, False),  # not made as a hook
+        ({"annotations": MARKS["annotations"]}, False),
+        ({}, False),
+        # A target's garbage is no evidence of anything.
+        ({"labels": ["app.kubernetes.io/instance"], "annotations": "helm.sh/hook"}, False),
+        (_with(MARKS, "labels", **{"app.kubernetes.io/instance": ["mp-gateway-helm"]}), False),
+    ],
+)
+def test_a_live_object_is_the_releases_hook_only_by_its_marks(
+    metadata: dict[str, Any], ours: bool
+) -> None:
+    assert is_release_hook(FoundObject.of(MWC, metadata), "mp-gateway-helm") is ours
+
+
+def _namespaces_ours(p: Plan, observed: Observed) -> Observed:
+    """The release namespaces made by the product, so the last step deletes them."""
+    made = {object_key(namespace_body(r.namespace)): "digest" for r in p.releases}
+    return observed.model_copy(update={"applied": observed.applied | made})
+
+
+def test_only_hooks_outside_the_namespaces_teardown_deletes_are_looked_for(
+    make_stack: StackFactory,
+) -> None:
+    p = plan(make_stack())
+    cluster_scoped = [
+        ("mp-kube-prometheus-stack", "ClusterRole prometheus-admission"),
+        ("mp-kube-prometheus-stack", "ClusterRoleBinding prometheus-admission"),
+        ("mp-node-feature-discovery", "ClusterRole mp-node-feature-discovery-prune"),
+        ("mp-node-feature-discovery", "ClusterRoleBinding mp-node-feature-discovery-prune"),
+        ("mp-gateway-helm", "ClusterRole mp-gateway-helm-certgen:envoy-gateway-system"),
+        ("mp-gateway-helm", "ClusterRoleBinding mp-gateway-helm-certgen:envoy-gateway-system"),
+        ("mp-gateway-helm", f"MutatingWebhookConfiguration {MWC.name}"),
+    ]
+    wanted = hooks_to_find(p, _namespaces_ours(p, installed(p)))
+    assert sorted((h.release, str(h.ref)) for h in wanted) == sorted(cluster_scoped)
+    assert all(h.ref.namespace is None for h in wanted)
+    # In a namespace of the cluster owner's, which stays, the namespaced ones too.
+    wanted = hooks_to_find(p, installed(p))
+    assert CERTGEN_ROLE in {h.ref for h in wanted}
+    assert len(wanted) > len(cluster_scoped)
+    # Provided: nothing was installed by the product, nothing of a hook is its to delete.
+    assert hooks_to_find(plan(make_stack(components="Provided")), installed(p)) == []
+
+
+ALL_RELEASES = "all"
+
+
+def _observed_for(p: Plan, releases: str, namespaces_ours: bool) -> Observed:
+    observed = installed(p)
+    if releases != ALL_RELEASES:
+        observed = observed.model_copy(
+            update={"releases": {k: v for k, v in observed.releases.items() if k != releases}}
+        )
+    return _namespaces_ours(p, observed) if namespaces_ours else observed
+
+
+MWC_LEFT = ("delete hooks", "mp-gateway-helm", [f"MutatingWebhookConfiguration {MWC.name}"])
+FORGED = ObjectRef(
+    api_version="rbac.authorization.k8s.io/v1", kind="ClusterRoleBinding", name="cluster-admin"
+)
+
+
+@pytest.mark.parametrize(
+    ("components", "releases", "namespaces_ours", "found", "hook_steps"),
+    [
+        # Left by the release, with its marks: deleted right after its uninstall.
+        ("Managed", ALL_RELEASES, True, [(MWC, MARKS)], [MWC_LEFT]),
+        # The release went on an earlier pass: what it left still goes.
+        ("Managed", "mp-gateway-helm", True, [(MWC, MARKS)], [MWC_LEFT]),
+        # Someone else's object of that name stays.
+        ("Managed", ALL_RELEASES, True, [(MWC, {})], []),
+        (
+            "Managed",
+            ALL_RELEASES,
+            True,
+            [(MWC, _with(MARKS, "labels", **{"app.kubernetes.io/instance": "mp-lws"}))],
+            [],
+        ),
+        # Marks on an object the catalog names no hook of (a forged
+        # stored release could name any): never deleted.
+        ("Managed", ALL_RELEASES, True, [(FORGED, MARKS)], []),
+        # A namespaced one goes with its namespace when the product made
+        # that, and on its own when the namespace is the owner's and stays.
+        ("Managed", ALL_RELEASES, True, [(CERTGEN_ROLE, MARKS)], []),
+        (
+            "Managed",
+            ALL_RELEASES,
+            False,
+            [(MWC, MARKS), (CERTGEN_ROLE, MARKS)],
+            [
+                (
+                    "delete hooks",
+                    "mp-gateway-helm",
+                    [f"MutatingWebhookConfiguration {MWC.name}", "Role mp-gateway-helm-certgen"],
+                )
+            ],
+        ),
+        # Provided: the substrate is not the product's to clean.
+        ("Provided", ALL_RELEASES, True, [(MWC, MARKS)], []),
+    ],
+)
+def test_what_the_hooks_left_goes_after_its_release(
+    make_stack: StackFactory,
+    components: str,
+    releases: str,
+    namespaces_ours: bool,
+    found: list[tuple[ObjectRef, dict[str, Any]]],
+    hook_steps: list[tuple[Any, ...]],
+) -> None:
+    managed = plan(make_stack())
+    p = plan(make_stack(components=components))
+    observed = _observed_for(managed, releases, namespaces_ours)
+    steps = described(
+        teardown_steps(p, observed, [FoundObject.of(ref, meta) for ref, meta in found])
+    )
+    assert [s for s in steps if s[0] == "delete hooks"] == hook_steps
+    for step in hook_steps:
+        at = steps.index(step)
+        # After its own release's uninstall (when there is one to do), and
+        # before the namespaces.
+        uninstall = ("uninstall", "envoy-gateway-system/mp-gateway-helm")
+        if uninstall in steps:
+            assert steps[at - 1] == uninstall
+        assert at < len(steps) - 1 and "Namespace modelplane-system" in steps[-1][1]

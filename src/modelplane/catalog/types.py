@@ -222,6 +222,23 @@ class ValuesRead:
 
 
 @dataclass(frozen=True)
+class HelmHook:
+    """One object a chart renders as a Helm hook (annotation ``helm.sh/hook``).
+
+    Helm keeps hooks out of the release's manifest, so ``helm uninstall``
+    never deletes one: what is left of it is the delete policy's doing
+    (``helm.sh/hook-delete-policy``; none means ``before-hook-creation``).
+    """
+
+    api_version: str
+    kind: str
+    name: str
+    namespaced: bool  # in the release's namespace; else cluster-scoped
+    events: tuple[str, ...]  # helm.sh/hook: pre-install, post-delete, ...
+    delete_policies: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class ChartSource:
     """Where a chart comes from: a classic HTTP repository or an OCI registry."""
 
@@ -229,6 +246,12 @@ class ChartSource:
     repository: str  # https://... (index.yaml) or oci://registry/path (without the chart)
     # Where the chart keeps its CRDs (upstream-facts.md, per component).
     crds: CrdPlacement = CrdPlacement.NONE
+    # Every hook the pinned version renders with the product's values (its
+    # helm template, ../shared/fixtures/charts/<chart>/<version>/rendered-standard.yaml;
+    # tests/unit/test_teardown_hooks_real.py holds the two equal). Teardown
+    # removes what of them Helm leaves (plan.teardown).
+    hooks: tuple[HelmHook, ...] = ()
+
     # What the chart reads at the versions the catalog knows (the pin at
     # least). At another version its values are composed unchecked: what
     # it reads is not known, so nothing is refused.

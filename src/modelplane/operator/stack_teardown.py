@@ -21,12 +21,20 @@ from modelplane.actions.helm import Helm, HelmError
 from modelplane.api.models import ServingStack
 from modelplane.kube.client import Target
 from modelplane.kube.errors import ErrorKind, KnownError
+from modelplane.observe.hooks import find_hooks
 from modelplane.observe.state import observe
 from modelplane.operator.options import OperatorOptions
 from modelplane.operator.session import TargetSession
 from modelplane.operator.stack_text import first_error, without_status
 from modelplane.plan import Plan, plan
-from modelplane.plan.teardown import DeleteObjects, TeardownStep, UninstallRelease, teardown_steps
+from modelplane.plan.teardown import (
+    DeleteHookObjects,
+    DeleteObjects,
+    TeardownStep,
+    UninstallRelease,
+    hooks_to_find,
+    teardown_steps,
+)
 
 log = logging.getLogger("modelplane.operator")
 
@@ -62,7 +70,8 @@ class StackTeardown:
             current = await asyncio.to_thread(plan, stack, observed, self.options.sources())
             if self.on_plan is not None:
                 self.on_plan(current)
-            steps = teardown_steps(current, observed)
+            found = await find_hooks(target.client, hooks_to_find(current, observed))
+            steps = teardown_steps(current, observed, found)
             give_up = waited_seconds > self.options.teardown_wait_seconds
             waiting = await self._carry_out(steps, target, give_up)
             if waiting is None:
@@ -79,6 +88,9 @@ class StackTeardown:
             if isinstance(step, UninstallRelease):
                 await self._uninstall(step, target)
                 continue
+            if isinstance(step, DeleteHookObjects):
+                await self._delete_hooks(step, target)
+                continue
             remaining = await self._delete(step, target)
             if not (step.wait and remaining):
                 continue
@@ -91,7 +103,7 @@ class StackTeardown:
             )
         return None
 
-    async def _delete(self, step: DeleteObjects, target: Target) -> list[str]:
+    async def _delete(self, step: DeleteObjects | DeleteHookObjects, target: Target) -> list[str]:
         """Delete the step's objects; the ones still there (finalizers may hold them)."""
         remaining = []
         for ref in step.objects:
@@ -100,6 +112,17 @@ class StackTeardown:
             if still_there:
                 remaining.append(str(ref))
         return remaining
+
+    async def _delete_hooks(self, step: DeleteHookObjects, target: Target) -> None:
+        # Not waited for: nothing after needs them gone. Named, as a person
+        # who knows the chart may look for them after the release is gone.
+        await self._delete(step, target)
+        self.emit(
+            "Normal",
+            "HookObjectsDeleted",
+            f"deleted what the hooks of release {step.release} left: "
+            + ", ".join(str(ref) for ref in step.objects),
+        )
 
     async def _uninstall(self, step: UninstallRelease, target: Target) -> None:
         kubeconfig = await target.helm_kubeconfig()

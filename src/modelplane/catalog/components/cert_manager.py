@@ -12,6 +12,7 @@ from modelplane.catalog.types import (
     Component,
     CrdPlacement,
     CRDServes,
+    HelmHook,
     Values,
     ValuesRead,
     Workloads,
@@ -83,6 +84,28 @@ READS = ValuesRead(
 )
 
 
+# The startupapicheck Job and its RBAC, run after an install and deleted once
+# it succeeds (templates/startupapicheck-{job,rbac,serviceaccount}.yaml).
+_STARTUPAPICHECK = "mp-cert-manager-startupapicheck"
+_AFTER_INSTALL = ("post-install",)
+_UNLESS_FAILED = ("before-hook-creation", "hook-succeeded")
+HOOKS = (
+    HelmHook("v1", "ServiceAccount", _STARTUPAPICHECK, True, _AFTER_INSTALL, _UNLESS_FAILED),
+    *(
+        HelmHook(
+            "rbac.authorization.k8s.io/v1",
+            kind,
+            f"{_STARTUPAPICHECK}:create-cert",
+            True,
+            _AFTER_INSTALL,
+            _UNLESS_FAILED,
+        )
+        for kind in ("Role", "RoleBinding")
+    ),
+    HelmHook("batch/v1", "Job", _STARTUPAPICHECK, True, _AFTER_INSTALL, _UNLESS_FAILED),
+)
+
+
 def _values(_spec: ServingStackSpec) -> Values:
     # CRDs are kept on uninstall so finalizers on composed Certificates and
     # Issuers can still be released (upstream-facts §1).
@@ -98,7 +121,9 @@ COMPONENT = Component(
     version_field="versions.certManager",
     version_description="cert-manager chart version.",
     stacks=BOTH,
-    chart=ChartSource("cert-manager", JETSTACK, crds=CrdPlacement.TEMPLATES, reads=(READS,)),
+    chart=ChartSource(
+        "cert-manager", JETSTACK, crds=CrdPlacement.TEMPLATES, reads=(READS,), hooks=HOOKS
+    ),
     values=_values,
     images=IMAGES,
     wait=True,

@@ -27,6 +27,7 @@ from modelplane.catalog.types import (
     Component,
     CrdPlacement,
     CRDServes,
+    HelmHook,
     Values,
     ValuesRead,
     VersionRange,
@@ -101,6 +102,30 @@ READS = ValuesRead(
 )
 
 
+# The certgen Job, its RBAC and the topology injector's webhook configuration
+# (templates/certgen.yaml, certgen-rbac.yaml, envoy-proxy-topology-injector-webhook.yaml),
+# made before each install and upgrade. They carry no delete policy, so Helm
+# deletes one only before making it again: every one outlives the release.
+_CERTGEN = "mp-gateway-helm-certgen"
+_BEFORE = ("pre-install", "pre-upgrade")
+_RBAC = "rbac.authorization.k8s.io/v1"
+HOOKS = (
+    HelmHook("v1", "ServiceAccount", _CERTGEN, True, _BEFORE),
+    HelmHook(_RBAC, "ClusterRole", f"{_CERTGEN}:{ENVOY_GATEWAY_NAMESPACE}", False, _BEFORE),
+    HelmHook(_RBAC, "ClusterRoleBinding", f"{_CERTGEN}:{ENVOY_GATEWAY_NAMESPACE}", False, _BEFORE),
+    HelmHook(_RBAC, "Role", _CERTGEN, True, _BEFORE),
+    HelmHook(_RBAC, "RoleBinding", _CERTGEN, True, _BEFORE),
+    HelmHook("batch/v1", "Job", _CERTGEN, True, _BEFORE),
+    HelmHook(
+        "admissionregistration.k8s.io/v1",
+        "MutatingWebhookConfiguration",
+        f"envoy-gateway-topology-injector.{ENVOY_GATEWAY_NAMESPACE}",
+        False,
+        _BEFORE,
+    ),
+)
+
+
 def _values(_spec: ServingStackSpec) -> Values:
     # The one coupling no check can verify: without this wiring, HTTPRoutes to
     # an InferencePool never route while every component looks healthy.
@@ -162,7 +187,9 @@ COMPONENT = Component(
         "v1.8 cannot route to an InferencePool",
     ),
     stacks=BOTH,
-    chart=ChartSource("gateway-helm", ENVOY_OCI, crds=CrdPlacement.SUBCHART, reads=(READS,)),
+    chart=ChartSource(
+        "gateway-helm", ENVOY_OCI, crds=CrdPlacement.SUBCHART, reads=(READS,), hooks=HOOKS
+    ),
     values=_values,
     images=IMAGES,
     depends_on=(cert_manager.COMPONENT.name,),

@@ -30,6 +30,7 @@ from modelplane.catalog.types import (
     CrdPlacement,
     CRDServes,
     Finding,
+    HelmHook,
     Values,
     ValuesRead,
     Workloads,
@@ -306,6 +307,38 @@ class SelectsEverything:
         return WARNING, f"{'; '.join(failures[:MAX_LISTED])}: {self.fix}"
 
 
+# The operator's admission webhook certificate Jobs and their RBAC
+# (templates/prometheus-operator/admission-webhooks/job-patch/),
+# named after fullnameOverride and deleted once they succeed.
+_ADMISSION = "prometheus-admission"
+_AROUND = ("pre-install", "pre-upgrade", "post-install", "post-upgrade")
+_UNLESS_FAILED = ("before-hook-creation", "hook-succeeded")
+_RBAC = "rbac.authorization.k8s.io/v1"
+HOOKS = (
+    HelmHook("v1", "ServiceAccount", _ADMISSION, True, _AROUND, _UNLESS_FAILED),
+    HelmHook(_RBAC, "ClusterRole", _ADMISSION, False, _AROUND, _UNLESS_FAILED),
+    HelmHook(_RBAC, "ClusterRoleBinding", _ADMISSION, False, _AROUND, _UNLESS_FAILED),
+    HelmHook(_RBAC, "Role", _ADMISSION, True, _AROUND, _UNLESS_FAILED),
+    HelmHook(_RBAC, "RoleBinding", _ADMISSION, True, _AROUND, _UNLESS_FAILED),
+    HelmHook(
+        "batch/v1",
+        "Job",
+        f"{_ADMISSION}-create",
+        True,
+        ("pre-install", "pre-upgrade"),
+        _UNLESS_FAILED,
+    ),
+    HelmHook(
+        "batch/v1",
+        "Job",
+        f"{_ADMISSION}-patch",
+        True,
+        ("post-install", "post-upgrade"),
+        _UNLESS_FAILED,
+    ),
+)
+
+
 def _values(_spec: ServingStackSpec) -> Values:
     # Modelplane's scrape targets are PodMonitors in workload namespaces: the
     # chart's default release-label selector never matches them.
@@ -358,6 +391,7 @@ COMPONENT = Component(
         "https://prometheus-community.github.io/helm-charts",
         crds=CrdPlacement.SUBCHART,
         reads=(READS,),
+        hooks=HOOKS,
     ),
     values=_values,
     images=IMAGES,

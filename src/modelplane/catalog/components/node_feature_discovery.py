@@ -17,6 +17,7 @@ from modelplane.catalog.types import (
     CRDServes,
     Finding,
     GpuNodes,
+    HelmHook,
     Values,
     ValuesRead,
     Workloads,
@@ -83,6 +84,20 @@ class GpuNodesLabelled:
 READS = ValuesRead(VERSION, ("worker.tolerations", "image.repository", "imagePullSecrets"))
 
 
+# The prune Job that clears NFD's node labels once the release is uninstalled,
+# and its RBAC (templates/post-delete-job.yaml), deleted once it succeeds.
+_PRUNE = "mp-node-feature-discovery-prune"
+_AFTER_DELETE = ("post-delete",)
+_UNLESS_FAILED = ("before-hook-creation", "hook-succeeded")
+_RBAC = "rbac.authorization.k8s.io/v1"
+HOOKS = (
+    HelmHook("v1", "ServiceAccount", _PRUNE, True, _AFTER_DELETE, _UNLESS_FAILED),
+    HelmHook(_RBAC, "ClusterRole", _PRUNE, False, _AFTER_DELETE, _UNLESS_FAILED),
+    HelmHook(_RBAC, "ClusterRoleBinding", _PRUNE, False, _AFTER_DELETE, _UNLESS_FAILED),
+    HelmHook("batch/v1", "Job", _PRUNE, True, _AFTER_DELETE, _UNLESS_FAILED),
+)
+
+
 def _values(_spec: ServingStackSpec) -> Values:
     # Without the toleration the worker never labels tainted GPU nodes, the
     # DRA kubelet plugin never schedules there, and claims stay pending.
@@ -107,6 +122,7 @@ COMPONENT = Component(
         "https://kubernetes-sigs.github.io/node-feature-discovery/charts",
         crds=CrdPlacement.CRDS_DIR,
         reads=(READS,),
+        hooks=HOOKS,
     ),
     values=_values,
     images=IMAGES,
