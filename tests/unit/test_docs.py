@@ -46,6 +46,7 @@ FOREIGN_FLAGS = {
     "--strict",  # mypy
     "--fresh",  # hack/setup.sh
     "--relock",  # hack/setup.sh
+    "--image",  # hack/test-deps.sh
     "--nodes",  # python -m tests.testenv start
     "--crds",  # python -m tests.testenv start
     "--gateway-controllers",  # python -m tests.testenv start
