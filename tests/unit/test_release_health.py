@@ -529,3 +529,19 @@ def test_a_field_nobody_owns_is_drift_only_if_a_restore_would_change_the_object(
     w = _workload(live, _without_replicas()).model_copy(update={"apply_changes": apply_changes})
     found = drift_of(w, DriftMode.CORRECT)
     assert (found.fields if found is not None else None) == fields
+
+
+def test_ready_names_an_unhealthy_component_beside_a_failure_and_pending_work() -> None:
+    p = plan(_stack(), Observed())
+    report = release_report([_workload(None)], NODES, NOW, DriftMode.WARN)
+    pending = p.model_copy(update={"health": report.health})
+    assert pending.pending, "the plan still has work"
+    failed = Outcome(plan=pending, failures={"trust-manager": "the webhook refused it"})
+    for outcome, reason, first in (
+        (failed, "ActionFailed", "trust-manager: the webhook refused it"),
+        (Outcome(plan=pending), "Progressing", pending.pending[0]),
+    ):
+        [ready] = [c for c in desired_status(outcome, 1)["conditions"] if c["type"] == "Ready"]
+        assert ready["reason"] == reason
+        assert ready["message"].startswith(first)
+        assert "web: Deployment ns/web: is in the release's manifest" in ready["message"]

@@ -80,12 +80,13 @@ def desired_status(outcome: Outcome, generation: int | None) -> dict[str, Any]:
             )
         )
     elif outcome.failures:
-        failed = "; ".join(f"{name}: {msg}" for name, msg in sorted(outcome.failures.items()))
+        failed = [f"{name}: {msg}" for name, msg in sorted(outcome.failures.items())]
         reason = decisions.failures_reason(outcome.failures, outcome.waiting_on_webhook)
-        conditions.append(condition(READY, False, reason, failed, generation))
+        message = "; ".join(failed + _unhealthy_parts(plan, set(outcome.failures)))
+        conditions.append(condition(READY, False, reason, message, generation))
     elif plan is not None and (plan.pending or not plan.requirements_met):
-        pending = plan.pending
-        message = "; ".join(pending) if pending else "waiting for requirements"
+        pending = plan.pending or ["waiting for requirements"]
+        message = "; ".join(pending + _unhealthy_parts(plan))
         conditions.append(condition(READY, False, "Progressing", message, generation))
     elif plan is not None and plan.unhealthy:
         conditions.append(unhealthy_condition(plan, generation))
@@ -164,6 +165,20 @@ def desired_status(outcome: Outcome, generation: int | None) -> dict[str, Any]:
             status["target"] = plan.target.model_dump(by_alias=True)
     status["conditions"] = conditions
     return status
+
+
+def _unhealthy_parts(plan: Plan | None, named: set[str] | None = None) -> list[str]:
+    """Each unhealthy component's message, after a failure or pending work.
+
+    Ready has one reason, the first cause in its order, but its message
+    names every component that keeps the stack from Ready: a DaemonSet
+    short of its nodes must not hide behind another component's failure.
+    """
+    if plan is None:
+        return []
+    return [
+        f"{h.component}: {h.message}" for h in plan.unhealthy if h.component not in (named or set())
+    ]
 
 
 def unhealthy_condition(plan: Plan, generation: int | None) -> dict[str, Any]:
