@@ -133,7 +133,7 @@ GRANTS = """
 apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRole
 metadata: {name: own}
-rules: [{apiGroups: [""], resources: [secrets], verbs: [get]}]
+rules: [{apiGroups: [""], resources: [configmaps], verbs: [get]}]
 ---
 apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRoleBinding
@@ -157,22 +157,60 @@ apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRole
 metadata: {name: everything}
 rules: [{apiGroups: ["*"], resources: ["*"], verbs: ["*"]}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: aggregates}
+aggregationRule: {clusterRoleSelectors: [{matchLabels: {x: y}}]}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: reads-secrets}
+rules: [{apiGroups: [""], resources: [secrets], verbs: [get, list]}]
 """
+# Helm's annotations on everything it creates for mp-cert-manager.
+RELEASE_ANNOTATIONS = {
+    "meta.helm.sh/release-name": "mp-cert-manager",
+    "meta.helm.sh/release-namespace": "cert-manager",
+}
 
 
-def test_a_grant_a_chart_would_not_make_is_never_restored() -> None:
+def _grants(live: dict[str, Any] | None) -> dict[str, ReleaseObject]:
+    """The GRANTS objects, each live as ``live`` says (its metadata), or every one deleted."""
     entries = [("cert-manager", "mp-cert-manager", e) for e in other_entries(GRANTS, "cm")]
     listed = Listed(apis={})
     for c in collections_for(entries):
-        listed.release_collections[c] = []  # every one deleted
-    found = {o.shown: o for o in release_others(entries, listed, RELEASE_OWNERS)}
-    restored = {
-        shown
-        for shown, o in found.items()
-        if (d := object_drift(o, DriftMode.CORRECT)) is not None and d.restore is not None
+        items = [{"metadata": {**live, "name": n}} for n in c.names] if live is not None else []
+        listed.release_collections[c] = items
+    return {o.shown: o for o in release_others(entries, listed, RELEASE_OWNERS)}
+
+
+def _held(objects: dict[str, ReleaseObject]) -> dict[str, str]:
+    out = {}
+    for shown, o in objects.items():
+        d = object_drift(o, DriftMode.CORRECT)
+        assert d is not None, shown
+        out[shown] = "" if d.restore is not None else d.held
+    return out
+
+
+def test_a_grant_a_chart_would_not_make_is_never_restored() -> None:
+    # Each live and its release's, edited by hand (Helm owns only its metadata).
+    edited = {"annotations": RELEASE_ANNOTATIONS, **_helm_owned("f:metadata")}
+    assert _held(_grants(edited)) == {
+        "ClusterRole own": "",
+        "ClusterRoleBinding own": "",
+        "ClusterRoleBinding takeover": "it binds a role its release does not define",
+        "ClusterRoleBinding to-a-user": "it binds a subject outside its release's ServiceAccounts",
+        "ClusterRole everything": "it grants a wildcard, escalate, bind or impersonate",
+        "ClusterRole aggregates": "it aggregates other roles",
+        "ClusterRole reads-secrets": "it grants secrets get, list",
     }
-    assert restored == {"ClusterRole own", "ClusterRoleBinding own"}, restored
-    takeover = object_drift(found["ClusterRoleBinding takeover"], DriftMode.CORRECT)
-    assert takeover is not None and takeover.message.endswith(
-        "was deleted; not restored (it binds a role its release does not define)"
-    ), takeover
+
+
+def test_a_cluster_scoped_object_is_restored_only_while_it_is_its_releases() -> None:
+    gone = _held(_grants(None))
+    assert set(gone.values()) == {"a cluster-scoped object is recreated only by its release's helm"}
+    # The cluster's own object of that name (system:public-info-viewer, say).
+    theirs = _held(_grants({**_helm_owned("f:metadata")}))
+    assert set(theirs.values()) == {"the live object is not its release's"}

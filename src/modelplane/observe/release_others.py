@@ -26,11 +26,11 @@ body, which the controller then fills again. Their data is never read.
 
 A stored revision is anyone's who may write a Secret in the release's
 namespace, and a restore applies it with the operator's own credentials;
-so a grant is put back only when it is one a chart's own RBAC makes
-(``refused_grant``): a binding only of a role the same manifest defines, to
-ServiceAccounts of the release's namespace, and a role only without
-wildcards or the verbs that grant more (escalate, bind, impersonate). Any
-other is reported, never restored, whatever ``--release-drift`` says.
+so what may be put back is decided by ``plan.restorable.held_back``: a
+grant only as a chart's own RBAC makes one, a webhook only calling the
+release's namespace, a cluster-scoped object only while the live one is
+Helm's for that release. Any other is reported, never restored, whatever
+``--release-drift`` says.
 
 Everything read is the target's, and hostile: at most ``MAX_OBJECTS`` per
 release, names as the API server allows them, and the metadata-only
@@ -47,6 +47,7 @@ from typing import Any
 from modelplane.observe.state import RELEASE_NAMESPACES, Listed, ReleaseCollection
 from modelplane.plan.drift import fields_of
 from modelplane.plan.release_health import ReleaseObject
+from modelplane.plan.restorable import ROLES, held_back
 from modelplane.plan.workloads import GROUPS, Kind
 from modelplane.untrusted import as_dict, load_yaml_all
 from modelplane.wire import ApiRef
@@ -173,35 +174,6 @@ def _is_workload(api_version: str, kind: str) -> bool:
     return api_version.rpartition("/")[0] == GROUPS[found]
 
 
-_BINDINGS = frozenset({"RoleBinding", "ClusterRoleBinding"})
-_ROLES = frozenset({"Role", "ClusterRole"})
-_GRANTING_VERBS = frozenset({"*", "escalate", "bind", "impersonate"})
-
-
-def refused_grant(entry: OtherEntry, entries: list[OtherEntry], namespace: str) -> str:
-    """Why the operator will not restore ``entry`` from a stored revision; "" if it may."""
-    body = entry.body
-    if entry.kind in _BINDINGS:
-        ref = as_dict(body.get("roleRef"))
-        defined = {(e.kind, e.name) for e in entries if e.kind in _ROLES}
-        if (str(ref.get("kind")), str(ref.get("name"))) not in defined:
-            return "it binds a role its release does not define"
-        subjects = body.get("subjects")
-        for subject in subjects if isinstance(subjects, list) else []:
-            s = as_dict(subject)
-            if s.get("kind") != "ServiceAccount" or s.get("namespace", namespace) != namespace:
-                return "it binds a subject outside its release's ServiceAccounts"
-    if entry.kind in _ROLES:
-        rules = body.get("rules")
-        for rule in rules if isinstance(rules, list) else []:
-            r = as_dict(rule)
-            verbs = {str(v) for v in r.get("verbs") or [] if isinstance(v, str)}
-            resources = {str(v) for v in r.get("resources") or [] if isinstance(v, str)}
-            if verbs & _GRANTING_VERBS or "*" in resources:
-                return "it grants a wildcard, escalate, bind or impersonate"
-    return ""
-
-
 def collections_for(entries: list[tuple[str, str, OtherEntry]]) -> tuple[ReleaseCollection, ...]:
     """One collection per kind and namespace the entries are in, with the names followed."""
     names: dict[tuple[ApiRef, str | None], set[str]] = {}
@@ -234,9 +206,11 @@ def release_others(
             meta = as_dict(item.get("metadata"))
             if isinstance(meta.get("name"), str):
                 by_name[meta["name"]] = meta
-    by_release: dict[str, list[OtherEntry]] = {}
+    roles: dict[str, set[tuple[str, str]]] = {}
     for _, release, e in entries:
-        by_release.setdefault(release, []).append(e)
+        defined = roles.setdefault(release, set())
+        if e.kind in ROLES:
+            defined.add((e.kind, e.name))
     out: list[ReleaseObject] = []
     for component, release, e in entries:
         found = by_collection.get(e.collection_key)
@@ -254,7 +228,15 @@ def release_others(
                 owned=fields_of(live, owners) if live is not None else None,
                 version=str(live.get("resourceVersion", ""))[:64] if live is not None else "",
                 data_owned_elsewhere=e.kind == "Secret",
-                held=refused_grant(e, by_release[release], namespace),
+                held=held_back(
+                    e.kind,
+                    e.body,
+                    defined=roles[release],
+                    release=release,
+                    namespace=namespace,
+                    cluster_scoped=not e.namespace,
+                    live_annotations=as_dict(live.get("annotations")) if live is not None else None,
+                ),
             )
         )
     return out

@@ -127,7 +127,7 @@ class ReleaseObject(Frozen):
     owned: dict[str, Any] | None = None
     data_owned_elsewhere: bool = False
     # Why a restore of it is refused whatever the mode (see
-    # observe.release_others.refused_grant); "" when it may be restored.
+    # plan.restorable.held_back); "" when it may be restored.
     held: str = ""
     # As ``ReleaseWorkload``'s.
     version: str = ""
