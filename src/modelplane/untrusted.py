@@ -14,6 +14,13 @@ gigabytes the moment anything walks it (a diff, a message, a JSON dump).
 Counting each alias as the size of what it names refuses that graph before
 anything walks it.
 
+YAML is read as Kubernetes reads it, not as PyYAML would: what the product
+reads (a chart's CRDs, a manifest, a release Helm stored) is what an API
+server parsed or will parse with sigs.k8s.io/yaml, and a scalar the two
+read differently is a chart the product cannot install (``- =`` in a CRD,
+a YAML 1.1 ``value`` to PyYAML) or a value it compares wrongly (``y``,
+``0o17``). See ``resolve_plain`` and ``BoundedLoader``.
+
 Time is bounded as well as size. No one scalar costs more than its length
 to build (a YAML 1.1 base-60 integer cost the square of it), a constructor's
 own error is a refusal like any other, and the async callers run the step
@@ -28,11 +35,14 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import math
 import re
+import struct
 import unicodedata
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
+from decimal import ROUND_HALF_EVEN, Decimal, localcontext
 from typing import Any
 
 import msgspec
@@ -174,30 +184,241 @@ def gunzip(data: bytes, max_bytes: int) -> bytes:
     return out
 
 
-_INT = "tag:yaml.org,2002:int"
-_FLOAT = "tag:yaml.org,2002:float"
-_TIMESTAMP = "tag:yaml.org,2002:timestamp"
-# The safe loader's implicit int and float, less YAML 1.1's base-60 forms
-# (``1:59:59`` is an int there). YAML 1.2 has none, nor has the reader the
-# API server parses YAML with (sigs.k8s.io/yaml), so to it ``1:59`` is a
-# string; and building one cost the square of its length.
-_IMPLICIT_INT = re.compile(
-    r"""^(?:[-+]?0b[0-1_]+
-    |[-+]?0[0-7_]+
-    |[-+]?(?:0|[1-9][0-9_]*)
-    |[-+]?0x[0-9a-fA-F_]+)$""",
-    re.X,
+_TAG = "tag:yaml.org,2002:"
+_STR = _TAG + "str"
+_INT = _TAG + "int"
+_FLOAT = _TAG + "float"
+_BOOL = _TAG + "bool"
+_NULL = _TAG + "null"
+_MERGE = _TAG + "merge"
+_TIMESTAMP = _TAG + "timestamp"
+
+# A plain (unquoted, untagged) scalar is read as Kubernetes reads it. The
+# API server, kubectl and Helm parse YAML with sigs.k8s.io/yaml: go-yaml v2
+# resolves each scalar (``resolve`` in goyaml.v2/resolve.go of
+# sigs.k8s.io/yaml v1.4.0; the same file in go.yaml.in/yaml/v2 v2.4.2,
+# which v1.6.0 uses), then yaml.go's ``convertToJSONableObject`` makes JSON
+# of the result. Those are YAML 1.1's words, but not PyYAML's: ``y`` and ``n`` are
+# booleans, ``=`` a string (to PyYAML, a ``value`` tag no safe constructor
+# builds), ``0o17`` an int, ``1e3`` and even ``08`` floats; a date and a
+# base-60 number stay strings (go-yaml keeps a timestamp as its text in an
+# ``interface{}``, and has no base 60).
+_WORDS: dict[str, tuple[str, Any]] = {
+    **dict.fromkeys(
+        ("y", "Y", "yes", "Yes", "YES", "true", "True", "TRUE", "on", "On", "ON"), (_BOOL, True)
+    ),
+    **dict.fromkeys(
+        ("n", "N", "no", "No", "NO", "false", "False", "FALSE", "off", "Off", "OFF"),
+        (_BOOL, False),
+    ),
+    **dict.fromkeys(("", "~", "null", "Null", "NULL"), (_NULL, None)),
+    **dict.fromkeys((".nan", ".NaN", ".NAN"), (_FLOAT, math.nan)),
+    **dict.fromkeys((".inf", ".Inf", ".INF", "+.inf", "+.Inf", "+.INF"), (_FLOAT, math.inf)),
+    **dict.fromkeys(("-.inf", "-.Inf", "-.INF"), (_FLOAT, -math.inf)),
+    # go-yaml merges under a plain ``<<`` key (decode.go, ``isMerge``) and
+    # reads it anywhere else as the string; the tag lets a mapping tell.
+    "<<": (_MERGE, "<<"),
+}
+_NUMBER_START = frozenset("+-0123456789")
+# strconv.ParseInt(text, 0, 64)'s syntax, on the text without its
+# underscores: a leading 0 is octal, and ``0o`` too.
+_GO_INT = re.compile(
+    r"(?P<sign>[-+]?)(?:0[xX](?P<x>[0-9a-fA-F]+)|0[bB](?P<b>[01]+)|0[oO]?(?P<o>[0-7]+)"
+    r"|(?P<d>0|[1-9][0-9]*))"
 )
-_IMPLICIT_FLOAT = re.compile(
-    r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+][0-9]+)?
-    |\.[0-9][0-9_]*(?:[eE][-+][0-9]+)?
-    |[-+]?\.(?:inf|Inf|INF)
-    |\.(?:nan|NaN|NAN))$""",
-    re.X,
-)
-# Python's errors while building a value from a well-formed node: a date
-# out of range, an int past the conversion limit, ``!!bool maybe``.
+# resolve.go's float syntax, on the text without its underscores.
+_GO_FLOAT = re.compile(r"[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?")
+# A text that starts with a dot goes to strconv.ParseFloat as it is:
+# digits with single underscores between them (as Python's float takes
+# them), an exponent too.
+_DOT_FLOAT = re.compile(r"\.[0-9](?:_?[0-9])*(?:[eE][-+]?[0-9](?:_?[0-9])*)?")
+# resolve.go's last try: ``0b`` then strconv.ParseInt(rest, 2, 64), which
+# takes a sign there. (Its ``-0b`` try after finds nothing the first did not.)
+_GO_BINARY = re.compile(r"0b(?P<sign>[-+]?)(?P<b>[01]+)")
+_BASES = {"x": 16, "b": 2, "o": 8, "d": 10}
+_INT64_MIN, _INT64_MAX, _UINT64_MAX = -(2**63), 2**63 - 1, 2**64 - 1
+
+
+def resolve_plain(text: str) -> tuple[str, Any]:
+    """The tag and value Kubernetes gives a plain scalar (go-yaml v2's ``resolve``).
+
+    A number's text is converted whatever its length: the loader refuses one
+    past ``max_number`` before it asks.
+    """
+    word = _WORDS.get(text)
+    if word is not None:
+        return word
+    first = text[:1]
+    number = None
+    if first == ".":
+        number = _finite(float(text)) if _DOT_FLOAT.fullmatch(text) else None
+    elif first in _NUMBER_START:
+        number = _go_number(text.replace("_", ""))
+    return number if number is not None else (_STR, text)
+
+
+def _go_number(plain: str) -> tuple[str, Any] | None:
+    """An int in 64 bits, else a float, else an int after ``0b``, as resolve.go tries them."""
+    found = _GO_INT.fullmatch(plain)
+    if found and _fits_64_bits(found):
+        return _INT, _int_of(found)
+    number = _finite(float(plain)) if _GO_FLOAT.fullmatch(plain) else None
+    if number is not None:
+        return number
+    found = _GO_BINARY.fullmatch(plain)
+    if found and _fits_64_bits(found):
+        return _INT, _int_of(found)
+    return None
+
+
+def _int_of(found: re.Match[str]) -> int:
+    digits = found.lastgroup or "d"
+    value = int(found[digits], _BASES[digits])
+    return -value if found["sign"] == "-" else value
+
+
+def _fits_64_bits(found: re.Match[str]) -> bool:
+    # strconv.ParseInt's int64, else ParseUint's uint64, which takes no sign.
+    value = _int_of(found)
+    return _INT64_MIN <= value <= _INT64_MAX or (value <= _UINT64_MAX and not found["sign"])
+
+
+def _finite(value: float) -> tuple[str, float] | None:
+    # Past float64, strconv.ParseFloat fails and the text stays a string.
+    return (_FLOAT, value) if math.isfinite(value) else None
+
+
+def _number_shaped(text: str) -> bool:
+    """Whether ``text`` is written as a number, whatever its value (without converting it)."""
+    if text[:1] not in _NUMBER_START and text[:1] != ".":
+        return False
+    plain = text.replace("_", "")
+    return any(pattern.fullmatch(plain) for pattern in (_GO_INT, _GO_FLOAT, _GO_BINARY)) or bool(
+        _DOT_FLOAT.fullmatch(text)
+    )
+
+
+def json_key(value: Any) -> str | None:
+    """A mapping key as sigs.k8s.io/yaml writes it in JSON, or None where it refuses the key.
+
+    yaml.go's ``convertToJSONableObject``: an int's digits, ``true`` or
+    ``false``, a float as float32's shortest text; no null, no int past
+    int64, no list or mapping.
+    """
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value) if _INT64_MIN <= value <= _INT64_MAX else None
+    if isinstance(value, float):
+        return float32_text(value)
+    return None
+
+
+def float32_text(value: float) -> str:
+    """strconv.FormatFloat(value, 'g', -1, 32), with YAML's infinities and NaN.
+
+    What sigs.k8s.io/yaml makes of a float key: rounded to float32, its
+    shortest digits, an exponent past 10**6 or under 10**-4.
+    """
+    if math.isnan(value):
+        return ".nan"
+    single = _to_float32(value)
+    if math.isinf(single):
+        return ".inf" if single > 0 else "-.inf"
+    sign = "-" if math.copysign(1.0, single) < 0 else ""
+    if single == 0:
+        return sign + "0"
+    digits, point = _float32_digits(abs(single))
+    exponent = point - 1
+    if exponent < -4 or exponent >= 6:
+        fraction = "." + digits[1:] if len(digits) > 1 else ""
+        return f"{sign}{digits[0]}{fraction}e{exponent:+03d}"
+    if point <= 0:
+        return f"{sign}0.{'0' * -point}{digits}"
+    if point >= len(digits):
+        return sign + digits + "0" * (point - len(digits))
+    return f"{sign}{digits[:point]}.{digits[point:]}"
+
+
+def _to_float32(value: float) -> float:
+    try:
+        single: float = struct.unpack("<f", struct.pack("<f", value))[0]
+    except OverflowError:  # rounds past float32's largest
+        return math.copysign(math.inf, value)
+    return single
+
+
+def _float32_of(bits: int) -> float:
+    single: float = struct.unpack("<f", struct.pack("<I", bits))[0]
+    return single
+
+
+def _float32_digits(single: float) -> tuple[str, int]:
+    """The fewest digits that read back as the positive float32 ``single``, the nearest of them.
+
+    With where the point goes: ``single`` is about 0.DIGITS times 10**point.
+    A decimal reads back as ``single`` if it is nearer to it than to either
+    neighbour (a tie goes to the even one).
+    """
+    bits: int = struct.unpack("<I", struct.pack("<f", single))[0]
+    below = _float32_of(bits - 1)
+    above = _float32_of(bits + 1) if bits + 1 < 0x7F800000 else 2 * single - below
+    with localcontext() as context:
+        context.prec = 200  # a float32 is exact in at most 112 digits
+        exact = Decimal(single)
+        low, high = (exact + Decimal(below)) / 2, (exact + Decimal(above)) / 2
+        for size in range(1, 10):
+            scale = exact.adjusted() - size + 1
+            nearest = int(exact.scaleb(-scale).to_integral_value(ROUND_HALF_EVEN))
+            for candidate in (nearest, nearest - 1, nearest + 1):
+                decimal = Decimal(candidate).scaleb(scale)
+                if low < decimal < high or (bits % 2 == 0 and decimal in (low, high)):
+                    text = str(candidate).rstrip("0")
+                    return text, scale + len(str(candidate))
+    raise AssertionError("nine digits always read back as a float32")
+
+
+def _is_merge(key: Node) -> bool:
+    # decode.go's isMerge: ``<<``, plain or tagged ``!!merge``.
+    return isinstance(key, ScalarNode) and key.tag == _MERGE and key.value == "<<"
+
+
+def merged_pairs(node: MappingNode) -> list[tuple[Node, Node]]:
+    """A mapping's pairs in the order go-yaml v2 sets them, merges spliced in where they stand.
+
+    decode.go's ``mapping`` and ``merge``: a merged mapping's keys land where
+    its ``<<`` is, over any key before it; of a list of mappings, the first
+    wins. (PyYAML, after YAML's merge type, lets the mapping's own keys win
+    wherever they stand: ``{a: 0, <<: {a: 1}}`` is ``{a: 1}`` to Kubernetes,
+    ``{a: 0}`` to PyYAML.) go-yaml also refuses an alias to a list after
+    ``<<``; the composed graph no longer tells an alias from a list written
+    out, so that one is merged.
+    """
+    pairs: list[tuple[Node, Node]] = []
+    for key, value in node.value:
+        if not _is_merge(key):
+            pairs.append((key, value))
+            continue
+        sources = reversed(value.value) if isinstance(value, SequenceNode) else [value]
+        for source in sources:
+            if not isinstance(source, MappingNode):
+                raise yaml.constructor.ConstructorError(
+                    "while constructing a mapping",
+                    node.start_mark,
+                    "a merge takes a mapping or a list of mappings",
+                    source.start_mark,
+                )
+            pairs += merged_pairs(source)
+    return pairs
+
+
+# Python's errors while building a value from a well-formed node: a number
+# past the conversion limit, ``!!bool maybe``, a date out of range.
 _BUILD_ERRORS = (ValueError, TypeError, KeyError, AttributeError, OverflowError, IndexError)
+# The tags whose scalars ``resolve_plain`` reads, implicit or explicit.
+_RESOLVED = frozenset({_INT, _FLOAT, _BOOL, _NULL, _MERGE})
 
 
 class BoundedLoader(yaml.SafeLoader):
@@ -207,20 +428,14 @@ class BoundedLoader(yaml.SafeLoader):
     C loader gives no hook there. Untrusted text is small, but a MiB of it
     still takes seconds: async callers parse in a worker thread.
 
-    An unquoted date stays the string it was written as, and so does a
-    base-60 number. That is what the API server makes of both (a date
-    reaches JSON as a string), where PyYAML's YAML 1.1 built a ``datetime``
-    (which no JSON dump or diff of the document can take, and whose
-    ``2001-13-01`` raised) or an int at a quadratic cost.
+    It reads what Kubernetes reads: a plain scalar by ``resolve_plain``, a
+    mapping's keys as JSON's strings (``1:`` is ``"1"``, ``yes:`` is
+    ``"true"``), merges in go-yaml v2's order. Where go-yaml's value is one
+    JSON has not (NaN, an infinity, a null key), the API server's JSON
+    conversion refuses the document, and so does this.
     """
 
     limits: Limits = DEFAULT
-
-    # Only this class's own resolvers change: the table is copied first.
-    yaml_implicit_resolvers = {  # noqa: RUF012 (PyYAML's own class table)
-        first: [(tag, regexp) for tag, regexp in resolvers if tag not in (_INT, _FLOAT, _TIMESTAMP)]
-        for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
-    }
 
     def __init__(self, stream: str | bytes) -> None:
         super().__init__(stream)
@@ -261,6 +476,14 @@ class BoundedLoader(yaml.SafeLoader):
             self._weights[id(node)] = self._nodes - before
         return node
 
+    def resolve(self, kind: Any, value: Any, implicit: Any) -> Any:
+        """A plain scalar's tag as Kubernetes resolves it; any other node's as PyYAML does."""
+        if kind is not ScalarNode or not implicit[0]:
+            return super().resolve(kind, value, implicit)  # type: ignore[no-untyped-call]
+        if len(value) > self.limits.max_number and _number_shaped(value):
+            return _INT  # refused by its length when built, before any conversion
+        return resolve_plain(value)[0]
+
     def construct_object(self, node: Node, deep: bool = False) -> Any:
         # Every caller catches ``UntrustedInputError`` alone: an error of
         # Python's own would fail each reconcile for as long as the text
@@ -271,37 +494,78 @@ class BoundedLoader(yaml.SafeLoader):
             raise
         except _BUILD_ERRORS as err:
             kind = printable(str(node.tag).rpartition(":")[2], 40)
-            mark = node.start_mark
+            problem = f"cannot be read ({type(err).__name__})"
             raise UntrustedInputError(
-                f"not YAML: the {kind} value at line {mark.line + 1}, column {mark.column + 1} "
-                f"cannot be read ({type(err).__name__})"
+                f"not YAML: the {kind} value at {_place(node)} {problem}"
             ) from err
 
-    def construct_number(self, node: ScalarNode) -> Any:
-        """An explicit or implicit ``!!int`` or ``!!float``, refused past ``max_number``."""
-        # A tag on a mapping or a sequence reaches here too; PyYAML refuses it.
-        if isinstance(node.value, str) and len(node.value) > self.limits.max_number:
-            mark = node.start_mark
+    def _scalar(self, node: Node) -> tuple[str, Any]:
+        """A scalar under a tag ``resolve_plain`` reads: its value if the tag fits.
+
+        An explicit tag is checked as go-yaml checks it: ``!!int 0o17`` is
+        15, ``!!float 1`` is 1.0, ``!!int 1:59`` a string, so refused.
+        """
+        text = self.construct_scalar(node)  # type: ignore[arg-type]  # refuses a collection
+        if node.tag in (_INT, _FLOAT) and len(text) > self.limits.max_number:
             raise UntrustedInputError(
-                f"the number at line {mark.line + 1}, column {mark.column + 1} is longer "
-                f"than {self.limits.max_number} characters"
+                f"the number at {_place(node)} is longer than {self.limits.max_number} characters"
             )
-        if node.tag == _INT:
-            return self.construct_yaml_int(node)
-        return self.construct_yaml_float(node)
+        if node.tag == _MERGE:
+            return _STR, text  # ``<<`` where no mapping merges it
+        tag, value = resolve_plain(text)
+        if node.tag == _FLOAT and tag == _INT and _INT64_MIN <= value <= _INT64_MAX:
+            tag, value = _FLOAT, float(value)  # an int64 only, not a uint64
+        if tag != node.tag:
+            raise ValueError("the text is not of its tag")
+        return tag, value
+
+    def construct_resolved(self, node: Node) -> Any:
+        """A scalar ``resolve_plain`` reads, refused if its float is not JSON's."""
+        tag, value = self._scalar(node)
+        if tag == _FLOAT and not math.isfinite(value):
+            raise UntrustedInputError(
+                f"not JSON: the float at {_place(node)} is NaN or infinite "
+                "(the API server refuses the document too)"
+            )
+        return value
 
     def construct_timestamp(self, node: ScalarNode) -> Any:
         """An explicit ``!!timestamp``: checked to be one, then kept as its text, as JSON has it."""
         self.construct_yaml_timestamp(node)
         return self.construct_scalar(node)
 
+    def construct_mapping(self, node: MappingNode, deep: bool = False) -> dict[Any, Any]:
+        """A mapping as sigs.k8s.io/yaml has it: merged in go-yaml's order, keys JSON's strings."""
+        if not isinstance(node, MappingNode):
+            raise yaml.constructor.ConstructorError(
+                None, None, f"expected a mapping node, but found {node.id}", node.start_mark
+            )
+        mapping: dict[str, Any] = {}
+        for key_node, value_node in merged_pairs(node):
+            mapping[self._key(key_node)] = self.construct_object(value_node, deep=deep)
+        return mapping
 
-for _first in "-+0123456789":
-    BoundedLoader.add_implicit_resolver(_INT, _IMPLICIT_INT, [_first])
-for _first in "-+0123456789.":
-    BoundedLoader.add_implicit_resolver(_FLOAT, _IMPLICIT_FLOAT, [_first])
-BoundedLoader.add_constructor(_INT, BoundedLoader.construct_number)
-BoundedLoader.add_constructor(_FLOAT, BoundedLoader.construct_number)
+    def _key(self, node: Node) -> str:
+        if isinstance(node, ScalarNode) and node.tag in _RESOLVED:
+            # Not built as a value: a key ``.inf`` is the string ".inf".
+            key = json_key(self._scalar(node)[1])
+        else:
+            key = json_key(self.construct_object(node, deep=True))
+        if key is None:
+            raise UntrustedInputError(
+                f"not JSON: the key at {_place(node)} has no JSON form (a null, a list, "
+                "a mapping or an int past 64 bits; the API server refuses the document too)"
+            )
+        return key
+
+
+def _place(node: Node) -> str:
+    mark = node.start_mark
+    return f"line {mark.line + 1}, column {mark.column + 1}"
+
+
+for _tag in _RESOLVED:
+    BoundedLoader.add_constructor(_tag, BoundedLoader.construct_resolved)
 BoundedLoader.add_constructor(_TIMESTAMP, BoundedLoader.construct_timestamp)
 
 
