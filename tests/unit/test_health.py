@@ -18,7 +18,7 @@ from modelplane.api.status_limits import CONSTRAINTS
 from modelplane.plan import health, workloads
 from modelplane.plan.component_health import component_health
 from modelplane.plan.health import GRACE, MAX_MESSAGE, SCHEDULE_WINDOW, Health, Reason, State, judge
-from modelplane.plan.manifest import manifest_workloads
+from modelplane.plan.manifest import MANIFEST_LIMITS, manifest_workloads
 from modelplane.plan.workloads import MAX_NAME, Kind, PodSignal, WorkloadKey, WorkloadStatus
 from modelplane.untrusted import UntrustedInputError
 
@@ -935,7 +935,7 @@ def test_manifest_bounds_hold() -> None:
     with pytest.raises(UntrustedInputError, match="nodes"):
         manifest_workloads(bomb, "ns")
     with pytest.raises(UntrustedInputError, match="bytes"):
-        manifest_workloads("a" * (2 * 1024 * 1024), "ns")
+        manifest_workloads("a" * (MANIFEST_LIMITS.max_bytes + 1), "ns")
     with pytest.raises(UntrustedInputError, match="not YAML"):
         manifest_workloads("a: [\x1b", "ns")
 

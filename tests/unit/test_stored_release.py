@@ -19,6 +19,7 @@ from modelplane.observe.releases import (
     release_secret,
 )
 from modelplane.observe.state import Listed
+from modelplane.plan.manifest import MANIFEST_LIMITS
 from modelplane.plan.model import ComponentPlan
 from modelplane.plan.observed import ObservedRelease
 from modelplane.plan.planner import with_health
@@ -111,9 +112,10 @@ def test_only_the_secret_of_the_known_revision_is_taken() -> None:
 
 
 def test_a_stored_manifest_over_its_bound_is_said_in_the_component_not_skipped() -> None:
-    # Over the 1 MiB a parse takes: before, the release's workloads were
+    # Over the bytes a parse takes: before, the release's workloads were
     # left out with a log line alone, and the component read as healthy.
-    big = STORED | {"manifest": "---\nkind: ConfigMap\ndata:\n  a: " + "x" * 1024 * 1024 + "\n"}
+    over = "x" * MANIFEST_LIMITS.max_bytes
+    big = STORED | {"manifest": "---\nkind: ConfigMap\ndata:\n  a: " + over + "\n"}
     listed = Listed(
         apis=Served().apis, release_secrets=[_secret(gzip.compress(json.dumps(big).encode()))]
     )
@@ -124,7 +126,7 @@ def test_a_stored_manifest_over_its_bound_is_said_in_the_component_not_skipped()
         f"release {NAME} revision 2: its stored manifest is refused, so its workloads are "
         "not judged: "
     )
-    assert "over the limit of 1048576" in unjudged.message
+    assert f"over the limit of {MANIFEST_LIMITS.max_bytes}" in unjudged.message
     assert "xxxx" not in unjudged.message
 
     component = ComponentPlan(

@@ -23,7 +23,7 @@ from modelplane.observe.release_others import OtherEntry, other_entries
 from modelplane.observe.releases import ReleaseReadError, deployed_release, release_secret
 from modelplane.observe.state import Listed, ReleaseWatch
 from modelplane.plan.drift import fields_of
-from modelplane.plan.manifest import ManifestWorkload, manifest_workloads
+from modelplane.plan.manifest import MANIFEST_LIMITS, ManifestWorkload, manifest_workloads
 from modelplane.plan.observed import ObservedRelease
 from modelplane.plan.release_health import (
     NodeFacts,
@@ -124,7 +124,7 @@ def manifest_entries(manifest: str, namespace: str) -> tuple[ManifestEntry, ...]
     """
     wanted = {w.key: w for w in manifest_workloads(manifest, namespace)}
     objects: list[dict[str, Any]] = []
-    for doc in load_yaml_all(manifest):
+    for doc in load_yaml_all(manifest, MANIFEST_LIMITS):
         if not isinstance(doc, dict):
             continue
         items = doc.get("items") if str(doc.get("kind", "")).endswith("List") else [doc]

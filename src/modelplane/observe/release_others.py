@@ -46,6 +46,7 @@ from typing import Any
 
 from modelplane.observe.state import RELEASE_NAMESPACES, Listed, ReleaseCollection
 from modelplane.plan.drift import fields_of
+from modelplane.plan.manifest import MANIFEST_LIMITS
 from modelplane.plan.release_health import ReleaseObject
 from modelplane.plan.restorable import ROLES, held_back
 from modelplane.plan.workloads import GROUPS, Kind
@@ -129,7 +130,7 @@ def other_entries(manifest: str, namespace: str) -> tuple[OtherEntry, ...]:
     it once already for its workloads, under the same limits.
     """
     out: dict[tuple[str, str, str], OtherEntry] = {}
-    for doc in load_yaml_all(manifest):
+    for doc in load_yaml_all(manifest, MANIFEST_LIMITS):
         if not isinstance(doc, dict):
             continue
         items = doc.get("items") if str(doc.get("kind", "")).endswith("List") else [doc]

@@ -23,6 +23,7 @@ from pydantic import Field, computed_field
 from modelplane.catalog.configuration import Hold
 from modelplane.plan.crds import CrdAction, crd_change
 from modelplane.plan.frozen import Frozen
+from modelplane.plan.manifest import MANIFEST_LIMITS
 from modelplane.plan.model import ObjectAction, Plan, ReleaseAction, ReleaseState
 from modelplane.untrusted import UntrustedInputError, load_yaml_all, printable
 from modelplane.wire import object_key
@@ -192,7 +193,7 @@ def _objects(manifest: str, namespace: str) -> dict[tuple[str, str, str], dict[s
     """The manifest's objects of the kinds ``IMMUTABLE`` names, by (kind, namespace, name)."""
     out: dict[tuple[str, str, str], dict[str, Any]] = {}
     try:
-        docs = list(load_yaml_all(manifest))
+        docs = list(load_yaml_all(manifest, MANIFEST_LIMITS))
     except UntrustedInputError:
         return out  # a stored manifest that cannot be read is the release health's to judge
     for doc in docs:

@@ -13,7 +13,16 @@ from typing import Any
 
 from modelplane.plan.frozen import Frozen
 from modelplane.plan.workloads import Kind, WorkloadKey, as_count, as_map, workload_kind
-from modelplane.untrusted import DEFAULT, Limits, UntrustedInputError, load_yaml_all
+from modelplane.untrusted import Limits, UntrustedInputError, load_yaml_all
+
+# The bounds on a release's stored manifest, everywhere it is read. Helm
+# keeps a release in one Secret of at most 1 MiB, its JSON gzipped and
+# base64'd: a manifest it could store is at most about 8 MiB at the ratios
+# of real charts' renders (7.5 to 11 times). A chart's CRDs may be templates,
+# so in its manifest: ai-gateway-crds-helm v1.1.0 renders 1.8 MB of them,
+# cert-manager v1.20.2 1.0 MB, against the 1 MiB of ``untrusted.DEFAULT``
+# that refused the first. Nested as deeply as any CRD's schema.
+MANIFEST_LIMITS = Limits(max_bytes=16 * 1024 * 1024, max_depth=256, max_nodes=2_000_000)
 
 
 class ManifestWorkload(Frozen):
@@ -30,7 +39,7 @@ _SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-
 
 
 def manifest_workloads(
-    manifest: str | bytes, namespace: str, limits: Limits = DEFAULT
+    manifest: str | bytes, namespace: str, limits: Limits = MANIFEST_LIMITS
 ) -> list[ManifestWorkload]:
     """The workloads a release's stored manifest installs, in manifest order.
 
