@@ -62,8 +62,12 @@ async def desired_chart_crds(
     """The CRDs of the release's chart version's crds/, as the apply sends them."""
     text = await helm.show_crds(release, kubeconfig)
     # Megabytes of YAML: parsed off the event loop, which renews the Lease.
-    docs = await asyncio.to_thread(lambda: list(load_yaml_all(text, _CRD_LIMITS)))
-    return chart_crds(docs, release.name)
+    return await asyncio.to_thread(read_chart_crds, text, release.name)
+
+
+def read_chart_crds(text: str, release: str) -> list[dict[str, Any]]:
+    """The CRDs of ``helm show crds`` output, read as the API server reads them, for ``release``."""
+    return chart_crds(list(load_yaml_all(text, _CRD_LIMITS)), release)
 
 
 async def live_crd(client: AsyncClient, name: str) -> dict[str, Any] | None:
