@@ -476,6 +476,15 @@ class BoundedLoader(yaml.SafeLoader):
             self._weights[id(node)] = self._nodes - before
         return node
 
+    def compose_scalar_node(self, anchor: Any) -> ScalarNode:
+        # A scalar tagged ``!`` alone is a string to go-yaml, as YAML has it;
+        # PyYAML resolves it as if plain (``! 12`` was 12).
+        non_specific = self.peek_event().tag == "!"  # type: ignore[no-untyped-call]
+        node = super().compose_scalar_node(anchor)
+        if non_specific:
+            node.tag = _STR
+        return node
+
     def resolve(self, kind: Any, value: Any, implicit: Any) -> Any:
         """A plain scalar's tag as Kubernetes resolves it; any other node's as PyYAML does."""
         if kind is not ScalarNode or not implicit[0]:
@@ -534,6 +543,31 @@ class BoundedLoader(yaml.SafeLoader):
         self.construct_yaml_timestamp(node)
         return self.construct_scalar(node)
 
+    def construct_binary(self, node: ScalarNode) -> str:
+        """An ``!!binary`` value as Kubernetes has it: its bytes as text.
+
+        go-yaml v2 decodes the base64 (line breaks ignored) into a string
+        (decode.go); encoding/json then writes each byte that is not UTF-8
+        as U+FFFD. PyYAML's ``bytes`` are no JSON value.
+        """
+        text = self.construct_scalar(node).replace("\n", "").replace("\r", "")
+        decoded = base64.b64decode(text, validate=True).decode("utf-8", "surrogateescape")
+        return _ESCAPED_BYTE.sub("\ufffd", decoded)
+
+    def construct_untagged(self, node: Node) -> Any:
+        """A node under a tag go-yaml v2 does not read: what it is without the tag.
+
+        A local tag (``!foo``), ``!!set``, ``!!omap``, ``!!pairs``, ``!!value``:
+        a scalar is its text, a list a list, a mapping a mapping (resolve.go's
+        ``resolvableTag``). PyYAML refused the first and built a set or
+        tuples, which JSON has not, of the others.
+        """
+        if isinstance(node, ScalarNode):
+            return self.construct_scalar(node)
+        if isinstance(node, SequenceNode):
+            return self.construct_yaml_seq(node)
+        return self.construct_yaml_map(node)
+
     def construct_mapping(self, node: MappingNode, deep: bool = False) -> dict[Any, Any]:
         """A mapping as sigs.k8s.io/yaml has it: merged in go-yaml's order, keys JSON's strings."""
         if not isinstance(node, MappingNode):
@@ -559,6 +593,10 @@ class BoundedLoader(yaml.SafeLoader):
         return key
 
 
+# A byte that is not UTF-8, as the ``surrogateescape`` handler keeps it.
+_ESCAPED_BYTE = re.compile("[\udc80-\udcff]")
+
+
 def _place(node: Node) -> str:
     mark = node.start_mark
     return f"line {mark.line + 1}, column {mark.column + 1}"
@@ -567,6 +605,9 @@ def _place(node: Node) -> str:
 for _tag in _RESOLVED:
     BoundedLoader.add_constructor(_tag, BoundedLoader.construct_resolved)
 BoundedLoader.add_constructor(_TIMESTAMP, BoundedLoader.construct_timestamp)
+BoundedLoader.add_constructor(_TAG + "binary", BoundedLoader.construct_binary)
+for _other in (_TAG + "set", _TAG + "omap", _TAG + "pairs", None):
+    BoundedLoader.add_constructor(_other, BoundedLoader.construct_untagged)
 
 
 def _loader(limits: Limits, base: type[BoundedLoader]) -> type[BoundedLoader]:

@@ -281,3 +281,35 @@ def test_the_alertmanager_match_type_enum_reads_as_the_api_server_has_it() -> No
     # matchType enum as plain scalars.
     docs = list(load_yaml_all("enum:\n- '!='\n- =\n- =~\n- '!~'\n"))
     assert docs == [{"enum": ["!=", "=", "=~", "!~"]}]
+
+
+@pytest.mark.parametrize(
+    ("text", "want"),
+    [
+        # A tag go-yaml does not read is as good as none: a scalar its text.
+        ("!foo 12", "12"),
+        ("!!foo yes", "yes"),
+        ("! 12", "12"),
+        ("!!value =", "="),
+        ("!foo [1]", [1]),
+        ("!foo {x: y}", {"x": True}),
+        ("!!set {x, q}", {"x": None, "q": None}),
+        ("!!set [1]", [1]),
+        ("!!omap [{x: 1}, {q: 2}]", [{"x": 1}, {"q": 2}]),
+        ("!!pairs [{x: 1}, {x: 2}]", [{"x": 1}, {"x": 2}]),
+        # Binary: its bytes as text, each byte that is not UTF-8 a U+FFFD.
+        ("!!binary aGVsbG8=", "hello"),
+        ("!!binary |\n  aGVs\n  bG8=", "hello"),
+        ("!!binary /w==", "\ufffd"),
+        ("!!binary 4oI=", "\ufffd\ufffd"),  # a cut three-byte sequence
+        ("!!binary 7aCA", "\ufffd\ufffd\ufffd"),  # an encoded surrogate
+    ],
+)
+def test_other_tags_are_read_as_go_yaml_reads_them(text: str, want: Any) -> None:
+    assert load_yaml(f"v: {text}\n")["v"] == want
+
+
+@pytest.mark.parametrize("text", ["!!binary aGVsbG8", '!!binary "aGV sbG8="'])
+def test_binary_that_is_not_base64_is_refused(text: str) -> None:
+    with pytest.raises(UntrustedInputError, match="binary value at line 1, column 4"):
+        load_yaml(f"v: {text}\n")
