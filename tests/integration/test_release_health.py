@@ -191,7 +191,9 @@ def test_a_deleted_deployment_is_restored_with_correct(stack: Stack) -> None:
     restored = _deployment(stack.h, CONTROLLER)
     assert restored is not None and restored.metadata is not None
     # Created again as Helm creates it (an Update), not server-side applied.
-    writers = {(f.manager, f.operation) for f in restored.metadata.managedFields or []}
+    writers = {
+        (f.manager, f.operation) for f in restored.metadata.managedFields or [] if not f.subresource
+    }
     assert writers == {(FIELD_MANAGER, "Update")}, writers
     releases = stack.h.helm_releases()
     assert releases["mp-cert-manager"]["revision"] == "1", releases["mp-cert-manager"]
@@ -408,7 +410,9 @@ def test_a_deleted_service_comes_back_a_webhook_configuration_is_reported(stack:
     restored = stack.h.target.get(Service, WEBHOOK, namespace=CERT_MANAGER)
     assert restored.metadata is not None
     # Created again as Helm creates it (an Update), not server-side applied.
-    writers = {(f.manager, f.operation) for f in restored.metadata.managedFields or []}
+    writers = {
+        (f.manager, f.operation) for f in restored.metadata.managedFields or [] if not f.subresource
+    }
     assert writers == {(FIELD_MANAGER, "Update")}, writers
     # From the stored manifest, not by a helm upgrade.
     assert stack.h.helm_releases()["mp-cert-manager"]["revision"] == "1"
