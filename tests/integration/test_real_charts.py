@@ -13,7 +13,8 @@ said: kwok's pods run no process, so cert-manager's webhook answers nothing
 and the API server refuses cert-manager's objects, among them the
 Certificate in trust-manager's chart and the gateway's PKI; no Envoy Gateway
 programs the Gateway. Everything else reaches Ready, no drift is reported
-while nothing is edited, and a second apply writes nothing.
+while nothing is edited, a second apply writes nothing of what is Ready,
+and delete leaves neither the releases' hooks nor the fetched CRDs.
 """
 
 from __future__ import annotations
@@ -29,6 +30,12 @@ from typing import Any
 
 import pytest
 import yaml
+from lightkube import Client
+from lightkube.core.exceptions import ApiError
+from lightkube.resources.admissionregistration_v1 import MutatingWebhookConfiguration
+from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
+from lightkube.resources.rbac_authorization_v1 import ClusterRole, ClusterRoleBinding
+from tests.integration.hubs import client_for
 from tests.integration.simcluster import simulated
 from tests.serving import serve_directory
 from tests.shared_fixtures import charts_dir, upstream_dir
@@ -231,3 +238,43 @@ def test_a_second_apply_leaves_what_is_ready_alone(
         if v > before.get(k, 0) and k[1] in ("daemonsets", "deviceclasses")
     }
     assert grew == {}, grew
+
+
+def test_delete_leaves_only_the_crds_kept_by_design(
+    cluster: TestEnv, served: Served, installed: list[dict[str, Any]], tmp_path: Path
+) -> None:
+    args = [
+        sys.executable, "-m", "modelplane.cli.main", "delete",
+        "-f", str(EXAMPLE),
+        "--kubeconfig", str(cluster.kubeconfig_path),
+        "--chart-repository", served.charts,
+        "--gaie-manifests-url", f"{served.manifests}/gaie-crds",
+        "--helm-timeout", "300",
+        "-o", "json",
+    ]  # fmt: skip
+    env = {**os.environ, "MODELPLANE_HELM": str(find_binaries()["helm"])}
+    proc = subprocess.run(args, capture_output=True, text=True, env=env, timeout=1200)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    assert _revisions(cluster, tmp_path) == {}
+    client = client_for(cluster)
+    # gateway-helm's pre-install hooks, which Helm never uninstalls.
+    hooks = [
+        (MutatingWebhookConfiguration, "envoy-gateway-topology-injector.envoy-gateway-system"),
+        (ClusterRole, "mp-gateway-helm-certgen:envoy-gateway-system"),
+        (ClusterRoleBinding, "mp-gateway-helm-certgen:envoy-gateway-system"),
+    ]
+    left = [name for res, name in hooks if _exists(client, res, name)]
+    assert left == []
+    # The GAIE manifest's CRDs, which the product fetched and applied itself.
+    crds = {c.metadata.name for c in client.list(CustomResourceDefinition) if c.metadata}
+    assert not {n for n in crds if n.endswith(".inference.networking.x-k8s.io")}, sorted(crds)
+
+
+def _exists(client: Client, res: Any, name: str) -> bool:
+    try:
+        client.get(res, name)
+    except ApiError as err:
+        if err.status.code == 404:
+            return False
+        raise
+    return True
