@@ -83,3 +83,15 @@ def stamp(body: dict[str, Any], source_digest: str | None = None) -> dict[str, A
         DIGEST_ANNOTATION: source_digest or digest(stamped),
     }
     return stamped
+
+
+def for_go(data: Any) -> str:
+    """``data`` as text helm and client-go read back exactly: JSON.
+
+    They read YAML as sigs.k8s.io/yaml does (go-yaml v2, YAML 1.1 rules),
+    where a plain ``y`` or ``off`` is a bool and ``1e3`` or ``0o17`` a
+    number; PyYAML's dumper writes those strings unquoted, so a value, a
+    password or a kubeconfig field would reach helm changed. JSON is YAML
+    whose every string is quoted.
+    """
+    return json.dumps(data, ensure_ascii=False)

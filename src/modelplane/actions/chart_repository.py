@@ -24,7 +24,7 @@ import json
 from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit, urlunsplit
 
-import yaml
+from modelplane.wire import for_go
 
 # What the repository is called in a run's repository file; helm says it in
 # errors about the chart ("not found in chart-repository index").
@@ -73,7 +73,7 @@ def repository_file(login: RepositoryLogin) -> str:
         "username": login.username,
         "password": login.password,
     }
-    return str(yaml.safe_dump({"apiVersion": "", "repositories": [entry]}))
+    return for_go({"apiVersion": "", "repositories": [entry]})
 
 
 def registry_file(login: RepositoryLogin) -> str:

@@ -30,8 +30,6 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
-
 from modelplane.actions.chart_repository import (
     ALIAS,
     registry_file,
@@ -46,7 +44,7 @@ from modelplane.kube.proxy import ConnectProxy
 from modelplane.kube.scrub import redact, url_secrets
 from modelplane.plan.model import PlannedRelease, ReleaseAction
 from modelplane.untrusted import load_yaml
-from modelplane.wire import RELEASE_DIGEST_LABEL
+from modelplane.wire import RELEASE_DIGEST_LABEL, for_go
 
 # What helm takes from the operator's environment: where programs are, where
 # temporary files go, and which CAs to trust (a mirror's private CA is often
@@ -269,7 +267,7 @@ class Helm:
             args += ["--history-max", "5"]
         if release.wait:
             args.append("--wait")
-        values = yaml.safe_dump(release.values).encode()
+        values = for_go(release.values).encode()
         await self.run(
             *args, kubeconfig=kubeconfig, stdin=values, secrets=url_secrets(release.repository)
         )
@@ -300,7 +298,7 @@ class Helm:
                 args += ["--api-versions", ",".join(api_versions)]
             if is_upgrade:
                 args.append("--is-upgrade")
-            values = yaml.safe_dump(release.values).encode()
+            values = for_go(release.values).encode()
             return await self.run(
                 *args, kubeconfig=kubeconfig, stdin=values, secrets=url_secrets(release.repository)
             )
@@ -495,7 +493,7 @@ def through_proxy(kubeconfig: str, proxy_url: str) -> str:
     for entry in doc.get("clusters") or []:
         if isinstance(entry, dict) and isinstance(entry.get("cluster"), dict):
             entry["cluster"]["proxy-url"] = proxy_url
-    return str(yaml.safe_dump(doc))
+    return for_go(doc)
 
 
 @asynccontextmanager

@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-import yaml
 from lightkube.config.kubeconfig import KubeConfig, SingleConfig
 
 from modelplane.api.models import ServingStack
@@ -35,6 +34,7 @@ from modelplane.kube.answers import describe_error
 from modelplane.kube.client import ApiStatusError, Target, TargetError, open_target
 from modelplane.untrusted import DEFAULT, UntrustedInputError, printable
 from modelplane.untrusted import load_yaml as load_untrusted_yaml
+from modelplane.wire import for_go
 
 T = TypeVar("T")
 
@@ -97,7 +97,7 @@ def read_kubeconfig(path: Path, context: str | None) -> tuple[str, SingleConfig]
         raise CommandError(f"kubeconfig {path}: {what} cannot be used: {err}") from err
     if config is None:
         raise CommandError(f"kubeconfig {path} has no current context: pass --context NAME")
-    return yaml.safe_dump(single), config
+    return for_go(single), config
 
 
 def _one_context(doc: dict[str, Any], name: Any, path: Path) -> dict[str, Any]:

@@ -37,7 +37,7 @@ from modelplane.kube.handshakes import limit_handshakes
 from modelplane.kube.http2 import use_fair_http2
 from modelplane.kube.transport import AuthTransport, GuardedTransport, TokenAuth, Tokens
 from modelplane.untrusted import Limits, UntrustedInputError, load_json
-from modelplane.wire import FIELD_MANAGER, ApiRef
+from modelplane.wire import FIELD_MANAGER, ApiRef, for_go
 
 T = TypeVar("T")
 
@@ -195,7 +195,7 @@ class Target:
         doc["users"] = [
             {"name": entry.get("name"), "user": {"token": token}} for entry in doc["users"]
         ]
-        return str(yaml.safe_dump(doc))
+        return for_go(doc)
 
     @property
     def http(self) -> httpx2.AsyncClient:
