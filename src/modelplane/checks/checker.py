@@ -1,7 +1,7 @@
 """``modelplane check``'s side of the checks: the plan's results, for a person.
 
 The rules are the catalog's and the planner's, and reading the target is
-``target.cluster``'s: this module only pretends a Provided-mode ServingStack,
+``observe.facts``': this module only pretends a Provided-mode ServingStack,
 runs the plan on what was observed, and summarises.
 """
 

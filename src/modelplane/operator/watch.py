@@ -5,7 +5,7 @@ served after an install, the gateway controller assigns the Gateway an
 address, trust-manager writes the CA ConfigMap, someone edits an object the
 operator owns. Polling for them would either be slow or cost requests; a
 watch costs one long request each. The same watches keep a copy of what
-``observe`` reads (``target.cache``), so a resync re-plans from it instead
+``observe`` reads (``observe.watches.WatchCache``), so a resync re-plans from it instead
 of reading the target again.
 """
 
