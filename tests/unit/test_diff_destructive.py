@@ -10,10 +10,11 @@ import pytest
 import yaml
 
 from modelplane.plan import plan
-from modelplane.plan.crds import chart_crds
+from modelplane.plan.crds import CHART_CRDS_LABEL, chart_crds
 from modelplane.plan.diff import DeployedRelease, Reads, diff, immutable_changes
 from modelplane.plan.model import Plan
 from modelplane.plan.observed import Observed
+from modelplane.wire import MANAGED_BY, MANAGED_BY_LABEL
 
 from .conftest import StackFactory, installed
 
@@ -84,12 +85,24 @@ def test_immutable_changes(before: str, after: str, named: list[str]) -> None:
     assert all("helm upgrade would fail half-way" in f for f in found)
 
 
-def _crd(*versions: str, stored: tuple[str, ...] = ()) -> dict[str, Any]:
+def _crd(
+    *versions: str, stored: tuple[str, ...] = (), labels: dict[str, str] | None = None
+) -> dict[str, Any]:
+    # Live, as the product applied it for the release, unless ``labels`` says otherwise.
     body: dict[str, Any] = {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
-        "metadata": {"name": "probes.monitoring.coreos.com"},
-        "spec": {"versions": [{"name": v} for v in versions]},
+        "metadata": {
+            "name": "probes.monitoring.coreos.com",
+            "labels": {MANAGED_BY_LABEL: MANAGED_BY, CHART_CRDS_LABEL: PROMETHEUS}
+            if labels is None
+            else labels,
+        },
+        "spec": {
+            "group": "monitoring.coreos.com",
+            "names": {"plural": "probes"},
+            "versions": [{"name": v} for v in versions],
+        },
     }
     if stored:
         body["status"] = {"storedVersions": list(stored)}
@@ -133,6 +146,12 @@ def _deployed(p: Plan, manifest: str = "") -> DeployedRelease:
             [],
             ["probes.monitoring.coreos.com (update)"],
             id="no version removed",
+        ),
+        pytest.param(
+            _crd("v1", stored=("v1",), labels={}),
+            ["exists and is not release mp-kube-prometheus-stack's"],
+            [],
+            id="another owner's CRD",
         ),
     ],
 )

@@ -19,6 +19,8 @@ import pytest
 from tests.shared_fixtures import charts_dir
 
 from modelplane.actions.chart_crds import read_chart_crds
+from modelplane.catalog import components as catalog
+from modelplane.plan.chart_crds import foreign
 from modelplane.plan.manifest import manifest_workloads
 
 _WORKLOAD = re.compile(r"^kind: (?:Deployment|DaemonSet|StatefulSet|Job)$", re.M)
@@ -50,6 +52,26 @@ def _crds(path: Path) -> list[dict[str, Any]]:
 def test_a_real_charts_crds_are_read(path: Path | None) -> None:
     crds = _crds(_present(path))
     assert all(c["kind"] == "CustomResourceDefinition" for c in crds)
+
+
+@pytest.mark.parametrize("path", _files("crds.yaml"), ids=_id)
+def test_every_group_a_real_chart_ships_in_crds_is_its_components(path: Path | None) -> None:
+    # The product refuses a chart's CRD of a group the catalog does not name
+    # for its component (plan.chart_crds): the real chart must pass whole.
+    crds = _crds(_present(path))
+    assert path is not None
+    (component,) = [
+        c for c in catalog.COMPONENTS if c.chart is not None and c.chart.chart == path.parts[-3]
+    ]
+    assert component.chart is not None
+    release = component.release_name
+    refused = [r.message for c in crds if (r := foreign(c, release, component.crd_groups))]
+    assert refused == []
+    # And what the catalog lists besides its requirements is in the chart at
+    # its pin: no group is allowed that the chart does not ship.
+    if path.parts[-2] == component.version:
+        shipped = {c["spec"]["group"] for c in crds}
+        assert set(component.chart.crd_groups) <= shipped, component.name
 
 
 @pytest.mark.parametrize("path", _files("rendered-standard.yaml"), ids=_id)

@@ -6,8 +6,10 @@ old CRD, and the API server would prune every field the new version added.
 Before each install or upgrade of a chart the catalog marks so
 (``CrdPlacement``), its CRDs are applied with server-side apply under the
 product's field manager. What to apply and whether a change is safe are the
-plan's (``plan/crds.py``); this only carries it out. A CRD is never deleted:
-one a newer chart no longer ships is named, and kept.
+plan's (``plan/crds.py``, and for a chart's, ``plan/chart_crds.py``: only the
+component's API groups, never another owner's CRD, never a downgrade); this
+only carries it out. A CRD is never deleted: one a newer chart no longer
+ships is named, and kept.
 """
 
 from __future__ import annotations
@@ -23,12 +25,12 @@ from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
 from modelplane.actions.apply import apply_object
 from modelplane.actions.helm import Helm
 from modelplane.faults import ErrorKind, KnownError
+from modelplane.plan.chart_crds import chart_crd_change, crd_groups, foreign
 from modelplane.plan.crds import (
     CHART_CRDS_LABEL,
     CrdAction,
     CrdChange,
     chart_crds,
-    crd_change,
     no_longer_shipped,
 )
 from modelplane.plan.model import PlannedRelease
@@ -40,7 +42,7 @@ _CRD_LIMITS = Limits(max_bytes=32 * 1024 * 1024, max_depth=256, max_nodes=4_000_
 
 
 class CrdUpgradeRefused(KnownError):
-    """A CRD update the API server would refuse: the release's upgrade stops before Helm."""
+    """A chart CRD not to write (see plan/chart_crds.py): the release stops before Helm."""
 
     kind = ErrorKind.INVALID
 
@@ -81,23 +83,33 @@ async def live_crd(client: AsyncClient, name: str) -> dict[str, Any] | None:
     return body
 
 
-async def apply_chart_crds(
-    helm: Helm, client: AsyncClient, release: PlannedRelease, kubeconfig: str
-) -> ChartCrdsApplied:
-    """Bring the cluster's CRDs to those of the release's chart version, or refuse, before Helm.
-
-    Every change is decided before the first is sent: one refused CRD stops
-    the release with nothing of its set applied.
-    """
-    desired = await desired_chart_crds(helm, release, kubeconfig)
-    lives = await asyncio.gather(*(live_crd(client, c["metadata"]["name"]) for c in desired))
-    changes = [crd_change(c, live) for c, live in zip(desired, lives, strict=True)]
-    refused = [c for c in changes if c.action is CrdAction.REFUSE]
+def _refuse(release: PlannedRelease, refused: list[CrdChange]) -> None:
     if refused:
         raise CrdUpgradeRefused(
             f"{release.chart} {release.version} is not installed: "
             + "; ".join(c.message for c in refused)
         )
+
+
+async def apply_chart_crds(
+    helm: Helm, client: AsyncClient, release: PlannedRelease, kubeconfig: str
+) -> ChartCrdsApplied:
+    """Bring the cluster's CRDs to those of the release's chart version, or refuse, before Helm.
+
+    Every change is decided before the first is sent: one refused CRD (of
+    another group, another owner's, a downgrade, or one dropping a stored
+    version) stops the release with nothing of its set applied.
+    """
+    desired = await desired_chart_crds(helm, release, kubeconfig)
+    groups = crd_groups(release.component)
+    # Another project's CRDs are refused before any is read from the cluster.
+    _refuse(release, [r for c in desired if (r := foreign(c, release.name, groups))])
+    lives = await asyncio.gather(*(live_crd(client, c["metadata"]["name"]) for c in desired))
+    changes = [
+        chart_crd_change(c, live, release.name, groups)
+        for c, live in zip(desired, lives, strict=True)
+    ]
+    _refuse(release, [c for c in changes if c.action is CrdAction.REFUSE])
     for body, change in zip(desired, changes, strict=True):
         if change.writes:
             await apply_object(client, body)

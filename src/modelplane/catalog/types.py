@@ -246,6 +246,12 @@ class ChartSource:
     repository: str  # https://... (index.yaml) or oci://registry/path (without the chart)
     # Where the chart keeps its CRDs (upstream-facts.md, per component).
     crds: CrdPlacement = CrdPlacement.NONE
+    # The API groups of the CRDs its crds/ ships besides those its
+    # component's requirements name: with those, the only groups the
+    # product applies from crds/ (``Component.crd_groups``). From the real
+    # chart's ``helm show crds`` (tests/unit/test_real_chart_yaml.py holds
+    # every group there to the catalog).
+    crd_groups: tuple[str, ...] = ()
     # Every hook the pinned version renders with the product's values (its
     # helm template, ../shared/fixtures/charts/<chart>/<version>/rendered-standard.yaml;
     # tests/unit/test_teardown_hooks_real.py holds the two equal). Teardown
@@ -343,6 +349,18 @@ class Component:
         if self.chart is not None:
             return "chart"
         return "manifests" if self.manifests is not None else "objects"
+
+    @property
+    def crd_groups(self) -> frozenset[str]:
+        """The API groups whose CRDs the component's chart may bring in its crds/.
+
+        Its requirements' CRDs and the groups its chart lists besides: a
+        CRD of any other group in crds/ is some other project's, and is
+        refused (``plan.chart_crds``).
+        """
+        required = {r.api.group for r in self.requirements if isinstance(r, CRDServes)}
+        listed = self.chart.crd_groups if self.chart is not None else ()
+        return frozenset((*required, *listed))
 
     @property
     def release_name(self) -> str:

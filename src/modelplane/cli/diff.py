@@ -76,6 +76,7 @@ from modelplane.kube.scrub import shown_url
 from modelplane.observe.releases import ReleaseReadError, deployed_release, release_secret
 from modelplane.observe.state import Listed, read_listed, to_observed, wanted
 from modelplane.plan import plan
+from modelplane.plan.chart_crds import crd_groups, foreign
 from modelplane.plan.diff import DeployedRelease, Diff, ObjectChange, Reads, diff
 from modelplane.plan.model import (
     ObjectAction,
@@ -215,8 +216,11 @@ async def _chart_crd_reads(
     if chart is None or chart.crds.helm_upgrades:
         return [], {}
     desired = await desired_chart_crds(helm, release, kubeconfig)
+    groups = crd_groups(release.component)
     live: dict[str, dict[str, Any]] = {}
     for body in desired:
+        if foreign(body, release.name, groups) is not None:
+            continue  # refused as it is (plan.chart_crds): its name is not asked for
         found = await live_crd(client, body["metadata"]["name"])
         if found is not None:
             live[body["metadata"]["name"]] = found

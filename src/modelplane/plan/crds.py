@@ -1,8 +1,9 @@
 """``crd_change(desired, live) -> CrdChange``: whether, and how, a CRD may be brought up to date.
 
 Pure: the caller reads the live CRD (or finds none) and carries the answer
-out. One rule serves the hub's own ServingStack CRD and, later, the CRDs a
-chart ships in ``crds/`` (which Helm installs once and never upgrades).
+out. One rule serves the hub's own ServingStack CRD and the CRDs a chart
+ships in ``crds/`` (which Helm installs once and never upgrades); those are
+held to more besides, whoever serves the chart (``plan.chart_crds``).
 
 - The desired CRD is stamped with the product's digest (``wire.stamp``), so
   a live CRD that carries the same digest costs no write at all.
@@ -37,8 +38,10 @@ class CrdChange:
     action: CrdAction
     # Versions the live CRD serves that the desired one no longer lists.
     removed: tuple[str, ...] = ()
-    # Of those, the ones objects are still stored at (the reason for REFUSE).
+    # Of those, the ones objects are still stored at (a reason for REFUSE).
     still_stored: tuple[str, ...] = ()
+    # Any other reason for REFUSE, in words (a chart's CRD: plan.chart_crds).
+    refusal: str = ""
 
     @property
     def writes(self) -> bool:
@@ -47,6 +50,8 @@ class CrdChange:
     @property
     def message(self) -> str:
         """What a person reads: which CRD, what happens, and what to do when refused."""
+        if self.refusal:
+            return self.refusal
         if self.action is CrdAction.REFUSE:
             versions = ", ".join(self.still_stored)
             return (

@@ -21,7 +21,8 @@ import yaml
 from pydantic import Field, computed_field
 
 from modelplane.catalog.configuration import Hold
-from modelplane.plan.crds import CrdAction, crd_change
+from modelplane.plan.chart_crds import chart_crd_change, crd_groups
+from modelplane.plan.crds import CrdAction
 from modelplane.plan.frozen import Frozen
 from modelplane.plan.manifest import MANIFEST_LIMITS
 from modelplane.plan.model import ObjectAction, Plan, ReleaseAction, ReleaseState
@@ -232,13 +233,14 @@ def immutable_changes(before: str, after: str, namespace: str) -> list[str]:
     return out
 
 
-def _crds_of(release: str, reads: Reads) -> tuple[list[str], list[str]]:
-    """CRDs of the release's crds/ the apply would write, and what of them destroys."""
+def _crds_of(release: str, component: str, reads: Reads) -> tuple[list[str], list[str]]:
+    """CRDs of the release's crds/ the apply would write, and what of them destroys or refuses."""
     written: list[str] = []
     destructive: list[str] = []
+    groups = crd_groups(component)
     for body in reads.chart_crds.get(release, []):
         name = body["metadata"]["name"]
-        change = crd_change(body, reads.live_crds.get(name))
+        change = chart_crd_change(body, reads.live_crds.get(name), release, groups)
         if change.writes:
             written.append(f"{name} ({change.action.value.lower()})")
         if change.action is CrdAction.REFUSE or change.removed:
@@ -302,7 +304,7 @@ def diff(plan: Plan, reads: Reads, server: str) -> Diff:
         before = deployed if change is not ReleaseChangeKind.REINSTALL else None
         name = f"{r.namespace}/{r.name}"
         problem = reads.release_problems.get(r.name)
-        crds, destructive = _crds_of(r.name, reads)
+        crds, destructive = _crds_of(r.name, r.component, reads)
         if change is ReleaseChangeKind.REINSTALL and deployed is not None:
             destructive.insert(
                 0,

@@ -188,7 +188,13 @@ COMPONENT = Component(
     ),
     stacks=BOTH,
     chart=ChartSource(
-        "gateway-helm", ENVOY_OCI, crds=CrdPlacement.SUBCHART, reads=(READS,), hooks=HOOKS
+        "gateway-helm",
+        ENVOY_OCI,
+        crds=CrdPlacement.SUBCHART,
+        # The experimental channel's XBackendTrafficPolicy and XMesh.
+        crd_groups=("gateway.networking.x-k8s.io",),
+        reads=(READS,),
+        hooks=HOOKS,
     ),
     values=_values,
     images=IMAGES,

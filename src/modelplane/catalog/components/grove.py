@@ -79,6 +79,8 @@ COMPONENT = Component(
         "grove-charts",
         "oci://ghcr.io/ai-dynamo/grove",
         crds=CrdPlacement.CRDS_DIR,
+        # PodGang, which the scheduler side reads.
+        crd_groups=("scheduler.grove.io",),
         reads=(READS,),
     ),
     images=IMAGES,

@@ -139,6 +139,8 @@ COMPONENT = Component(
         "kai-scheduler",
         "oci://ghcr.io/kai-scheduler/kai-scheduler",
         crds=CrdPlacement.CRDS_DIR,
+        # Its own configs, shards and topologies, beside the Queue's group.
+        crd_groups=("kai.scheduler",),
         reads=(READS,),
     ),
     images=IMAGES,

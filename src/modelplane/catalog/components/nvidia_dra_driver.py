@@ -356,6 +356,8 @@ COMPONENT = Component(
         "dra-driver-nvidia-gpu",
         "oci://registry.k8s.io/dra-driver-nvidia/charts",
         crds=CrdPlacement.CRDS_DIR,
+        # ComputeDomain and ComputeDomainClique (its requirement is a DeviceClass).
+        crd_groups=("resource.nvidia.com",),
         reads=(READS,),
     ),
     values=_values,
