@@ -540,8 +540,8 @@ class TestEnv:
         """Write requests served so far by (verb, resource), from one scrape.
 
         The API server's renewals of its own identity lease are left out: they
-        are its writes, not a client's; so are dry runs, which store nothing. One scrape, so the figures agree with
-        each other.
+        are its writes, not a client's; so are dry runs, which store nothing.
+        One scrape, so the figures agree with each other.
         """
         out: dict[tuple[str, str], float] = {}
         for family in text_string_to_metric_families(self.metrics_text()):

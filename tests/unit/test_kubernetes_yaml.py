@@ -11,14 +11,8 @@ from typing import Any
 
 import pytest
 
-from modelplane.untrusted import (
-    Limits,
-    UntrustedInputError,
-    float32_text,
-    load_yaml,
-    load_yaml_all,
-    resolve_plain,
-)
+from modelplane.kubeyaml import float32_text, resolve_plain
+from modelplane.untrusted import Limits, UntrustedInputError, load_yaml, load_yaml_all
 
 SCALARS: list[tuple[str, Any]] = [
     # YAML 1.1's ``value`` tag to PyYAML; a string to Kubernetes.
