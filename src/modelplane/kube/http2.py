@@ -45,6 +45,27 @@ the class mends them:
 httpcore2 looks the class up in its module each time a connection
 negotiates h2, so it is put there, for the whole process: every HTTP/2
 connection of the process waits this way, which is only fairer.
+
+The class leans on httpcore2's private names: each method it replaces is
+marked ``@override`` (mypy fails if httpcore2 drops it), and ``_RELIED_ON``
+lists every name it reads or patches, checked when this module is imported,
+so that an httpcore2 that renames one fails at start, not as a connection
+that stalls. pyproject.toml pins httpcore2 and h2 to the minor versions
+this was written against. Where each fix came from, and what would let it go:
+
+- Fair waiting (``_receive_stream_event``, ``_wait_for_outgoing_flow``,
+  ``_receive_events``): found with bench/bench_http2_streams.py; upstream
+  reads for every stream under one lock (the sister case of uploads is
+  pydantic/httpx2#1133). Goes when httpcore2 hands what a read brings to
+  the streams waiting for it, so that no stream waits on another's read.
+- Early close (``_response_closed``): found by the budgets' early closes,
+  tests/integration/test_target_http2.py. Goes when httpcore2 resets a
+  stream closed before its end and hands its unread bytes back to the
+  connection window.
+- Graceful GOAWAY (``_DrainingStateMachine``, ``is_available``): found by
+  kube-apiserver's 401 over HTTP/2; h2 closes on any GOAWAY
+  (python-hyper/h2#1181). Goes when h2 drains on a NO_ERROR GOAWAY and
+  httpcore2 reads the streams at or below its last stream id.
 """
 
 from __future__ import annotations
@@ -60,6 +81,7 @@ import h2.exceptions
 import httpcore2
 from h2.errors import ErrorCodes
 from httpcore2._async import http2 as _h2
+from typing_extensions import override
 
 # What _write_outgoing_data reads of a request is its write timeout; closing
 # a response has no request at hand, so it writes as this one.
@@ -75,6 +97,7 @@ class _DrainingStateMachine(h2.connection.H2ConnectionStateMachine):
         super().__init__()
         self.draining = False
 
+    @override
     def process_input(self, input_: h2.connection.ConnectionInputs) -> list[h2.events.Event]:
         inputs, states = h2.connection.ConnectionInputs, h2.connection.ConnectionState
         if self.state is states.CLIENT_OPEN:
@@ -101,6 +124,7 @@ class FairHTTP2Connection(_h2.AsyncHTTP2Connection):
         # Waited on for anything read at all (a window update).
         self._dispatched: asyncio.Event | None = None
 
+    @override
     async def _receive_events(
         self, request: httpcore2.Request, stream_id: int | None = None
     ) -> None:
@@ -128,9 +152,11 @@ class FairHTTP2Connection(_h2.AsyncHTTP2Connection):
             self._reading = False
             self._wake()
 
+    @override
     def is_available(self) -> bool:
         return super().is_available() and not self._draining.draining
 
+    @override
     async def _receive_stream_event(self, request: httpcore2.Request, stream_id: int) -> Any:
         try:
             while not self._events.get(stream_id):
@@ -148,6 +174,7 @@ class FairHTTP2Connection(_h2.AsyncHTTP2Connection):
         # Its events are in: httpcore2 pops the next one, and raises on a reset.
         return await super()._receive_stream_event(request, stream_id)
 
+    @override
     async def _wait_for_outgoing_flow(self, request: httpcore2.Request, stream_id: int) -> int:
         # httpcore2's, but waiting as a stream waits for its events: a large
         # request body stalls behind an idle watch's read the same way.
@@ -167,6 +194,7 @@ class FairHTTP2Connection(_h2.AsyncHTTP2Connection):
             finally:
                 self._hand_over()
 
+    @override
     async def _response_closed(self, stream_id: int) -> None:
         unread = self._events.get(stream_id, [])
         data = [e for e in unread if isinstance(e, h2.events.DataReceived)]
@@ -246,6 +274,69 @@ async def _within(request: httpcore2.Request, waited: Awaitable[Any]) -> None:
         # This stream's own read timeout, as if it had read the network
         # itself; the connection and its other streams are left as they are.
         raise httpcore2.ReadTimeout(f"no answer within {timeout} s") from err
+
+
+# Every private name of httpcore2's HTTP/2 connection this module overrides,
+# reads or sets, and h2's draining rests on: checked at import.
+_RELIED_ON: dict[object, tuple[str, ...]] = {
+    _h2: ("AsyncHTTP2Connection",),
+    _h2.AsyncHTTP2Connection: (
+        "_receive_events",
+        "_receive_stream_event",
+        "_wait_for_outgoing_flow",
+        "_response_closed",
+        "_write_outgoing_data",
+        "is_available",
+        # Set in __init__ and read here.
+        "_h2_state",
+        "_read_lock",
+        "_events",
+        "_connection_terminated",
+        "_read_exception",
+    ),
+    h2.connection.H2ConnectionStateMachine: ("process_input", "state"),
+    h2.connection.H2Connection: ("state_machine",),
+}
+
+
+def missing_names(relied_on: dict[object, tuple[str, ...]]) -> list[str]:
+    """The names of ``relied_on`` its owner does not define, nor mention in its code.
+
+    An attribute set in a method is not on the class: it counts as present
+    when one of the class's functions names it (``co_names``).
+    """
+    missing = []
+    for owner, names in relied_on.items():
+        mentioned = _mentioned(owner)
+        for name in names:
+            if not hasattr(owner, name) and name not in mentioned:
+                missing.append(f"{getattr(owner, '__name__', owner)}.{name}")
+    return missing
+
+
+def _mentioned(owner: object) -> set[str]:
+    if not isinstance(owner, type):
+        return set()
+    names: set[str] = set()
+    for klass in owner.__mro__:
+        for value in vars(klass).values():
+            code = getattr(value, "__code__", None)
+            if code is not None:
+                names.update(code.co_names)
+    return names
+
+
+def _check_relied_on() -> None:
+    missing = missing_names(_RELIED_ON)
+    if missing:
+        raise ImportError(
+            "modelplane.kube.http2 patches httpcore2's HTTP/2 connection, and this "
+            f"httpcore2 or h2 has no {', '.join(missing)}: pin the versions pyproject.toml "
+            "names, or port the fixes (see the module's docstring)"
+        )
+
+
+_check_relied_on()
 
 
 def use_fair_http2() -> None:
