@@ -62,6 +62,15 @@ this was written against. Where each fix came from, and what would let it go:
   tests/integration/test_target_http2.py. Goes when httpcore2 resets a
   stream closed before its end and hands its unread bytes back to the
   connection window.
+- Stream permits (``_max_streams_semaphore``, ``handle_async_request``):
+  found by a hostile target (issue 40). httpcore2 opens one stream until
+  the server's SETTINGS says more, and stays at one if they never say:
+  every request then waits behind a watch, for a permit waited for with no
+  timeout, so a server advertising MAX_CONCURRENT_STREAMS=1, or none,
+  held a read (and its shard slot) for ever. Here a connection assumes 100
+  until told otherwise, as Go's client does, and a permit is waited for
+  within the request's pool timeout. Goes when httpcore2 assumes a default
+  for a missing setting and bounds the permit wait.
 - Graceful GOAWAY (``_DrainingStateMachine``, ``is_available``): found by
   kube-apiserver's 401 over HTTP/2; h2 closes on any GOAWAY
   (python-hyper/h2#1181). Goes when h2 drains on a NO_ERROR GOAWAY and
@@ -72,6 +81,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 from collections.abc import Awaitable
 from typing import Any
 
@@ -81,6 +91,7 @@ import h2.exceptions
 import httpcore2
 from h2.errors import ErrorCodes
 from httpcore2._async import http2 as _h2
+from httpcore2._synchronization import AsyncSemaphore
 from typing_extensions import override
 
 # What _write_outgoing_data reads of a request is its write timeout; closing
@@ -88,6 +99,36 @@ from typing_extensions import override
 _CLOSING = httpcore2.Request(
     "GET", "https://closing.invalid/", extensions={"timeout": {"write": 10.0}}
 )
+
+
+# Streams a connection opens before the server's SETTINGS say how many it
+# takes, and if they never say: 100, the least RFC 9113 (section 6.5.2)
+# recommends a server allow, and what Go's client assumes until the
+# server's SETTINGS arrive (golang.org/x/net/http2, transport.go,
+# initialMaxConcurrentStreams). A lower limit the server sends still holds.
+ASSUMED_MAX_STREAMS = 100
+
+# The pool timeout of the request waiting for a stream permit, by task: the
+# permit is waited for deep in httpcore2, which passes no request down.
+_PERMIT_TIMEOUT: contextvars.ContextVar[float | None] = contextvars.ContextVar(
+    "modelplane_http2_permit_timeout", default=None
+)
+
+
+class _Permits(AsyncSemaphore):
+    """httpcore2's stream permits, each waited for within the request's pool timeout."""
+
+    @override
+    async def acquire(self) -> None:
+        timeout = _PERMIT_TIMEOUT.get()
+        try:
+            async with asyncio.timeout(timeout):
+                await super().acquire()
+        except TimeoutError as err:
+            raise httpcore2.PoolTimeout(
+                f"no HTTP/2 stream free on the connection within {timeout} s: the server "
+                "takes no more streams at once"
+            ) from err
 
 
 class _DrainingStateMachine(h2.connection.H2ConnectionStateMachine):
@@ -123,6 +164,28 @@ class FairHTTP2Connection(_h2.AsyncHTTP2Connection):
         self._waiters: dict[int, asyncio.Future[None]] = {}
         # Waited on for anything read at all (a window update).
         self._dispatched: asyncio.Event | None = None
+        self._permits: AsyncSemaphore | None = None
+
+    @override
+    async def handle_async_request(self, request: httpcore2.Request) -> httpcore2.Response:
+        token = _PERMIT_TIMEOUT.set(_timeouts(request).get("pool"))
+        try:
+            return await super().handle_async_request(request)
+        finally:
+            _PERMIT_TIMEOUT.reset(token)
+
+    # httpcore2 makes its stream permits at the first request, just after
+    # starting at one stream, and before taking back those over that one:
+    # made here as ``_Permits``, starting at ASSUMED_MAX_STREAMS instead.
+    @property
+    def _max_streams_semaphore(self) -> AsyncSemaphore:
+        assert self._permits is not None, "made at the connection's first request"
+        return self._permits
+
+    @_max_streams_semaphore.setter
+    def _max_streams_semaphore(self, made: AsyncSemaphore) -> None:
+        self._permits = _Permits(made._bound)
+        self._max_streams = min(ASSUMED_MAX_STREAMS, made._bound)
 
     @override
     async def _receive_events(
@@ -260,13 +323,18 @@ def _resolve(waiter: asyncio.Future[None]) -> None:
         waiter.set_result(None)
 
 
+def _timeouts(request: httpcore2.Request) -> dict[str, float | None]:
+    timeouts: dict[str, float | None] = request.extensions.get("timeout") or {}
+    return timeouts
+
+
 async def _within(request: httpcore2.Request, waited: Awaitable[Any]) -> None:
     """Await ``waited`` within the request's read timeout.
 
     ``asyncio.timeout`` rather than ``wait_for``, which made a task of
     every wait.
     """
-    timeout = (request.extensions.get("timeout") or {}).get("read")
+    timeout = _timeouts(request).get("read")
     try:
         async with asyncio.timeout(timeout):
             await waited
@@ -293,7 +361,12 @@ _RELIED_ON: dict[object, tuple[str, ...]] = {
         "_events",
         "_connection_terminated",
         "_read_exception",
+        # Set at the first request: the permits are made as ``_Permits``.
+        "_max_streams",
+        "_max_streams_semaphore",
+        "handle_async_request",
     ),
+    AsyncSemaphore: ("_bound", "acquire"),
     h2.connection.H2ConnectionStateMachine: ("process_input", "state"),
     h2.connection.H2Connection: ("state_machine",),
 }
