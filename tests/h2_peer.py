@@ -121,6 +121,11 @@ class H2Peer(httpcore2.AsyncNetworkStream):
         self._more.set()
         self.starved.clear()
 
+    def raw(self, data: bytes) -> None:
+        self._out += data
+        self._more.set()
+        self.starved.clear()
+
     def empty_data(self, stream_id: int, count: int) -> None:
         self.frames(DataFrame(stream_id, data=b""), count)
 

@@ -71,6 +71,14 @@ this was written against. Where each fix came from, and what would let it go:
   until told otherwise, as Go's client does, and a permit is waited for
   within the request's pool timeout. Goes when httpcore2 assumes a default
   for a missing setting and bounds the permit wait.
+- Frames that carry nothing (``_read_incoming_data``, ``idle_frames``):
+  found by a hostile target (issue 40). Empty DATA, SETTINGS that change
+  nothing, PINGs, unknown frames kept a read busy for ever, a core per
+  connection, counted by no budget: past ``MAX_IDLE_FRAMES`` more of them
+  than frames that carry something, the connection is closed as a
+  protocol error (GOAWAY ENHANCE_YOUR_CALM, RFC 9113 section 10.5). Goes
+  when h2 or httpcore2 bound such frames themselves. (A WINDOW_UPDATE of 0
+  is already a connection error in h2.)
 - Graceful GOAWAY (``_DrainingStateMachine``, ``is_available``): found by
   kube-apiserver's 401 over HTTP/2; h2 closes on any GOAWAY
   (python-hyper/h2#1181). Goes when h2 drains on a NO_ERROR GOAWAY and
@@ -107,6 +115,47 @@ _CLOSING = httpcore2.Request(
 # server's SETTINGS arrive (golang.org/x/net/http2, transport.go,
 # initialMaxConcurrentStreams). A lower limit the server sends still holds.
 ASSUMED_MAX_STREAMS = 100
+
+# How many more frames that carry nothing than frames that carry something
+# a connection takes before it is closed as a protocol error. A real API
+# server sends next to none (a SETTINGS, its ACK, the odd PING of a proxy),
+# and each answer pays for one; a server that sends them without end costs
+# a core for as long as it does, and no budget counts them.
+MAX_IDLE_FRAMES = 1000
+
+# Events of frames that carry nothing the client asked for. A DATA frame is
+# one only when empty, a SETTINGS frame only when it changes nothing (see
+# ``carries_nothing``).
+_IDLE_EVENTS = (
+    h2.events.SettingsAcknowledged,
+    h2.events.PingReceived,
+    h2.events.PingAckReceived,
+    h2.events.WindowUpdated,
+    h2.events.PriorityUpdated,
+    h2.events.UnknownFrameReceived,
+    h2.events.AlternativeServiceAvailable,
+    h2.events.InformationalResponseReceived,
+)
+
+
+def carries_nothing(event: h2.events.Event) -> bool:
+    """Whether the frame ``event`` stands for brought nothing a stream reads."""
+    if isinstance(event, h2.events.DataReceived):
+        return not event.data
+    if isinstance(event, h2.events.RemoteSettingsChanged):
+        changes = event.changed_settings.values()
+        return all(change.original_value == change.new_value for change in changes)
+    return isinstance(event, _IDLE_EVENTS)
+
+
+def idle_frames(count: int, events: list[h2.events.Event]) -> int:
+    """The connection's count after ``events``: up one for each that carries nothing,
+    down one (to no less than 0) for each that carries something, so that no
+    run of answers banks room for a flood later."""
+    for event in events:
+        count = count + 1 if carries_nothing(event) else max(count - 1, 0)
+    return count
+
 
 # The pool timeout of the request waiting for a stream permit, by task: the
 # permit is waited for deep in httpcore2, which passes no request down.
@@ -165,6 +214,7 @@ class FairHTTP2Connection(_h2.AsyncHTTP2Connection):
         # Waited on for anything read at all (a window update).
         self._dispatched: asyncio.Event | None = None
         self._permits: AsyncSemaphore | None = None
+        self._idle_frames = 0
 
     @override
     async def handle_async_request(self, request: httpcore2.Request) -> httpcore2.Response:
@@ -214,6 +264,31 @@ class FairHTTP2Connection(_h2.AsyncHTTP2Connection):
                 self._connection_terminated = terminated
             self._reading = False
             self._wake()
+
+    @override
+    async def _read_incoming_data(self, request: httpcore2.Request) -> list[h2.events.Event]:
+        events: list[h2.events.Event] = await super()._read_incoming_data(request)
+        self._idle_frames = idle_frames(self._idle_frames, events)
+        if self._idle_frames > MAX_IDLE_FRAMES:
+            await self._refuse_idle_frames(request)
+        return events
+
+    async def _refuse_idle_frames(self, request: httpcore2.Request) -> None:
+        """Close the connection as a protocol error; every stream on it fails with it."""
+        error = httpcore2.RemoteProtocolError(
+            f"the server sent more than {MAX_IDLE_FRAMES} HTTP/2 frames that carry nothing "
+            "(empty DATA, SETTINGS, PING, ...): the connection is closed"
+        )
+        # As httpcore2 does with a read that failed: raised again to every
+        # stream that reads after, and the pool takes no new request here.
+        self._read_exception = error
+        self._connection_error = True
+        with contextlib.suppress(h2.exceptions.ProtocolError):
+            self._h2_state.close_connection(ErrorCodes.ENHANCE_YOUR_CALM)
+        with contextlib.suppress(httpcore2.NetworkError, httpcore2.TimeoutException):
+            await self._write_outgoing_data(request)
+        await self.aclose()
+        raise error
 
     @override
     def is_available(self) -> bool:
@@ -361,6 +436,9 @@ _RELIED_ON: dict[object, tuple[str, ...]] = {
         "_events",
         "_connection_terminated",
         "_read_exception",
+        "_connection_error",
+        "_read_incoming_data",
+        "aclose",
         # Set at the first request: the permits are made as ``_Permits``.
         "_max_streams",
         "_max_streams_semaphore",
