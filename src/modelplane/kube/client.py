@@ -33,6 +33,7 @@ from modelplane.backoff import Backoff, retry
 from modelplane.kube.address import DEFAULT_DENIED, AddressDenied, IPNetwork, host_and_port, vet
 from modelplane.kube.answers import bounded, describe_answer, describe_error, status_message
 from modelplane.kube.budget import Budget, budget_for
+from modelplane.kube.deadline import Deadlines
 from modelplane.kube.handshakes import limit_handshakes
 from modelplane.kube.http2 import use_fair_http2
 from modelplane.kube.transport import AuthTransport, GuardedTransport, TokenAuth, Tokens
@@ -270,6 +271,8 @@ async def open_target(
         # guard, so a retry after a 401 is vetted like any request.
         config = config._replace(user=User())
         transport = AuthTransport(TokenAuth(identity), transport)
+    # Outermost: a request's deadline covers its auth retry and its whole answer.
+    transport = Deadlines(transport)
     params = ConnectionParams(
         timeout=httpx2.Timeout(timeout),
         trust_env=trust_env,

@@ -13,20 +13,33 @@ in line, and the ones admitted finish in the time their requests take.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
+from modelplane.kube.deadline import reads_within
 from modelplane.operator import metrics
+
+# How long a reconcile holds its slot, at most, from connecting to the
+# target through its first full read: every request made meanwhile ends by
+# then (``kube.deadline``). A healthy target's full read takes seconds; a
+# target that answers a byte at a time, or not at all, gives the slot back
+# after this, and its reconcile fails as a target that cannot be reached.
+READ_DEADLINE_SECONDS = 120.0
 
 
 class TargetReads:
     """A bound on full reads of targets, shared by the stacks of one operator."""
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, deadline: float = READ_DEADLINE_SECONDS) -> None:
         self.limit = limit
+        self.deadline = deadline
         self._gate = asyncio.Semaphore(limit)
 
     def slot(self) -> Slot:
-        """One slot, waited for (counted in the metrics meanwhile) when entered."""
-        return Slot(self._gate)
+        """One slot, waited for (counted in the metrics meanwhile) when entered.
+
+        The requests to targets made while it is held end by its deadline.
+        """
+        return Slot(self._gate, self.deadline)
 
 
 class Slot:
@@ -37,8 +50,10 @@ class Slot:
     test of the holder sees the leak.
     """
 
-    def __init__(self, gate: asyncio.Semaphore) -> None:
+    def __init__(self, gate: asyncio.Semaphore, deadline: float) -> None:
         self._gate = gate
+        self._deadline = deadline
+        self._within = contextlib.ExitStack()
 
     async def __aenter__(self) -> None:
         metrics.TARGET_READS_WAITING.inc()
@@ -46,6 +61,11 @@ class Slot:
             await self._gate.acquire()
         finally:
             metrics.TARGET_READS_WAITING.dec()
+        # From when the slot is held, not while waiting for it.
+        self._within.enter_context(reads_within(self._deadline))
 
     async def __aexit__(self, *_exc: object) -> None:
-        self._gate.release()
+        try:
+            self._within.close()
+        finally:
+            self._gate.release()
