@@ -10,14 +10,27 @@ lost (bench/bench_fleet_healthy.py). Queued instead, each handshake that
 starts has the CPU to finish in time.
 
 ``limit_handshakes`` puts the limit on a transport's connection pool: a
-connection waits for a slot before it connects, outside the connect
-timeout, and frees it once its TLS is up (at once for plain HTTP). The slots
-are per event loop, shared by every target of the process.
+connection waits for a slot before it connects, and frees it once its TLS
+is up (at once for plain HTTP). The slots are per event loop, shared by
+every target of the process. Three rules keep a target that never
+finishes its handshakes (a tarpit: it takes the TCP connection and says
+nothing) from taking the slots from the rest; with 24 of them, a healthy
+target's first request waited 10 to 15 s (issue 40, finding 7):
+
+- at most one handshake per target (host and port) at a time: its other
+  connections wait for it, not for the process's slots;
+- a target whose last connection did not get through its handshake is a
+  suspect, and waits for one of ``MAX_SUSPECT_HANDSHAKES`` slots of its
+  own, until one does; the others stay for targets that answer;
+- the wait for a slot is bounded (``SLOT_WAIT_SECONDS``): past it the
+  connection fails as a ConnectTimeout, and its caller's backoff (a
+  watch's, the lost-target probe's) decides when to try again.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import ssl
 import weakref
 from collections.abc import Iterable
@@ -29,31 +42,106 @@ import httpx2
 # Handshakes in flight at once, per process: enough to keep a core busy with
 # TLS, few enough that each finishes within the target timeout.
 MAX_HANDSHAKES = 8
+# Of suspect targets, on slots of their own.
+MAX_SUSPECT_HANDSHAKES = 2
+# The longest a connection waits for its target's turn and a slot. Longer
+# than the connect timeout: at a shard's start thousands of targets queue,
+# and a wait is not the target's fault; bounded, so that it is not for ever.
+SLOT_WAIT_SECONDS = 30.0
+# Suspects remembered, per process: past it the oldest is forgotten (and
+# judged again by its next handshake).
+MAX_SUSPECTS = 10_000
 
-_SLOTS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = (
-    weakref.WeakKeyDictionary()
-)
+Target = tuple[str, int]
 
 
-def _slots() -> asyncio.Semaphore:
+class _Gates:
+    """One event loop's handshake slots, its targets' turns and its suspects."""
+
+    def __init__(self) -> None:
+        self.slots = asyncio.Semaphore(MAX_HANDSHAKES)
+        self.suspect_slots = asyncio.Semaphore(MAX_SUSPECT_HANDSHAKES)
+        # A target's turn, while anyone holds or waits for it.
+        self._turns: weakref.WeakValueDictionary[Target, asyncio.Lock] = (
+            weakref.WeakValueDictionary()
+        )
+        self.suspects: collections.OrderedDict[Target, None] = collections.OrderedDict()
+
+    def turn(self, target: Target) -> asyncio.Lock:
+        turn = self._turns.get(target)
+        if turn is None:
+            turn = self._turns[target] = asyncio.Lock()
+        return turn
+
+    def slots_for(self, target: Target) -> asyncio.Semaphore:
+        return self.suspect_slots if target in self.suspects else self.slots
+
+    def judge(self, target: Target, *, through: bool) -> None:
+        """Note how the target's last handshake went."""
+        if through:
+            self.suspects.pop(target, None)
+            return
+        self.suspects[target] = None
+        self.suspects.move_to_end(target)
+        while len(self.suspects) > MAX_SUSPECTS:
+            self.suspects.popitem(last=False)
+
+    async def admit(self, target: Target) -> _Ticket:
+        """The target's turn and a slot, within ``SLOT_WAIT_SECONDS``: ConnectTimeout past it."""
+        turn = self.turn(target)
+        try:
+            async with asyncio.timeout(SLOT_WAIT_SECONDS):
+                await turn.acquire()
+                try:
+                    slots = self.slots_for(target)
+                    await slots.acquire()
+                except BaseException:
+                    turn.release()
+                    raise
+        except TimeoutError as err:
+            raise httpcore2.ConnectTimeout(
+                f"no TLS handshake slot within {SLOT_WAIT_SECONDS:.0f} s: the process sets up "
+                f"at most {MAX_HANDSHAKES} connections at once"
+            ) from err
+        return _Ticket(self, target, turn, slots)
+
+
+class _Ticket:
+    """A target's turn and a slot, given back once (with how the handshake went, if known)."""
+
+    def __init__(
+        self, gates: _Gates, target: Target, turn: asyncio.Lock, slots: asyncio.Semaphore
+    ) -> None:
+        self._gates, self._target, self._turn, self._slots = gates, target, turn, slots
+        self._done = False
+
+    def done(self, through: bool | None) -> None:
+        if self._done:
+            return
+        self._done = True
+        if through is not None:
+            self._gates.judge(self._target, through=through)
+        self._slots.release()
+        self._turn.release()
+
+
+_GATES: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Gates] = weakref.WeakKeyDictionary()
+
+
+def _gates() -> _Gates:
     loop = asyncio.get_running_loop()
-    slots = _SLOTS.get(loop)
-    if slots is None:
-        slots = _SLOTS[loop] = asyncio.Semaphore(MAX_HANDSHAKES)
-    return slots
+    gates = _GATES.get(loop)
+    if gates is None:
+        gates = _GATES[loop] = _Gates()
+    return gates
 
 
 class _Handshaking(httpcore2.AsyncNetworkStream):
-    """A connected stream that holds a slot until its TLS is up, or it closes."""
+    """A connected stream that holds its ticket until its TLS is up, or it closes."""
 
-    def __init__(self, inner: httpcore2.AsyncNetworkStream, slots: asyncio.Semaphore) -> None:
+    def __init__(self, inner: httpcore2.AsyncNetworkStream, ticket: _Ticket) -> None:
         self._inner = inner
-        self._slots: asyncio.Semaphore | None = slots
-
-    def _free(self) -> None:
-        if self._slots is not None:
-            self._slots.release()
-            self._slots = None
+        self._ticket = ticket
 
     async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
         return await self._inner.read(max_bytes, timeout)
@@ -62,7 +150,7 @@ class _Handshaking(httpcore2.AsyncNetworkStream):
         await self._inner.write(buffer, timeout)
 
     async def aclose(self) -> None:
-        self._free()
+        self._ticket.done(through=None)
         await self._inner.aclose()
 
     async def start_tls(
@@ -72,9 +160,16 @@ class _Handshaking(httpcore2.AsyncNetworkStream):
         timeout: float | None = None,
     ) -> httpcore2.AsyncNetworkStream:
         try:
-            return await self._inner.start_tls(ssl_context, server_hostname, timeout)
-        finally:
-            self._free()
+            secured = await self._inner.start_tls(ssl_context, server_hostname, timeout)
+        except Exception:
+            self._ticket.done(through=False)
+            raise
+        except BaseException:
+            # Cancelled: no verdict on the target.
+            self._ticket.done(through=None)
+            raise
+        self._ticket.done(through=True)
+        return secured
 
     def get_extra_info(self, info: str) -> Any:
         return self._inner.get_extra_info(info)
@@ -93,20 +188,21 @@ class _Limited(httpcore2.AsyncNetworkBackend):
         local_address: str | None = None,
         socket_options: Iterable[httpcore2.SOCKET_OPTION] | None = None,
     ) -> httpcore2.AsyncNetworkStream:
-        slots = _slots()
-        # Waited for before the connect timeout starts: the queue is not the target's fault.
-        await slots.acquire()
+        ticket = await _gates().admit((host, port))
         try:
             stream = await self._inner.connect_tcp(
                 host, port, timeout, local_address=local_address, socket_options=socket_options
             )
+        except Exception:
+            ticket.done(through=False)
+            raise
         except BaseException:
-            slots.release()
+            ticket.done(through=None)
             raise
         if not self._tls:
-            slots.release()
+            ticket.done(through=True)
             return stream
-        return _Handshaking(stream, slots)
+        return _Handshaking(stream, ticket)
 
     async def connect_unix_socket(
         self,

@@ -21,9 +21,11 @@ leaves what was deleted meanwhile in place; hence a watch of our own on the
 target's raw HTTP client.
 
 When the target stops answering, one ``Link`` probe per target (``/readyz``,
-every ``PROBE_SECONDS``) stands in for every watch's retries, so an outage
+``PROBE_BACKOFF`` apart) stands in for every watch's retries, so an outage
 costs one connection attempt per probe, is logged once, and the watches
-resume within a probe of the server being back.
+resume within a probe of the server being back. The probes back off: a
+target lost for good (or a tarpit) would otherwise take one of the
+process's handshake slots four times a second (``kube.handshakes``).
 
 A target's server may be anyone's, so a reflector survives whatever it
 answers, and waits before each try that follows a failure: a watch that
@@ -69,6 +71,9 @@ log = logging.getLogger("modelplane.operator.watch")
 # client-go re-arms its watches every 5 to 10 minutes; so do we.
 WATCH_TIMEOUT_SECONDS = 300.0
 PROBE_SECONDS = 0.25
+# Between probes of a lost target: from PROBE_SECONDS, doubling to a cap,
+# jittered so that a shard's lost targets do not probe in step.
+PROBE_BACKOFF = Backoff(first=PROBE_SECONDS, cap=15.0, jitter=0.5)
 # The longest watch line read: one event, one object. The API server takes
 # requests of at most 3 MiB and etcd stores values of at most 1.5 MiB by
 # default, so a real object's event stays well below; past this, the line
@@ -148,8 +153,17 @@ class Refused(Exception):
 class Link:
     """Whether a target answers; while it does not, one probe stands in for every watch."""
 
-    def __init__(self, http: httpx2.AsyncClient, label: str, every: float = PROBE_SECONDS) -> None:
+    def __init__(
+        self,
+        http: httpx2.AsyncClient,
+        label: str,
+        every: Backoff = PROBE_BACKOFF,
+        *,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        rand: Callable[[], float] = random.random,
+    ) -> None:
         self._http, self._label, self._every = http, label, every
+        self._sleep, self._rand = sleep, rand
         self.up = asyncio.Event()
         self.up.set()
         self._probe: asyncio.Task[None] | None = None
@@ -160,17 +174,20 @@ class Link:
             return False
         self.up.clear()
         log.warning(
-            "target of %s: watches lost (%s); probing every %.2g s until it answers",
+            "target of %s: watches lost (%s); probing from every %.2g s to every %.2g s "
+            "until it answers",
             self._label,
             describe_error(err),
-            self._every,
+            self._every.first,
+            self._every.cap,
         )
         self._probe = asyncio.create_task(self._until_up(time.monotonic()))
         return True
 
     async def _until_up(self, since: float) -> None:
+        probes = Attempts(self._every, rand=self._rand)
         while True:
-            await asyncio.sleep(self._every)
+            await self._sleep(probes.fail())
             try:
                 response = await self._http.get("/readyz", timeout=5.0)
             except httpx2.TransportError:
