@@ -16,6 +16,7 @@ import httpcore2
 import pytest
 from h2.errors import ErrorCodes
 from h2.settings import ChangedSetting
+from hyperframe.frame import WindowUpdateFrame
 from tests.h2_peer import MAX_STREAMS, H2Peer, connection, request
 
 from modelplane.kube.http2 import (
@@ -197,3 +198,17 @@ def test_carries_nothing(event: h2.events.Event, nothing: bool) -> None:
 )
 def test_idle_frames(count: int, events: list[h2.events.Event], after: int) -> None:
     assert idle_frames(count, events) == after
+
+
+async def test_a_window_update_of_zero_is_already_a_connection_error() -> None:
+    # RFC 9113 section 6.9: h2 refuses it itself, and the connection takes no
+    # new request; nothing of the fair connection's is needed for it.
+    peer = H2Peer()
+    conn = connection(peer)
+    async with asyncio.timeout(GUARD):
+        opening = asyncio.create_task(conn.handle_async_request(request("/list")))
+        await peer.requests.get()
+        peer.frames(WindowUpdateFrame(0))
+        with pytest.raises(httpcore2.ProtocolError):
+            await opening
+    assert not conn.is_available()
