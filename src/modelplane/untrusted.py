@@ -82,6 +82,10 @@ class Limits:
     # Characters in one number scalar. An int64 or a float64 is written in
     # under 30; Python refuses to convert an int of more than 4,300 digits.
     max_number: int = 256
+    # Bytes of memory the parse of a JSON text may build, as ``json_cost``
+    # estimates it before parsing; None: only ``max_bytes`` bounds it. The
+    # bytes alone do not: ``{},`` builds 24 times its size.
+    max_built: int | None = None
 
 
 DEFAULT = Limits()
@@ -130,6 +134,56 @@ def _size_check(text: str | bytes, limits: Limits) -> None:
         raise UntrustedInputError(f"{size} bytes, over the limit of {limits.max_bytes}")
 
 
+# What a parse builds, at most, per thing ``json_cost`` counts; measured
+# with tracemalloc (tests/unit/test_json_cost.py holds each shape to it).
+# A container: an empty dict is 64 bytes, a dict of one entry 184, and its
+# slot in its parent 8 more; of ``{"a":{}}`` each container built 128.
+_CONTAINER_COST = 128
+# A value or a key after a separator: a pointer in its container or a
+# dict's entry, and the smallest object (a float 24, an ASCII str 50, a
+# str of one character past Latin-1 80), its container's spare room too.
+_ITEM_COST = 96
+
+
+def json_cost(text: str | bytes) -> int:
+    """An upper estimate of the bytes of memory parsing ``text`` as JSON builds.
+
+    Counted at C speed, without parsing: every ``{`` or ``[`` as a
+    container, every ``,`` or ``:`` as an item, the text's characters as
+    string data (four bytes each when one of them may not be Latin-1 or
+    ASCII, since one such character makes a whole string four bytes a
+    character). A brace or separator inside a string is counted too: the
+    estimate errs on the side of refusing, by two to three times for the
+    JSON of real Kubernetes objects.
+    """
+    if isinstance(text, str):
+        containers = text.count("{") + text.count("[")
+        items = text.count(",") + text.count(":")
+        wide = not text.isascii() or "\\u" in text
+    else:
+        containers = text.count(b"{") + text.count(b"[")
+        items = text.count(b",") + text.count(b":")
+        wide = not text.isascii() or b"\\u" in text
+    return cost_of(containers, items, len(text), wide=wide)
+
+
+def cost_of(containers: int, items: int, chars: int, *, wide: bool) -> int:
+    """``json_cost`` from its counts (a stream counts them chunk by chunk)."""
+    per_char = 4 if wide else 1
+    return containers * _CONTAINER_COST + (items + containers) * _ITEM_COST + chars * per_char
+
+
+def _built_check(text: str | bytes, limits: Limits) -> None:
+    if limits.max_built is None:
+        return
+    cost = json_cost(text)
+    if cost > limits.max_built:
+        raise UntrustedInputError(
+            f"would build about {cost // 1024 // 1024} MiB in memory, over the limit of "
+            f"{limits.max_built // 1024 // 1024} MiB"
+        )
+
+
 # msgspec's decoder parses a target's answers two to three times faster
 # than the standard library's (``python bench/bench_json.py``); JSON
 # decoding was the largest part of a shard's CPU while its targets came up.
@@ -142,8 +196,11 @@ def load_json(text: str | bytes, limits: Limits = DEFAULT) -> Any:
     What msgspec refuses (``NaN``, a lone surrogate escape, nesting past
     its recursion limit) is parsed again by the standard library, so the
     fast path accepts and refuses exactly what the standard one does.
+    What it would build is estimated first (``json_cost``), and refused
+    past ``max_built`` before anything is built.
     """
     _size_check(text, limits)
+    _built_check(text, limits)
     try:
         doc = _DECODER.decode(text)
     except (msgspec.DecodeError, RecursionError):

@@ -9,10 +9,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from tests.shared_fixtures import real_chart
 
 from modelplane.kube.discovery import Served
 from modelplane.observe.release_objects import ReleaseManifests, unjudged_releases
 from modelplane.observe.releases import (
+    MAX_RELEASE_BUILT,
     MAX_RELEASE_BYTES,
     ReleaseReadError,
     deployed_release,
@@ -24,6 +26,7 @@ from modelplane.plan.model import ComponentPlan
 from modelplane.plan.observed import ObservedRelease
 from modelplane.plan.planner import with_health
 from modelplane.plan.release_health import DriftMode, release_report
+from modelplane.untrusted import json_cost
 from modelplane.wire import RELEASE_DIGEST_LABEL
 
 NAME, NS = "mp-cert-manager", "cert-manager"
@@ -96,6 +99,58 @@ def test_a_gzip_bomb_in_a_release_secret_is_refused() -> None:
     assert len(base64.b64encode(bomb)) < 1024 * 1024
     with pytest.raises(ReleaseReadError, match="decompresses to more than"):
         deployed_release(_secret(bomb), RELEASE)
+
+
+def test_a_release_that_parses_to_many_times_its_size_is_refused_before_parsing() -> None:
+    # Empty objects compress some 750 times and parse to 24 times their
+    # size: 4 MiB of them, inside the gzip bound, would build 100 MiB; the
+    # same at the old 64 MiB bound built 1.5 GiB from a Secret of 100 KiB.
+    text = b'{"manifest":"","config":{},"chart":[' + b"{}," * (4 * 1024 * 1024 // 3) + b"{}]}"
+    bomb = gzip.compress(text, compresslevel=9)
+    assert len(base64.b64encode(bomb)) < 100 * 1024
+    with pytest.raises(ReleaseReadError, match=r"would build about .* in memory"):
+        deployed_release(_secret(bomb), RELEASE)
+
+
+def _b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
+
+
+@pytest.mark.parametrize(
+    ("chart", "version", "crds"),
+    [
+        # The largest manifest of the real charts, its CRDs as templates.
+        ("ai-gateway-crds-helm", "v1.1.0", False),
+        # A chart whose crds/ Helm stores among the chart's files.
+        ("lws", "v0.8.0", True),
+        ("cert-manager", "v1.20.2", False),
+    ],
+)
+def test_the_real_charts_releases_fit_their_bounds(chart: str, version: str, crds: bool) -> None:
+    # A release as Helm stores it: the manifest, and the chart's templates
+    # and files as base64 (the render stands in for the templates, which
+    # the fixtures do not hold: about their size).
+    folder = real_chart(chart, version)
+    rendered = (folder / "rendered-standard.yaml").read_text()
+    values = (folder / "values.yaml").read_text()
+    files = [{"name": "values.yaml", "data": _b64(values)}]
+    if crds:
+        files.append({"name": "crds/all.yaml", "data": _b64((folder / "crds.yaml").read_text())})
+    stored = {
+        **STORED,
+        "manifest": rendered,
+        "chart": {
+            "metadata": {"name": chart, "version": version},
+            "templates": [{"name": "templates/all.yaml", "data": _b64(rendered)}],
+            "files": files,
+            "values": {"image": {"repository": "x"}},
+        },
+    }
+    text = json.dumps(stored).encode()
+    # Four times the margin on either bound.
+    assert len(text) * 4 < MAX_RELEASE_BYTES
+    assert json_cost(text) * 4 < MAX_RELEASE_BUILT
+    assert deployed_release(_secret(gzip.compress(text)), RELEASE).manifest == rendered
 
 
 def test_only_the_secret_of_the_known_revision_is_taken() -> None:

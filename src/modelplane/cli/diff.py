@@ -190,7 +190,8 @@ async def _release_reads(
             problems.append(f"the Secret of revision {seen.revision} was not read")
         else:
             try:
-                deployed = deployed_release(secret, seen)
+                # Decoding is bounded, but still MiBs of JSON: off the loop.
+                deployed = await asyncio.to_thread(deployed_release, secret, seen)
             except ReleaseReadError as err:
                 problems.append(str(err))
     rendered = None

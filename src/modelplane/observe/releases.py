@@ -10,7 +10,10 @@ values the release was given), ``manifest`` (what was rendered) and
 
 A target's tenants can write such a Secret, so every step is bounded: the
 base64 by its length before decoding, the gzip by what it may inflate to,
-the JSON by ``untrusted.load_json``. Only the Secret of the revision
+the JSON by ``untrusted.load_json``, which refuses it before parsing when
+its parse would build more than ``MAX_RELEASE_BUILT`` (a Secret of 100 KiB
+once decoded to 1.4 GiB: 60 MiB of ``{},`` compress to 80 KiB). Callers in
+the operator decode in a worker thread. Only the Secret of the revision
 ``observe.state`` already took for the release is read: one Helm itself would
 read, in the release's namespace, with labels that agree.
 """
@@ -27,11 +30,20 @@ from modelplane.untrusted import Limits, UntrustedInputError, decode_base64, gun
 
 # A Secret holds at most 1 MiB (etcd's default request limit is 1.5 MiB).
 MAX_SECRET_BYTES = 1024 * 1024
-# The release JSON holds the whole chart (templates, files, values, and its
-# subcharts); large charts inflate to a few tens of MiB. More is not a
-# release Helm wrote.
-MAX_RELEASE_BYTES = 64 * 1024 * 1024
-_RELEASE_LIMITS = Limits(max_bytes=MAX_RELEASE_BYTES, max_depth=128)
+# The release JSON holds the rendered manifest and the top chart's
+# templates, files (its crds/ among them) and values, each file as base64;
+# Go's encoding/json leaves a subchart out (``Chart.dependencies`` is not
+# exported). The real charts' manifests are up to 1.8 MB of YAML
+# (ai-gateway-crds-helm), their crds/ up to 1.5 MB (grove-charts): some
+# 5 MB of JSON at most. A little over the 16 MiB a stored manifest may be
+# (``plan.manifest.MANIFEST_LIMITS``), so that a manifest past its own
+# limit is said as such. More is not a release Helm wrote.
+MAX_RELEASE_BYTES = 24 * 1024 * 1024
+# What parsing it may build, as ``untrusted.json_cost`` estimates it: a
+# real release is mostly long strings, estimated at under twice its size;
+# 24 MiB of ``{},`` is estimated at 2.5 GiB.
+MAX_RELEASE_BUILT = 96 * 1024 * 1024
+_RELEASE_LIMITS = Limits(max_bytes=MAX_RELEASE_BYTES, max_depth=128, max_built=MAX_RELEASE_BUILT)
 _GZIP_MAGIC = b"\x1f\x8b"
 
 
