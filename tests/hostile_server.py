@@ -28,9 +28,10 @@ class Answer:
         self._server, self._writer = server, writer
         self._started = False
 
-    async def start(self, status: int = 200) -> None:
+    async def start(self, status: int = 200, headers: dict[str, str] | None = None) -> None:
+        extra = "".join(f"{name}: {value}\r\n" for name, value in (headers or {}).items())
         self._writer.write(
-            f"HTTP/1.1 {status} X\r\nContent-Type: application/json\r\n"
+            f"HTTP/1.1 {status} X\r\nContent-Type: application/json\r\n{extra}"
             "Transfer-Encoding: chunked\r\n\r\n".encode()
         )
         self._started = True
@@ -71,6 +72,8 @@ class HostileServer:
     def __init__(self, script: Script, *, fuse: int = 256 << 20) -> None:
         self.script, self.fuse = script, fuse
         self.requests: list[dict[str, str]] = []
+        # Each request's line and headers, as sent.
+        self.heads: list[str] = []
         self.sent = 0
         self._server: asyncio.Server | None = None
         self._writers: set[asyncio.StreamWriter] = set()
@@ -116,6 +119,7 @@ class HostileServer:
                 target = head.split(b" ", 2)[1].decode()
                 params = dict(parse_qsl(urlsplit(target).query))
                 self.requests.append(params)
+                self.heads.append(head.decode("latin-1"))
                 await self.script(params, Answer(self, writer))
         except (asyncio.IncompleteReadError, ConnectionError):
             pass  # the client hung up, as it should on a hostile answer

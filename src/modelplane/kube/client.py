@@ -32,6 +32,7 @@ from lightkube.core.exceptions import ApiError
 from modelplane.backoff import Backoff, retry
 from modelplane.kube.address import DEFAULT_DENIED, AddressDenied, IPNetwork, host_and_port, vet
 from modelplane.kube.answers import bounded, describe_answer, describe_error, status_message
+from modelplane.kube.bounded import BOUND, AnswerBound, AnswerTooLarge
 from modelplane.kube.budget import Budget, budget_for
 from modelplane.kube.deadline import Deadlines
 from modelplane.kube.handshakes import limit_handshakes
@@ -49,7 +50,13 @@ PAGE_SIZE = 500
 # smaller; 128 MiB leaves room for a page of big CRDs. The depth leaves room
 # for CRD schemas, which nest properties and items deeply.
 MAX_ANSWER_BYTES = 128 * 1024 * 1024
+# What the parse of one answer read outside a collection's budget (discovery)
+# may build, as ``untrusted.json_cost`` estimates it.
+MAX_ANSWER_BUILT = 256 * 1024 * 1024
 _ANSWER_LIMITS = Limits(max_bytes=MAX_ANSWER_BYTES, max_depth=256)
+# An answer past this is parsed in a worker thread: a MiB takes a few ms,
+# and the event loop renews the leader Lease meanwhile.
+PARSE_ON_LOOP_BYTES = 1024 * 1024
 
 # What a Target says when its kubeconfig turns certificate checks off: the
 # connection is allowed (its own credential is the kubeconfig author's to
@@ -337,16 +344,25 @@ async def get_answer(
     Transport errors are raised as they are: a watch tells an outage by them.
     ``meter`` counts the answer's bytes against a collection's budget as they arrive.
     """
-    async with http.stream("GET", path, params=params, headers={"Accept": accept}) as response:
-        body = bytearray()
-        async for chunk in response.aiter_bytes():
-            if meter is not None:
-                meter.read(len(chunk))
-            body += chunk
-            if len(body) > MAX_ANSWER_BYTES:
-                raise TargetError(
-                    f"GET {path}: the answer is over the limit of {MAX_ANSWER_BYTES} bytes"
-                )
+    # The meter's budget is the tighter bound; the transport's stays as a backstop.
+    built = 2**62 if meter is not None else MAX_ANSWER_BUILT
+    bound = {BOUND: AnswerBound(bytes=MAX_ANSWER_BYTES, built=built)}
+    body = bytearray()
+    try:
+        async with http.stream(
+            "GET", path, params=params, headers={"Accept": accept}, extensions=bound
+        ) as response:
+            async for chunk in response.aiter_bytes():
+                if meter is not None:
+                    meter.read(len(chunk))
+                body += chunk
+                # Also where the client's transport is not the guarded one.
+                if len(body) > MAX_ANSWER_BYTES:
+                    raise TargetError(
+                        f"GET {path}: the answer is over the limit of {MAX_ANSWER_BYTES} bytes"
+                    )
+    except AnswerTooLarge as err:
+        raise TargetError(str(err)) from None
     if response.status_code >= 300:
         content_type = response.headers.get("content-type")
         message = status_message(bytes(body), content_type)
@@ -360,6 +376,8 @@ async def get_answer(
     # objects at once: a page's peak is then the fewer copies of it.
     del body
     try:
+        if len(data) > PARSE_ON_LOOP_BYTES:
+            return await asyncio.to_thread(load_json, data, _ANSWER_LIMITS)
         return load_json(data, _ANSWER_LIMITS)
     except UntrustedInputError as err:
         raise TargetError(f"GET {path}: the answer is not readable JSON ({err})") from err

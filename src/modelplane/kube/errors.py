@@ -23,6 +23,7 @@ from modelplane.faults import ErrorKind as ErrorKind
 from modelplane.faults import Fault as Fault
 from modelplane.faults import KnownError as KnownError
 from modelplane.kube.address import AddressDenied
+from modelplane.kube.bounded import AnswerTooLarge
 from modelplane.kube.client import ApiStatusError, OverBudget, TargetError
 
 # The StatusCause the API server's NamespaceLifecycle admission adds to its
@@ -72,6 +73,10 @@ def classify(err: BaseException) -> Fault:
     # Before the other TargetErrors: the target answered, and too much.
     if isinstance(err, OverBudget):
         return Fault(ErrorKind.OVER_BUDGET)
+    # A typed read's answer past the transport's bound (``kube.bounded``):
+    # the target answered, with more than the operator reads of one answer.
+    if isinstance(err, AnswerTooLarge):
+        return Fault(ErrorKind.ANSWERED)
     if isinstance(err, (TargetError, httpx2.HTTPError, OSError, asyncio.TimeoutError)):
         return Fault(ErrorKind.UNREACHABLE)
     return Fault(ErrorKind.UNEXPECTED)

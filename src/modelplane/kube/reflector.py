@@ -51,6 +51,7 @@ import httpx2
 
 from modelplane.backoff import Attempts, Backoff
 from modelplane.kube.answers import describe_error
+from modelplane.kube.bounded import BOUND, UNBOUNDED
 from modelplane.kube.budget import Budget, budget_for
 from modelplane.kube.client import (
     CRD_STORAGE_TRIES,
@@ -189,12 +190,14 @@ class Link:
         while True:
             await self._sleep(probes.fail())
             try:
-                response = await self._http.get("/readyz", timeout=5.0)
+                # Its status is all that is read of it: a body is never read.
+                async with self._http.stream("GET", "/readyz", timeout=5.0) as response:
+                    code = response.status_code
             except httpx2.TransportError:
                 continue
             # A server still starting answers 5xx; one that hides /readyz
             # from us answers 401/403, and is up.
-            if response.status_code < 500:
+            if code < 500:
                 break
         log.info(
             "target of %s: answering again after %.0f s; watches resume",
@@ -467,8 +470,14 @@ class Reflector:
         self._healthy_after = min(HEALTHY_WATCH_SECONDS, seconds / 2)
         self.watches += 1
         accept = METADATA_OBJECT if self.key.metadata_only else "application/json"
+        # A watch's stream lives for minutes: bounded by its lines, not whole.
         async with self._http.stream(
-            "GET", path, params=params, timeout=timeout, headers={"Accept": accept}
+            "GET",
+            path,
+            params=params,
+            timeout=timeout,
+            headers={"Accept": accept},
+            extensions={BOUND: UNBOUNDED},
         ) as response:
             if response.status_code == 410:
                 raise Gone()

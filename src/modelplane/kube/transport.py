@@ -16,6 +16,9 @@ lists, watches, discovery and applies all pass the same two rules:
   whatever JSON an error answer holds, ``kind`` unchecked, and the text of
   httpx's status errors holds the reason phrase and the redirect
   ``Location``: replacing the answer here covers every caller at once.
+  A success answer is asked for uncoded and bounded as it is read, in
+  bytes and in what its parse would build (``bounded.py``), whichever
+  client reads it.
 
 With a transport given, httpx reads no proxy from the environment: requests
 to a target go straight to the address that was checked.
@@ -35,6 +38,7 @@ import httpx2
 
 from modelplane.kube.address import IPAddress, IPNetwork, Resolver, literal, resolve, vet
 from modelplane.kube.answers import MAX_MESSAGE, describe_answer, status_of
+from modelplane.kube.bounded import BoundedStream, bound_of, refuse_coded
 
 # An error answer is read whole only up to this size: a Status is far smaller.
 MAX_ERROR_BODY = 64 * 1024
@@ -92,10 +96,20 @@ class GuardedTransport(AddressGuard):
     """Both rules, for a target's API server: where requests go, and what comes back."""
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        # httpx asks for gzip (and whatever else it can decode) by default,
+        # and decodes it with no bound on what it inflates to.
+        request.headers["Accept-Encoding"] = "identity"
         response = await super().handle_async_request(request)
-        if response.is_success:
-            return response
-        return await _as_status(response)
+        if not response.is_success:
+            return await _as_status(response)
+        try:
+            refuse_coded(request, response)
+        except ValueError:
+            await response.aclose()
+            raise
+        assert isinstance(response.stream, httpx2.AsyncByteStream)
+        response.stream = BoundedStream(response.stream, bound_of(request), request)
+        return response
 
 
 def _pinned(request: httpx2.Request, address: str) -> httpx2.Request:
