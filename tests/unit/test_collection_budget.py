@@ -19,7 +19,7 @@ import pytest
 from tests.hostile_server import Answer, HostileServer
 
 from modelplane.kube import client as client_module
-from modelplane.kube.budget import DEFAULT_BUDGET, METADATA_BUDGET, Budget, budget_for
+from modelplane.kube.budget import DEFAULT_BUDGET, METADATA_BUDGET, Budget, Holdings, budget_for
 from modelplane.kube.client import PAGE_SIZE, OverBudget, list_pages
 from modelplane.kube.reflector import (
     BUDGET_BACKOFF,
@@ -28,6 +28,7 @@ from modelplane.kube.reflector import (
     Reflector,
     WatchKey,
 )
+from modelplane.untrusted import json_cost
 from modelplane.wire import ApiRef
 
 SECRETS = ApiRef("", "v1", "secrets")
@@ -141,12 +142,12 @@ async def test_a_page_without_end_is_read_only_to_the_budget(traced: Callable[[]
 @pytest.mark.parametrize(
     ("api", "metadata_only", "budget"),
     [
-        (SECRETS, False, Budget(items=1_000, bytes=32 * MiB)),
+        (SECRETS, False, Budget(items=1_000, bytes=32 * MiB, memory=128 * MiB)),
         (SECRETS, True, METADATA_BUDGET),
         (
             ApiRef("apiextensions.k8s.io", "v1", "customresourcedefinitions"),
             False,
-            Budget(items=4_000, bytes=128 * MiB),
+            Budget(items=4_000, bytes=128 * MiB, memory=1024 * MiB),
         ),
         (CONFIGMAPS, False, DEFAULT_BUDGET),
     ],
@@ -236,3 +237,110 @@ async def test_a_reflector_within_its_budget_keeps_what_it_watched() -> None:
     # The fuse ended that watch soon after it started: re-armed after a
     # backoff, not at once.
     assert sleeps == [REARM_BACKOFF.first]
+
+
+# ---- memory: what a page's parse builds, and a target's and the shard's totals ----
+
+
+def nested_page(unit: bytes, size: int) -> Callable[[dict[str, str], Answer], Awaitable[None]]:
+    """One page of one object whose one field holds ``size`` bytes of ``unit`` repeated."""
+    head = b'{"metadata": {"resourceVersion": "1"}, "items": [{"metadata": {"name": "a"}, "x": ['
+    page = head + unit * (size // len(unit)) + b"0]}]}"
+
+    async def script(params: dict[str, str], answer: Answer) -> None:
+        await answer.send(page)
+        await answer.end()
+
+    return script
+
+
+async def test_a_page_is_refused_by_what_its_parse_would_build(traced: Callable[[], int]) -> None:
+    # 12 MiB of empty lists, within the 64 MiB of JSON a collection may
+    # have: parsed, some 260 MiB (44 MiB of them held 1.06 GiB).
+    async with HostileServer(nested_page(b"[],", 12 * MiB)) as server, server.client() as http:
+        with pytest.raises(OverBudget, match="would take more than 512 MiB of memory"):
+            await list_pages(http, CONFIGMAPS, budget=DEFAULT_BUDGET)
+    # Stopped as it streamed (some 5 MiB in, the rest in socket buffers),
+    # before anything was parsed.
+    assert server.sent < 12 * MiB
+    assert traced() < 32 * MiB
+
+
+def _listed(rv: str, names: range, size: int) -> bytes:
+    return _page([_object(i, size) for i in names], rv=rv)
+
+
+async def test_a_target_past_its_total_is_refused_and_gives_back_what_it_held() -> None:
+    # Two collections of one target, each within its own budget, past the
+    # target's total together: the second is refused, the first kept.
+    page = _listed("1", range(200), 2048)
+
+    async def script(params: dict[str, str], answer: Answer) -> None:
+        if params.get("watch") != "true":
+            await answer.send(page)
+        await answer.end()
+
+    shard = Holdings("all its targets", 64 * MiB)
+    target = Holdings("the target of test", json_cost(page) * 3 // 2, shard)
+    changes: list[str] = []
+    sleeps: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        sleeps.append(seconds)
+        await asyncio.Event().wait()
+
+    async with HostileServer(script) as server, server.client() as http:
+        link = Link(http, "test")
+        first, second = (
+            Reflector(
+                http,
+                WatchKey(CONFIGMAPS, namespace=ns),
+                link,
+                lambda _k, kind: changes.append(kind),
+                budget=BUDGET,
+                sleep=sleep,
+                rand=lambda: 0.0,
+                holdings=target,
+            )
+            for ns in ("a", "b")
+        )
+        tasks = [asyncio.create_task(first.run())]
+        async with asyncio.timeout(20):
+            while not first.synced:
+                await asyncio.sleep(0.01)
+        tasks.append(asyncio.create_task(second.run()))
+        async with asyncio.timeout(20):
+            while not second.refusals:
+                await asyncio.sleep(0.01)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    assert len(first.items) == 200 and first.synced
+    assert second.items == {} and not second.synced and "REFUSED" in changes
+    assert 0 < first.built == target.held == shard.held
+    first.release()
+    assert target.held == shard.held == 0
+
+
+@pytest.mark.parametrize(
+    ("held", "take", "refused", "after"),
+    [
+        ((0, 0), 10, None, (10, 10)),
+        ((90, 90), 20, "the target of t would take more than 100 bytes", (90, 90)),
+        # The shard's total holds every target's: another target's fill it.
+        ((10, 190), 20, "all its targets would take more than 200 bytes", (10, 190)),
+        ((90, 190), -50, None, (40, 140)),
+    ],
+    ids=["within both", "past the target's", "past the shard's", "giving back"],
+)
+def test_a_targets_holdings_are_within_its_total_and_the_shards(
+    held: tuple[int, int], take: int, refused: str | None, after: tuple[int, int]
+) -> None:
+    shard = Holdings("all its targets", 200)
+    target = Holdings("the target of t", 100, shard)
+    target.held, shard.held = held
+    passed = target.take(take)
+    assert (passed is None) == (refused is None)
+    if refused is not None:
+        assert passed is not None and refused in passed
+    assert (target.held, shard.held) == after

@@ -221,7 +221,7 @@ def test_a_collection_past_its_budget_says_which_and_by_what(make_stack: StackFa
     message = explain(fault, OVER_BUDGET, make_stack())
     assert decisions.blocked_reason(fault) is BlockedReason.TARGET_COLLECTION_TOO_LARGE
     assert message.startswith("the target's secrets (every namespace, labels owner=helm) holds")
-    assert "more than 32 MiB" in message and "1000 objects and 32 MiB" in message
+    assert "more than 32 MiB" in message and "1000 objects, 32 MiB and 256 MiB of memory" in message
     assert "cannot reach" not in message
 
 

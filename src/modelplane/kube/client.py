@@ -21,6 +21,7 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 import httpx2
+import msgspec
 import yaml
 from lightkube import AsyncClient
 from lightkube.config import client_adapter
@@ -33,12 +34,17 @@ from modelplane.backoff import Backoff, retry
 from modelplane.kube.address import DEFAULT_DENIED, AddressDenied, IPNetwork, host_and_port, vet
 from modelplane.kube.answers import bounded, describe_answer, describe_error, status_message
 from modelplane.kube.bounded import BOUND, AnswerBound, AnswerTooLarge
-from modelplane.kube.budget import Budget, budget_for
+from modelplane.kube.budget import Budget, Holdings, budget_for
 from modelplane.kube.deadline import Deadlines
 from modelplane.kube.handshakes import limit_handshakes
 from modelplane.kube.http2 import use_fair_http2
+from modelplane.kube.meter import Meter
+from modelplane.kube.target_errors import ApiStatusError as ApiStatusError
+from modelplane.kube.target_errors import OverBudget as OverBudget
+from modelplane.kube.target_errors import OverTotal as OverTotal
+from modelplane.kube.target_errors import TargetError as TargetError
 from modelplane.kube.transport import AuthTransport, GuardedTransport, TokenAuth, Tokens
-from modelplane.untrusted import Limits, UntrustedInputError, load_json
+from modelplane.untrusted import Limits, UntrustedInputError, json_cost, load_json
 from modelplane.wire import FIELD_MANAGER, ApiRef, for_go
 
 T = TypeVar("T")
@@ -66,41 +72,6 @@ INSECURE_TLS_WARNING = (
     "checked, so anyone who can answer at its address is taken for it; give "
     "certificate-authority-data instead"
 )
-
-
-class TargetError(Exception):
-    """The target could not be reached or answered in a way we cannot use."""
-
-
-class ApiStatusError(TargetError):
-    """The API server answered with an error status (403, 404, ...).
-
-    ``reason`` is the answer's Status message, or a description by HTTP status
-    code and media type when the answer is not a Kubernetes Status.
-    """
-
-    def __init__(self, status: int, path: str, message: str) -> None:
-        super().__init__(f"GET {path}: {status} {message}".rstrip())
-        self.status = status
-        self.path = path
-        self.reason = message
-
-
-class OverBudget(TargetError):
-    """A collection on the target holds more than its budget (``kube.budget``): not read further.
-
-    ``collection`` names it by our own request (resource, namespace,
-    selectors), never by anything the target answered.
-    """
-
-    def __init__(self, collection: str, passed: str, budget: Budget) -> None:
-        super().__init__(
-            f"{collection} holds {passed}: over the budget of {budget} the operator "
-            "reads of one collection, so it is not read; what it holds that is not the "
-            "operator's must go"
-        )
-        self.collection = collection
-        self.budget = budget
 
 
 class OpenCount:
@@ -305,32 +276,6 @@ def collection_path(api: ApiRef, namespace: str | None = None) -> str:
     return f"{base}/{api.resource}"
 
 
-class Meter:
-    """What one LIST has read so far, over all its pages, against the collection's budget.
-
-    Bytes are counted as they stream, so a read past the budget stops there
-    and holds no more than the budget.
-    """
-
-    def __init__(self, collection: str, budget: Budget) -> None:
-        self.collection, self.budget = collection, budget
-        self.items = 0
-        self.bytes = 0
-
-    def read(self, size: int) -> None:
-        self.bytes += size
-        self._check()
-
-    def listed(self, items: int) -> None:
-        self.items += items
-        self._check()
-
-    def _check(self) -> None:
-        passed = self.budget.exceeded(self.items, self.bytes)
-        if passed is not None:
-            raise OverBudget(self.collection, passed, self.budget)
-
-
 async def get_answer(
     http: httpx2.AsyncClient,
     path: str,
@@ -342,7 +287,9 @@ async def get_answer(
     """GET ``path`` and decode the JSON answer; ``ApiStatusError`` for an error status.
 
     Transport errors are raised as they are: a watch tells an outage by them.
-    ``meter`` counts the answer's bytes against a collection's budget as they arrive.
+    ``meter`` counts the answer's bytes, and what their parse would build,
+    against a collection's budget as they arrive; without one, the answer
+    is bounded by ``MAX_ANSWER_BUILT``.
     """
     # The meter's budget is the tighter bound; the transport's stays as a backstop.
     built = 2**62 if meter is not None else MAX_ANSWER_BUILT
@@ -354,7 +301,7 @@ async def get_answer(
         ) as response:
             async for chunk in response.aiter_bytes():
                 if meter is not None:
-                    meter.read(len(chunk))
+                    meter.read(chunk)
                 body += chunk
                 # Also where the client's transport is not the guarded one.
                 if len(body) > MAX_ANSWER_BYTES:
@@ -418,6 +365,9 @@ class Collection:
     items: list[dict[str, Any]]
     resource_version: str
     bytes: int = 0
+    # What its objects (outlined, if so) are estimated to take in memory;
+    # held in the LIST's ``holdings``, if it had any, for the caller.
+    built: int = 0
 
 
 def describe_collection(
@@ -458,6 +408,8 @@ async def list_pages(
     fields: str | None = None,
     accept: str = "application/json",
     budget: Budget | None = None,
+    outline: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+    holdings: Holdings | None = None,
 ) -> Collection:
     """One paginated LIST of a resource, as plain JSON: no model decoding, no resource class.
 
@@ -465,11 +417,32 @@ async def list_pages(
     raised as they are (see ``get_answer``). ``accept`` ``METADATA_LIST``
     reads the objects' metadata only. All the pages together stay within
     ``budget`` (the kind's default, ``kube.budget.budget_for``), or
-    ``OverBudget`` is raised as soon as they pass it.
+    ``OverBudget`` is raised as soon as they pass it. ``outline`` keeps of
+    each object only what is read of it, a page at a time; ``holdings``
+    holds what is kept (see ``Meter``), and the collection's ``built`` is
+    the caller's to give back.
     """
     if budget is None:
         budget = budget_for(api, metadata_only=accept == METADATA_LIST)
-    meter = Meter(describe_collection(api, namespace, labels, fields), budget)
+    meter = Meter(describe_collection(api, namespace, labels, fields), budget, holdings)
+    try:
+        return await _pages(http, api, meter, namespace, labels, fields, accept, outline)
+    except BaseException:
+        meter.release()
+        raise
+
+
+async def _pages(
+    http: httpx2.AsyncClient,
+    api: ApiRef,
+    meter: Meter,
+    namespace: str | None,
+    labels: str | None,
+    fields: str | None,
+    accept: str,
+    outline: Callable[[dict[str, Any]], dict[str, Any]] | None,
+) -> Collection:
+    budget = meter.budget
     path = collection_path(api, namespace)
     params: dict[str, str] = {"limit": str(PAGE_SIZE)}
     if labels:
@@ -484,10 +457,17 @@ async def list_pages(
             raise OverBudget(meter.collection, f"more than {pages - 1} pages", budget)
         answer = await get_answer(http, path, params=params, accept=accept, meter=meter)
         page, metadata = _page(answer, path)
+        del answer
         meter.listed(len(page))
+        if outline is None:
+            meter.page_kept(meter.page_built)
+        else:
+            page = [outline(item) for item in page]
+            meter.page_kept(json_cost(msgspec.json.encode(page)))
         items += page
         if not metadata.get("continue"):
-            return Collection(items, str(metadata.get("resourceVersion") or ""), meter.bytes)
+            rv = str(metadata.get("resourceVersion") or "")
+            return Collection(items, rv, meter.bytes, meter.kept)
         params["continue"] = str(metadata["continue"])
 
 

@@ -31,8 +31,11 @@ A target's server may be anyone's, so a reflector survives whatever it
 answers, and waits before each try that follows a failure: a watch that
 ends soon after it starts is re-armed with a backoff, reset only by a watch
 that stayed open. Its copy has a budget (``kube.budget``) over the LIST's
-pages and the watch's life; past it the copy is dropped and the collection
-refused until a later try finds it within the budget again.
+pages and the watch's life, in objects, bytes and the memory their parse
+builds; and what every reflector of a target holds is held in its
+``Holdings`` too, within the target's and the shard's totals. Past any of
+them the copy is dropped and the collection refused until a later try
+finds it within them again.
 """
 
 from __future__ import annotations
@@ -48,11 +51,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx2
+import msgspec
 
 from modelplane.backoff import Attempts, Backoff
 from modelplane.kube.answers import describe_error
 from modelplane.kube.bounded import BOUND, UNBOUNDED
-from modelplane.kube.budget import Budget, budget_for
+from modelplane.kube.budget import Budget, Holdings, budget_for
 from modelplane.kube.client import (
     CRD_STORAGE_TRIES,
     CRD_STORAGE_WAIT,
@@ -60,11 +64,12 @@ from modelplane.kube.client import (
     METADATA_OBJECT,
     ApiStatusError,
     OverBudget,
+    OverTotal,
     collection_path,
     describe_collection,
     list_pages,
 )
-from modelplane.untrusted import Limits, UntrustedInputError, load_json
+from modelplane.untrusted import Limits, UntrustedInputError, json_cost, load_json
 from modelplane.wire import ApiRef
 
 log = logging.getLogger("modelplane.operator.watch")
@@ -230,6 +235,7 @@ class Reflector:
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         rand: Callable[[], float] = random.random,
         outline: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+        holdings: Holdings | None = None,
     ) -> None:
         self.key, self._http, self._link, self._changed = key, http, link, changed
         # What of each object is kept (all of it by default): the budget
@@ -245,6 +251,11 @@ class Reflector:
         # Each object's weight on the wire, and their sum, against the budget.
         self._sizes: dict[str, int] = {}
         self.held = 0
+        # Each object's estimated memory (``json_cost``) and their sum,
+        # against the budget and, when given, held in ``holdings``.
+        self.holdings = holdings
+        self._built: dict[str, int] = {}
+        self.built = 0
         # True while ``items`` is known current: after a LIST, until the watch breaks.
         self.synced = False
         # False after a 404: the API is not served (``items`` is then empty).
@@ -407,21 +418,46 @@ class Reflector:
         armed, self._armed_at = self._armed_at, None
         return armed is not None and self._clock() - armed >= self._healthy_after
 
-    def _forget(self) -> None:
-        self.items, self._sizes, self.held = {}, {}, 0
+    def release(self) -> None:
+        """Drop the copy and give back what it held (the reflector is done with)."""
+        self._forget()
+        self.synced = False
 
-    def _keep(self, key: str, obj: dict[str, Any], size: int) -> None:
-        """Keep ``obj`` under ``key`` in the copy, if the copy stays within its budget."""
+    def _forget(self) -> None:
+        if self.holdings is not None:
+            self.holdings.give(self.built)
+        self.items, self._sizes, self.held = {}, {}, 0
+        self._built, self.built = {}, 0
+
+    def _keep(self, key: str, obj: dict[str, Any], size: int, built: int) -> None:
+        """Keep ``obj`` under ``key`` in the copy, if the copy stays within its budget and total."""
         held = self.held - self._sizes.get(key, 0) + size
+        grown = built - self._built.get(key, 0)
         count = len(self.items) + (key not in self.items)
-        passed = self.budget.exceeded(count, held)
+        passed = self.budget.exceeded(count, held, self.built + grown)
         if passed is not None:
             raise OverBudget(self._collection, passed, self.budget)
+        if self.holdings is not None:
+            passed = self.holdings.take(grown)
+            if passed is not None:
+                raise OverTotal(self._collection, passed, self.budget)
         self.items[key], self._sizes[key], self.held = obj, size, held
+        self._built[key] = built
+        self.built += grown
 
     def _drop(self, key: str) -> None:
         self.items.pop(key, None)
         self.held -= self._sizes.pop(key, 0)
+        built = self._built.pop(key, 0)
+        self.built -= built
+        if self.holdings is not None:
+            self.holdings.give(built)
+
+    def _weigh(self, line: bytes, kept: dict[str, Any]) -> int:
+        """What ``kept``, read from ``line``, is estimated to take in memory."""
+        if self.outline is _whole:
+            return json_cost(line)
+        return json_cost(msgspec.json.encode(kept))
 
     async def _list(self) -> str:
         # The copy is not read while a LIST replaces it (it is not synced):
@@ -436,15 +472,22 @@ class Reflector:
                 fields=self.key.fields,
                 accept=METADATA_LIST if self.key.metadata_only else "application/json",
                 budget=self.budget,
+                outline=None if self.outline is _whole else self.outline,
+                holdings=self.holdings,
             )
         except ApiStatusError as err:
             raise Gone() if err.status == 410 else Refused(err.status) from err
-        self.items = {object_name_key(item): self.outline(item) for item in found.items}
-        # Each object's share of what the pages weighed: a watch event that
-        # replaces it later weighs in by its own line.
-        share = found.bytes // max(len(self.items), 1)
+        self.items = {object_name_key(item): item for item in found.items}
+        # Each object's share of what the pages weighed, and of what their
+        # objects take (held in ``holdings`` by the LIST already): a watch
+        # event that replaces it later weighs in by its own line.
+        count = max(len(self.items), 1)
+        share = found.bytes // count
         self._sizes = dict.fromkeys(self.items, share)
         self.held = share * len(self.items)
+        self._built = dict.fromkeys(self.items, found.built // count)
+        # The remainder of the division stays held until the copy is dropped.
+        self.built = found.built
         self.served, self.synced = True, True
         if self.lists and self._label:
             RESTARTS[self._label] += 1
@@ -511,7 +554,8 @@ class Reflector:
                 if kind == "DELETED":
                     self._drop(object_name_key(obj))
                 else:
-                    self._keep(object_name_key(obj), self.outline(obj), len(line))
+                    kept = self.outline(obj)
+                    self._keep(object_name_key(obj), kept, len(line), self._weigh(line, kept))
                 self._changed(self.key, str(kind))
         return rv
 

@@ -21,6 +21,7 @@ from lightkube import AsyncClient
 
 from modelplane.catalog.configuration import CLUSTER_CA, NS
 from modelplane.kube.answers import describe_error
+from modelplane.kube.budget import Holdings, target_holdings
 from modelplane.kube.client import (
     TargetClient,
     TargetError,
@@ -236,6 +237,7 @@ class WatchCache:
         *,
         label: str = "",
         watch_timeout: float = WATCH_TIMEOUT_SECONDS,
+        holdings: Holdings | None = None,
     ) -> None:
         self.want = want
         self._http = http
@@ -243,6 +245,8 @@ class WatchCache:
         self._label = label
         self._watch_timeout = watch_timeout
         self.link = Link(http, label)
+        # What this target's reflectors hold together, within the shard's total.
+        self.holdings: Holdings = holdings or target_holdings(label)
         self.plurals: PLURALS = {}
         self.reflectors: dict[WatchKey, Reflector] = {}
         self._tasks: list[asyncio.Task[None]] = []
@@ -295,6 +299,7 @@ class WatchCache:
                 label=self._label,
                 watch_timeout=self._watch_timeout,
                 outline=self._outline(key),
+                holdings=self.holdings,
             )
             self.reflectors[key] = reflector
             if self._started:
@@ -328,6 +333,9 @@ class WatchCache:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks.clear()
         await self.link.close()
+        # Given back to the shard's total: the copies go with the cache.
+        for reflector in self.reflectors.values():
+            reflector.release()
 
     def _on_change(self, key: WatchKey, kind: str) -> None:
         self._moved.set()
