@@ -291,7 +291,9 @@ def test_release_like_secrets_past_the_budget_are_refused_and_lose_nothing(
     assert ready["message"].startswith(
         f"the target's secrets (namespace {OWNED_RELEASE_NS}, labels owner=helm"
     ), ready
-    assert "over the budget of 1000 objects and 32 MiB" in ready["message"], ready
+    assert "over the budget of 1000 objects, 32 MiB and 128 MiB of memory" in ready["message"], (
+        ready
+    )
     wait_for(
         "one event",
         lambda: len(_warning_events(harness, "TargetCollectionTooLarge")) == 1,
