@@ -21,6 +21,7 @@ from lightkube.config.kubeconfig import KubeConfig
 from lightkube.resources.coordination_v1 import Lease
 from tests.hostile_server import Answer, HostileServer
 
+from modelplane.backoff import Backoff
 from modelplane.kube.bounded import DEFAULT_BOUND, AnswerTooLarge
 from modelplane.kube.client import Target, open_target
 from modelplane.kube.errors import ErrorKind, classify
@@ -121,7 +122,7 @@ async def endless_readyz(params: dict[str, str], answer: Answer) -> None:
 async def test_the_lost_targets_probe_reads_no_body() -> None:
     async with HostileServer(endless_readyz, fuse=64 * MiB) as server:
         target = await _target(server)
-        link = Link(target.http, "test", every=0.01)
+        link = Link(target.http, "test", every=Backoff(first=0.01, cap=0.01))
         try:
             assert link.lost(httpx2.ConnectError("down"))
             async with asyncio.timeout(30):
