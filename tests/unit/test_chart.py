@@ -421,15 +421,24 @@ def test_the_charts_rollout_values_reach_the_operators_policy(
         (),
         (
             "operator.maxConcurrentUpgrades=3",
-            "operator.canarySelector=ring in (canary)",
+            "operator.canaryNamespaces={ring-a,ring-b}",
             "operator.upgradeReadyTimeout=90s",
         ),
     )
     default, staged = (o.rollout_policy() for o in seen)
-    assert (default.max_concurrent, default.canary_selector) == (1, None)
+    assert (default.max_concurrent, default.canary_namespaces) == (1, frozenset())
     assert default.ready_timeout == timedelta(minutes=10)
-    assert (staged.max_concurrent, staged.canary_selector) == (3, "ring in (canary)")
+    assert (staged.max_concurrent, staged.canary_namespaces) == (3, {"ring-a", "ring-b"})
     assert staged.ready_timeout == timedelta(seconds=90)
+
+
+def test_the_chart_refuses_the_old_canary_selector(
+    helm_binary: tuple[Path, dict[str, str]],
+) -> None:
+    """A stack's labels are its owner's: the chart says what replaced them, not a silent no-op."""
+    out = _helm(helm_binary, "template", "mp", str(CHART), "--set", "operator.canarySelector=a=b")
+    assert out.returncode != 0
+    assert "operator.canaryNamespaces" in out.stderr
 
 
 def test_the_charts_target_reads_value_reaches_the_operator(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
@@ -21,36 +22,48 @@ from modelplane.plan.rollout import (
     condition_of,
     desired_versions,
     held_versions,
+    holds_back,
     installed_after,
     installed_versions,
     may_start,
     next_up,
+    pauses,
     phase_of,
     selects,
     started_at,
+    upgrades,
+    waiting_since,
 )
 
 from .conftest import StackFactory, installed
 
-ME = Member("ns/me", Phase.PENDING, canary=False, behind=True)
-CANARY_ME = Member("ns/me", Phase.PENDING, canary=True, behind=True)
+KPS = "kube-prometheus-stack"
+NEW = frozenset({(KPS, "2")})
+OTHER = frozenset({(KPS, "3")})
+ME = Member("team/me", Phase.PENDING, canary=False, wants=NEW, aims=NEW)
+CANARY_ME = Member("ring/me", Phase.PENDING, canary=True, wants=NEW, aims=NEW)
 ONE = Policy(max_concurrent=1)
 TWO = Policy(max_concurrent=2)
 
 
-def _m(name: str, phase: Phase, canary: bool = False, is_behind: bool = True) -> Member:
-    return Member(f"ns/{name}", phase, canary=canary, behind=is_behind)
+def _m(
+    key: str, phase: Phase, canary: bool = False, wants: frozenset[tuple[str, str]] = NEW
+) -> Member:
+    """``key``: a name in ``team``, or ``namespace/name``."""
+    key = key if "/" in key else f"team/{key}"
+    return Member(key, phase, canary=canary, wants=wants, aims=wants or NEW)
 
 
 @pytest.mark.parametrize(
-    ("me", "fleet", "policy", "start", "reason", "names"),
+    ("me", "fleet", "policy", "start", "reason", "says"),
     [
         # Alone, nothing in the way.
         (ME, [], ONE, True, Reason.UPGRADING, None),
         # Its own record in the fleet is not another stack.
         (ME, [_m("me", Phase.UPGRADING)], ONE, True, Reason.UPGRADING, None),
-        # The one slot is taken.
+        # The one slot is taken, by a stack of any namespace.
         (ME, [_m("a", Phase.UPGRADING)], ONE, False, Reason.PENDING, "at most 1"),
+        (ME, [_m("other/a", Phase.UPGRADING)], ONE, False, Reason.PENDING, "at most 1"),
         # Two slots, one taken.
         (ME, [_m("a", Phase.UPGRADING)], TWO, True, Reason.UPGRADING, None),
         (
@@ -70,21 +83,33 @@ def _m(name: str, phase: Phase, canary: bool = False, is_behind: bool = True) ->
             Reason.UPGRADING,
             None,
         ),
-        # A failed upgrade pauses everyone, whatever the slots, and is named.
-        (ME, [_m("a", Phase.FAILED)], TWO, False, Reason.PAUSED, "ns/a"),
-        (CANARY_ME, [_m("a", Phase.FAILED, canary=True)], TWO, False, Reason.PAUSED, "ns/a"),
+        # A failed upgrade of its own namespace pauses it, whatever the slots, and is named.
+        (ME, [_m("a", Phase.FAILED)], TWO, False, Reason.PAUSED, "team/a"),
+        # Another team's failure does not: that team's owner alone could resume it.
+        (ME, [_m("other/a", Phase.FAILED)], TWO, True, Reason.UPGRADING, None),
+        # A failed canary pauses the whole shard, and is not named.
+        (ME, [_m("ring/c", Phase.FAILED, True)], TWO, False, Reason.PAUSED, "1 failed canary"),
+        (CANARY_ME, [_m("ring2/c", Phase.FAILED, True)], TWO, False, Reason.PAUSED, "canary"),
         # Resumed past: no pause, no slot.
         (ME, [_m("a", Phase.RESUMED)], ONE, True, Reason.UPGRADING, None),
-        # A canary that has not started, or is upgrading, holds the rest back.
-        (ME, [_m("c", Phase.PENDING, canary=True)], TWO, False, Reason.PENDING, "canaries"),
-        (ME, [_m("c", Phase.UP_TO_DATE, canary=True)], TWO, False, Reason.PENDING, "canaries"),
-        (ME, [_m("c", Phase.UPGRADING, canary=True)], TWO, False, Reason.PENDING, "canaries"),
-        # A finished canary, or one up to date, lets them go.
-        (ME, [_m("c", Phase.UP_TO_DATE, True, False)], ONE, True, Reason.UPGRADING, None),
-        (ME, [_m("c", Phase.RESUMED, canary=True)], ONE, True, Reason.UPGRADING, None),
+        (ME, [_m("ring/c", Phase.RESUMED, True)], ONE, True, Reason.UPGRADING, None),
+        # A canary that wants the same upgrade and has not started, or is at it, holds it back.
+        (ME, [_m("ring/c", Phase.PENDING, True)], TWO, False, Reason.PENDING, "1 canary"),
+        (ME, [_m("ring/c", Phase.UP_TO_DATE, True)], TWO, False, Reason.PENDING, "1 canary"),
+        (ME, [_m("ring/c", Phase.UPGRADING, True)], TWO, False, Reason.PENDING, "1 canary"),
+        # A canary that wants another version, or is done, holds nothing back.
+        (ME, [_m("ring/c", Phase.PENDING, True, OTHER)], TWO, True, Reason.UPGRADING, None),
+        (
+            ME,
+            [_m("ring/c", Phase.UP_TO_DATE, True, frozenset())],
+            ONE,
+            True,
+            Reason.UPGRADING,
+            None,
+        ),
         # A canary waits for no other canary, only for a slot.
-        (CANARY_ME, [_m("d", Phase.PENDING, canary=True)], ONE, True, Reason.UPGRADING, None),
-        (CANARY_ME, [_m("d", Phase.UPGRADING, True)], ONE, False, Reason.PENDING, "slot"),
+        (CANARY_ME, [_m("ring/d", Phase.PENDING, True)], ONE, True, Reason.UPGRADING, None),
+        (CANARY_ME, [_m("ring/d", Phase.UPGRADING, True)], ONE, False, Reason.PENDING, "slot"),
     ],
 )
 def test_may_start(
@@ -93,14 +118,77 @@ def test_may_start(
     policy: Policy,
     start: bool,
     reason: Reason,
-    names: str | None,
+    says: str | None,
 ) -> None:
     verdict = may_start(me, fleet, policy)
     assert verdict.start is start
     assert verdict.reason is reason
-    if names is not None:
-        assert names in verdict.message
-    assert (verdict.paused_by is not None) is (reason is Reason.PAUSED)
+    if says is not None:
+        assert says in verdict.message
+    # Only a stack of its own namespace is ever named.
+    assert "ring" not in verdict.message and "other/" not in verdict.message
+    # A pause is named, in pausedBy too, only when its stack is of this namespace.
+    named = reason is Reason.PAUSED and says is not None and says.startswith("team/")
+    assert verdict.paused_by == (says if named else None)
+
+
+@pytest.mark.parametrize(
+    ("failed", "me", "paused"),
+    [
+        # Its own namespace: the team's other upgrades, whatever they want.
+        (_m("a", Phase.FAILED), ME, True),
+        (_m("a", Phase.FAILED, wants=OTHER), ME, True),
+        # Another team's: never.
+        (_m("other/a", Phase.FAILED), ME, False),
+        # A canary's: everyone's, canaries of other namespaces too.
+        (_m("ring/c", Phase.FAILED, True), ME, True),
+        (_m("ring2/c", Phase.FAILED, True), CANARY_ME, True),
+        # Not failed (or resumed past): nothing.
+        (_m("a", Phase.RESUMED), ME, False),
+        (_m("ring/c", Phase.UPGRADING, True), ME, False),
+    ],
+)
+def test_the_scope_of_a_pause(failed: Member, me: Member, paused: bool) -> None:
+    assert pauses(failed, me) is paused
+
+
+@pytest.mark.parametrize(
+    ("canary", "me", "held"),
+    [
+        # Waiting for the same version of the same component.
+        (_m("ring/c", Phase.PENDING, True), ME, NEW),
+        (_m("ring/c", Phase.UP_TO_DATE, True), ME, NEW),
+        # Upgrading to it (its installed versions may already say so).
+        (_m("ring/c", Phase.UPGRADING, True, frozenset()), ME, NEW),
+        # Another version, or nothing left to do.
+        (_m("ring/c", Phase.PENDING, True, OTHER), ME, frozenset()),
+        (_m("ring/c", Phase.UP_TO_DATE, True, frozenset()), ME, frozenset()),
+        # Failed pauses (see pauses) rather than holds; a canary holds back no canary.
+        (_m("ring/c", Phase.FAILED, True), ME, frozenset()),
+        (_m("ring/c", Phase.PENDING, True), CANARY_ME, frozenset()),
+        # A stack that is not a canary holds back nobody.
+        (_m("b", Phase.PENDING), ME, frozenset()),
+    ],
+)
+def test_what_a_canary_holds_back(
+    canary: Member, me: Member, held: frozenset[tuple[str, str]]
+) -> None:
+    assert holds_back(canary, me) == held
+
+
+@pytest.mark.parametrize(
+    ("namespaces", "key", "canary"),
+    [
+        (frozenset(), "ring/a", False),
+        (frozenset({"ring"}), "ring/a", True),
+        (frozenset({"ring"}), "ringer/a", False),
+        (frozenset({"ring", "team"}), "team/a", True),
+    ],
+)
+def test_a_canary_is_a_stack_of_a_canary_namespace(
+    namespaces: frozenset[str], key: str, canary: bool
+) -> None:
+    assert Policy(canary_namespaces=namespaces).canary(key) is canary
 
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -141,25 +229,24 @@ def test_a_timeout_names_its_length() -> None:
 
 
 @pytest.mark.parametrize(
-    ("phase", "current", "paused_by", "ok", "reason"),
+    ("phase", "current", "paused", "ok", "reason"),
     [
-        (Phase.UP_TO_DATE, True, None, True, Reason.UP_TO_DATE),
-        (Phase.UP_TO_DATE, False, None, False, Reason.INSTALLING),
-        (Phase.PENDING, False, None, False, Reason.PENDING),
-        (Phase.PENDING, False, "ns/a", False, Reason.PAUSED),
-        (Phase.UPGRADING, False, None, False, Reason.UPGRADING),
-        (Phase.FAILED, False, None, False, Reason.FAILED),
-        (Phase.RESUMED, False, None, False, Reason.FAILED),
+        (Phase.UP_TO_DATE, True, False, True, Reason.UP_TO_DATE),
+        (Phase.UP_TO_DATE, False, False, False, Reason.INSTALLING),
+        (Phase.PENDING, False, False, False, Reason.PENDING),
+        (Phase.PENDING, False, True, False, Reason.PAUSED),
+        (Phase.UPGRADING, False, False, False, Reason.UPGRADING),
+        (Phase.FAILED, False, False, False, Reason.FAILED),
+        (Phase.RESUMED, False, False, False, Reason.FAILED),
     ],
 )
-def test_condition_of(
-    phase: Phase, current: bool, paused_by: str | None, ok: bool, reason: Reason
-) -> None:
-    assert condition_of(phase, current, paused_by) == (ok, reason)
+def test_condition_of(phase: Phase, current: bool, paused: bool, ok: bool, reason: Reason) -> None:
+    assert condition_of(phase, current, paused) == (ok, reason)
 
 
 def test_behind_is_a_change_of_an_installed_version_never_a_first_install() -> None:
     assert behind({"a": "2"}, {"a": "1"})
+    assert upgrades({"a": "2", "b": "1", "c": "4"}, {"a": "1", "b": "1"}) == {("a", "2")}
     assert not behind({"a": "1"}, {"a": "1"})
     # Never installed (a first install, a component just enabled): not an upgrade.
     assert not behind({"a": "1"}, {})
@@ -262,9 +349,73 @@ def test_installed_after_keeps_the_old_version_of_what_has_work_or_failed(
     assert "kube-prometheus-stack" not in installed_after(plan(provided), {}, {})
 
 
-def test_a_freed_slot_wakes_only_as_many_as_could_take_one_canaries_first() -> None:
-    pending = [_m("b", Phase.PENDING), _m("z", Phase.PENDING, canary=True), _m("a", Phase.PENDING)]
-    assert next_up(pending, 1) == ["ns/z"]
-    assert next_up(pending, 2) == ["ns/z", "ns/a"]
-    assert next_up(pending, 0) == []
-    assert next_up(pending, -1) == []
+@pytest.mark.parametrize(
+    ("free", "woken"),
+    [
+        # Canaries first, then the longest waiting: not ``team/a`` by its name.
+        (1, ["ring/z"]),
+        (2, ["ring/z", "team/b"]),
+        (3, ["ring/z", "team/b", "team/a"]),
+        (0, []),
+        (-1, []),
+    ],
+)
+def test_a_freed_slot_wakes_only_as_many_as_could_take_one_first_come(
+    free: int, woken: list[str]
+) -> None:
+    pending = [_m("b", Phase.PENDING), _m("ring/z", Phase.PENDING, True), _m("a", Phase.PENDING)]
+    since = {"team/b": (T0, 5), "ring/z": (T0 + timedelta(hours=1), 9), "team/a": (T0, 7)}
+    assert next_up(pending, free, since) == woken
+
+
+@pytest.mark.parametrize(
+    ("conditions", "since"),
+    [
+        ([], None),
+        (
+            [
+                {
+                    "type": "UpToDate",
+                    "reason": "UpgradePending",
+                    "lastTransitionTime": "2026-01-01T00:00:00Z",
+                }
+            ],
+            T0,
+        ),
+        (
+            [
+                {
+                    "type": "UpToDate",
+                    "reason": "RolloutPaused",
+                    "lastTransitionTime": "2026-01-01T00:00:00Z",
+                }
+            ],
+            T0,
+        ),
+        # Not waiting: upgrading, done, or a condition of another type.
+        (
+            [
+                {
+                    "type": "UpToDate",
+                    "reason": "Upgrading",
+                    "lastTransitionTime": "2026-01-01T00:00:00Z",
+                }
+            ],
+            None,
+        ),
+        (
+            [
+                {
+                    "type": "Ready",
+                    "reason": "UpgradePending",
+                    "lastTransitionTime": "2026-01-01T00:00:00Z",
+                }
+            ],
+            None,
+        ),
+        ([{"type": "UpToDate", "reason": "UpgradePending", "lastTransitionTime": "soon"}], None),
+        (["junk"], None),
+    ],
+)
+def test_waiting_since_from_status(conditions: list[Any], since: datetime | None) -> None:
+    assert waiting_since({"conditions": conditions}) == since

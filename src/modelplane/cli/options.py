@@ -117,14 +117,49 @@ MaxConcurrentUpgrades = Annotated[
         "shard); the rest are reconciled at their installed versions until a slot frees.",
     ),
 ]
-CanarySelector = Annotated[
-    str | None,
+CanaryNamespaces = Annotated[
+    list[str] | None,
     typer.Option(
-        "--canary-selector",
-        help="The ServingStacks whose labels match this selector upgrade first; the rest "
-        "wait until every canary has finished.",
+        "--canary-namespace",
+        help="The ServingStacks of this hub namespace are canaries (repeat for more): they "
+        "upgrade first, and a stack elsewhere waits while a canary that wants the same "
+        "upgrade has not finished it. A canary's failed upgrade pauses every upgrade of the "
+        "shard; any other stack's, only those of its own namespace.",
     ),
 ]
+
+
+def _removed_canary_selector(value: str | None) -> str | None:
+    if value is not None:
+        raise typer.BadParameter(
+            "a stack's labels are its owner's to set, so they no longer make it a canary: "
+            "name the canary namespaces with --canary-namespace",
+            param_hint="--canary-selector",
+        )
+    return value
+
+
+RemovedCanarySelector = Annotated[
+    str | None,
+    typer.Option("--canary-selector", hidden=True, callback=_removed_canary_selector),
+]
+
+
+def canary_namespaces(
+    canaries: list[str], watched: list[str], all_namespaces: bool
+) -> tuple[str, ...]:
+    """``--canary-namespace``, checked: each one a namespace this operator serves."""
+    if watched and not all_namespaces:
+        outside = sorted(set(canaries) - set(watched))
+        if outside:
+            raise typer.BadParameter(
+                f"{', '.join(outside)}: not watched by this operator (--namespace), so its "
+                "stacks are not in this operator's rollout",
+                param_hint="--canary-namespace",
+            )
+    return tuple(sorted(set(canaries)))
+
+
 UpgradeReadyTimeout = Annotated[
     str,
     typer.Option(

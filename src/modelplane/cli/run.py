@@ -18,7 +18,7 @@ from modelplane.actions.helm import locate as locate_helm
 from modelplane.cli.options import (
     AwsRegion,
     AwsStsEndpoint,
-    CanarySelector,
+    CanaryNamespaces,
     ChartRepository,
     ChartRepositoryFor,
     DenyTargetCidr,
@@ -29,8 +29,10 @@ from modelplane.cli.options import (
     ManifestsUrlFor,
     MaxConcurrentUpgrades,
     NebiusTokenEndpoint,
+    RemovedCanarySelector,
     UpgradeReadyTimeout,
     Verbose,
+    canary_namespaces,
     deny_ranges,
     parse_duration,
     source_options,
@@ -135,7 +137,8 @@ def run(
         ),
     ] = None,
     max_concurrent_upgrades: MaxConcurrentUpgrades = 1,
-    canary_selector: CanarySelector = None,
+    canary_namespace: CanaryNamespaces = None,
+    canary_selector: RemovedCanarySelector = None,
     upgrade_ready_timeout: UpgradeReadyTimeout = "10m",
     leader_elect: Annotated[
         bool,
@@ -237,10 +240,7 @@ def run(
         shard_selector = normalize_selector(selector) if selector is not None else None
     except ValueError as err:
         raise typer.BadParameter(str(err), param_hint="--selector") from None
-    try:
-        canaries = normalize_selector(canary_selector) if canary_selector is not None else None
-    except ValueError as err:
-        raise typer.BadParameter(str(err), param_hint="--canary-selector") from None
+    canaries = canary_namespaces(canary_namespace or [], namespace or [], all_namespaces)
     election = None
     if leader_elect:
         try:
@@ -280,7 +280,7 @@ def run(
         nebius_token_endpoint=nebius_token_endpoint,
         allow_operator_identity=allow_operator_identity,
         max_concurrent_upgrades=max_concurrent_upgrades,
-        canary_selector=canaries,
+        canary_namespaces=canaries,
         upgrade_ready_timeout_seconds=parse_duration(upgrade_ready_timeout),
     )
     try:

@@ -37,6 +37,7 @@ from modelplane.operator.hub_writes import (
     write_status,
 )
 from modelplane.operator.reconciler import StackReconciler
+from modelplane.operator.rollout_reads import canaries_for
 from modelplane.operator.runtime import Runtime, stack_label, track
 from modelplane.operator.status import Outcome, desired_status
 from modelplane.plan import decisions
@@ -234,7 +235,11 @@ def register(registry: kopf.OperatorRegistry, rt: Runtime) -> None:
                 # arrived while it ran (that would call an old spec Ready).
                 generation = body.meta.get("generation")
                 snapshot = dict(body)
-                turn = rt.rollout.begin(snapshot, datetime.datetime.now(datetime.UTC))
+                now = datetime.datetime.now(datetime.UTC)
+                canaries = await canaries_for(rt, snapshot, now)
+                # Read first: begin decides and records the turn with no
+                # await inside it, so no other stack takes the slot between.
+                turn = rt.rollout.begin(snapshot, now, canaries)
                 starting = rt.rollout.starting(snapshot, turn)
                 if starting is not None:
                     await write_status(rt, body, starting)

@@ -81,8 +81,9 @@ class OperatorOptions(BaseModel):
     # The staged rollout of upgrades (plan.rollout), within this shard: the
     # stacks' statuses that carry it are read from this operator's watch.
     max_concurrent_upgrades: int = Field(default=1, ge=1)
-    # A canonical label selector (operator.shard); None: no canaries.
-    canary_selector: str | None = None
+    # The hub namespaces whose stacks are canaries: the hub admin's choice.
+    # None of their own labels makes a stack one (its owner sets those).
+    canary_namespaces: tuple[str, ...] = ()
     upgrade_ready_timeout_seconds: float = Field(default=600.0, gt=0)
 
     # Each names components by what it gives them: a chart or fetched manifests.
@@ -98,7 +99,7 @@ class OperatorOptions(BaseModel):
     def rollout_policy(self) -> Policy:
         return Policy(
             max_concurrent=self.max_concurrent_upgrades,
-            canary_selector=self.canary_selector,
+            canary_namespaces=frozenset(self.canary_namespaces),
             ready_timeout=timedelta(seconds=self.upgrade_ready_timeout_seconds),
         )
 

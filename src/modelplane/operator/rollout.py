@@ -7,13 +7,23 @@ starts from there), overlaid with what this process decided since, which
 the watch has not brought back yet. A stack's turn is decided and recorded
 with no await in between, so two stacks of this process never both take the
 last slot.
+
+The watch alone cannot say which canaries want an upgrade: kopf hands each
+stack's events to a worker task of its own, so stacks edited one after the
+other reach this view in any order, and a stack's reconcile starts as soon
+as its own edit arrives. A stack edited after a canary could take the slot
+before the canary's edit was seen (its status said UpToDate, so it held
+nothing back), and went first. So a stack that is not a canary reads the
+canaries afresh from the hub (``Canaries``) before it takes a slot: that
+read holds every edit made before its own, whatever the watch has shown.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -38,10 +48,20 @@ class Turn:
     held: dict[str, str] = field(default_factory=dict)
     started: datetime | None = None
     message: str = ""
+    # Held by a failed upgrade; ``paused_by`` names it when it is of this namespace.
+    paused: bool = False
     paused_by: str | None = None
     # The resume annotation was taken: the caller removes it.
     resumed: bool = False
     canary: bool = False
+
+
+@dataclass(frozen=True)
+class Canaries:
+    """The canary stacks as the hub has them now (one LIST), or why they could not be read."""
+
+    bodies: tuple[Mapping[str, Any], ...] = ()
+    error: str | None = None
 
 
 def _key(body: Mapping[str, Any]) -> str:
@@ -60,20 +80,21 @@ def _spec_versions(body: Mapping[str, Any]) -> dict[str, str]:
     return rollout.desired_versions(stack.spec)
 
 
-def _canary(body: Mapping[str, Any], policy: Policy) -> bool:
-    labels = (body.get("metadata") or {}).get("labels") or {}
-    return rollout.selects(policy.canary_selector, labels)
-
-
 def member_of(body: Mapping[str, Any], policy: Policy) -> Member:
     """A stack as the rollout sees it, from its stored spec and status alone."""
     status = body.get("status") or {}
+    desired = _spec_versions(body)
     return Member(
         key=_key(body),
         phase=rollout.phase_of(status),
-        canary=_canary(body, policy),
-        behind=rollout.behind(_spec_versions(body), rollout.installed_versions(status)),
+        canary=policy.canary(_key(body)),
+        wants=rollout.upgrades(desired, rollout.installed_versions(status)),
+        aims=frozenset(desired.items()),
     )
+
+
+def _utcnow() -> datetime:
+    return datetime.now(UTC)
 
 
 @dataclass
@@ -88,6 +109,10 @@ class Rollout:
     wakers: dict[str, Callable[[], None]] = field(default_factory=dict)
     # When each upgrading stack of this process started its upgrade.
     started: dict[str, datetime] = field(default_factory=dict)
+    # Each waiting stack's place in the queue: when it began to wait, then
+    # the order this process saw it in. A freed slot goes to the first.
+    queued: dict[str, tuple[datetime, int]] = field(default_factory=dict)
+    clock: Callable[[], datetime] = _utcnow
     # ``fleet()`` kept up to date one stack at a time, and the keys of its
     # stacks by phase: every stack's first reconcile and status event asks
     # who waits and how many upgrade, and rebuilding the fleet for each
@@ -95,6 +120,7 @@ class Rollout:
     # 2,500 stacks).
     _merged: dict[str, Member] = field(default_factory=dict, init=False)
     _by_phase: dict[Phase, set[str]] = field(default_factory=dict, init=False)
+    _arrivals: Iterator[int] = field(default_factory=itertools.count, init=False)
 
     def observe(self, body: Mapping[str, Any]) -> None:
         key = _key(body)
@@ -102,7 +128,7 @@ class Rollout:
         before = self.seen.get(key)
         if before != member:
             self.seen[key] = member
-            self._merge(key)
+            self._merge(key, rollout.waiting_since(body.get("status")))
             self._wake_waiting(before, member)
 
     def forget(self, key: str) -> None:
@@ -125,68 +151,120 @@ class Rollout:
         """
         return list(self._merged.values())
 
-    def _merge(self, key: str) -> None:
-        """Bring ``key``'s entry of the fleet in line with ``seen`` and ``local``."""
+    def _merge(self, key: str, since: datetime | None = None) -> None:
+        """Bring ``key``'s entry of the fleet in line with ``seen`` and ``local``.
+
+        ``since``: when its status says it began to wait, for its place in the queue.
+        """
         seen, mine = self.seen.get(key), self.local.get(key)
-        if seen is None or mine is None:
-            member = mine or seen
-        else:
-            member = Member(key, mine.phase, mine.canary or seen.canary, mine.behind or seen.behind)
+        member = _overlay(mine, seen) if mine is not None and seen is not None else mine or seen
         old = self._merged.pop(key, None)
         if old is not None:
             self._by_phase[old.phase].discard(key)
         if member is not None:
             self._merged[key] = member
             self._by_phase.setdefault(member.phase, set()).add(key)
+        if member is None or not member.waiting:
+            self.queued.pop(key, None)
+        elif key not in self.queued:
+            self.queued[key] = (since or self.clock(), next(self._arrivals))
 
     def _in_phase(self, phase: Phase) -> set[str]:
         return self._by_phase.get(phase, set())
 
-    def begin(self, body: Mapping[str, Any], now: datetime) -> Turn:
-        """Where the stack stands before its reconcile, and the versions to plan at."""
+    def needs_canaries(self, body: Mapping[str, Any], now: datetime) -> bool:
+        """Whether the canaries must be read afresh before this stack's turn.
+
+        So for a stack that is not a canary and would take a slot on what
+        this process has seen; never for one that waits anyway (waiting is
+        the safe side), so a LIST is made about once per upgrade.
+        """
+        if not self.policy.canary_namespaces or self.policy.canary(_key(body)):
+            return False
+        return self._turn(body, now, Canaries()).phase is Phase.UPGRADING and (
+            self._phase_before(body) is not Phase.UPGRADING
+        )
+
+    def begin(
+        self, body: Mapping[str, Any], now: datetime, canaries: Canaries | None = None
+    ) -> Turn:
+        """Where the stack stands before its reconcile, and the versions to plan at.
+
+        ``canaries``: the canary stacks as just read from the hub, when
+        ``needs_canaries`` said so; a stack that is not a canary starts no
+        upgrade without them.
+        """
+        key = _key(body)
+        turn = self._turn(body, now, canaries)
+        if turn.resumed:
+            log.info("ServingStack %s: the rollout is resumed past its failed upgrade", key)
+        if turn.phase is Phase.UPGRADING and self._phase_before(body) is not Phase.UPGRADING:
+            log.info("ServingStack %s: its upgrade starts", key)
+        wants = rollout.upgrades(turn.desired, turn.installed)
+        member = Member(key, turn.phase, turn.canary, wants, frozenset(turn.desired.items()))
+        self._record(key, member, self.local.get(key))
+        if turn.phase is Phase.UPGRADING and turn.started is not None:
+            self.started[key] = turn.started
+        else:
+            self.started.pop(key, None)
+        return turn
+
+    def _phase_before(self, body: Mapping[str, Any]) -> Phase:
+        mine = self.local.get(_key(body))
+        return mine.phase if mine is not None else rollout.phase_of(body.get("status"))
+
+    def _turn(self, body: Mapping[str, Any], now: datetime, canaries: Canaries | None) -> Turn:
+        """The stack's turn, decided on the fleet and ``canaries``; nothing recorded."""
         key = _key(body)
         status = body.get("status") or {}
         desired = _spec_versions(body)
         installed = rollout.installed_versions(status)
-        behind = rollout.behind(desired, installed)
-        canary = _canary(body, self.policy)
-        mine = self.local.get(key)
-        phase = mine.phase if mine is not None else rollout.phase_of(status)
+        canary = self.policy.canary(key)
+        phase = self._phase_before(body)
         # This process's own record first: the status in hand may predate it.
         started = self.started.get(key) or rollout.started_at(status)
         annotations = (body.get("metadata") or {}).get("annotations") or {}
         resumed = phase is Phase.FAILED and rollout.RESUME_ANNOTATION in annotations
         if resumed:
             phase = Phase.RESUMED
-            log.info("ServingStack %s: the rollout is resumed past its failed upgrade", key)
-        turn = Turn(phase, desired, installed, started=started, resumed=resumed, canary=canary)
         if phase in (Phase.UPGRADING, Phase.FAILED, Phase.RESUMED):
-            pass  # at its desired versions, until after_upgrade says it is done
-        elif not behind:
-            turn = Turn(Phase.UP_TO_DATE, desired, installed, canary=canary)
-        else:
-            verdict = rollout.may_start(
-                Member(key, Phase.PENDING, canary, True), self.fleet(), self.policy
-            )
-            if verdict.start:
-                log.info("ServingStack %s: its upgrade starts", key)
-                turn = Turn(Phase.UPGRADING, desired, installed, started=now, canary=canary)
-            else:
-                turn = Turn(
-                    Phase.PENDING,
-                    desired,
-                    installed,
-                    held=rollout.held_versions(desired, installed),
-                    message=verdict.message,
-                    paused_by=verdict.paused_by,
-                    canary=canary,
-                )
-        self._record(key, Member(key, turn.phase, canary, behind), mine)
-        if turn.phase is Phase.UPGRADING and turn.started is not None:
-            self.started[key] = turn.started
-        else:
-            self.started.pop(key, None)
-        return turn
+            # At its desired versions, until after_upgrade says it is done.
+            return Turn(phase, desired, installed, started=started, resumed=resumed, canary=canary)
+        wants = rollout.upgrades(desired, installed)
+        if not wants:
+            return Turn(Phase.UP_TO_DATE, desired, installed, canary=canary)
+        me = Member(key, Phase.PENDING, canary, wants, frozenset(desired.items()))
+        verdict = rollout.may_start(me, self._with(canaries), self.policy)
+        if verdict.start and not canary and self.policy.canary_namespaces:
+            verdict = _unless_unread(canaries) or verdict
+        if verdict.start:
+            return Turn(Phase.UPGRADING, desired, installed, started=now, canary=canary)
+        return Turn(
+            Phase.PENDING,
+            desired,
+            installed,
+            held=rollout.held_versions(desired, installed),
+            message=verdict.message,
+            paused=verdict.reason is rollout.Reason.PAUSED,
+            paused_by=verdict.paused_by,
+            canary=canary,
+        )
+
+    def _with(self, canaries: Canaries | None) -> list[Member]:
+        """The fleet, each canary read afresh wanting what either account says it wants.
+
+        The phase stays this process's (it writes every phase); what a canary
+        wants comes from its spec, which its owner edits, so the newer read
+        adds to it. A canary the watch has not shown at all is taken as read.
+        """
+        if canaries is None or not canaries.bodies:
+            return self.fleet()
+        fresh = {m.key: m for m in (member_of(b, self.policy) for b in canaries.bodies)}
+        out = [
+            m if m.key not in fresh else _overlay(m, fresh.pop(m.key))
+            for m in self._merged.values()
+        ]
+        return [*out, *fresh.values()]
 
     def starting(self, body: Mapping[str, Any], turn: Turn) -> dict[str, Any] | None:
         """The status that records an upgrade's start, written before helm runs; else None.
@@ -253,8 +331,10 @@ class Rollout:
             phase, message = rollout.after_upgrade(phase, progress, turn.started, now, self.policy)
             if phase is Phase.FAILED and turn.phase is not Phase.FAILED:
                 log.warning("ServingStack %s: its upgrade failed, pausing the rollout", key)
-        self._record(key, Member(key, phase, turn.canary, not current), self.local.get(key))
-        ok, reason = rollout.condition_of(phase, current, turn.paused_by)
+        wants = rollout.upgrades(turn.desired, installed)
+        member = Member(key, phase, turn.canary, wants, frozenset(turn.desired.items()))
+        self._record(key, member, self.local.get(key))
+        ok, reason = rollout.condition_of(phase, current, turn.paused)
         generation = status.get("observedGeneration")
         status = dict(status)
         said = _message(key, phase, message, turn, installed)
@@ -291,28 +371,53 @@ class Rollout:
     def _wake_waiting(self, before: Member | None, after: Member | None) -> None:
         """Wake the waiting stacks a change of one stack's place concerns.
 
-        A pause set or lifted changes what every waiting stack says: all of
-        them look again. A slot freed (or a canary done) is for as many as
-        could take one.
+        A pause set or lifted changes what every waiting stack it pauses
+        says: all of those look again. A slot freed (or a canary done) is
+        for as many as could take one, the longest waiting first.
         """
-        failed = (Phase.FAILED,)
-        was = before is not None and before.phase in failed
-        now = after is not None and after.phase in failed
-        changed = after.key if after is not None else before.key if before is not None else ""
+        was = before is not None and before.phase is Phase.FAILED
+        now = after is not None and after.phase is Phase.FAILED
+        changed = after or before
+        if changed is None:
+            return
         pending = [
             self._merged[key]
             for key in self._in_phase(Phase.PENDING)
-            if key != changed and key in self.wakers
+            if key != changed.key and key in self.wakers
         ]
         if not pending:
             return
         if was != now:
-            chosen = [m.key for m in pending]
+            failed = replace(changed, phase=Phase.FAILED)
+            chosen = [m.key for m in pending if rollout.pauses(failed, m)]
         else:
             upgrading = len(self._in_phase(Phase.UPGRADING))
-            chosen = rollout.next_up(pending, self.policy.max_concurrent - upgrading)
+            since = {m.key: self.queued.get(m.key, _LAST) for m in pending}
+            chosen = rollout.next_up(pending, self.policy.max_concurrent - upgrading, since)
         for key in chosen:
             self.wakers[key]()
+
+
+# Where a stack this process has no place in the queue for goes: last.
+_LAST = (datetime.max.replace(tzinfo=UTC), 0)
+
+
+def _overlay(mine: Member, other: Member) -> Member:
+    """This process's phase; wanting what either account says (the safe side, while one lags)."""
+    return replace(mine, wants=mine.wants | other.wants, aims=mine.aims | other.aims)
+
+
+def _unless_unread(canaries: Canaries | None) -> rollout.Verdict | None:
+    """A stack that is not a canary waits, when the canaries were not read afresh."""
+    if canaries is None:
+        return rollout.Verdict(start=False, message="waiting for the canaries to be read")
+    if canaries.error is not None:
+        return rollout.Verdict(
+            start=False,
+            message=f"waiting: the canaries could not be read from the hub ({canaries.error}); "
+            "retried at the next reconcile",
+        )
+    return None
 
 
 def _message(
@@ -341,8 +446,13 @@ def _message(
         return f"upgrading: {', '.join(moving)}" if moving else message
     if phase is Phase.FAILED:
         namespace, _, name = key.partition("/")
+        scope = (
+            "every upgrade of the shard (it is a canary)"
+            if turn.canary
+            else f"the upgrades of namespace {namespace}"
+        )
         return (
-            f"{message}{runs}; this pauses the rollout until the stack is Ready, or "
+            f"{message}{runs}; this pauses {scope} until the stack is Ready, or "
             f"until `kubectl annotate servingstack {name} -n {namespace} "
             f"{rollout.RESUME_ANNOTATION}=true` resumes it"
         )

@@ -7,10 +7,16 @@ Each stack's place in the rollout is kept in its own status on the hub (the
 the stacks' statuses say, and a restarted operator, or a new leader, reads
 it back from there: there is no other object to lose or to keep in step.
 
-The rules: at most ``max_concurrent`` stacks upgrade at once; the canaries
-go first and the rest wait until every canary has finished; a stack whose
-upgrade fails, or that is not Ready within the timeout, pauses the rollout
-until it is Ready again or a person resumes it (an annotation on it).
+The rules: at most ``max_concurrent`` stacks upgrade at once, and the ones
+that waited longest are woken first. The canaries, the stacks of the hub
+namespaces the hub admin names (never a label the stack's owner sets), go
+first: a stack that is not one waits while any canary that wants one of the
+upgrades it wants has not finished it. A failed upgrade (a failed action, or
+not Ready within the timeout) pauses the upgrades of its own hub namespace
+(its team's), and a failed canary's pauses the whole shard, since a canary
+is there to try an upgrade for everyone; either until the stack is Ready
+again or a person resumes past it (an annotation on it). Nothing a waiting
+stack says names a stack of another namespace.
 """
 
 from __future__ import annotations
@@ -63,9 +69,18 @@ class Policy:
     """The fleet-wide rollout policy, as ``modelplane run`` was given it."""
 
     max_concurrent: int = 1
-    # A canonical label selector (operator.shard.normalize_selector), or None.
-    canary_selector: str | None = None
+    # The hub namespaces whose stacks are canaries (--canary-namespace): the
+    # hub admin's choice, where a label would be the stack owner's.
+    canary_namespaces: frozenset[str] = frozenset()
     ready_timeout: timedelta = timedelta(minutes=10)
+
+    def canary(self, key: str) -> bool:
+        """Whether the stack ``namespace/name`` is a canary."""
+        return namespace_of(key) in self.canary_namespaces
+
+
+# One upgrade a stack wants: a component, and the version it is to run.
+Upgrade = tuple[str, str]
 
 
 @dataclass(frozen=True)
@@ -75,13 +90,27 @@ class Member:
     key: str  # namespace/name
     phase: Phase
     canary: bool = False
-    # Whether its desired versions differ from its installed ones.
-    behind: bool = False
+    # The upgrades it is behind on: an installed version differs from these.
+    wants: frozenset[Upgrade] = frozenset()
+    # Every version it is set to run: what an upgrade in flight moves to.
+    aims: frozenset[Upgrade] = frozenset()
+
+    @property
+    def behind(self) -> bool:
+        return bool(self.wants)
+
+    @property
+    def namespace(self) -> str:
+        return namespace_of(self.key)
 
     @property
     def waiting(self) -> bool:
         """Behind and not started: a canary like this has not finished."""
         return self.behind and self.phase in (Phase.UP_TO_DATE, Phase.PENDING)
+
+
+def namespace_of(key: str) -> str:
+    return key.partition("/")[0]
 
 
 @dataclass(frozen=True)
@@ -91,46 +120,88 @@ class Verdict:
     start: bool
     reason: Reason = Reason.PENDING
     message: str = ""
+    # The stack of its own namespace whose failure pauses it; None when the
+    # pause is another namespace's (a canary's), which it does not name.
     paused_by: str | None = None
 
 
-def next_up(pending: Iterable[Member], free: int) -> list[str]:
-    """The waiting stacks to wake when ``free`` slots open: canaries first, by name.
+def next_up(pending: Iterable[Member], free: int, since: Mapping[str, Any]) -> list[str]:
+    """The waiting stacks to wake when ``free`` slots open: canaries first, then FIFO.
 
-    Only as many as could start, not the whole fleet: each one woken is a
-    reconcile. The rest look again at their own resync, or at the next slot.
+    ``since``: an orderable mark of when each began to wait. Only as many as
+    could start, not the whole fleet: each one woken is a reconcile. The rest
+    look again at their own resync, or at the next slot. Not by name: a
+    stack named ``a-...`` would otherwise always jump the queue.
     """
-    ranked = sorted(pending, key=lambda m: (not m.canary, m.key))
+    ranked = sorted(pending, key=lambda m: (not m.canary, since[m.key], m.key))
     return [m.key for m in ranked[: max(free, 0)]]
 
 
+def pauses(failed: Member, me: Member) -> bool:
+    """Whether ``failed``'s failed upgrade pauses ``me``'s.
+
+    Within its own hub namespace: a team's failure says nothing of another
+    team's stacks, and only the team (or the hub admin) can resume past it.
+    A canary's, everywhere: the hub admin chose it to try upgrades for all.
+    """
+    return failed.phase is Phase.FAILED and (failed.canary or failed.namespace == me.namespace)
+
+
+def holds_back(canary: Member, me: Member) -> frozenset[Upgrade]:
+    """The upgrades ``me`` wants that ``canary`` wants too and has not finished."""
+    if me.canary or not canary.canary:
+        return frozenset()
+    if canary.phase is Phase.UPGRADING:
+        return me.wants & canary.aims
+    if canary.waiting:
+        return me.wants & canary.wants
+    return frozenset()
+
+
 def may_start(me: Member, fleet: Iterable[Member], policy: Policy) -> Verdict:
-    """Whether ``me``, behind and not upgrading yet, may start its upgrade now."""
-    others = sorted((m for m in fleet if m.key != me.key), key=lambda m: m.key)
-    failed = [m.key for m in others if m.phase is Phase.FAILED]
+    """Whether ``me``, behind and not upgrading yet, may start its upgrade now.
+
+    ``fleet`` must hold every stack that wants an upgrade (the canaries read
+    afresh, see operator.rollout), not only the ones seen so far.
+    """
+    others = [m for m in fleet if m.key != me.key]
+    failed = [m for m in others if pauses(m, me)]
     if failed:
-        return Verdict(
-            start=False,
-            reason=Reason.PAUSED,
-            message=f"the rollout is paused by {failed[0]}, whose upgrade failed: it goes on "
-            f"once that stack is Ready again, or once {RESUME_ANNOTATION} is set on it",
-            paused_by=failed[0],
-        )
-    upgrading = [m.key for m in others if m.phase is Phase.UPGRADING]
-    if len(upgrading) >= policy.max_concurrent:
+        return _paused(me, failed)
+    upgrading = sum(m.phase is Phase.UPGRADING for m in others)
+    if upgrading >= policy.max_concurrent:
         return Verdict(
             start=False,
             # Not naming who holds the slots: the message would change with
             # every upgrade of the fleet, and so would every waiting status.
             message=f"waiting for a slot: at most {policy.max_concurrent} upgrade(s) at once",
         )
-    canary_left = any(m.canary and (m.waiting or m.phase is Phase.UPGRADING) for m in others)
-    if canary_left and not me.canary:
+    ahead = [m for m in others if holds_back(m, me)]
+    if ahead:
         return Verdict(
             start=False,
-            message=f"waiting for the canaries ({policy.canary_selector}) to finish",
+            message=f"waiting for {len(ahead)} canary upgrade(s) elsewhere to finish first",
         )
     return Verdict(start=True, reason=Reason.UPGRADING)
+
+
+def _paused(me: Member, failed: list[Member]) -> Verdict:
+    mine = sorted(m.key for m in failed if m.namespace == me.namespace)
+    if mine:
+        return Verdict(
+            start=False,
+            reason=Reason.PAUSED,
+            message=f"the rollout of this namespace is paused by {mine[0]}, whose upgrade "
+            f"failed: it goes on once that stack is Ready again, or once "
+            f"{RESUME_ANNOTATION} is set on it",
+            paused_by=mine[0],
+        )
+    return Verdict(
+        start=False,
+        reason=Reason.PAUSED,
+        message=f"the rollout is paused by {len(failed)} failed canary upgrade(s) elsewhere: "
+        "it goes on once they are Ready again, or once the hub admin resumes past them",
+    )
 
 
 @dataclass(frozen=True)
@@ -165,7 +236,7 @@ def _seconds(delta: timedelta) -> str:
     return f"{delta.total_seconds():g}s"
 
 
-def condition_of(phase: Phase, current: bool, paused_by: str | None = None) -> tuple[bool, Reason]:
+def condition_of(phase: Phase, current: bool, paused: bool = False) -> tuple[bool, Reason]:
     """``UpToDate``'s status and reason; ``current``: every component runs its desired version."""
     if phase is Phase.UP_TO_DATE:
         return (True, Reason.UP_TO_DATE) if current else (False, Reason.INSTALLING)
@@ -173,18 +244,24 @@ def condition_of(phase: Phase, current: bool, paused_by: str | None = None) -> t
         return False, Reason.UPGRADING
     if phase in (Phase.FAILED, Phase.RESUMED):
         return False, Reason.FAILED
-    return False, Reason.PAUSED if paused_by is not None else Reason.PENDING
+    return False, Reason.PAUSED if paused else Reason.PENDING
 
 
 def behind(desired: Mapping[str, str], installed: Mapping[str, str | None]) -> bool:
-    """Whether an installed component runs another version than its desired one.
+    """Whether an installed component runs another version than its desired one."""
+    return bool(upgrades(desired, installed))
+
+
+def upgrades(desired: Mapping[str, str], installed: Mapping[str, str | None]) -> frozenset[Upgrade]:
+    """The upgrades a stack wants: each installed component at another version than desired.
 
     A component never installed (a first install, a component just enabled)
     is not behind: installing it is not an upgrade.
     """
-    return any(
-        installed.get(name) is not None and installed[name] != version
+    return frozenset(
+        (name, version)
         for name, version in desired.items()
+        if installed.get(name) is not None and installed[name] != version
     )
 
 
@@ -254,7 +331,27 @@ def phase_of(status: Mapping[str, Any] | None) -> Phase:
 
 def started_at(status: Mapping[str, Any] | None) -> datetime | None:
     """When the stack's upgrade started, as its status records it."""
-    value = ((status or {}).get("rollout") or {}).get("startedAt")
+    return _time(((status or {}).get("rollout") or {}).get("startedAt"))
+
+
+def waiting_since(status: Mapping[str, Any] | None) -> datetime | None:
+    """Since when the stack waits for its upgrade, as its status records it; else None.
+
+    ``UpToDate`` turned False when it began to wait, and stays False while it
+    does, so its transition time is when it joined the queue: a restarted
+    operator keeps the order the last one had.
+    """
+    for entry in (status or {}).get("conditions") or []:
+        if (
+            isinstance(entry, Mapping)
+            and entry.get("type") == UP_TO_DATE
+            and entry.get("reason") in (Reason.PENDING, Reason.PAUSED)
+        ):
+            return _time(entry.get("lastTransitionTime"))
+    return None
+
+
+def _time(value: Any) -> datetime | None:
     if not isinstance(value, str):
         return None
     try:
@@ -263,7 +360,7 @@ def started_at(status: Mapping[str, Any] | None) -> datetime | None:
         return None
 
 
-# -- the canary selector, matched against a stack's labels ----------------------
+# -- a label selector (the shard's), matched against a stack's labels -----------
 
 _SET = re.compile(r"^(?P<key>\S+) (?P<op>in|notin) \((?P<values>[^()]*)\)$")
 _EQ = re.compile(r"^(?P<key>[^=!]+)(?P<op>!=|=)(?P<value>.*)$")
