@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import re
+import re._parser as sre  # the parse tree of a pattern, to read its repeats
+from typing import Any
+
 import pytest
 
+from modelplane.kube import scrub as scrub_module
 from modelplane.kube.scrub import REDACTED, redact, scrub, shown_url, url_secrets
 
 JWT = "eyJhbGciOiJSUzI1NiJ9.eyJpc3MiOiJ4In0.c2lnbmF0dXJlLWJ5dGVz"
@@ -47,10 +52,75 @@ KEY = "-----BEGIN PRIVATE KEY-----\nMIIEvQIBADANBgkqhkiG9w0BAQEFAASC\n-----END P
         # an address that is not a URL's userinfo stays
         ("mail ops@example.com about https://m.example/a@b", [], None),
         ("", ["ABCDEFGH"], ""),
+        # a JWT whose header starts inside a run keeps what comes before it
+        ("id xxeyJa.b.c end", [], f"id xx{REDACTED} end"),
+        # a header of no length after the run's only eyJ is no JWT
+        ("x.abeyJ.c.d", [], None),
+        # six long parts are two tokens; a seventh alone stays
+        (
+            "aaaaaaaa.bbbbbbbb.cccccccc.dddddddd.eeeeeeee.ffffffff.gggggggg",
+            [],
+            f"{REDACTED}.{REDACTED}.gggggggg",
+        ),
+        # a scheme that starts inside its run, after a dot: the run stays
+        ("see x_a.http://u:p@h/x", [], "see x_a.http://h/x"),
+        # a run that starts with no word boundary before it holds no scheme
+        ("see _http://u:p@h/x", [], None),
+        # the long runs that made the old shapes quadratic, then a real token
+        ("a" * 32_000 + " " + JWT, [], "a" * 32_000 + " " + REDACTED),
+        ("eyJ" * 10_000 + ". " + JWT, [], "eyJ" * 10_000 + ". " + REDACTED),
+        ("a." * 16_000 + " https://u:p@h/", [], "a." * 16_000 + " https://h/"),
     ],
 )
 def test_scrub(text: str, secrets: list[str], expected: str | None) -> None:
     assert scrub(text, secrets) == (text if expected is None else expected)
+
+
+# Why scrubbing is linear in the text, as two rules every shape keeps (a
+# duration would prove nothing on a shared machine; bench/bench_scrub.py
+# prints the figures). First: a match begins only where a run of the shape's
+# characters begins, so one long run is read from one place, not from each of
+# its positions (32k characters of base64url were 32k attempts each reading
+# to the run's end). Second: no repeat gives back what it took (possessive,
+# or inside an atomic group), so an attempt reads each character once.
+SHAPES = {
+    name: getattr(scrub_module, name) for name in ("_PEM", "_JWT", "_JWT_SHAPED", "_USERINFO")
+}
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "inside"),
+    [
+        ("_JWT", "xeyJa.b.c", 1),
+        ("_JWT", "eyJeyJa.b.c", 3),
+        ("_JWT_SHAPED", "abcdefghi.ijklmnop.qrstuvwx", 1),
+        ("_USERINFO", "a.http://u:p@h/", 2),
+    ],
+)
+def test_a_shape_never_begins_inside_a_run(name: str, text: str, inside: int) -> None:
+    shape = SHAPES[name]
+    assert shape.match(text) is not None  # the run from its start is a match
+    assert shape.match(text, inside) is None
+
+
+def _giving_back(node: Any, atomic: bool = False) -> list[str]:
+    """The unbounded repeats under ``node`` of a parse tree that may give back."""
+    if isinstance(node, sre.SubPattern):
+        found = []
+        for op, arg in node:
+            if op in (sre.MAX_REPEAT, sre.MIN_REPEAT) and arg[1] == sre.MAXREPEAT and not atomic:
+                found.append(f"{op} of {arg[2]}")
+            found += _giving_back(arg, atomic or op is sre.ATOMIC_GROUP)
+        return found
+    if isinstance(node, list | tuple):  # a branch's alternatives, a group's pattern
+        return [repeat for child in node for repeat in _giving_back(child, atomic)]
+    return []
+
+
+@pytest.mark.parametrize("name", sorted(SHAPES))
+def test_no_repeat_of_a_shape_gives_back(name: str) -> None:
+    shape: re.Pattern[str] = SHAPES[name]
+    assert _giving_back(sre.parse(shape.pattern, shape.flags)) == []
 
 
 def test_every_identity_provider_uses_the_one_scrubber() -> None:

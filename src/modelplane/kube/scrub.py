@@ -18,6 +18,7 @@ URL without its userinfo, which is how every URL of a mirror is shown.
 from __future__ import annotations
 
 import re
+import string
 from collections.abc import Iterable
 from urllib.parse import unquote, urlsplit, urlunsplit
 
@@ -26,16 +27,29 @@ REDACTED = "[redacted]"
 # message, and no credential the product handles is that short.
 MIN_SECRET = 4
 
+# Each shape below is written so that matching it is linear in the text: a
+# match may begin only where a run of its characters begins (a lookbehind),
+# and no repeat gives back what it took (possessive repeats, atomic groups).
+# Otherwise every position of one long run starts an attempt that reads to
+# the run's end: 32k characters of base64url took over a second. The shapes
+# match what they matched before; tests/unit/test_scrub.py holds both rules.
+_TOKEN = "[A-Za-z0-9_-]"
+_SCHEME = "[A-Za-z0-9+.-]"
 # A PEM block, or its start when the text was cut off inside it.
-_PEM = re.compile(r"-----BEGIN [A-Z0-9 ]+-----.*?(?:-----END [A-Z0-9 ]+-----|$)", re.DOTALL)
+_PEM = re.compile(r"-----BEGIN [A-Z0-9 ]++-----(?>.*?(?:-----END [A-Z0-9 ]++-----|$))", re.DOTALL)
 # A JWT: a base64url JSON header (``eyJ``) and two more parts, the last maybe
-# empty (an unsigned token) ...
-_JWT = re.compile(r"eyJ[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*")
+# empty (an unsigned token) ... The header starts at the first ``eyJ`` of its
+# run (group 1 keeps what comes before), the longest header the run gives.
+_JWT = re.compile(rf"(?<!{_TOKEN})(?>({_TOKEN}*?)eyJ){_TOKEN}++\.{_TOKEN}++\.{_TOKEN}*+")
 # ... or any three long base64url parts, whatever the header's encoding.
-_JWT_SHAPED = re.compile(r"[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}")
+_JWT_SHAPED = re.compile(rf"(?<!{_TOKEN}){_TOKEN}{{8,}}+\.{_TOKEN}{{8,}}+\.{_TOKEN}{{8,}}+")
 # The userinfo of a URL in free text: everything between ``scheme://`` and the
 # last ``@`` before the host ends (a password may hold an unescaped ``@``).
-_USERINFO = re.compile(r"(\b[A-Za-z][A-Za-z0-9+.-]*://)[^\s/?#\"'<>]*@")
+# The scheme starts at the first letter of its run that begins a word; group 1
+# is the run up to ``://``, which stays.
+_USERINFO = re.compile(
+    rf"(?<!{_SCHEME})((?>{_SCHEME}*?\b[A-Za-z]){_SCHEME}*+://)(?:[^\s/?#\"'<>@]*+@)++"
+)
 
 
 def scrub(text: str, secrets: Iterable[str] = ()) -> str:
@@ -48,7 +62,7 @@ def scrub(text: str, secrets: Iterable[str] = ()) -> str:
     """
     text = redact(text, secrets)
     text = _PEM.sub(REDACTED, text)
-    text = _JWT.sub(REDACTED, text)
+    text = _JWT.sub(lambda match: match.group(1) + REDACTED, text)
     return _JWT_SHAPED.sub(REDACTED, text)
 
 
@@ -79,7 +93,9 @@ def url_secrets(url: str) -> tuple[str, ...]:
     loses them.
     """
     match = _USERINFO.match(url)
-    if match is None:
+    # The pattern lets a scheme start inside its run (``+a://``): a URL's
+    # scheme starts at its first character.
+    if match is None or match.group(1)[0] not in string.ascii_letters:
         return ()
     userinfo = match.group(0)[len(match.group(1)) : -1]
     password = userinfo.partition(":")[2]
