@@ -79,6 +79,7 @@ ENV PATH=/opt/modelplane/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1
 USER 65532:65532
-EXPOSE 8080
+# /metrics over HTTPS to callers the hub authorizes; the probes in plain HTTP.
+EXPOSE 8443 8081
 ENTRYPOINT ["modelplane"]
-CMD ["run", "--all-namespaces", "--metrics-port", "8080"]
+CMD ["run", "--all-namespaces", "--metrics-port", "8443", "--health-port", "8081"]

@@ -110,6 +110,19 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def scrape_metrics(port: int, token: str, timeout: float = 5.0) -> httpx2.Response:
+    """The operator's ``/metrics`` read as a scraper the hub allows reads it.
+
+    Over TLS to the certificate the operator made for itself (so not
+    verified, as the chart's ServiceMonitor by default), with a bearer token
+    the operator reviews with the hub (the hub's admin token, for most tests).
+    """
+    with httpx2.Client(trust_env=False, verify=False, timeout=timeout) as http:
+        return http.get(
+            f"https://127.0.0.1:{port}/metrics", headers={"Authorization": f"Bearer {token}"}
+        )
+
+
 def service_account_token(hub_env: TestEnv, namespace: str, service_account: str) -> str:
     """A fresh token of ``service_account``, as the kubelet would mount one into a pod."""
     with hub_env.http_client() as http:
@@ -262,7 +275,8 @@ class Harness:
         self.target = client_for(target)
         self.substrate, self.tmp, self.ns = substrate, tmp, namespace
         self.proc: subprocess.Popen[bytes] | None = None
-        self.metrics_port: int | None = None
+        self.metrics_port: int | None = None  # /metrics, over HTTPS
+        self.health_port: int | None = None  # /healthz and /readyz, in HTTP
         self.log = tmp / "operator.log"
         ensure_namespace(hub, namespace)
 
@@ -276,7 +290,7 @@ class Harness:
         put_stack(self.hub, stack_body(self.ns, name, spec))
 
     def start(self, *extra: str) -> None:
-        self.metrics_port = free_port()
+        self.metrics_port, self.health_port = free_port(), free_port()
         self.proc = run_operator(
             self.hub_env.kubeconfig_path,
             self.substrate,
@@ -284,14 +298,25 @@ class Harness:
             self.log,
             "--metrics-port",
             str(self.metrics_port),
+            "--health-port",
+            str(self.health_port),
             *extra,
         )
 
+    def scrape(self, timeout: float = 5.0) -> httpx2.Response:
+        """The running operator's /metrics, read with the hub's admin token."""
+        assert self.metrics_port is not None, "the operator is not running"
+        return scrape_metrics(self.metrics_port, self.hub_env.token, timeout)
+
+    def probe(self, path: str, timeout: float = 5.0) -> httpx2.Response:
+        """The running operator's /healthz or /readyz."""
+        assert self.health_port is not None, "the operator is not running"
+        with httpx2.Client(trust_env=False, timeout=timeout) as http:
+            return http.get(f"http://127.0.0.1:{self.health_port}{path}")
+
     def operator_counter(self, name: str) -> float:
         """A counter of the running operator's own metrics, summed over its labels."""
-        assert self.metrics_port is not None, "the operator is not running"
-        with httpx2.Client(trust_env=False) as http:
-            response = http.get(f"http://127.0.0.1:{self.metrics_port}/metrics")
+        response = self.scrape()
         response.raise_for_status()
         return sum(
             sample.value
@@ -308,7 +333,7 @@ class Harness:
             self.proc.send_signal(signal.SIGKILL)
             self.proc.wait(10)
             self.proc = None
-            self.metrics_port = None
+            self.metrics_port = self.health_port = None
 
     def stop(self) -> None:
         if self.proc is not None:
@@ -318,7 +343,7 @@ class Harness:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
             self.proc = None
-            self.metrics_port = None
+            self.metrics_port = self.health_port = None
 
     def status(self, name: str = "stack") -> dict[str, Any]:
         obj = self.hub.get(SS, name, namespace=self.ns)

@@ -58,9 +58,12 @@ class Prometheus:
         return bool(active) and all(t["health"] == "up" for t in active)
 
 
-def start_prometheus(tmp: Path, metrics_port: int) -> Prometheus:
+def start_prometheus(tmp: Path, metrics_port: int, token: str) -> Prometheus:
     binary = prometheus_tool("prometheus")
     tmp.mkdir(parents=True, exist_ok=True)
+    # As the chart's ServiceMonitor scrapes: HTTPS to the operator's own
+    # certificate, a bearer token from a file.
+    (tmp / "token").write_text(token)
     rule_file(
         tmp / "helm-home",
         tmp / "rules.yml",
@@ -74,7 +77,13 @@ def start_prometheus(tmp: Path, metrics_port: int) -> Prometheus:
         },
         "rule_files": [str(tmp / "rules.yml")],
         "scrape_configs": [
-            {"job_name": JOB, "static_configs": [{"targets": [f"127.0.0.1:{metrics_port}"]}]}
+            {
+                "job_name": JOB,
+                "scheme": "https",
+                "tls_config": {"insecure_skip_verify": True},
+                "authorization": {"credentials_file": str(tmp / "token")},
+                "static_configs": [{"targets": [f"127.0.0.1:{metrics_port}"]}],
+            }
         ],
     }
     (tmp / "prometheus.yml").write_text(yaml.safe_dump(config))
@@ -110,7 +119,7 @@ def break_stack(harness: Harness) -> None:
 @pytest.fixture
 def prometheus(operator: Harness, tmp_path: Path) -> Iterator[Prometheus]:
     assert operator.metrics_port is not None
-    prom = start_prometheus(tmp_path / "prometheus", operator.metrics_port)
+    prom = start_prometheus(tmp_path / "prometheus", operator.metrics_port, operator.hub_env.token)
     try:
         yield prom
     finally:
@@ -123,9 +132,7 @@ def prometheus(operator: Harness, tmp_path: Path) -> Iterator[Prometheus]:
 
 
 def not_ready(harness: Harness) -> bool:
-    assert harness.metrics_port is not None
-    with httpx2.Client(trust_env=False) as http:
-        text = http.get(f"http://127.0.0.1:{harness.metrics_port}/metrics", timeout=5).text
+    text = harness.scrape().text
     wanted = f'modelplane_stack_ready{{name="stack",namespace="{harness.ns}"}} 0.0'
     return wanted in text
 

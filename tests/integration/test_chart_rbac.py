@@ -30,12 +30,21 @@ import yaml
 from lightkube import Client, KubeConfig
 from lightkube.core.exceptions import ApiError
 from lightkube.generic_resource import create_namespaced_resource
+from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.models.rbac_v1 import RoleRef, Subject
 from lightkube.resources.coordination_v1 import Lease
-from lightkube.resources.core_v1 import Secret
-from lightkube.resources.rbac_authorization_v1 import Role
+from lightkube.resources.core_v1 import Secret, ServiceAccount
+from lightkube.resources.rbac_authorization_v1 import ClusterRoleBinding, Role
 from lightkube.types import PatchType
 from tests.integration.conftest import Helm
-from tests.integration.hubs import SS, Harness, free_port, service_account_token, stack_gone
+from tests.integration.hubs import (
+    SS,
+    Harness,
+    free_port,
+    scrape_metrics,
+    service_account_token,
+    stack_gone,
+)
 from tests.integration.substrate import Substrate, provide_substrate
 from tests.testenv import TestEnv, find_binaries
 from tests.waiting import wait_for
@@ -61,16 +70,18 @@ class Installed:
     # Further replicas a test starts, each with a directory of its own.
     others: list[Harness] = field(default_factory=list)
 
-    def command(self, metrics_port: int) -> tuple[list[str], dict[str, str]]:
+    def command(self, metrics_port: int, health_port: int) -> tuple[list[str], dict[str, str]]:
         """The container's command line and environment, run as a local process.
 
         Only what a pod gets otherwise is changed: the hub is reached through
         the token's kubeconfig rather than the in-cluster ServiceAccount, the
-        metrics port is a free one, and POD_NAMESPACE is what the downward
-        API would give.
+        metrics and health ports are free ones, and POD_NAMESPACE is what the
+        downward API would give.
         """
-        args = [a for a in self.container["args"] if not a.startswith("--metrics-port=")]
-        args += [f"--metrics-port={metrics_port}", "--kubeconfig", str(self.kubeconfig)]
+        ports = ("--metrics-port=", "--health-port=")
+        args = [a for a in self.container["args"] if not a.startswith(ports)]
+        args += [f"--metrics-port={metrics_port}", f"--health-port={health_port}"]
+        args += ["--kubeconfig", str(self.kubeconfig)]
         env = {**os.environ, "MODELPLANE_HELM": str(find_binaries()["helm"])}
         for var in self.container["env"]:
             if "value" in var:
@@ -82,15 +93,12 @@ class Installed:
 
     def start(self, harness: Harness | None = None) -> None:
         h = harness or self.harness
-        h.metrics_port = free_port()
-        argv, env = self.command(h.metrics_port)
+        h.metrics_port, h.health_port = free_port(), free_port()
+        argv, env = self.command(h.metrics_port, h.health_port)
         h.proc = subprocess.Popen(argv, stdout=h.log.open("wb"), stderr=subprocess.STDOUT, env=env)
 
     def probe(self, path: str, harness: Harness | None = None) -> httpx2.Response:
-        h = harness or self.harness
-        assert h.metrics_port is not None
-        with httpx2.Client(trust_env=False, timeout=5) as http:
-            return http.get(f"http://127.0.0.1:{h.metrics_port}{path}")
+        return (harness or self.harness).probe(path)
 
     def role_rules(self) -> list[dict[str, Any]]:
         role = self.harness.hub.get(Role, f"{RELEASE}-modelplane", namespace=self.harness.ns)
@@ -317,3 +325,65 @@ def test_two_replicas_under_the_charts_rbac_elect_one_leader(installed: Installe
     )
     for r in replicas:
         assert "forbidden" not in r.log.read_text().lower(), r.log.read_text()[-3000:]
+
+
+def test_metrics_are_served_only_to_what_the_charts_reader_role_admits(
+    installed: Installed, hub: Client, hub_env: TestEnv
+) -> None:
+    """The operator, with only the chart's grants, reviews each caller of /metrics with the hub."""
+    h = installed.harness
+    ns = installed.release_namespace
+    for name in ("scraper", "stranger"):
+        hub.create(ServiceAccount(metadata=ObjectMeta(name=name, namespace=ns)))
+    # As the chart's metrics.readers binds it, or an admin does for their Prometheus.
+    hub.create(
+        ClusterRoleBinding(
+            metadata=ObjectMeta(name=f"{ns}-scraper"),
+            roleRef=RoleRef(
+                apiGroup="rbac.authorization.k8s.io",
+                kind="ClusterRole",
+                name=f"{RELEASE}-modelplane-metrics-reader",
+            ),
+            subjects=[Subject(kind="ServiceAccount", name="scraper", namespace=ns)],
+        )
+    )
+    try:
+        installed.start()
+        port = h.metrics_port
+        assert port is not None
+        scraper = service_account_token(hub_env, ns, "scraper")
+        served = wait_for(
+            "/metrics to serve the reader",
+            lambda: _scraped(port, scraper),
+            deadline=60,
+            detail=lambda: h.log.read_text(),
+        )
+        assert served.status_code == 200
+        assert "modelplane_reconciles_total" in served.text
+
+        # Nobody else: no token, a token the hub does not know, a real
+        # ServiceAccount without the role, and the token in clear text.
+        with httpx2.Client(trust_env=False, verify=False, timeout=5) as http:
+            anonymous = http.get(f"https://127.0.0.1:{port}/metrics")
+        assert anonymous.status_code == 401, anonymous.text
+        assert "modelplane_" not in anonymous.text
+        assert scrape_metrics(port, "not-a-token").status_code == 401
+        stranger = scrape_metrics(port, service_account_token(hub_env, ns, "stranger"))
+        assert stranger.status_code == 403, stranger.text
+        assert "modelplane_" not in stranger.text
+        with httpx2.Client(trust_env=False, timeout=5) as http, pytest.raises(httpx2.HTTPError):
+            http.get(
+                f"http://127.0.0.1:{port}/metrics", headers={"Authorization": f"Bearer {scraper}"}
+            )
+        # The probes need no token.
+        assert installed.probe("/healthz").status_code == 200
+    finally:
+        hub.delete(ClusterRoleBinding, f"{ns}-scraper")
+
+
+def _scraped(port: int, token: str) -> httpx2.Response | None:
+    try:
+        answer = scrape_metrics(port, token)
+    except httpx2.TransportError:
+        return None  # not serving yet
+    return answer if answer.status_code == 200 else None

@@ -22,7 +22,7 @@ from lightkube.resources import core_v1
 from lightkube.resources.coordination_v1 import Lease
 from lightkube.resources.core_v1 import Namespace
 from prometheus_client.parser import text_string_to_metric_families
-from tests.integration.hubs import SS, Harness, free_port, private_env
+from tests.integration.hubs import SS, Harness, private_env
 from tests.integration.substrate import Substrate
 from tests.testenv import TestEnv
 from tests.waiting import wait_for
@@ -219,17 +219,16 @@ class Operator:
 
     def __init__(self, harness: Harness) -> None:
         self.h = harness
-        self.port = free_port()
 
     def start(self) -> None:
         # At --resync 1 an owner re-checks every second; a blocked stack
         # every 10 s (the operator's retry for blocked stacks).
-        self.h.start("--resync", "1", "--metrics-port", str(self.port))
+        self.h.start("--resync", "1")
 
     def reconciles(self, result: str) -> float:
         """Reconciles that ended with ``result``, from the operator's own metrics."""
         try:
-            text = httpx2.get(f"http://127.0.0.1:{self.port}/metrics", timeout=5).text
+            text = self.h.scrape().text
         except httpx2.HTTPError:
             return 0.0  # not serving yet
         return sum(

@@ -84,14 +84,14 @@ def test_a_slow_tenant_configmap_is_a_warning_and_healthz_answers_meanwhile(
     assert WHERE in met["message"], met
     assert harness.condition("Ready").get("reason") != "ReconcileError"
 
-    assert harness.metrics_port is not None
+    assert harness.health_port is not None
     busy = _cpu_seconds(harness)
     slowest, probes = 0.0, 0
     started = time.monotonic()
     with httpx2.Client(trust_env=False, timeout=30) as http:
         while time.monotonic() - started < 15:
             sent = time.monotonic()
-            response = http.get(f"http://127.0.0.1:{harness.metrics_port}/healthz")
+            response = http.get(f"http://127.0.0.1:{harness.health_port}/healthz")
             slowest = max(slowest, time.monotonic() - sent)
             probes += 1
             assert response.status_code == 200

@@ -76,7 +76,7 @@ class Operator:
             NO_SUBSTRATE,
             STACKS,
             self.tmp / f"operator-{self.port}.log",
-            "--metrics-port",
+            "--health-port",
             str(self.port),
         )
         return self

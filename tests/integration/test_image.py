@@ -16,14 +16,17 @@ mounted at ``/var/run/secrets/kubernetes.io/serviceaccount``, and
 a pod: those two name the hub's loopback address rather than a Service IP,
 the container shares the host's network (``--network host``; the substrate's
 chart repository and both API servers listen on loopback), so the metrics
-port is a free one, set through the chart's ``metrics.port``; the probes are
+and health ports are free ones, set through the chart's ``metrics.port`` and
+``health.port``; the probes are
 run by the test, from inside the container, not by a kubelet; and the token
 is not rotated.
 
 Asserted: the container runs as uid 65532 with no capability and cannot
 write its root; a Managed stack (helm in the image installing the
 substrate's charts on the target) reaches Ready; ``/healthz``, ``/readyz``
-and ``/metrics`` answer inside the container; on SIGTERM it exits 0 and
+answer inside the container, and ``/metrics`` there over HTTPS to a
+ServiceAccount the chart's ``metrics.readers`` binds (the operator reviews
+its token with the chart's own grants); on SIGTERM it exits 0 and
 leaves the Lease released.
 """
 
@@ -43,7 +46,9 @@ from typing import Any
 import pytest
 import yaml
 from lightkube import Client
+from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.coordination_v1 import Lease
+from lightkube.resources.core_v1 import ServiceAccount
 from lightkube.types import PatchType
 from prometheus_client.parser import text_string_to_metric_families
 from tests.integration.conftest import Helm
@@ -58,6 +63,8 @@ CONTAINERS_CONF = ROOT / "hack" / "containers.conf"
 RELEASE = "mp"
 SERVICE_ACCOUNT = f"{RELEASE}-modelplane"
 SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+# A ServiceAccount the chart binds to its metrics-reader role, as a Prometheus's.
+SCRAPER = "scraper"
 INSTALL = (
     "run 'bash hack/test-deps.sh --image' as root, which installs podman & co. from Debian's "
     "packages "
@@ -116,19 +123,31 @@ class Pod:
         return int(port)
 
     def probe(self, path: str) -> tuple[int, str]:
-        """GET ``path`` on the metrics port from inside the container: status and body."""
+        """GET ``path`` on the health port from inside the container: status and body."""
+        return self._get(f"http://127.0.0.1:{self.port('health')}{path}", "")
+
+    def scrape(self, token: str) -> tuple[int, str]:
+        """GET /metrics from inside the container, as a scraper holding ``token``."""
+        return self._get(f"https://127.0.0.1:{self.port('metrics')}/metrics", token)
+
+    def _get(self, url: str, token: str) -> tuple[int, str]:
+        # The operator's certificate is its own self-signed one: not verified,
+        # as the chart's ServiceMonitor does not verify it by default.
         script = (
-            "import sys, urllib.error, urllib.request\n"
+            "import ssl, sys, urllib.error, urllib.request\n"
+            "headers = {'Authorization': 'Bearer ' + sys.argv[2]} if sys.argv[2] else {}\n"
+            "context = ssl._create_unverified_context()\n"
             "try:\n"
-            "    r = urllib.request.urlopen(sys.argv[1], timeout=5)\n"
+            "    r = urllib.request.urlopen(\n"
+            "        urllib.request.Request(sys.argv[1], headers=headers), timeout=5,\n"
+            "        context=context)\n"
             "except urllib.error.HTTPError as e:\n"
             "    r = e\n"
             f"body = r.read({PROBE_LIMIT}).decode()\n"
             "print(r.status)\n"
             "sys.stdout.write(body)\n"
         )
-        url = f"http://127.0.0.1:{self.port('metrics')}{path}"
-        out = podman("exec", self.name, "python3", "-c", script, url).stdout
+        out = podman("exec", self.name, "python3", "-c", script, url, token).stdout
         status, _, body = out.partition("\n")
         return int(status), body
 
@@ -220,6 +239,14 @@ def pod(
         "--set",
         f"metrics.port={free_port()}",
         "--set",
+        f"health.port={free_port()}",
+        "--set",
+        "metrics.readers[0].kind=ServiceAccount",
+        "--set",
+        f"metrics.readers[0].name={SCRAPER}",
+        "--set",
+        f"metrics.readers[0].namespace={release_namespace}",
+        "--set",
         "operator.resync=30",
         "--set",
         "operator.helmTimeout=60",
@@ -293,13 +320,15 @@ def test_the_image_run_as_the_chart_runs_it_makes_a_stack_ready(
     # The probes the chart points the kubelet at, and the scrape, from inside.
     for probe in ("livenessProbe", "readinessProbe"):
         path = pod.container[probe]["httpGet"]["path"]
-        assert pod.container[probe]["httpGet"]["port"] == "metrics"
+        assert pod.container[probe]["httpGet"]["port"] == "health"
         answer = wait_for(
             f"{path} to answer 200", lambda p=path: (a := pod.probe(p))[0] == 200 and a, deadline=30
         )
         assert answer == (200, "ok\n"), answer
-    code, text = pod.probe("/metrics")
-    assert code == 200
+    assert pod.scrape("")[0] == 401
+    h.hub.create(ServiceAccount(metadata=ObjectMeta(name=SCRAPER, namespace=pod.release_namespace)))
+    code, text = pod.scrape(service_account_token(hub_env, pod.release_namespace, SCRAPER))
+    assert code == 200, text
     samples = {
         (s.name, tuple(sorted(s.labels.items()))): s.value
         for family in text_string_to_metric_families(text)

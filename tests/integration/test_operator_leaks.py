@@ -34,6 +34,7 @@ from tests.integration.hubs import (
     private_env,
     put_kubeconfig,
     put_stack,
+    scrape_metrics,
     stack_body,
     with_server,
 )
@@ -87,10 +88,10 @@ def tcp_peers(pid: int) -> list[tuple[str, int]]:
     return peers
 
 
-def tracked(metrics_port: int) -> dict[str, float]:
+def tracked(metrics_port: int, token: str) -> dict[str, float]:
     """The sizes the operator reports of what it keeps; empty while it is not serving yet."""
     try:
-        text = httpx2.get(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5).text
+        text = scrape_metrics(metrics_port, token).text
     except httpx2.TransportError:
         return {}
     out: dict[str, float] = {}
@@ -171,7 +172,9 @@ def test_two_hundred_stacks_come_and_go_and_leave_nothing_behind(
         return sum(1 for _, port in tcp_peers(proc.pid) if port == target_port)
 
     try:
-        start = wait_for("the operator's metrics", lambda: tracked(metrics_port), deadline=60)
+        start = wait_for(
+            "the operator's metrics", lambda: tracked(metrics_port, hub_env.token), deadline=60
+        )
         assert start == {"wakers": 0, "generations": 0, "targets": 0}
         assert to_target() == 0
         start_total = len(tcp_peers(proc.pid))
@@ -188,7 +191,7 @@ def test_two_hundred_stacks_come_and_go_and_leave_nothing_behind(
             # still opens and closes a connection).
             wait_for(
                 f"round {r} watching",
-                lambda: tracked(metrics_port).get("targets", 0) >= 1,
+                lambda: tracked(metrics_port, hub_env.token).get("targets", 0) >= 1,
                 deadline=60,
             )
             peak = max(peak, to_target())
@@ -205,7 +208,7 @@ def test_two_hundred_stacks_come_and_go_and_leave_nothing_behind(
         def now() -> dict[str, Any]:
             peers = tcp_peers(proc.pid)
             return {
-                **tracked(metrics_port),
+                **tracked(metrics_port, hub_env.token),
                 "target_sockets": sum(1 for _, port in peers if port == target_port),
                 "sockets": len(peers),
             }

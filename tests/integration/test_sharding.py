@@ -28,10 +28,8 @@ OTHER = "shard-y"
 
 def _tracked(h: Harness) -> int | None:
     """How many stacks the operator has seen on its watch (None: not serving metrics yet)."""
-    assert h.metrics_port is not None
     try:
-        with httpx2.Client(trust_env=False) as http:
-            text = http.get(f"http://127.0.0.1:{h.metrics_port}/metrics").text
+        text = h.scrape().text
     except httpx2.HTTPError:
         return None
     for family in text_string_to_metric_families(text):

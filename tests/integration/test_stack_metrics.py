@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import httpx2
 from lightkube.types import PatchType
 from prometheus_client.parser import text_string_to_metric_families
 from tests.integration.hubs import SS, Harness
@@ -22,9 +21,7 @@ Sample = tuple[str, dict[str, str], float]
 
 
 def scrape(harness: Harness) -> list[Sample]:
-    assert harness.metrics_port is not None, "the operator is not running"
-    with httpx2.Client(trust_env=False) as http:
-        response = http.get(f"http://127.0.0.1:{harness.metrics_port}/metrics", timeout=5)
+    response = harness.scrape()
     response.raise_for_status()
     return [
         (s.name, dict(s.labels), s.value)

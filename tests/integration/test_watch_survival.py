@@ -14,7 +14,6 @@ from __future__ import annotations
 import random
 from typing import Any
 
-import httpx2
 from lightkube.generic_resource import create_namespaced_resource
 from lightkube.types import PatchType
 from prometheus_client.parser import text_string_to_metric_families
@@ -94,9 +93,7 @@ def _gateway_watches_ended(env: TestEnv) -> float:
 
 def _failed_tries(h: Harness, reason: str) -> float:
     """Reconciles the operator ended with ``reason``, from its own metrics."""
-    assert h.metrics_port is not None
-    with httpx2.Client(trust_env=False) as http:
-        text = http.get(f"http://127.0.0.1:{h.metrics_port}/metrics").text
+    text = h.scrape().text
     return sum(
         sample.value
         for family in text_string_to_metric_families(text)

@@ -68,8 +68,8 @@ def render(helm: tuple[Path, dict[str, str]], *sets: str) -> list[dict[str, Any]
 def rules(doc: dict[str, Any]) -> set[tuple[tuple[str, ...], ...]]:
     return {
         (
-            tuple(r["apiGroups"]),
-            tuple(r["resources"]),
+            tuple(r.get("apiGroups", ())),
+            tuple(r.get("resources", r.get("nonResourceURLs", ()))),
             tuple(r.get("resourceNames", ())),
             tuple(r["verbs"]),
         )
@@ -131,11 +131,14 @@ def crd_grant(docs: list[dict[str, Any]]) -> list[Any]:
     return [rules(r) for r in roles] + [b["roleRef"]["name"] for b in bindings]
 
 
-def test_named_namespaces_get_a_role_each_and_nothing_cluster_wide_but_the_crd(
+def test_named_namespaces_get_a_role_each_and_nothing_cluster_wide_but_crd_and_metrics(
     helm_binary: tuple[Path, dict[str, str]],
 ) -> None:
     docs = render(helm_binary, "watchNamespaces={platform,west}", "replicaCount=1")
-    assert [r["metadata"]["name"] for r in of_kind(docs, "ClusterRole")] == ["mp-modelplane-crd"]
+    assert [r["metadata"]["name"] for r in of_kind(docs, "ClusterRole")] == [
+        "mp-modelplane-crd",
+        *METRICS_ROLES,
+    ]
     assert crd_grant(docs) == [CRD_RULES, "mp-modelplane-crd"]
     assert "--no-manage-crd" not in container(docs)["args"]
     # Beside the leader election Role in the release namespace (below).
@@ -190,8 +193,11 @@ def test_crds_manage_off_leaves_the_crd_alone_and_grants_nothing_for_it(
     assert crd_grant(docs) == []
     assert "--no-manage-crd" in container(docs)["args"]
     if watch:
-        assert of_kind(docs, "ClusterRole") == []
-        assert of_kind(docs, "ClusterRoleBinding") == []
+        # Only the reviews of /metrics callers, which are cluster-scoped.
+        assert [r["metadata"]["name"] for r in of_kind(docs, "ClusterRole")] == METRICS_ROLES
+        assert [b["metadata"]["name"] for b in of_kind(docs, "ClusterRoleBinding")] == [
+            "mp-modelplane-metrics-auth"
+        ]
 
 
 def container(docs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -232,7 +238,7 @@ def test_leader_election_is_on_and_granted_what_leader_py_calls(
     else:
         assert rules(of_kind(docs, "ClusterRole")[0]) == STACK_RULES
     every_rule = [r for d in docs if d["kind"] in ("Role", "ClusterRole") for r in d["rules"]]
-    assert not [r for r in every_rule if "kopf.dev" in r["apiGroups"]]
+    assert not [r for r in every_rule if "kopf.dev" in r.get("apiGroups", ())]
 
 
 def test_leader_election_off_means_one_replica_recreated(
@@ -285,10 +291,15 @@ def test_deployment_is_locked_down_and_probed(helm_binary: tuple[Path, dict[str,
     assert security["allowPrivilegeEscalation"] is False
     assert security["capabilities"]["drop"] == ["ALL"]
     assert container["resources"]["requests"] and container["resources"]["limits"]
-    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
-    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
+    # The probes in plain HTTP on a port of their own; /metrics on another, over HTTPS.
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "health"}
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports == {"metrics": 8443, "health": 8081}
     args = container["args"]
-    assert "--metrics-address=0.0.0.0" in args and "--metrics-port=8080" in args
+    assert "--metrics-address=0.0.0.0" in args and "--metrics-port=8443" in args
+    assert "--health-port=8081" in args
+    assert not [a for a in args if a.startswith("--metrics-cert-dir")]
     # helm's homes live under TMPDIR (actions/helm.py): the one writable mount.
     env = {e["name"]: e.get("value") for e in container["env"]}
     assert env["TMPDIR"] == "/tmp" and env["HOME"] == "/tmp"
@@ -348,7 +359,81 @@ def test_service_monitor_only_when_asked(helm_binary: tuple[Path, dict[str, str]
     (monitor,) = of_kind(
         render(helm_binary, "metrics.serviceMonitor.enabled=true"), "ServiceMonitor"
     )
-    assert monitor["spec"]["endpoints"][0]["port"] == "metrics"
+    (endpoint,) = monitor["spec"]["endpoints"]
+    # Prometheus's own token, sent over TLS to the self-signed certificate.
+    assert endpoint == {
+        "port": "metrics",
+        "path": "/metrics",
+        "scheme": "https",
+        "interval": "30s",
+        "bearerTokenFile": "/var/run/secrets/kubernetes.io/serviceaccount/token",
+        "tlsConfig": {"insecureSkipVerify": True},
+    }
+    (monitor,) = of_kind(
+        render(
+            helm_binary,
+            "metrics.serviceMonitor.enabled=true",
+            "metrics.serviceMonitor.authorization.credentials.name=scraper",
+            "metrics.serviceMonitor.authorization.credentials.key=token",
+        ),
+        "ServiceMonitor",
+    )
+    (endpoint,) = monitor["spec"]["endpoints"]
+    assert endpoint["authorization"] == {"credentials": {"name": "scraper", "key": "token"}}
+    assert "bearerTokenFile" not in endpoint
+
+
+# The two ClusterRoles of /metrics: the operator's reviews, and the reader's get.
+METRICS_ROLES = ["mp-modelplane-metrics-auth", "mp-modelplane-metrics-reader"]
+METRICS_AUTH_RULES = {
+    (("authentication.k8s.io",), ("tokenreviews",), (), ("create",)),
+    (("authorization.k8s.io",), ("subjectaccessreviews",), (), ("create",)),
+}
+
+
+@pytest.mark.parametrize("watch", [[], ["watchNamespaces={platform}"]])
+def test_metrics_are_read_through_the_hubs_rbac(
+    helm_binary: tuple[Path, dict[str, str]], watch: list[str]
+) -> None:
+    docs = render(helm_binary, *watch)
+    roles = {r["metadata"]["name"]: r for r in of_kind(docs, "ClusterRole")}
+    assert rules(roles["mp-modelplane-metrics-auth"]) == METRICS_AUTH_RULES
+    assert roles["mp-modelplane-metrics-reader"]["rules"] == [
+        {"nonResourceURLs": ["/metrics"], "verbs": ["get"]}
+    ]
+    bindings = {b["metadata"]["name"]: b for b in of_kind(docs, "ClusterRoleBinding")}
+    assert bindings["mp-modelplane-metrics-auth"]["subjects"] == [
+        {"kind": "ServiceAccount", "name": "mp-modelplane", "namespace": "modelplane"}
+    ]
+    # Nobody reads the metrics until bound to the reader role.
+    assert "mp-modelplane-metrics-reader" not in bindings
+    prometheus = {"kind": "ServiceAccount", "name": "prometheus", "namespace": "monitoring"}
+    docs = render(
+        helm_binary,
+        *watch,
+        *(f"metrics.readers[0].{k}={v}" for k, v in prometheus.items()),
+    )
+    bindings = {b["metadata"]["name"]: b for b in of_kind(docs, "ClusterRoleBinding")}
+    assert bindings["mp-modelplane-metrics-reader"]["subjects"] == [prometheus]
+    assert bindings["mp-modelplane-metrics-reader"]["roleRef"]["name"] == (
+        "mp-modelplane-metrics-reader"
+    )
+
+
+def test_a_metrics_certificate_secret_is_mounted_and_named(
+    helm_binary: tuple[Path, dict[str, str]],
+) -> None:
+    docs = render(helm_binary, "metrics.certSecret=metrics-tls")
+    args = container(docs)["args"]
+    assert "--metrics-cert-dir=/etc/modelplane/metrics-certs" in args
+    assert {
+        "name": "metrics-certs",
+        "mountPath": "/etc/modelplane/metrics-certs",
+        "readOnly": True,
+    } in container(docs)["volumeMounts"]
+    (deployment,) = of_kind(docs, "Deployment")
+    volumes = {v["name"]: v for v in deployment["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["metrics-certs"]["secret"]["secretName"] == "metrics-tls"
 
 
 def test_the_charts_image_mirror_flags_reach_the_operators_sources(

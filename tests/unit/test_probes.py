@@ -1,4 +1,4 @@
-"""The operator's /healthz and /readyz, served beside its metrics."""
+"""The operator's /healthz and /readyz, served in plain HTTP on a port of their own."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from modelplane.operator.process import _readiness
 
 async def test_healthz_answers_while_readyz_waits() -> None:
     now = [metrics.Readiness(ready=False, detail="the operator is starting")]
-    async with TestClient(TestServer(metrics.app(lambda: now[0]))) as client:
+    async with TestClient(TestServer(metrics.probes_app(lambda: now[0]))) as client:
         assert (await client.get("/healthz")).status == 200
         not_ready = await client.get("/readyz")
         assert not_ready.status == 503
@@ -30,9 +30,8 @@ async def test_healthz_answers_while_readyz_waits() -> None:
         standby = await client.get("/readyz")
         assert standby.status == 200
         assert (await standby.text()).startswith("standby: ")
-        scraped = await client.get("/metrics")
-        assert scraped.status == 200
-        assert "modelplane_reconciles_total" in await scraped.text()
+        # /metrics is not here: it is served over HTTPS, to callers the hub allows.
+        assert (await client.get("/metrics")).status == 404
 
 
 def _served() -> Watched:
@@ -118,4 +117,11 @@ def test_metrics_address_must_be_an_ip_address() -> None:
     result = CliRunner().invoke(app, ["run", "--metrics-address", "every-interface"])
     assert result.exit_code == 2
     assert "--metrics-address" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_probes_and_metrics_need_a_port_each() -> None:
+    result = CliRunner().invoke(app, ["run", "--metrics-port", "8443", "--health-port", "8443"])
+    assert result.exit_code == 2
+    assert "--health-port" in result.output
     assert "Traceback" not in result.output

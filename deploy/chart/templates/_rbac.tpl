@@ -50,3 +50,25 @@ update are held to the one Lease and create stands alone
   resourceNames: [{{ include "modelplane.leaseName" . | quote }}]
   verbs: [get, update]
 {{- end -}}
+
+
+{{/*
+Who may read /metrics (src/modelplane/operator/metrics_auth.py): the operator
+asks the hub who a scraper's token is (a TokenReview) and whether that user
+may get /metrics (a SubjectAccessReview). Both are create-only, cluster-scoped
+reviews that read or write nothing stored.
+*/}}
+{{- define "modelplane.rules.metricsAuth" -}}
+- apiGroups: [authentication.k8s.io]
+  resources: [tokenreviews]
+  verbs: [create]
+- apiGroups: [authorization.k8s.io]
+  resources: [subjectaccessreviews]
+  verbs: [create]
+{{- end -}}
+
+{{/* What a scraper needs: get on the non-resource URL /metrics, nothing else. */}}
+{{- define "modelplane.rules.metricsReader" -}}
+- nonResourceURLs: [/metrics]
+  verbs: [get]
+{{- end -}}

@@ -188,15 +188,32 @@ def run(
     metrics_port: Annotated[
         int | None,
         typer.Option(
-            "--metrics-port", help="Serve Prometheus metrics, /healthz and /readyz on this port."
+            "--metrics-port",
+            help="Serve Prometheus metrics over HTTPS on this port, to callers whose bearer "
+            "token the hub authenticates (TokenReview) and allows to get /metrics "
+            "(SubjectAccessReview).",
+        ),
+    ] = None,
+    metrics_cert_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--metrics-cert-dir",
+            help="A directory with tls.crt and tls.key for --metrics-port (default: a "
+            "self-signed certificate made at start).",
+        ),
+    ] = None,
+    health_port: Annotated[
+        int | None,
+        typer.Option(
+            "--health-port", help="Serve /healthz and /readyz in plain HTTP on this port."
         ),
     ] = None,
     metrics_address: Annotated[
         str,
         typer.Option(
             "--metrics-address",
-            help="The address --metrics-port binds (default: every interface; 127.0.0.1 "
-            "keeps it to the host).",
+            help="The address --metrics-port and --health-port bind (default: every "
+            "interface; 127.0.0.1 keeps them to the host).",
         ),
     ] = "0.0.0.0",
     no_cross_namespace_refs: Annotated[
@@ -236,6 +253,11 @@ def run(
             f"expected an IP address to bind, got {metrics_address!r}",
             param_hint="--metrics-address",
         ) from None
+    if metrics_port is not None and metrics_port == health_port:
+        raise typer.BadParameter(
+            "the probes (HTTP) and the metrics (HTTPS) need a port each",
+            param_hint="--health-port",
+        )
     try:
         shard_selector = normalize_selector(selector) if selector is not None else None
     except ValueError as err:
@@ -274,6 +296,8 @@ def run(
         release_drift=release_drift,
         metrics_port=metrics_port,
         metrics_address=metrics_address,
+        metrics_cert_dir=metrics_cert_dir,
+        health_port=health_port,
         no_cross_namespace_refs=no_cross_namespace_refs,
         aws_sts_endpoint=aws_sts_endpoint,
         aws_region=aws_region,

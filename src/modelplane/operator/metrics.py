@@ -1,14 +1,19 @@
-"""Prometheus metrics of the operator, and its health probes on the same port.
+"""Prometheus metrics of the operator, and its health probes.
 
-``/healthz`` and ``/readyz`` are served here, beside ``/metrics``, rather than
-by kopf's liveness endpoint: kopf serves one path, answers only once startup
-is over, and cannot tell alive from ready. Both are answered from the
-operator's event loop, so a loop that is wedged fails liveness too.
+``/metrics`` is served over HTTPS to callers the hub authorizes
+(``metrics_auth``): it names every team's stacks. ``/healthz`` and
+``/readyz`` are served on a port of their own, in plain HTTP and to anyone,
+since the kubelet probes with no token and they tell nothing of any stack.
+They are served here rather than by kopf's liveness endpoint: kopf serves
+one path, answers only once startup is over, and cannot tell alive from
+ready. Both are answered from the operator's event loop, so a loop that is
+wedged fails liveness too.
 """
 
 from __future__ import annotations
 
 import logging
+import ssl
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -18,6 +23,7 @@ from prometheus_client.exposition import generate_latest
 from pydantic import BaseModel, ConfigDict
 
 from modelplane.kube import reflector
+from modelplane.operator.metrics_auth import Reviewer, verdict
 from modelplane.operator.stack_metrics import StackSeriesCollector, key_of
 from modelplane.operator.status import Outcome
 
@@ -118,13 +124,8 @@ class Readiness(BaseModel):
 READY = Readiness(ready=True, detail="ok")
 
 
-def app(ready: Callable[[], Readiness]) -> web.Application:
-    """``/metrics``, ``/healthz`` and ``/readyz``; ``ready`` is asked on every probe."""
-
-    async def metrics(_: web.Request) -> web.Response:
-        return web.Response(
-            body=generate_latest(REGISTRY), headers={"Content-Type": CONTENT_TYPE_LATEST}
-        )
+def probes_app(ready: Callable[[], Readiness]) -> web.Application:
+    """``/healthz`` and ``/readyz``; ``ready`` is asked on every probe."""
 
     async def healthz(_: web.Request) -> web.Response:
         return web.Response(text="ok\n")
@@ -136,20 +137,48 @@ def app(ready: Callable[[], Readiness]) -> web.Application:
         return web.Response(status=503, text=f"not ready: {now.detail}\n")
 
     application = web.Application()
-    application.add_routes(
-        [
-            web.get("/metrics", metrics),
-            web.get("/healthz", healthz),
-            web.get("/readyz", readyz),
-        ]
-    )
+    application.add_routes([web.get("/healthz", healthz), web.get("/readyz", readyz)])
     return application
 
 
-async def serve(address: str, port: int, ready: Callable[[], Readiness]) -> web.AppRunner:
-    """Start serving on ``address:port``; the caller cleans the runner up."""
-    runner = web.AppRunner(app(ready), handle_signals=False, access_log=None)
+def metrics_app(reviewer: Reviewer) -> web.Application:
+    """``/metrics``, for a caller whose token ``reviewer`` finds allowed to get it."""
+
+    async def metrics(request: web.Request) -> web.Response:
+        answer = await verdict(request.headers.get("Authorization"), reviewer)
+        if answer.status != 200:
+            # A refusal says why, never who the token was.
+            headers = {"WWW-Authenticate": "Bearer"} if answer.status == 401 else None
+            return web.Response(status=answer.status, text=f"{answer.reason}\n", headers=headers)
+        return web.Response(
+            body=generate_latest(REGISTRY), headers={"Content-Type": CONTENT_TYPE_LATEST}
+        )
+
+    application = web.Application()
+    application.add_routes([web.get("/metrics", metrics)])
+    return application
+
+
+async def serve_probes(address: str, port: int, ready: Callable[[], Readiness]) -> web.AppRunner:
+    """Serve the probes in plain HTTP on ``address:port``; the caller cleans the runner up."""
+    runner = await _started(probes_app(ready), address, port, None)
+    log.info("probes on http://%s:%d (/healthz, /readyz)", address, port)
+    return runner
+
+
+async def serve_metrics(
+    address: str, port: int, reviewer: Reviewer, context: ssl.SSLContext
+) -> web.AppRunner:
+    """Serve ``/metrics`` over HTTPS on ``address:port``; the caller cleans the runner up."""
+    runner = await _started(metrics_app(reviewer), address, port, context)
+    log.info("metrics on https://%s:%d/metrics, for callers the hub authorizes", address, port)
+    return runner
+
+
+async def _started(
+    application: web.Application, address: str, port: int, context: ssl.SSLContext | None
+) -> web.AppRunner:
+    runner = web.AppRunner(application, handle_signals=False, access_log=None)
     await runner.setup()
-    await web.TCPSite(runner, address, port).start()
-    log.info("metrics and probes on %s:%d (/metrics, /healthz, /readyz)", address, port)
+    await web.TCPSite(runner, address, port, ssl_context=context).start()
     return runner

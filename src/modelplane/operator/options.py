@@ -62,8 +62,13 @@ class OperatorOptions(BaseModel):
     # How long teardown waits for one wave of objects to go before it gives up
     # waiting and goes on (saying so in a condition and an event).
     teardown_wait_seconds: float = 120.0
+    # /metrics, over HTTPS, for callers the hub authorizes (metrics_auth).
     metrics_port: int | None = None
-    # Where metrics and the /healthz and /readyz probes listen.
+    # tls.crt and tls.key for the metrics port; None: a self-signed pair.
+    metrics_cert_dir: Path | None = None
+    # /healthz and /readyz, in plain HTTP.
+    health_port: int | None = None
+    # Where both ports listen.
     metrics_address: str = "0.0.0.0"
     # Refuse identity entries that name a Secret in another namespace, even
     # one whose grant annotation names the stack's namespace.

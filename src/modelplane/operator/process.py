@@ -6,11 +6,13 @@ import asyncio
 import functools
 import logging
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import httpx2
 import kopf
+from aiohttp import web
 from lightkube import AsyncClient
 from lightkube.core.exceptions import ApiError
 
@@ -28,6 +30,7 @@ from modelplane.operator.hub import (
     load_config,
 )
 from modelplane.operator.leader import LEADER, Elector, exit_now
+from modelplane.operator.metrics_auth import HubReviewer, RememberingReviewer, server_context
 from modelplane.operator.options import OperatorOptions
 from modelplane.operator.runtime import Runtime, ServingStackResource
 
@@ -96,13 +99,9 @@ async def run(options: OperatorOptions) -> None:
         if elector is None:
             # The only replica reconciles: an alert on no leader must not fire for it.
             LEADER.set(1)
-        probes = None
-        if options.metrics_port is not None:
-            probes = await metrics.serve(
-                options.metrics_address,
-                options.metrics_port,
-                functools.partial(_readiness, started, watched, elector),
-            )
+        servers = await _serve(
+            options, hub, functools.partial(_readiness, started, watched, elector)
+        )
         if elector is not None:
             # A standby starts nothing of kopf: no watch, no finalizer, no write.
             await elector.acquire()
@@ -149,10 +148,31 @@ async def run(options: OperatorOptions) -> None:
                 # us any more, so the Lease can go to a standby at once.
                 holding.cancel()
                 await elector.release()
-            if probes is not None:
-                await probes.cleanup()
+            for server in servers:
+                await server.cleanup()
             await hub.close()
             logging.getLogger("kopf.objects").removeFilter(quiet_teardown)
+
+
+async def _serve(
+    options: OperatorOptions, hub: AsyncClient, ready: Callable[[], metrics.Readiness]
+) -> list[web.AppRunner]:
+    """The probes' and the metrics' servers, each when its port is given."""
+    servers = []
+    if options.health_port is not None:
+        servers.append(
+            await metrics.serve_probes(options.metrics_address, options.health_port, ready)
+        )
+    if options.metrics_port is not None:
+        servers.append(
+            await metrics.serve_metrics(
+                options.metrics_address,
+                options.metrics_port,
+                RememberingReviewer(HubReviewer(hub)),
+                server_context(options.metrics_cert_dir),
+            )
+        )
+    return servers
 
 
 def _readiness(
