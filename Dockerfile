@@ -47,7 +47,11 @@ WORKDIR /src
 # The versions hack/constraints.txt pins, as the tests ran them, into a
 # virtualenv the final stage copies whole: pip and its build never reach the
 # image. The venv's python is the base's, at the same path in both stages.
-COPY hack/constraints.txt /tmp/constraints.txt
+# Every file pip fetches must have a hash hack/image-requirements.txt lists
+# (hack/lock-image.py writes it from constraints.txt), wheels only, so no
+# build runs with dependencies of its own; the package is then built from
+# the tree with the build backend just installed, with no index at all.
+COPY hack/image-requirements.txt /tmp/requirements.txt
 COPY pyproject.toml ./
 COPY src ./src
 # pyproject.toml names README.md as the long description, which the image
@@ -56,7 +60,10 @@ RUN : >README.md
 RUN --mount=type=secret,id=ca-bundle,target=/etc/ssl/certs/ca-certificates.crt \
     python3 -m venv /opt/modelplane \
     && /opt/modelplane/bin/pip install --no-cache-dir --disable-pip-version-check \
-        --cert /etc/ssl/certs/ca-certificates.crt --constraint /tmp/constraints.txt . \
+        --cert /etc/ssl/certs/ca-certificates.crt \
+        --require-hashes --only-binary=:all: --requirement /tmp/requirements.txt \
+    && /opt/modelplane/bin/pip install --no-cache-dir --disable-pip-version-check \
+        --no-index --no-deps --no-build-isolation . \
     && /opt/modelplane/bin/pip check \
     && /opt/modelplane/bin/pip uninstall --yes --quiet pip setuptools \
     && rm -f /opt/modelplane/bin/activate*

@@ -56,7 +56,7 @@ inputs() {
     cd "$ROOT"
     {
         printf '%s\n' "$PYTHON_IMAGE $(image_id "$PYTHON_IMAGE")" "$GO_IMAGE $(image_id "$GO_IMAGE")"
-        find Dockerfile .dockerignore pyproject.toml hack/constraints.txt hack/containers.conf \
+        find Dockerfile .dockerignore pyproject.toml hack/image-requirements.txt hack/containers.conf \
             hack/testbin/helm/go.mod hack/testbin/helm/go.sum hack/testbin/helm/main.go src \
             -type f ! -path '*/__pycache__/*' ! -name '*.pyc' ! -path '*.egg-info/*' -print0 \
             | LC_ALL=C sort -z | xargs -0 sha256sum

@@ -20,8 +20,9 @@
 #                                 so a stale venv cannot hide an undeclared dependency)
 #   bash hack/setup.sh --relock   --fresh, but install the newest versions
 #                                 pyproject.toml allows, unconstrained, and write
-#                                 them to hack/constraints.txt (then run the tests
-#                                 and commit it)
+#                                 them to hack/constraints.txt, and the image's
+#                                 hashed pins to hack/image-requirements.txt
+#                                 (then run the tests and commit both)
 #
 # PYTHON=/path/to/python3 picks the interpreter the venv is made from
 # (default: python3 on PATH; it must be >= 3.11).
@@ -87,7 +88,9 @@ if [[ $relock == 1 ]]; then
         echo "# with $("$VPY" --version) on $(uname -sm); do not edit by hand."
         pip freeze --exclude-editable
     } >"$CONSTRAINTS"
-    say "wrote $CONSTRAINTS; run the tests, then commit it"
+    # The image's pins, with the hashes of their wheels (Dockerfile).
+    "$VPY" "$ROOT/hack/lock-image.py"
+    say "wrote $CONSTRAINTS and hack/image-requirements.txt; run the tests, then commit them"
 fi
 
 [[ -f "$CONSTRAINTS" ]] || die "$CONSTRAINTS is missing; run 'bash hack/setup.sh --relock'"

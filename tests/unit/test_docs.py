@@ -59,6 +59,12 @@ FOREIGN_FLAGS = {
     "--trace",  # bench/bench_target_memory.py
     "--variant",  # mmdebstrap
     "--network",  # podman run
+    "--require-hashes",  # pip install (the Dockerfile)
+    "--only-binary",  # pip install (the Dockerfile)
+    "--no-index",  # pip install (the Dockerfile)
+    "--no-deps",  # pip install (the Dockerfile)
+    "--no-build-isolation",  # pip install (the Dockerfile)
+    "--build-arg",  # docker build
 }
 
 # A flag where it stands, not a part of a word (`mp-modelplane`) or a range.
