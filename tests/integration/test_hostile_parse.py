@@ -29,6 +29,7 @@ from tests.integration.substrate import provide_substrate
 from tests.waiting import wait_for
 
 from modelplane.catalog import components as catalog
+from modelplane.plan.manifest import MANIFEST_LIMITS
 
 HARNESS = HarnessOptions(prefix="hp", kubeconfig_secret=True)
 TENANT = catalog.BY_NAME["envoy-gateway"].namespace
@@ -113,7 +114,8 @@ def _component(h: Harness, name: str) -> dict[str, Any]:
 
 
 def _inflate_stored_manifest(h: Harness, namespace: str, release: str) -> str:
-    """Pad the deployed revision's stored manifest past 1 MiB (gzip keeps the Secret small)."""
+    """Pad the deployed revision's stored manifest past the bound a stored manifest is read
+    under (gzip keeps the Secret small)."""
     (secret,) = [
         s
         for s in h.target.list(
@@ -124,7 +126,7 @@ def _inflate_stored_manifest(h: Harness, namespace: str, release: str) -> str:
     assert secret.metadata is not None and secret.data is not None
     stored = base64.b64decode(base64.b64decode(secret.data["release"]))
     doc = json.loads(gzip.decompress(stored))
-    doc["manifest"] += "# " + "x" * (1100 * 1024) + "\n"
+    doc["manifest"] += "# " + "x" * (MANIFEST_LIMITS.max_bytes + 1024) + "\n"
     packed = base64.b64encode(gzip.compress(json.dumps(doc).encode()))
     h.target.patch(
         Secret,
@@ -154,7 +156,7 @@ def test_a_stored_manifest_over_the_bound_is_said_in_the_components_status(
         deadline=60,
     )
     shown = _component(harness, component.name)
-    assert "over the limit of 1048576" in shown["message"], shown
+    assert f"over the limit of {MANIFEST_LIMITS.max_bytes}" in shown["message"], shown
     assert "xxxx" not in shown["message"]
     # Nothing installed is lost: the release is not upgraded or reinstalled.
     assert str(harness.helm_releases()[component.release_name]["revision"]) == revision
