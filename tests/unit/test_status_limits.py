@@ -300,3 +300,10 @@ def test_a_refusal_names_the_fields_never_the_value() -> None:
 
 def test_a_refusal_without_causes_names_its_reason() -> None:
     assert hub_writes.refused_fields(_refusal(None)) == ["422 Invalid"]
+
+
+def test_the_catalog_fits_the_releases_list() -> None:
+    releases = [c for c in COMPONENTS if c.chart is not None]
+    assert len(releases) <= status_limits.LISTS["releases"]
+    # Helm refuses a release name over 53 characters, and so does the status.
+    assert all(len(c.release_name) <= status_limits.STRINGS["releases[].name"] for c in releases)

@@ -79,6 +79,22 @@ class TargetStatus(ApiModel):
     )
 
 
+class ReleaseRecord(ApiModel):
+    """One Helm release as the operator last wrote it: what its target storage must hold.
+
+    Helm keeps a release in Secrets of the release's namespace on the target,
+    where a tenant may write; this record is kept on the hub, where only the
+    operator writes a stack's status (plan.release_trust).
+    """
+
+    name: str = Field(description="The Helm release.")
+    namespace: str = Field(description="The release's namespace on the target.")
+    revision: int = Field(ge=1, description="The revision the operator's helm run wrote.")
+    manifest_digest: str = Field(
+        description="sha256 of the revision's manifest and hooks, as helm wrote them."
+    )
+
+
 class ServingStackStatus(ApiModel):
     observed_generation: int | None = None
     conditions: list[Condition] = Field(default_factory=list)
@@ -90,3 +106,8 @@ class ServingStackStatus(ApiModel):
     )
     target: TargetStatus | None = None
     rollout: RolloutStatus | None = None
+    releases: list[ReleaseRecord] = Field(
+        default_factory=list,
+        description="Managed mode: the revision of each release the operator last wrote, and "
+        "its manifest's digest; a revision on the target that differs is not trusted.",
+    )

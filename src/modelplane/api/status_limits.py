@@ -55,6 +55,11 @@ STRINGS: MappingProxyType[str, int] = MappingProxyType(
         "rollout.phase": 16,
         "rollout.startedAt": 64,
         "rollout.pausedBy": 317,
+        # A Helm release name (53 at most, Helm's own limit) and a namespace.
+        "releases[].name": 53,
+        "releases[].namespace": 63,
+        # "sha256:" and 64 hex digits.
+        "releases[].manifestDigest": 71,
     }
 )
 
@@ -70,6 +75,8 @@ LISTS: MappingProxyType[str, int] = MappingProxyType(
         "imageMirrors": 32,
         # Product groups shown; the GPUs of the rest are counted in otherDevices.
         "target.devices": 16,
+        # One per catalog release (test_status_limits checks the catalog fits).
+        "releases": 64,
     }
 )
 

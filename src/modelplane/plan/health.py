@@ -102,6 +102,10 @@ class Reason(StrEnum):
     # The release's stored revision installs a workload outside the release's
     # namespace: refused, none of its workloads judged or restored.
     RELEASE_OUTSIDE_NAMESPACE = "ReleaseOutsideNamespace"
+    # The release's storage on the target is not what the operator wrote, and
+    # cannot be made so: nothing of it is judged, restored, upgraded or
+    # uninstalled (plan.release_trust). Also the event that names the Secret.
+    RELEASE_STORAGE_TAMPERED = "ReleaseStorageTampered"
 
 
 # Worst first: the reason a component gives when its workloads give several.
@@ -109,6 +113,7 @@ class Reason(StrEnum):
 # pod says, most specific first, then the counts alone. Every Reason has a
 # place: a test checks it, as ``RANK.index`` raises for one left out.
 RANK: tuple[Reason, ...] = (
+    Reason.RELEASE_STORAGE_TAMPERED,
     Reason.RELEASE_OUTSIDE_NAMESPACE,
     Reason.WORKLOAD_MISSING,
     Reason.POD_CRASH_LOOPING,

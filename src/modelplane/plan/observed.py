@@ -28,6 +28,7 @@ from modelplane.plan.release_health import (
     ReleaseWorkload,
     UnjudgedRelease,
 )
+from modelplane.plan.release_trust import TamperedRelease
 from modelplane.wire import ApiRef
 
 
@@ -104,6 +105,9 @@ class Observed(BaseModel):
     unjudged_releases: list[UnjudgedRelease] = Field(default_factory=list)
     # The revisions whose workloads reach outside their release's namespace.
     refused_revisions: list[RefusedRevision] = Field(default_factory=list)
+    # The releases whose storage on the target is not what the operator wrote
+    # and cannot be repaired (plan.release_trust): not judged, not acted on.
+    tampered_releases: list[TamperedRelease] = Field(default_factory=list)
     nodes: list[NodeFacts] | None = None
     observed_at: datetime | None = None
     # Facts for the advisory checks; None when they were not gathered (the

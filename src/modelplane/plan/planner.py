@@ -209,14 +209,19 @@ def plan(
 def _release_report(
     releases: list[PlannedRelease], observed: Observed, sources: Sources
 ) -> ReleaseReport:
-    """Health and drift of the releases that are in sync; one being installed is not judged."""
+    """Health and drift of the releases that are in sync; one being installed is not judged.
+
+    A release whose storage is not the operator's is Degraded by that alone,
+    whatever its state: nothing of it was read (plan.release_trust).
+    """
+    tampered = [t.health() for t in observed.tampered_releases]
     if observed.observed_at is None:
-        return ReleaseReport()
+        return ReleaseReport(health=tampered)
     in_sync = {r.name for r in releases if r.state is ReleaseState.IN_SYNC}
     workloads = [w for w in observed.release_workloads if w.release in in_sync]
     unjudged = [u for u in observed.unjudged_releases if u.release in in_sync]
     refused = [r for r in observed.refused_revisions if r.release in in_sync]
-    return release_report(
+    report = release_report(
         workloads,
         observed.nodes,
         observed.observed_at,
@@ -225,6 +230,7 @@ def _release_report(
         refused=refused,
         objects=[o for o in observed.release_objects if o.release in in_sync],
     )
+    return report.model_copy(update={"health": [*report.health, *tampered]})
 
 
 def with_health(c: ComponentPlan, report: ReleaseReport) -> ComponentPlan:

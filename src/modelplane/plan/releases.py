@@ -85,6 +85,10 @@ def planned_release(
     # dependencies do.
     if waiting and state in (ReleaseState.ABSENT, ReleaseState.OUT_OF_SYNC):
         action = ReleaseAction.WAIT
+    # Storage the operator did not write is no base for helm: an upgrade
+    # would delete what it lists, an install would fail on it (release_trust).
+    if any(t.release == component.release_name for t in observed.tampered_releases):
+        action = ReleaseAction.NONE
     return PlannedRelease(
         component=component.name,
         name=component.release_name,
