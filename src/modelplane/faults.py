@@ -38,6 +38,9 @@ class ErrorKind(StrEnum):
     IDENTITY = "identity"
     CREDENTIALS = "credentials"
     INVALID = "invalid"  # input that will not get better by itself
+    # A release's Helm storage on the target is not what the operator wrote,
+    # and helm is not run on it until a person removes it (plan.release_trust).
+    STORAGE_TAMPERED = "storage-tampered"
     UNEXPECTED = "unexpected"  # a bug, or a case no one has named yet
 
 

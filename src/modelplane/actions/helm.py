@@ -223,8 +223,13 @@ class Helm:
             raise HelmError(said or f"helm {args[0]} failed")
         return out.decode()
 
-    async def apply(self, release: PlannedRelease, kubeconfig: str) -> None:
-        """Carry out the release's planned action."""
+    async def apply(self, release: PlannedRelease, kubeconfig: str) -> str | None:
+        """Carry out the planned action; for an install or upgrade, helm's release as JSON.
+
+        The JSON is what helm stored, as helm itself printed it (``-o json``):
+        the revision and manifest the operator records on the hub, read from
+        no Secret a tenant could have written meanwhile (plan.release_trust).
+        """
         action = release.action
         if action is ReleaseAction.REINSTALL:
             await self.uninstall(release.name, release.namespace, kubeconfig)
@@ -239,26 +244,26 @@ class Helm:
                 f"{self.timeout_seconds}s",
                 kubeconfig=kubeconfig,
             )
-            return
+            return None
         if action not in (ReleaseAction.INSTALL, ReleaseAction.UPGRADE):
-            return
-        await self._install_or_upgrade(release, str(action), kubeconfig)
+            return None
+        return await self._install_or_upgrade(release, str(action), kubeconfig)
 
-    async def _install_or_upgrade(
-        self, release: PlannedRelease, verb: str, kubeconfig: str
-    ) -> None:
+    async def _install_or_upgrade(self, release: PlannedRelease, verb: str, kubeconfig: str) -> str:
         async with self._chart(release, kubeconfig) as chart:
-            await self._install_or_upgrade_chart(release, verb, chart, kubeconfig)
+            return await self._install_or_upgrade_chart(release, verb, chart, kubeconfig)
 
     async def _install_or_upgrade_chart(
         self, release: PlannedRelease, verb: str, chart: list[str], kubeconfig: str
-    ) -> None:
+    ) -> str:
         args = [verb, *chart]
         args += [
             "--labels",
             f"{RELEASE_DIGEST_LABEL}={release.digest}",
             "--timeout",
             f"{self.timeout_seconds}s",
+            "--output",
+            "json",
         ]
         if verb == "install":
             args.append("--create-namespace")
@@ -268,7 +273,7 @@ class Helm:
         if release.wait:
             args.append("--wait")
         values = for_go(release.values).encode()
-        await self.run(
+        return await self.run(
             *args, kubeconfig=kubeconfig, stdin=values, secrets=url_secrets(release.repository)
         )
 

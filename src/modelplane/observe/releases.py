@@ -65,9 +65,8 @@ def release_secret(listed: Listed, release: ObservedRelease) -> dict[str, Any] |
     return None
 
 
-def deployed_release(secret: dict[str, Any], release: ObservedRelease) -> DeployedRelease:
-    """The values, manifest and chart version of the revision stored in ``secret``."""
-    where = f"Secret {release.namespace}/{storage_name(release.name, release.revision)}"
+def stored_release(secret: dict[str, Any], where: str) -> dict[str, Any]:
+    """Helm's release as JSON, from its storage Secret; ``where`` names the Secret in errors."""
     text = (secret.get("data") or {}).get("release")
     if not isinstance(text, str):
         raise ReleaseReadError(f"{where} holds no release")
@@ -81,6 +80,24 @@ def deployed_release(secret: dict[str, Any], release: ObservedRelease) -> Deploy
         raise ReleaseReadError(f"{where}: the stored release is unreadable: {err}") from None
     if not isinstance(doc, dict):
         raise ReleaseReadError(f"{where}: the stored release is not a JSON object")
+    return doc
+
+
+def helm_output_release(text: str) -> dict[str, Any]:
+    """Helm's release as ``helm install/upgrade -o json`` prints it (the JSON it stores)."""
+    try:
+        doc = load_json(text, _RELEASE_LIMITS)
+    except UntrustedInputError as err:
+        raise ReleaseReadError(f"helm's output is not a release: {err}") from None
+    if not isinstance(doc, dict):
+        raise ReleaseReadError("helm's output is not a JSON object")
+    return doc
+
+
+def deployed_release(secret: dict[str, Any], release: ObservedRelease) -> DeployedRelease:
+    """The values, manifest and chart version of the revision stored in ``secret``."""
+    where = f"Secret {release.namespace}/{storage_name(release.name, release.revision)}"
+    doc = stored_release(secret, where)
     config = doc.get("config")
     manifest = doc.get("manifest")
     chart = doc.get("chart")

@@ -74,10 +74,15 @@ RELEASE_NAMESPACES = {c.release_name: c.namespace for c in COMPONENTS if c.chart
 
 
 def release_secret_selector(namespace: str) -> str:
-    """The label selector of Helm's Secrets, carrying the product's digest, of the
-    catalog's releases in ``namespace``."""
+    """The label selector of Helm's Secrets of the catalog's releases in ``namespace``.
+
+    Helm's own (``owner=helm,name=<release>``, pkg/storage/driver/secrets.go):
+    every Secret Helm would read as a revision of one of them, the product's
+    digest label or not, so that none the operator did not write goes unseen
+    (plan.release_trust).
+    """
     names = sorted(r for r, ns in RELEASE_NAMESPACES.items() if ns == namespace)
-    return f"owner=helm,name in ({','.join(names)}),{RELEASE_DIGEST_LABEL}"
+    return f"owner=helm,name in ({','.join(names)})"
 
 
 # The Gateway API caps status.addresses at 16 items.
@@ -233,7 +238,7 @@ class Listed:
     items: dict[tuple[str, str], list[dict[str, Any]]] = field(default_factory=dict)
     # ApiRef.key -> every object of a kind a requirement names.
     objects: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
-    # Helm's release storage Secrets that carry the product's digest label.
+    # Helm's release storage Secrets of the catalog's releases, in their namespaces.
     release_secrets: list[dict[str, Any]] = field(default_factory=list)
     ca_configmap: dict[str, Any] | None = None
     # Pull Secret name -> the Secrets of that name, metadata only.

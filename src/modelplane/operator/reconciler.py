@@ -34,6 +34,7 @@ from modelplane.actions.claim import Emit
 from modelplane.actions.dry_runs import DryRuns
 from modelplane.actions.helm import Helm
 from modelplane.api.models import ServingStack
+from modelplane.api.status import ReleaseRecord
 from modelplane.api.status_limits import LOG_MESSAGE
 from modelplane.catalog.components import components_for
 from modelplane.catalog.facts import ClusterFacts
@@ -54,6 +55,7 @@ from modelplane.observe.release_objects import (
     watches_for,
 )
 from modelplane.observe.release_others import collections_for, release_others
+from modelplane.observe.release_storage import StoredDigests
 from modelplane.observe.state import (
     Listed,
     ReleaseCollection,
@@ -80,6 +82,7 @@ from modelplane.plan.decisions import BlockedReason
 from modelplane.plan.health import Reason
 from modelplane.plan.observed import Observed
 from modelplane.plan.release_health import DriftMode
+from modelplane.plan.release_trust import TamperedRelease
 from modelplane.untrusted import printable
 
 log = logging.getLogger("modelplane.operator")
@@ -167,6 +170,13 @@ class StackReconciler(StackActions, StackTeardown):
     release_drift_reported: frozenset[str] = frozenset()
     # The refused release revisions last reported by event.
     refused_reported: frozenset[str] = frozenset()
+    # Per release: what the operator's helm last wrote (operator.release_records),
+    # kept on the hub in status.releases; a CLI run keeps it for the run only.
+    records: dict[str, ReleaseRecord] = field(default_factory=dict)
+    stored_digests: StoredDigests = field(default_factory=StoredDigests)
+    release_bases: dict[str, int] = field(default_factory=dict)
+    # The release storage found not the operator's, last reported by event.
+    tampered_reported: frozenset[str] = frozenset()
     # Without a hub: where the target's credentials come from, and who
     # claims it (``claim.LocalRun``); None for the stack's own Secrets and
     # the stack itself.
@@ -199,6 +209,7 @@ class StackReconciler(StackActions, StackTeardown):
         """
         copy_trusted = self.acted_on_nothing or self.writes_seen
         self.acted_on_nothing = self.writes_seen = False
+        self.seed_records(body.get("status"))
         try:
             stack = ServingStack.model_validate(without_status(body))
         except ValidationError as err:
@@ -214,6 +225,7 @@ class StackReconciler(StackActions, StackTeardown):
         self.round_connection_warnings = None
         outcome = await self._reconcile(stack, body, copy_trusted, held or {})
         outcome.connection_warnings = self.round_connection_warnings
+        outcome.releases = self.status_records()
         self.went_wrong = outcome.blocked_reason is not None or bool(outcome.failures)
         if outcome.blocked_reason is None:
             self.refused_collection = None
@@ -303,8 +315,16 @@ class StackReconciler(StackActions, StackTeardown):
                 if direct:
                     self.last_direct = self.clock()
                 fresh = False
+                tampered: list[TamperedRelease] = []
+                if stack.spec.components is ComponentsMode.MANAGED:
+                    # Before anything of a release is read or acted on: only
+                    # the storage the operator wrote is (operator.release_records).
+                    listed, tampered = await self.trust_storage(
+                        target, listed, want.release_namespaces
+                    )
                 observed = to_observed(listed)
                 if stack.spec.components is ComponentsMode.MANAGED:
+                    observed = observed.model_copy(update={"tampered_releases": tampered})
                     observed, want = await self._release_workloads(target, listed, observed, want)
                 # The silent failures the spec cannot check, in both modes:
                 # a provided substrate is only reported, a managed one's
@@ -389,8 +409,11 @@ class StackReconciler(StackActions, StackTeardown):
         first reconcile, an upgrade) has them read now, and followed from
         this reconcile's end (``session.watch``).
         """
+        # Nothing of a release whose storage is not the operator's is read.
+        untrusted = {t.release for t in observed.tampered_releases}
+        releases = {n: r for n, r in observed.releases.items() if n not in untrusted}
         # Stored manifests are up to 1 MiB of YAML each: parsed off the loop.
-        manifests = await asyncio.to_thread(self.release_manifests.read, listed, observed.releases)
+        manifests = await asyncio.to_thread(self.release_manifests.read, listed, releases)
         watches = watches_for(manifests)
         others = other_objects(manifests)
         collections = collections_for(others)

@@ -9,6 +9,7 @@ the reconcile can tell when the watch copy shows it (``observe.writes``).
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from typing import Any
 
@@ -23,6 +24,7 @@ from modelplane.observe.writes import Writes
 from modelplane.operator import metrics
 from modelplane.operator.component_failures import ComponentFailures
 from modelplane.operator.options import OperatorOptions
+from modelplane.operator.release_records import ReleaseRecords
 from modelplane.plan import Plan
 from modelplane.plan.model import ObjectAction, PlannedManifests, PlannedRelease, ReleaseAction
 from modelplane.wire import stamp
@@ -32,8 +34,10 @@ DRIFT_CORRECTED = "DriftCorrected"
 # A release's object deleted or changed by hand (restored, or only reported).
 RELEASE_DRIFT = "ReleaseDrift"
 
+log = logging.getLogger("modelplane.operator")
 
-class StackActions(ComponentFailures):
+
+class StackActions(ComponentFailures, ReleaseRecords):
     """The plan's actions, for ``StackReconciler``, whose fields these are."""
 
     helm: Helm
@@ -122,7 +126,20 @@ class StackActions(ComponentFailures):
                 await create_namespace(target.client, release.namespace)
             if release.action is not ReleaseAction.ROLLBACK:
                 await self._chart_crds(release, target, kubeconfig)
-            await self.helm.apply(release, kubeconfig)
+            await self.verify_base(release, target)
+            self.forget_base(release)
+            try:
+                output = await self.helm.apply(release, kubeconfig)
+            except Exception:
+                # A failed run may have written a revision (failed, or
+                # pending): the operator's, recorded so it is not taken for
+                # a forgery. Helm's error is what the status says.
+                try:
+                    await self.record_release(release, target, None)
+                except Exception as err:
+                    log.warning("release %s: not recorded: %s", release.name, err)
+                raise
+            await self.record_release(release, target, output)
 
         started = time.monotonic()
         ok = await self._guard(

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from pydantic import ValidationError
@@ -22,11 +22,13 @@ from modelplane.api.models import ServingStack
 from modelplane.kube.client import Target
 from modelplane.kube.errors import ErrorKind, KnownError
 from modelplane.observe.hooks import find_hooks
-from modelplane.observe.state import observe
+from modelplane.observe.state import read_listed, to_observed, wanted
 from modelplane.operator.options import OperatorOptions
+from modelplane.operator.release_records import ReleaseRecords, StorageTamperedError
 from modelplane.operator.session import TargetSession
 from modelplane.operator.stack_text import first_error, without_status
 from modelplane.plan import Plan, plan
+from modelplane.plan.release_trust import TamperedRelease
 from modelplane.plan.teardown import (
     DeleteHookObjects,
     DeleteObjects,
@@ -45,7 +47,7 @@ class InvalidSpecError(KnownError):
     kind = ErrorKind.INVALID
 
 
-class StackTeardown:
+class StackTeardown(ReleaseRecords):
     """Teardown, for ``StackReconciler``: the fields it reads are the reconciler's."""
 
     helm: Helm
@@ -61,19 +63,26 @@ class StackTeardown:
             stack = ServingStack.model_validate(without_status(body))
         except ValidationError as err:
             raise InvalidSpecError(first_error(err)) from err
+        self.seed_records(body.get("status"))
         target = await self.session.open(await self.session.read(stack))
         try:
             if not await claim.before_teardown(target.client, stack, self.emit, self.claimant):
                 return None  # another stack's target: this one installed nothing there
 
-            observed = await observe(target.client, stack.spec)
+            want = wanted(stack.spec)
+            # helm uninstall deletes all that the newest revision lists: only
+            # one the operator wrote (operator.release_records).
+            listed, tampered = await self.trust_storage(
+                target, await read_listed(target.client, want), want.release_namespaces
+            )
+            observed = to_observed(listed).model_copy(update={"tampered_releases": tampered})
             current = await asyncio.to_thread(plan, stack, observed, self.options.sources())
             if self.on_plan is not None:
                 self.on_plan(current)
             found = await find_hooks(target.client, hooks_to_find(current, observed))
             steps = teardown_steps(current, observed, found)
             give_up = waited_seconds > self.options.teardown_wait_seconds
-            waiting = await self._carry_out(steps, target, give_up)
+            waiting = await self._carry_out(steps, target, give_up, tampered)
             if waiting is None:
                 await claim.after_teardown(target.client, stack, self.emit, self.claimant)
         finally:
@@ -81,12 +90,16 @@ class StackTeardown:
         return waiting
 
     async def _carry_out(
-        self, steps: list[TeardownStep], target: Target, give_up: bool
+        self,
+        steps: list[TeardownStep],
+        target: Target,
+        give_up: bool,
+        tampered: Sequence[TamperedRelease] = (),
     ) -> str | None:
         """Do the steps in order, up to the first whose objects are still there."""
         for step in steps:
             if isinstance(step, UninstallRelease):
-                await self._uninstall(step, target)
+                await self._uninstall(step, target, tampered)
                 continue
             if isinstance(step, DeleteHookObjects):
                 await self._delete_hooks(step, target)
@@ -124,7 +137,17 @@ class StackTeardown:
             + ", ".join(str(ref) for ref in step.objects),
         )
 
-    async def _uninstall(self, step: UninstallRelease, target: Target) -> None:
+    async def _uninstall(
+        self, step: UninstallRelease, target: Target, tampered: Sequence[TamperedRelease]
+    ) -> None:
+        found = next((t for t in tampered if t.release == step.release), None)
+        if found is not None:
+            # What the revision lists is not what the operator installed:
+            # uninstalled, it would be deleted with the operator's credentials.
+            raise StorageTamperedError(
+                f"release {step.release} is not uninstalled: {found.message}; or annotate "
+                "the ServingStack to delete it without touching the target"
+            )
         kubeconfig = await target.helm_kubeconfig()
         try:
             await self.helm.uninstall(step.release, step.namespace, kubeconfig)

@@ -55,6 +55,9 @@ class Outcome:
     # What is unsafe about this round's connection to the target (an
     # insecure-skip-tls-verify kubeconfig); None when it did not connect.
     connection_warnings: tuple[str, ...] | None = None
+    # status.releases: what the operator's helm wrote of each release
+    # (operator.release_records); None leaves the hub's as it is.
+    releases: list[dict[str, Any]] | None = None
 
 
 def condition(
@@ -102,6 +105,8 @@ def desired_status(outcome: Outcome, generation: int | None) -> dict[str, Any]:
     if outcome.connection_warnings is not None:
         conditions.append(verified_condition(outcome.connection_warnings, generation))
     status: dict[str, Any] = {"observedGeneration": generation}
+    if outcome.releases is not None:
+        status["releases"] = outcome.releases
     if plan is not None:
         unmet = plan.unmet
         if unmet:

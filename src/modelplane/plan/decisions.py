@@ -36,6 +36,8 @@ class BlockedReason(StrEnum):
     HELM_FAILED = "HelmFailed"
     RECONCILE_ERROR = "ReconcileError"
     TEARDOWN_ERROR = "TeardownError"
+    # A release's storage on the target is not the operator's: not uninstalled.
+    RELEASE_STORAGE_TAMPERED = "ReleaseStorageTampered"
     # The credentials' own reasons (modelplane.credentials.connect).
     SECRET_NOT_FOUND = "SecretNotFound"
     SECRET_KEY_MISSING = "SecretKeyMissing"
@@ -65,6 +67,7 @@ _BY_KIND = {
     ErrorKind.HELM_FAILED: BlockedReason.HELM_FAILED,
     ErrorKind.CLAIM_CONTENDED: BlockedReason.CLAIM_CONTENDED,
     ErrorKind.INVALID: BlockedReason.INVALID_SPEC,
+    ErrorKind.STORAGE_TAMPERED: BlockedReason.RELEASE_STORAGE_TAMPERED,
 }
 
 
