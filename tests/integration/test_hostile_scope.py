@@ -14,12 +14,14 @@ import gzip
 import json
 from typing import Any
 
+import httpx2
 import yaml
 from lightkube.core.exceptions import ApiError
 from lightkube.resources.apps_v1 import DaemonSet
 from lightkube.resources.core_v1 import Namespace, Secret
+from lightkube.types import PatchType
 from prometheus_client.parser import text_string_to_metric_families
-from tests.integration.hubs import Harness, HarnessOptions
+from tests.integration.hubs import SS, Harness, HarnessOptions
 from tests.waiting import wait_for
 
 from modelplane.catalog import components as catalog
@@ -207,11 +209,33 @@ def _events(h: Harness, reason: str) -> list[str]:
 
 
 def test_a_revision_reaching_outside_its_namespace_is_refused(harness: Harness) -> None:
+    """Refused even where the hub holds no record to tell it from the operator's.
+
+    A forged revision newer than the hub's record is removed before anything
+    of it is read (tests/integration/test_release_records.py); without a
+    record (a stack managed before the record was kept), the newest is taken
+    as found, and this is the line that holds.
+    """
     harness.create({})
     # --release-drift=correct is the default: a release's deleted workload is put back.
     harness.start("--resync", "2")
     harness.wait_condition("Ready", "True", deadline=180)
+    harness.stop()
+    harness.hub.patch(
+        SS.Status,
+        "stack",
+        {"status": {"releases": None}},
+        namespace=harness.ns,
+        patch_type=PatchType.MERGE,
+    )
     _forge_newer_revision(harness)
+    harness.start("--resync", "2")
+    wait_for(
+        "the operator's first reconcile",
+        lambda: harness.reconciles() >= 1,
+        deadline=60,
+        not_yet=(httpx2.TransportError,),
+    )
     _resyncs(harness, 5)
     # Nothing was created outside the release's namespace ...
     assert not _escaped(harness)
