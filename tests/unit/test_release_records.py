@@ -8,10 +8,13 @@ import gzip
 import json
 from typing import Any
 
+import pytest
+
 from modelplane.api.status import ReleaseRecord
 from modelplane.observe.release_storage import StoredDigests
 from modelplane.observe.state import Listed
-from modelplane.operator.release_records import ReleaseRecords, records_of
+from modelplane.operator import release_records
+from modelplane.operator.release_records import ReleaseRecords, StorageTamperedError, records_of
 from modelplane.plan.release_trust import StorageState, manifest_digest
 
 NAME, NS = "mp-kube-prometheus-stack", "monitoring"
@@ -142,3 +145,23 @@ def test_an_older_revision_that_says_it_is_newer_is_removed() -> None:
     listed, tampered = asyncio.run(records.trust_storage(target, _listed(renumbered, ours), [NS]))
     assert target.client.deleted == [(NS, f"sh.helm.release.v1.{NAME}.v1")]
     assert (listed.release_secrets, tampered) == ([ours], [])
+
+
+def test_helm_is_not_run_on_a_revision_written_since_the_read(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    ours = _secret(OURS, 1)
+    stored = [ours]
+
+    async def listed(*_: Any, **__: Any) -> list[dict[str, Any]]:
+        return list(stored)
+
+    monkeypatch.setattr(release_records, "list_objects", listed)
+    records = _Records(_status(1, manifest_digest(OURS)))
+    target = _Target()
+    asyncio.run(records.verify_storage(NAME, NS, target))
+    stored.append(_secret(FORGED, 2))
+    with pytest.raises(StorageTamperedError, match="helm is not run on release"):
+        asyncio.run(records.verify_storage(NAME, NS, target))
+    # Checked only, never repaired here: the next reconcile does that, and says so.
+    assert target.client.deleted == []

@@ -167,26 +167,26 @@ class ReleaseRecords:
         one written since the reconcile read the storage is refused here
         (the next reconcile removes it), not built on.
         """
-        if release.action not in _BUILDS_ON_STORAGE:
-            return
+        if release.action in _BUILDS_ON_STORAGE:
+            await self.verify_storage(release.name, release.namespace, target)
+
+    async def verify_storage(self, release: str, namespace: str, target: Target) -> None:
+        """``StorageTamperedError`` unless Helm would build on the recorded revision, or on none."""
         secrets = await list_objects(
-            target.client,
-            SECRETS,
-            namespace=release.namespace,
-            labels=f"owner=helm,name={release.name}",
+            target.client, SECRETS, namespace=namespace, labels=f"owner=helm,name={release}"
         )
         facts = await asyncio.to_thread(
             storage_facts,
             secrets,
-            release.name,
-            release.namespace,
-            self.records.get(release.name),
+            release,
+            namespace,
+            self.records.get(release),
             self.stored_digests,
         )
         verdict = storage_state(facts)
-        if verdict.state not in (StorageState.VERIFIED, StorageState.UNRECORDED):
+        if verdict.remove or not verdict.trusted:
             raise StorageTamperedError(
-                f"helm is not run on release {release.name}: its storage changed since it was "
+                f"helm is not run on release {release}: its storage changed since it was "
                 f"read: {verdict.message}"
             )
 

@@ -148,6 +148,7 @@ class StackTeardown(ReleaseRecords):
                 f"release {step.release} is not uninstalled: {found.message}; or annotate "
                 "the ServingStack to delete it without touching the target"
             )
+        await self.verify_storage(step.release, step.namespace, target)
         kubeconfig = await target.helm_kubeconfig()
         try:
             await self.helm.uninstall(step.release, step.namespace, kubeconfig)
