@@ -28,6 +28,7 @@ from lightkube import Client, KubeConfig
 from lightkube.generic_resource import create_namespaced_resource
 from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
 from lightkube.resources.core_v1 import ConfigMap, Namespace, Secret
+from lightkube.types import PatchType
 from prometheus_client.parser import text_string_to_metric_families
 from tests.integration.substrate import Substrate, run_operator
 from tests.testenv import TestEnv, find_binaries, helm_environ
@@ -248,6 +249,21 @@ def stack_body(
             **(spec or {}),
         },
     }
+
+
+def forget_release_records(h: Harness) -> None:
+    """Clear the stack's ``status.releases``, as for a stack an older operator managed.
+
+    Without the hub's record a target's newest revision is taken as found:
+    the tests of the bounds that hold then start here, the operator stopped.
+    """
+    h.hub.patch(
+        SS.Status,
+        "stack",
+        {"status": {"releases": None}},
+        namespace=h.ns,
+        patch_type=PatchType.MERGE,
+    )
 
 
 def stack_gone(hub: Client, namespace: str, name: str = "stack") -> bool:

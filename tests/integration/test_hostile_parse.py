@@ -24,7 +24,7 @@ import httpx2
 import yaml
 from lightkube.resources.core_v1 import ConfigMap, Namespace, Secret
 from lightkube.types import PatchType
-from tests.integration.hubs import SS, Harness, HarnessOptions
+from tests.integration.hubs import Harness, HarnessOptions, forget_release_records
 from tests.integration.substrate import provide_substrate
 from tests.waiting import wait_for
 
@@ -150,13 +150,7 @@ def test_a_stored_manifest_over_the_bound_is_said_in_the_components_status(
     # holds then. With the record, the rewrite is tampering, said as such
     # (tests/integration/test_release_records.py).
     harness.stop()
-    harness.hub.patch(
-        SS.Status,
-        "stack",
-        {"status": {"releases": None}},
-        namespace=harness.ns,
-        patch_type=PatchType.MERGE,
-    )
+    forget_release_records(harness)
     revision = _inflate_stored_manifest(harness, component.namespace, component.release_name)
     harness.start("--resync", "2")
     said = (

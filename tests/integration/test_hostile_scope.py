@@ -19,9 +19,8 @@ import yaml
 from lightkube.core.exceptions import ApiError
 from lightkube.resources.apps_v1 import DaemonSet
 from lightkube.resources.core_v1 import Namespace, Secret
-from lightkube.types import PatchType
 from prometheus_client.parser import text_string_to_metric_families
-from tests.integration.hubs import SS, Harness, HarnessOptions
+from tests.integration.hubs import Harness, HarnessOptions, forget_release_records
 from tests.waiting import wait_for
 
 from modelplane.catalog import components as catalog
@@ -221,13 +220,7 @@ def test_a_revision_reaching_outside_its_namespace_is_refused(harness: Harness) 
     harness.start("--resync", "2")
     harness.wait_condition("Ready", "True", deadline=180)
     harness.stop()
-    harness.hub.patch(
-        SS.Status,
-        "stack",
-        {"status": {"releases": None}},
-        namespace=harness.ns,
-        patch_type=PatchType.MERGE,
-    )
+    forget_release_records(harness)
     _forge_newer_revision(harness)
     harness.start("--resync", "2")
     wait_for(

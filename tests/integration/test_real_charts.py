@@ -148,19 +148,23 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestEnv]:
         yield env
 
 
-def _apply(cluster: TestEnv, served: Served, *extra: str) -> list[dict[str, Any]]:
+def _cli(verb: str, cluster: TestEnv, served: Served) -> subprocess.CompletedProcess[str]:
+    """``modelplane <verb>`` of the example stack on ``cluster``, from the served real charts."""
     args = [
-        sys.executable, "-m", "modelplane.cli.main", "apply",
+        sys.executable, "-m", "modelplane.cli.main", verb,
         "-f", str(EXAMPLE),
         "--kubeconfig", str(cluster.kubeconfig_path),
         "--chart-repository", served.charts,
         "--gaie-manifests-url", f"{served.manifests}/gaie-crds",
         "--helm-timeout", "300",
         "-o", "json",
-        *extra,
     ]  # fmt: skip
     env = {**os.environ, "MODELPLANE_HELM": str(find_binaries()["helm"])}
-    proc = subprocess.run(args, capture_output=True, text=True, env=env, timeout=1200)
+    return subprocess.run(args, capture_output=True, text=True, env=env, timeout=1200)
+
+
+def _apply(cluster: TestEnv, served: Served) -> list[dict[str, Any]]:
+    proc = _cli("apply", cluster, served)
     assert proc.returncode in (0, 1), proc.stdout[-4000:] + proc.stderr[-4000:]
     return [json.loads(line) for line in proc.stdout.splitlines() if line.strip()]
 
@@ -243,17 +247,7 @@ def test_a_second_apply_leaves_what_is_ready_alone(
 def test_delete_leaves_only_the_crds_kept_by_design(
     cluster: TestEnv, served: Served, installed: list[dict[str, Any]], tmp_path: Path
 ) -> None:
-    args = [
-        sys.executable, "-m", "modelplane.cli.main", "delete",
-        "-f", str(EXAMPLE),
-        "--kubeconfig", str(cluster.kubeconfig_path),
-        "--chart-repository", served.charts,
-        "--gaie-manifests-url", f"{served.manifests}/gaie-crds",
-        "--helm-timeout", "300",
-        "-o", "json",
-    ]  # fmt: skip
-    env = {**os.environ, "MODELPLANE_HELM": str(find_binaries()["helm"])}
-    proc = subprocess.run(args, capture_output=True, text=True, env=env, timeout=1200)
+    proc = _cli("delete", cluster, served)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     assert _revisions(cluster, tmp_path) == {}
     client = client_for(cluster)
