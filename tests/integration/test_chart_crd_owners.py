@@ -33,6 +33,7 @@ from tests.testenv import TestEnv
 
 from modelplane.actions.helm import Helm
 from modelplane.kube.client import Target, open_target
+from modelplane.observe.release_storage import StoredDigests
 from modelplane.operator.options import OperatorOptions
 from modelplane.operator.stack_actions import StackActions
 from modelplane.plan.model import PlannedRelease, ReleaseAction, ReleaseState
@@ -128,6 +129,11 @@ class _Actions(StackActions):
         self.not_before = {}
         self.waiting_on_webhook = set()
         self.clock = time.monotonic
+        # The release records (operator.release_records), empty: a first install.
+        self.records = {}
+        self.stored_digests = StoredDigests()
+        self.release_bases = {}
+        self.tampered_reported = frozenset()
 
 
 @pytest.fixture
