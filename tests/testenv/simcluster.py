@@ -231,11 +231,14 @@ class SimCluster:
         )
         for name, port in (("kube-controller-manager", kcm_port), ("kube-scheduler", sched_port)):
             self._wait_healthy(name, port, timeout)
-        gpu = gpu_hardware()
+        # Read only when there are GPU nodes: CPU nodes need no profile, and
+        # a clone without ../shared starts them all the same.
+        gpu = gpu_hardware() if layout.gpu else None
         with kube.client(self.env) as client:
             for name, is_gpu in layout.names():
                 kube.apply(client, node_body(name, gpu=gpu if is_gpu else None))
                 if is_gpu:
+                    assert gpu is not None  # read above: the layout has GPU nodes
                     kube.apply(client, resource_slice(name, gpu))
             for name, _ in layout.names():
                 self.procs.check("kwok")
