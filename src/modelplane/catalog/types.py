@@ -221,6 +221,12 @@ class ValuesRead:
         )
 
 
+def release_name_of(chart: str) -> str:
+    """The release the product installs ``chart`` as: mp-<chart>, stable across version bumps
+    and never the name a cluster owner's own release of the chart would have."""
+    return f"mp-{chart}"
+
+
 @dataclass(frozen=True)
 class HelmHook:
     """One object a chart renders as a Helm hook (annotation ``helm.sh/hook``).
@@ -367,7 +373,7 @@ class Component:
         # mp-<chart>: stable across version bumps and never the name a cluster
         # owner's own release of the chart would have.
         assert self.chart is not None, f"{self.name} is not a chart"
-        return f"mp-{self.chart.chart}"
+        return release_name_of(self.chart.chart)
 
     @property
     def observed_in(self) -> tuple[str, ...]:

@@ -16,6 +16,7 @@ from modelplane.catalog.types import (
     Values,
     ValuesRead,
     Workloads,
+    release_name_of,
 )
 
 if TYPE_CHECKING:
@@ -86,7 +87,8 @@ READS = ValuesRead(
 
 # The startupapicheck Job and its RBAC, run after an install and deleted once
 # it succeeds (templates/startupapicheck-{job,rbac,serviceaccount}.yaml).
-_STARTUPAPICHECK = "mp-cert-manager-startupapicheck"
+_CHART = "cert-manager"
+_STARTUPAPICHECK = f"{release_name_of(_CHART)}-startupapicheck"
 _AFTER_INSTALL = ("post-install",)
 _UNLESS_FAILED = ("before-hook-creation", "hook-succeeded")
 HOOKS = (
@@ -121,9 +123,7 @@ COMPONENT = Component(
     version_field="versions.certManager",
     version_description="cert-manager chart version.",
     stacks=BOTH,
-    chart=ChartSource(
-        "cert-manager", JETSTACK, crds=CrdPlacement.TEMPLATES, reads=(READS,), hooks=HOOKS
-    ),
+    chart=ChartSource(_CHART, JETSTACK, crds=CrdPlacement.TEMPLATES, reads=(READS,), hooks=HOOKS),
     values=_values,
     images=IMAGES,
     wait=True,

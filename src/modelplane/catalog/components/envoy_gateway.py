@@ -32,6 +32,7 @@ from modelplane.catalog.types import (
     ValuesRead,
     VersionRange,
     Workloads,
+    release_name_of,
 )
 
 if TYPE_CHECKING:
@@ -106,7 +107,8 @@ READS = ValuesRead(
 # (templates/certgen.yaml, certgen-rbac.yaml, envoy-proxy-topology-injector-webhook.yaml),
 # made before each install and upgrade. They carry no delete policy, so Helm
 # deletes one only before making it again: every one outlives the release.
-_CERTGEN = "mp-gateway-helm-certgen"
+_CHART = "gateway-helm"
+_CERTGEN = f"{release_name_of(_CHART)}-certgen"
 _BEFORE = ("pre-install", "pre-upgrade")
 _RBAC = "rbac.authorization.k8s.io/v1"
 HOOKS = (
@@ -188,7 +190,7 @@ COMPONENT = Component(
     ),
     stacks=BOTH,
     chart=ChartSource(
-        "gateway-helm",
+        _CHART,
         ENVOY_OCI,
         crds=CrdPlacement.SUBCHART,
         # The experimental channel's XBackendTrafficPolicy and XMesh.

@@ -21,6 +21,7 @@ from modelplane.catalog.types import (
     Values,
     ValuesRead,
     Workloads,
+    release_name_of,
 )
 
 if TYPE_CHECKING:
@@ -86,7 +87,8 @@ READS = ValuesRead(VERSION, ("worker.tolerations", "image.repository", "imagePul
 
 # The prune Job that clears NFD's node labels once the release is uninstalled,
 # and its RBAC (templates/post-delete-job.yaml), deleted once it succeeds.
-_PRUNE = "mp-node-feature-discovery-prune"
+_CHART = "node-feature-discovery"
+_PRUNE = f"{release_name_of(_CHART)}-prune"
 _AFTER_DELETE = ("post-delete",)
 _UNLESS_FAILED = ("before-hook-creation", "hook-succeeded")
 _RBAC = "rbac.authorization.k8s.io/v1"
@@ -118,7 +120,7 @@ COMPONENT = Component(
     version_description="Node Feature Discovery chart version.",
     stacks=BOTH,
     chart=ChartSource(
-        "node-feature-discovery",
+        _CHART,
         "https://kubernetes-sigs.github.io/node-feature-discovery/charts",
         crds=CrdPlacement.CRDS_DIR,
         reads=(READS,),
