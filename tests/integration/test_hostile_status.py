@@ -20,6 +20,7 @@ from lightkube.resources.coordination_v1 import Lease
 from lightkube.resources.core_v1 import Namespace
 from lightkube.types import PatchType
 from tests.integration.hubs import SS, Harness, HarnessOptions
+from tests.waiting import wait_for
 
 from modelplane.api import status_limits
 from modelplane.catalog.configuration import CLAIM_NAME, CLAIM_NAMESPACE
@@ -59,6 +60,19 @@ def _events(h: Harness) -> list[dict[str, Any]]:
     return [e for e in items if e["involvedObject"].get("name") == "stack"]
 
 
+def _events_for(h: Harness, reason: str) -> list[dict[str, Any]]:
+    """The stack's events of ``reason``, once there is one.
+
+    The recorder posts an event after the status write that shows the same
+    condition, so a condition seen is no proof its event is stored yet.
+    """
+    return wait_for(
+        f"a {reason} event",
+        lambda: [e for e in _events(h) if e["reason"] == reason],
+        deadline=30,
+    )
+
+
 def test_an_oversized_hostile_holder_is_cut_and_the_status_is_taken(harness: Harness) -> None:
     _claim(harness, HUGE_HOLDER)
     harness.create({})
@@ -67,7 +81,7 @@ def test_an_oversized_hostile_holder_is_cut_and_the_status_is_taken(harness: Har
     assert "\x1b" not in ready["message"]
     assert "http://evil" in ready["message"]  # shown, escaped
     assert len(ready["message"]) <= status_limits.STRINGS["conditions[].message"]
-    [claimed] = [e for e in _events(harness) if e["reason"] == "TargetClaimed"]
+    [claimed] = _events_for(harness, "TargetClaimed")
     assert "\x1b" not in claimed["message"]
     assert len(claimed["message"]) <= status_limits.EVENT_MESSAGE
 
@@ -92,7 +106,7 @@ def test_a_refused_status_is_reported_and_the_loop_goes_on(
     harness.start("--no-manage-crd")
     refused = harness.wait_condition("Ready", "False", "StatusRefused", deadline=90, generation=1)
     assert "status.conditions[0].message: FieldValueTooLong" in refused["message"]
-    warnings = [e for e in _events(harness) if e["reason"] == "StatusRefused"]
+    warnings = _events_for(harness, "StatusRefused")
     assert [e["type"] for e in warnings] == ["Warning"]
     assert "status.conditions[0].message" in warnings[0]["message"]
 
