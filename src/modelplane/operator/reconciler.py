@@ -74,7 +74,7 @@ from modelplane.operator.stack_actions import RELEASE_DRIFT, StackActions
 from modelplane.operator.stack_teardown import StackTeardown
 from modelplane.operator.stack_text import explain, first_error, without_status
 from modelplane.operator.status import Outcome
-from modelplane.operator.target_reads import TargetReads
+from modelplane.operator.target_reads import TargetReads, blocked_on_hub, reads_apart
 from modelplane.pins import ComponentsMode
 from modelplane.plan import Plan, decisions, plan
 from modelplane.plan.capacity import TargetSummary
@@ -158,8 +158,11 @@ class StackReconciler(StackActions, StackTeardown):
     # target and read it in full at once (--max-concurrent-target-reads).
     # None: no bound (a CLI run reconciles one stack).
     target_reads: TargetReads | None = None
-    # Whether the last reconcile was blocked or failed.
+    # Whether the last reconcile was blocked or failed, and why it was
+    # blocked (seeded from Ready on the hub after a restart).
     went_wrong: bool = True
+    last_blocked: str | None = None
+    reconciled: bool = False
     # Managed mode: the releases' workloads (from their stored manifests,
     # decoded once per revision) and what is read of them; safe to lose.
     release_manifests: ReleaseManifests = field(default_factory=ReleaseManifests)
@@ -210,6 +213,8 @@ class StackReconciler(StackActions, StackTeardown):
         copy_trusted = self.acted_on_nothing or self.writes_seen
         self.acted_on_nothing = self.writes_seen = False
         self.seed_records(body.get("status"))
+        if not self.reconciled:
+            self.last_blocked = blocked_on_hub(body.get("status"))
         try:
             stack = ServingStack.model_validate(without_status(body))
         except ValidationError as err:
@@ -227,6 +232,8 @@ class StackReconciler(StackActions, StackTeardown):
         outcome.connection_warnings = self.round_connection_warnings
         outcome.releases = self.status_records()
         self.went_wrong = outcome.blocked_reason is not None or bool(outcome.failures)
+        self.last_blocked = outcome.blocked_reason
+        self.reconciled = True
         if outcome.blocked_reason is None:
             self.refused_collection = None
         if outcome.blocked_reason is None and self.session.kept and self.session.target is not None:
@@ -261,7 +268,8 @@ class StackReconciler(StackActions, StackTeardown):
         slot = contextlib.AsyncExitStack()
         try:
             if self.target_reads is not None and not (self.session.target is not None and settled):
-                await slot.enter_async_context(self.target_reads.slot())
+                apart = reads_apart(self.last_blocked)
+                await slot.enter_async_context(self.target_reads.slot(apart=apart))
             target = await self.session.connect(
                 stack,
                 (body.get("metadata") or {}).get("generation"),

@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Mapping
 
 from modelplane.kube.deadline import reads_within
 from modelplane.operator import metrics
+from modelplane.plan.decisions import BlockedReason
 
 # How long a reconcile holds its slot, at most, from connecting to the
 # target through its first full read: every request made meanwhile ends by
@@ -25,21 +27,53 @@ from modelplane.operator import metrics
 # after this, and its reconcile fails as a target that cannot be reached.
 READ_DEADLINE_SECONDS = 120.0
 
+# The pool of targets last found unreachable: a tenth of the shared one.
+UNREACHABLE_SHARE = 10
+
+
+def blocked_on_hub(status: object) -> str | None:
+    """Ready's reason in a stack's status on the hub, when Ready is False.
+
+    What the last operator found, for the first reconcile after a restart.
+    The status is the hub's copy, read as untrusted shapes.
+    """
+    conditions = status.get("conditions") if isinstance(status, Mapping) else None
+    for c in conditions if isinstance(conditions, list) else ():
+        if isinstance(c, Mapping) and c.get("type") == "Ready" and c.get("status") == "False":
+            reason = c.get("reason")
+            return reason if isinstance(reason, str) else None
+    return None
+
+
+def reads_apart(last_blocked: str | None) -> bool:
+    """Whether a stack reads its target from the pool of unreachable ones.
+
+    ``last_blocked``: why its last reconcile was blocked (None: it was not,
+    or there was none yet), as Ready's reason on the hub says after a
+    restart. Only an unreachable target: one whose credentials are missing
+    fails before it connects and holds its slot for no time.
+    """
+    return last_blocked == BlockedReason.TARGET_UNREACHABLE
+
 
 class TargetReads:
     """A bound on full reads of targets, shared by the stacks of one operator."""
 
     def __init__(self, limit: int, deadline: float = READ_DEADLINE_SECONDS) -> None:
         self.limit = limit
+        self.unreachable_limit = max(1, limit // UNREACHABLE_SHARE)
         self.deadline = deadline
         self._gate = asyncio.Semaphore(limit)
+        self._unreachable_gate = asyncio.Semaphore(self.unreachable_limit)
 
-    def slot(self) -> Slot:
+    def slot(self, *, apart: bool = False) -> Slot:
         """One slot, waited for (counted in the metrics meanwhile) when entered.
 
-        The requests to targets made while it is held end by its deadline.
+        ``apart``: from the pool of targets last found unreachable
+        (``reads_apart``). The requests to targets made while it is held
+        end by its deadline.
         """
-        return Slot(self._gate, self.deadline)
+        return Slot(self._unreachable_gate if apart else self._gate, self.deadline)
 
 
 class Slot:
