@@ -456,12 +456,20 @@ def measure_resyncs(h: Harness, count: int = 5, *, settle: int = 3) -> Resyncs:
             h.hub_env.write_requests(),
         )
 
-    before = scrape()
+    # The reconciles are counted around the requests, never inside: the
+    # window they span holds the one the requests were counted in. One
+    # ``scrape`` (four API server /metrics pages and two audit logs, read
+    # and parsed) takes a while under load, and a resync that ran whole
+    # between the target's audit log read and a count taken after the
+    # scrape had its claim GET counted but not itself: two claim reads for
+    # one resync, which no resync made.
     start = h.reconciles()
+    before = scrape()
     wait_for(f"{count} resyncs", lambda: h.reconciles() >= start + count, deadline=60)
     after = scrape()
     # Counted after the scrape: a resync under way then counts its requests
-    # but not itself, so a bound drawn from the count errs against the operator.
+    # but not itself, so a bound drawn from the count errs against the
+    # operator by at most that one resync (the "+ 1" of the tests' bounds).
     done = h.reconciles() - start
     target_reads, hub_reads, target_writes, hub_writes = (
         _grown(b, a) for b, a in zip(before, after, strict=True)
