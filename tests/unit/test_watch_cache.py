@@ -12,6 +12,7 @@ import pytest
 from modelplane.api.spec import ServingStackSpec
 from modelplane.kube.discovery import PLURALS
 from modelplane.kube.reflector import WatchKey
+from modelplane.observe import watches
 from modelplane.observe.state import (
     ReleaseCollection,
     ReleaseWatch,
@@ -69,6 +70,17 @@ SERVED: PLURALS = {
     ("gateway.networking.k8s.io/v1", "GatewayClass"): "gatewayclasses",
     ("trust.cert-manager.io/v1alpha1", "Bundle"): "bundles",
 }
+
+
+# Longer than any test runs: a wait this long ends only by what it waits for.
+FOREVER = 3600.0
+# How long a test may hang before it fails, never a measure of speed.
+GUARD = 20.0
+
+
+def polls_out_of_reach(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The copy's waits look again only when a reflector tells a change, never by their poll."""
+    monkeypatch.setattr(watches, "_LIST_POLL_SECONDS", FOREVER)
 
 
 def _cache() -> WatchCache:
@@ -324,37 +336,40 @@ def _all_synced_but(cache: WatchCache, resource: str) -> Any:
     return key, reflector
 
 
-def test_a_collection_listed_again_is_waited_for_not_read_around() -> None:
+def test_a_collection_listed_again_is_waited_for_not_read_around(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    polls_out_of_reach(monkeypatch)
+
     # A reconcile woken by one relist may find another collection mid-LIST:
     # it waits for that LIST rather than list all of them itself.
     async def run() -> None:
         cache = _cache()
         key, gateways = _all_synced_but(cache, "gateways")
         gateways.listing = True
-
-        async def relisted() -> None:
-            await asyncio.sleep(0.05)
-            gateways.synced, gateways.listing = True, False
-            cache._on_change(key, "LIST")
-
-        task = asyncio.create_task(relisted())
-        started = asyncio.get_running_loop().time()
-        assert await cache.current(5.0)
-        # Woken by the LIST itself, not by the poll.
-        assert asyncio.get_running_loop().time() - started < 0.2
-        await task
+        current = asyncio.create_task(cache.current(FOREVER))
+        await asyncio.sleep(0)  # one turn of the loop: it finds the LIST under way, and waits
+        assert not current.done()
+        gateways.synced, gateways.listing = True, False
+        cache._on_change(key, "LIST")
+        # Woken by the LIST itself: with its poll and its bound out of reach,
+        # nothing else could end the wait.
+        async with asyncio.timeout(GUARD):
+            assert await current
 
     asyncio.run(run())
 
 
-def test_a_collection_in_its_backoff_is_not_waited_for() -> None:
+def test_a_collection_in_its_backoff_is_not_waited_for(monkeypatch: pytest.MonkeyPatch) -> None:
+    polls_out_of_reach(monkeypatch)
+
     async def run() -> None:
         cache = _cache()
         _, gateways = _all_synced_but(cache, "gateways")
         gateways.listing = False  # failed: waiting out its backoff
-        started = asyncio.get_running_loop().time()
-        assert not await cache.current(5.0)
-        assert asyncio.get_running_loop().time() - started < 0.1
+        # Answered without a wait: one would last for ever (past the guard).
+        async with asyncio.timeout(GUARD):
+            assert not await cache.current(FOREVER)
 
     asyncio.run(run())
 

@@ -14,7 +14,7 @@ from modelplane.observe.watches import WatchCache
 from modelplane.observe.writes import Writes, Written, at_or_after, covers
 from modelplane.wire import MANAGED_BY, MANAGED_BY_LABEL, ApiRef
 
-from .test_watch_cache import SERVED, SPEC
+from .test_watch_cache import FOREVER, GUARD, SERVED, SPEC, polls_out_of_reach
 
 OURS = {MANAGED_BY_LABEL: MANAGED_BY}
 GATEWAYS = ApiRef("gateway.networking.k8s.io", "v1", "gateways")
@@ -100,22 +100,21 @@ def _cache() -> tuple[WatchCache, WatchKey]:
     return cache, key
 
 
-def test_the_copy_shows_a_write_once_its_event_is_in() -> None:
+def test_the_copy_shows_a_write_once_its_event_is_in(monkeypatch: pytest.MonkeyPatch) -> None:
+    polls_out_of_reach(monkeypatch)
+
     async def run() -> None:
         cache, key = _cache()
         cache.reflectors[key].items = {"modelplane-system/inference-gateway": _gateway("4")}
-
-        async def event() -> None:
-            await asyncio.sleep(0.05)
-            cache.reflectors[key].items["modelplane-system/inference-gateway"] = _gateway("5")
-            cache._on_change(key, "MODIFIED")
-
-        task = asyncio.create_task(event())
-        started = asyncio.get_running_loop().time()
-        assert await cache.shows([_written("5")], within=5.0)
-        # Woken by the event, not by the poll or the bound.
-        assert asyncio.get_running_loop().time() - started < 0.2
-        await task
+        shown = asyncio.create_task(cache.shows([_written("5")], within=FOREVER))
+        await asyncio.sleep(0)  # one turn of the loop: it finds "4" in the copy, and waits
+        assert not shown.done()
+        cache.reflectors[key].items["modelplane-system/inference-gateway"] = _gateway("5")
+        cache._on_change(key, "MODIFIED")
+        # Woken by the event: with the poll and the bound out of reach,
+        # nothing else could end the wait.
+        async with asyncio.timeout(GUARD):
+            assert await shown
         # A later change by someone else still includes ours.
         cache.reflectors[key].items["modelplane-system/inference-gateway"] = _gateway("9")
         assert await cache.shows([_written("5")], within=0.0)
@@ -136,12 +135,14 @@ def test_a_write_whose_event_does_not_come_is_not_shown() -> None:
     asyncio.run(run())
 
 
-def test_a_write_no_watch_covers_is_not_waited_for() -> None:
+def test_a_write_no_watch_covers_is_not_waited_for(monkeypatch: pytest.MonkeyPatch) -> None:
+    polls_out_of_reach(monkeypatch)
+
     async def run() -> None:
         cache, _ = _cache()
-        # Without our label: the own-objects watch selects by it.
-        started = asyncio.get_running_loop().time()
-        assert not await cache.shows([_written("5", labels={})], within=5.0)
-        assert asyncio.get_running_loop().time() - started < 0.1
+        # Without our label: the own-objects watch selects by it. Answered
+        # without a wait: one would last for ever (past the guard).
+        async with asyncio.timeout(GUARD):
+            assert not await cache.shows([_written("5", labels={})], within=FOREVER)
 
     asyncio.run(run())
