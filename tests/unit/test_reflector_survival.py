@@ -4,8 +4,9 @@ Issue 27, item 3: a watch that ended after one bookmark was re-opened at
 once (a hostile server drove 648 WATCH requests a second into one
 reflector), and an answer the reflector could not use (a page over the
 bound, a list that is no list) ended its task until the operator
-restarted. The re-arm rate is measured against a loopback server, over
-real sockets and the real clock; the answers it cannot use are scripted.
+restarted. The re-arms are made against a loopback server, over real
+sockets, with the reflector's clock and sleeps the test's own (a sleep is
+recorded, not slept); the answers it cannot use are scripted.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from tests.hostile_server import Answer, HostileServer
 from tests.scripted import Script, list_answer
 
 from modelplane.kube import client as client_module
-from modelplane.kube.reflector import WATCH_BACKOFF, Link, Reflector, WatchKey
+from modelplane.kube.reflector import REARM_BACKOFF, WATCH_BACKOFF, Link, Reflector, WatchKey
 from modelplane.wire import ApiRef
 
 KEY = WatchKey(ApiRef("", "v1", "configmaps"), namespace="ns")
@@ -35,23 +36,52 @@ async def one_bookmark(params: dict[str, str], answer: Answer) -> None:
     await answer.end()
 
 
+# How long a test may hang before it fails, never a measure of speed.
+GUARD = 20.0
+# The re-arms a test watches before it stops the reflector.
+REARMS = 4
+
+
 async def test_a_watch_that_ends_after_one_bookmark_is_rearmed_with_backoff() -> None:
     # The hostile server of issue 27 drove 648 WATCH requests a second into
-    # one reflector this way. Real clock, real sleeps.
-    changes: list[str] = []
+    # one reflector this way: the code before re-armed at once, and never
+    # slept (this test then fails at its guard).
+    now = 0.0
+    slept: list[float] = []
+    rearmed = asyncio.Event()
+
+    async def sleep(seconds: float) -> None:
+        nonlocal now
+        slept.append(seconds)
+        now += seconds  # the watches still end at once on the reflector's clock
+        if len(slept) == REARMS:
+            rearmed.set()
+            await asyncio.Event().wait()  # held here until the test stops it
+
     async with HostileServer(one_bookmark) as server, server.client() as http:
-        reflector = Reflector(http, KEY, Link(http, "test"), lambda _k, kind: changes.append(kind))
+        reflector = Reflector(
+            http,
+            KEY,
+            Link(http, "test"),
+            lambda _k, _kind: None,
+            clock=lambda: now,
+            sleep=sleep,
+            rand=lambda: 0.0,
+        )
         task = asyncio.create_task(reflector.run())
-        await asyncio.sleep(3.0)
-        alive = not task.done()
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
-    assert alive
-    # Backoff of 0.5 s doubling, less up to half of it as jitter: the
-    # shortest waits, 0.25 + 0.5 + 1 s, fit into 3 s, and 2 s more do not:
-    # at most 4 watches (the code before re-armed at once, hundreds).
-    assert 2 <= server.watches() <= 4, server.watches()
-    assert server.lists() == 1 and reflector.bookmarks == server.watches()
+        waiting = asyncio.create_task(rearmed.wait())
+        try:
+            await asyncio.wait({task, waiting}, timeout=GUARD, return_when=asyncio.FIRST_COMPLETED)
+            assert rearmed.is_set(), f"no {REARMS} re-arms: {slept}"
+            assert not task.done(), "the reflector died"
+        finally:
+            task.cancel()
+            waiting.cancel()
+            await asyncio.gather(task, waiting, return_exceptions=True)
+    # Each watch that ended at once waited out the re-arm backoff, doubling.
+    assert slept == [REARM_BACKOFF.delay(n, lambda: 0.0) for n in range(1, REARMS + 1)]
+    assert server.lists() == 1
+    assert server.watches() == REARMS and reflector.bookmarks == REARMS
 
 
 # ---- a reflector survives what a target makes of an answer ---------------------------
