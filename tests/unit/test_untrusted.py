@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -126,12 +125,10 @@ def test_a_base_60_number_is_a_string_and_cheap() -> None:
         "e": 1.5,
     }
     # 180 KB of it took 3.8 s as a YAML 1.1 int (the cost is the square of
-    # the length); as a string it is a scan.
+    # the length, building the int); as a string it is a scan. The string is
+    # what is checked here; bench/bench_yaml_scalars.py times both.
     text = "a: 1" + ":59" * 60_000 + "\n"
-    started = time.perf_counter()
-    doc = load_yaml(text)
-    assert time.perf_counter() - started < 1.0
-    assert isinstance(doc["a"], str)
+    assert load_yaml(text) == {"a": text[3:-1]}
 
 
 def test_an_explicit_base_60_int_is_refused_and_bounded_by_the_number_limit() -> None:
