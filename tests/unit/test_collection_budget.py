@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable, Iterator
 import httpx2
 import pytest
 from tests.hostile_server import Answer, HostileServer
+from tests.waiting import wait_for_async
 
 from modelplane.kube import client as client_module
 from modelplane.kube.budget import DEFAULT_BUDGET, METADATA_BUDGET, Budget, Holdings, budget_for
@@ -188,10 +189,12 @@ async def _reflect(
         rand=lambda: 0.0,
     )
     task = asyncio.create_task(reflector.run())
+
+    async def ended() -> bool:
+        return until(reflector) or task.done()
+
     try:
-        async with asyncio.timeout(deadline):
-            while not until(reflector) and not task.done():
-                await asyncio.sleep(0.01)
+        await wait_for_async("the reflector's end", ended, deadline=deadline, interval=0.01)
         alive = not task.done()
     finally:
         task.cancel()
@@ -305,13 +308,16 @@ async def test_a_target_past_its_total_is_refused_and_gives_back_what_it_held() 
             for ns in ("a", "b")
         )
         tasks = [asyncio.create_task(first.run())]
-        async with asyncio.timeout(20):
-            while not first.synced:
-                await asyncio.sleep(0.01)
+
+        async def first_synced() -> bool:
+            return first.synced
+
+        async def second_refused() -> bool:
+            return bool(second.refusals)
+
+        await wait_for_async("the first listed", first_synced, deadline=20, interval=0.01)
         tasks.append(asyncio.create_task(second.run()))
-        async with asyncio.timeout(20):
-            while not second.refusals:
-                await asyncio.sleep(0.01)
+        await wait_for_async("the second refused", second_refused, deadline=20, interval=0.01)
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)

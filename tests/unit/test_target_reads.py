@@ -6,6 +6,8 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+from tests.waiting import wait_for_async
+
 from modelplane.actions.helm import Helm
 from modelplane.api.models import ServingStack
 from modelplane.credentials.connect import Credentials, CredentialsError
@@ -35,7 +37,11 @@ async def test_no_more_than_the_limit_read_at_once_and_the_rest_are_counted_wait
 
     before = _waiting()
     tasks = [asyncio.create_task(read()) for _ in range(5)]
-    await asyncio.sleep(0.05)
+
+    async def all_arrived() -> bool:
+        return inside + _waiting() - before == 5
+
+    await wait_for_async("every read inside or waiting", all_arrived, deadline=20.0)
     assert inside == 2
     assert _waiting() - before == 3
     release.set()
