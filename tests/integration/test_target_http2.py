@@ -22,11 +22,14 @@ import pytest_asyncio
 from lightkube import KubeConfig
 from lightkube.resources.core_v1 import ConfigMap, Namespace
 from tests.testenv import TestEnv
+from tests.waiting import wait_for_async
 
 from modelplane.kube.client import Target, open_target
 
 # As many as a healthy target holds open (docs/sizing.md), and a few more.
 WATCHES = 16
+# Answers of 2.7 MB closed after their first bytes (see the test).
+CLOSED_EARLY = 20
 
 
 # In the test's own event loop: the connection's locks belong to the loop that made them.
@@ -65,10 +68,12 @@ async def test_idle_watches_share_one_http2_connection_and_stall_nothing(
                 await seen[i].put(json.loads(line))
 
     tasks = [asyncio.create_task(watch(i)) for i in range(WATCHES)]
+
+    async def all_open() -> bool:
+        return len(opened) == WATCHES
+
     try:
-        async with asyncio.timeout(30):
-            while len(opened) < WATCHES:
-                await asyncio.sleep(0.05)
+        await wait_for_async("every watch open", all_open, deadline=30, interval=0.05)
         # Every watch is open and idle: a LIST on their connection is answered.
         async with asyncio.timeout(5):
             listed = await http.get(f"/api/v1/namespaces/{ns}/configmaps")
@@ -94,8 +99,11 @@ async def test_responses_closed_early_give_the_connection_its_window_back(
     target_and_namespace: tuple[Target, str],
 ) -> None:
     # Each LIST answers about 2.7 MB (random, so that gzip does not shrink
-    # it); ten closed after their first bytes are more than the connection's
-    # 16 MiB window, had the server been let to fill it and nothing handed back.
+    # it). Twenty closed after their first bytes leave the server 50 MB to
+    # send, three times the connection's 16 MiB window, had nothing reset
+    # their streams or handed back what they left: then the last LIST's
+    # answer, one stream among twenty-one, cannot be sent whole, however the
+    # server orders its frames and however far it got before it was asked.
     target, ns = target_and_namespace
     client, http = target.client, target.client.http
     for i in range(3):
@@ -107,11 +115,10 @@ async def test_responses_closed_early_give_the_connection_its_window_back(
                 }
             )
         )
-    for _ in range(10):
+    for _ in range(CLOSED_EARLY):
         async with http.stream("GET", f"/api/v1/namespaces/{ns}/configmaps") as answer:
             async for _chunk in answer.aiter_bytes():
                 break
-        await asyncio.sleep(0.2)  # the server sends what its window lets it
     async with asyncio.timeout(10):
         listed = await http.get(f"/api/v1/namespaces/{ns}/configmaps")
     assert listed.status_code == 200
