@@ -11,7 +11,6 @@ needs another ``--release-drift``; the install stays.
 from __future__ import annotations
 
 import base64
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -40,6 +39,11 @@ DRA = catalog.BY_NAME["nvidia-dra-driver-gpu"].namespace
 DRA_PLUGIN = "dra-driver-nvidia-gpu-kubelet-plugin"
 # A change on the target reaches the hub through the watches, well within this.
 DEADLINE = 60
+# The operator's resync period, and the one of the cases that show a change
+# followed by watch: longer than the module runs, so that a change that
+# reaches the hub (or is put back) can only have come through the watches.
+RESYNC = 20.0
+WATCHES_ONLY = 3600.0
 
 
 class Stack:
@@ -49,34 +53,21 @@ class Stack:
         self.h = h
         self.mode = ""
 
-    def run(self, mode: str) -> None:
-        if mode != self.mode:
+    def run(self, mode: str, resync: float = RESYNC) -> None:
+        running = f"{mode} at --resync {resync:g}"
+        if running != self.mode:
             self.h.stop()
-            self.h.start("--release-drift", mode, "--resync", "20")
-            self.mode = mode
+            self.h.start("--release-drift", mode, "--resync", f"{resync:g}")
+            self.mode = running
+            # Past the new process's first reconcile, whose direct read would
+            # find a change made before it; its watches start as it ends.
+            wait_for(
+                "the operator's first reconcile",
+                lambda: self.h.reconciles() >= 1,
+                deadline=DEADLINE,
+                not_yet=(httpx2.TransportError,),
+            )
         self.h.wait_condition("Ready", "True", deadline=300)
-
-    def settled(self, quiet: float = 3.0) -> None:
-        """Past the first reconciles of the process (its watches run), and none for ``quiet`` s.
-
-        A change timed from a quiet stack: one made while a reconcile reads
-        the target directly (after a restore) waits for that read.
-        """
-        wait_for(
-            "the operator's watches running",
-            lambda: self.h.reconciles() >= 3,
-            deadline=DEADLINE,
-            not_yet=(httpx2.TransportError,),
-        )
-        seen = [self.h.reconciles(), time.monotonic()]
-
-        def quiet_for() -> bool:
-            now = self.h.reconciles()
-            if now != seen[0]:
-                seen[:] = [now, time.monotonic()]
-            return time.monotonic() - seen[1] >= quiet
-
-        wait_for("no reconcile for a while", quiet_for, deadline=DEADLINE, interval=0.2)
 
     def events(self, reason: str) -> list[str]:
         items = self.h.hub_env.http_client().get(f"/api/v1/namespaces/{self.h.ns}/events").json()
@@ -326,7 +317,7 @@ def test_a_quiet_managed_resync_reads_none_of_the_release_workloads(stack: Stack
     h.stop()
     stack.mode = ""
     h.start("--release-drift", "correct", "--resync", "2")
-    stack.mode = "correct-fast"
+    stack.mode = "correct at --resync 2"
     h.wait_condition("Ready", "True", deadline=300)
     # Past the first reconciles of the new process (its watches start from a direct read).
     wait_for(
@@ -363,8 +354,9 @@ def test_a_quiet_managed_resync_reads_none_of_the_release_workloads(stack: Stack
 
 # ---- every object of a release, and the GPU path, followed by watch -------------------
 
-# The issue's bound: a change on the target reaches the hub (or is put back) within this.
-FOLLOWS_WITHIN = 2.0
+# How fast a change is followed (the issue's bound is 2 s) is measured by
+# bench/bench_release_health.py; these cases run at WATCHES_ONLY, so that
+# what they see followed at all was followed by watch.
 WEBHOOK_CONFIG = "mp-cert-manager-webhook"
 WEBHOOK_CA = "cert-manager-webhook-ca"
 GPU_NODES = [name for name, gpu in NodeLayout.parse(DEFAULT_LAYOUT).names() if gpu]
@@ -381,26 +373,17 @@ def _present(h: Harness, res: Any, name: str, namespace: str | None = None) -> b
     return True
 
 
-def _back_within(h: Harness, res: Any, name: str, namespace: str | None = None) -> float:
-    """Delete the object, and the seconds until it is on the target again."""
-    start = time.monotonic()
+def _deleted_and_back(h: Harness, res: Any, name: str, namespace: str | None = None) -> None:
+    """Delete the object, and wait until it is on the target again."""
     h.target.delete(res, name, namespace=namespace)
-    wait_for(
-        f"{name} restored",
-        lambda: _present(h, res, name, namespace),
-        deadline=DEADLINE,
-        interval=0.05,
-    )
-    return time.monotonic() - start
+    wait_for(f"{name} restored", lambda: _present(h, res, name, namespace), deadline=DEADLINE)
 
 
 def test_a_deleted_service_comes_back_a_webhook_configuration_is_reported(stack: Stack) -> None:
-    stack.run("correct")
-    stack.settled()
+    stack.run("correct", WATCHES_ONLY)
     # Helm's own install is no drift: not one of these objects is reported.
     assert not any("Service" in m or "Webhook" in m for m in stack.events("ReleaseDrift"))
-    took = _back_within(stack.h, Service, WEBHOOK, CERT_MANAGER)
-    assert took <= FOLLOWS_WITHIN, f"the Service came back after {took:.2f} s"
+    _deleted_and_back(stack.h, Service, WEBHOOK, CERT_MANAGER)
     said = f"Service {CERT_MANAGER}/{WEBHOOK} of release mp-cert-manager was deleted; restored"
     wait_for(
         "a ReleaseDrift event saying the Service was restored",
@@ -416,7 +399,6 @@ def test_a_deleted_service_comes_back_a_webhook_configuration_is_reported(stack:
     assert writers == {(FIELD_MANAGER, "Update")}, writers
     # From the stored manifest, not by a helm upgrade.
     assert stack.h.helm_releases()["mp-cert-manager"]["revision"] == "1"
-    stack.settled()
     # A cluster-scoped object is never created from a stored revision, which
     # whoever writes Secrets in cert-manager could have written: reported.
     kept = stack.h.target.get(ValidatingWebhookConfiguration, WEBHOOK_CONFIG)
@@ -477,8 +459,7 @@ def test_a_hand_edited_service_is_taken_back_and_reported_with_warn(stack: Stack
 
 
 def test_a_secret_a_controller_filled_is_not_emptied_again(stack: Stack) -> None:
-    stack.run("correct")
-    stack.settled()
+    stack.run("correct", WATCHES_ONLY)
     # As the webhook fills its CA Secret: another manager, data the chart never had.
     filled = base64.b64encode(b"-----BEGIN CERTIFICATE-----").decode()
     stack.h.target.patch(
@@ -490,12 +471,12 @@ def test_a_secret_a_controller_filled_is_not_emptied_again(stack: Stack) -> None
         field_manager="cert-manager-webhook",
     )
     # A reconcile judges the drift after the fill: a Service put back proves one ran.
-    _back_within(stack.h, Service, WEBHOOK, CERT_MANAGER)
+    _deleted_and_back(stack.h, Service, WEBHOOK, CERT_MANAGER)
     stack.h.wait_condition("Ready", "True", deadline=DEADLINE)
     secret = stack.h.target.get(Secret, WEBHOOK_CA, namespace=CERT_MANAGER)
     assert (secret.data or {}).get("ca.crt") == filled, secret.data
     # Gone, it is created again from the manifest (empty, for the webhook to fill).
-    _back_within(stack.h, Secret, WEBHOOK_CA, CERT_MANAGER)
+    _deleted_and_back(stack.h, Secret, WEBHOOK_CA, CERT_MANAGER)
     assert not stack.h.target.get(Secret, WEBHOOK_CA, namespace=CERT_MANAGER).data
 
 
@@ -516,25 +497,20 @@ def _gpus(s: Stack) -> Any:
 
 
 def test_every_gpu_node_tainted_for_maintenance(stack: Stack) -> None:
-    """GPUsAvailable follows the GPU nodes by watch, at --resync 20 and the default --relist."""
-    stack.run("correct")
-    stack.settled()
+    """GPUsAvailable follows the GPU nodes by watch, with no resync due and the default --relist."""
+    stack.run("correct", WATCHES_ONLY)
     stack.h.wait_condition("GPUsAvailable", "True", "GPUsPublished", deadline=DEADLINE)
     before = {node: _taints(stack.h, node) for node in GPU_NODES}
-    start = time.monotonic()
     try:
         for node in GPU_NODES:
             _set_taints(stack.h, node, [*before[node], MAINTENANCE])
         c = stack.h.wait_condition(
             "GPUsAvailable", "False", "GPUNodesUnavailable", deadline=DEADLINE
         )
-        took = time.monotonic() - start
-        assert took <= FOLLOWS_WITHIN, f"GPUsAvailable turned False after {took:.2f} s"
         assert f"GPU nodes {', '.join(sorted(GPU_NODES))}" in c["message"], c
         assert "taint maintenance=true:NoExecute" in c["message"], c
-        wait_for("no GPU counted", lambda: _gpus(stack) == 0, deadline=FOLLOWS_WITHIN)
+        wait_for("no GPU counted", lambda: _gpus(stack) == 0, deadline=DEADLINE)
     finally:
-        start = time.monotonic()
         for node in GPU_NODES:
             _set_taints(stack.h, node, before[node])
     stack.h.wait_condition("GPUsAvailable", "True", "GPUsPublished", deadline=DEADLINE)
