@@ -3,14 +3,15 @@
 The PrometheusRule's group is taken from ``helm template`` (with a short
 ``for``), loaded into Debian's Prometheus, which scrapes the operator's
 ``/metrics`` on loopback. A stack whose target cannot be reached is not
-Ready: its alert goes pending, then fires, within the rule's ``for`` plus a
-scrape and an evaluation.
+Ready: its alert goes pending, then fires, and the rule Prometheus holds
+says the chart's ``for``. How soon after the scrape it fires is
+Prometheus's own scheduling (its scrape and evaluation intervals, set
+here), and no test of ours times it.
 """
 
 from __future__ import annotations
 
 import subprocess
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +26,7 @@ from tests.waiting import wait_for
 
 FOR_SECONDS = 20
 SCRAPE_SECONDS = 2
-# Shorter than a scrape, so that what the bound allows is almost all scrape.
+# Shorter than a scrape: the rule sees each scrape.
 EVALUATION_SECONDS = 1
 JOB = "modelplane"
 ALERT = "ModelplaneStackNotReady"
@@ -45,6 +46,20 @@ class Prometheus:
         response.raise_for_status()
         alerts: list[dict[str, Any]] = response.json()["data"]["alerts"]
         return alerts
+
+    def rule_for(self, alert: str) -> float:
+        """The ``for`` of the loaded alerting rule ``alert``, in seconds, as Prometheus holds it."""
+        with httpx2.Client(trust_env=False) as http:
+            response = http.get(f"{self.url}/api/v1/rules", params={"type": "alert"}, timeout=5)
+        response.raise_for_status()
+        rules = [
+            rule
+            for group in response.json()["data"]["groups"]
+            for rule in group["rules"]
+            if rule["name"] == alert
+        ]
+        assert len(rules) == 1, rules
+        return float(rules[0]["duration"])
 
     def targets_up(self) -> bool:
         if self.proc.poll() is not None:
@@ -137,11 +152,11 @@ def not_ready(harness: Harness) -> bool:
     return wanted in text
 
 
-def test_a_broken_stack_fires_its_alert_within_for_and_a_scrape(
+def test_a_broken_stack_goes_pending_for_its_rules_for_then_fires(
     operator: Harness, prometheus: Prometheus
 ) -> None:
-    # Scraped before the stack exists, so that the time measured is the rule's
-    # and the scrape's, not Prometheus's start.
+    # Scraped before the stack breaks, so that Prometheus sees the stack
+    # Ready first and the alert's course is the rule's.
     wait_for(
         "Prometheus to scrape the operator",
         prometheus.targets_up,
@@ -157,7 +172,6 @@ def test_a_broken_stack_fires_its_alert_within_for_and_a_scrape(
         deadline=30,
         interval=0.2,
     )
-    exported = time.monotonic()
 
     def state() -> str | None:
         for a in prometheus.alerts():
@@ -167,12 +181,12 @@ def test_a_broken_stack_fires_its_alert_within_for_and_a_scrape(
                 return str(a["state"])
         return None
 
-    seen: dict[str, float] = {}
+    seen: list[str] = []
 
     def fired() -> bool:
         now = state()
-        if now is not None:
-            seen.setdefault(now, time.monotonic())
+        if now is not None and now not in seen:
+            seen.append(now)
         return now == "firing"
 
     deadline = FOR_SECONDS + 4 * SCRAPE_SECONDS + 30
@@ -183,18 +197,7 @@ def test_a_broken_stack_fires_its_alert_within_for_and_a_scrape(
         interval=0.25,
         detail=lambda: prometheus.log.read_text()[-2000:],
     )
-    assert "pending" in seen, f"{ALERT} fired without going pending first: {seen}"
-    pending_for = seen["firing"] - seen["pending"]
-    took = seen["firing"] - exported
-    print(
-        f"pending after {seen['pending'] - exported:.1f}s, firing after {took:.1f}s "
-        f"(pending for {pending_for:.1f}s)"
-    )
-    # Pending lasts the rule's for, give or take one evaluation and the polling.
-    slack = EVALUATION_SECONDS + 0.5
-    assert FOR_SECONDS - slack <= pending_for <= FOR_SECONDS + slack
-    # The series reaches Prometheus within a scrape, the next evaluation
-    # makes it pending, and it fires once pending for its for; half a second
-    # covers this test's own polls.
-    bound = FOR_SECONDS + SCRAPE_SECONDS + EVALUATION_SECONDS + 0.5
-    assert took <= bound, f"fired {took:.1f}s after /metrics said so (at most {bound}s)"
+    # Pending first, for the rule's for: polled four times a second, a
+    # pending of FOR_SECONDS is seen (a rule with no for fires at once).
+    assert seen == ["pending", "firing"], f"{ALERT} went {seen}"
+    assert prometheus.rule_for(ALERT) == FOR_SECONDS
