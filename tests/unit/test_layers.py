@@ -19,8 +19,10 @@ SRC = Path(__file__).resolve().parents[2] / "src" / "modelplane"
 # may import its own modules and those of lower layers only; units of one
 # layer do not import each other.
 LAYERS: list[set[str]] = [
-    # How Kubernetes reads YAML's scalars, keys and merges (go-yaml v2's rules).
-    {"kubeyaml"},
+    # The words written to a ServingStack (condition types, reasons, event
+    # reasons), which every layer names; how Kubernetes reads YAML's
+    # scalars, keys and merges (go-yaml v2's rules).
+    {"vocabulary", "kubeyaml"},
     # Values and rules for hostile text, the wire's shared names, the pins,
     # the kinds of failure and the retry policy.
     {"untrusted", "wire", "pins", "faults", "backoff"},

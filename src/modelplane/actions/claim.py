@@ -51,14 +51,17 @@ from modelplane.kube.client import TargetError
 from modelplane.kube.errors import ErrorKind, KnownError
 from modelplane.kube.resources import unless_missing
 from modelplane.untrusted import printable
+from modelplane.vocabulary import BlockedReason, EventReason
 from modelplane.wire import MANAGED_BY, MANAGED_BY_LABEL, stamp
 
 log = logging.getLogger("modelplane.operator.claim")
 
-Emit = Callable[[str, str, str], None]  # (type, reason, message) -> event on the ServingStack
+Emit = Callable[
+    [str, EventReason, str], None
+]  # (type, reason, message) -> event on the ServingStack
 
 # The Ready reason of a stack whose target another ServingStack holds.
-TARGET_CLAIMED = "TargetClaimed"
+TARGET_CLAIMED = BlockedReason.TARGET_CLAIMED
 # Attempts at acquiring a free claim: each lost race re-reads the holder, so
 # more than one is only needed when the claim is freed again right away.
 ACQUIRE_ATTEMPTS = 3
@@ -244,7 +247,7 @@ class ClaimContendedError(KnownError):
 class Blocked:
     """The reconcile stops here: another stack holds the target."""
 
-    reason: str
+    reason: BlockedReason
     message: str
 
 
@@ -268,7 +271,7 @@ async def before_reconcile(
         return None
     message = blocked_message(holder, ours)
     if not already_reported(status, message):
-        emit("Warning", TARGET_CLAIMED, message)
+        emit("Warning", EventReason.TARGET_CLAIMED, message)
     return Blocked(TARGET_CLAIMED, message)
 
 
@@ -287,7 +290,7 @@ async def before_teardown(
         return True
     emit(
         "Normal",
-        "TeardownSkipped",
+        EventReason.TEARDOWN_SKIPPED,
         f"the target is claimed by {describe_holder(holder)}: this ServingStack never "
         "acted on it, so its deletion leaves the target as it is",
     )
@@ -312,7 +315,11 @@ async def after_teardown(
             raise
         return
     log.info("teardown: released the claim on the target (%s)", ours)
-    emit("Normal", "ClaimReleased", f"released the target: Lease {CLAIM_NAMESPACE}/{CLAIM_NAME}")
+    emit(
+        "Normal",
+        EventReason.CLAIM_RELEASED,
+        f"released the target: Lease {CLAIM_NAMESPACE}/{CLAIM_NAME}",
+    )
 
 
 async def _hold(client: AsyncClient, stack: ServingStack, emit: Emit, ours: Claimant) -> str | None:
@@ -329,7 +336,7 @@ async def _hold(client: AsyncClient, stack: ServingStack, emit: Emit, ours: Clai
             log.info("claimed the target for %s", ours)
             emit(
                 "Normal",
-                "ClaimAcquired",
+                EventReason.CLAIM_ACQUIRED,
                 f"claimed the target: Lease {CLAIM_NAMESPACE}/{CLAIM_NAME} names "
                 f"{'this ServingStack' if isinstance(ours, StackIdentity) else ours} as its owner",
             )

@@ -28,8 +28,8 @@ from modelplane.kube.address import DEFAULT_DENIED, AddressDenied, IPNetwork
 from modelplane.kube.answers import bounded
 from modelplane.kube.client import Target, open_target
 from modelplane.kube.errors import ErrorKind, KnownError
-from modelplane.plan.decisions import BlockedReason
 from modelplane.untrusted import load_yaml
+from modelplane.vocabulary import BlockedReason
 
 
 class CredentialsError(KnownError):

@@ -24,8 +24,8 @@ from modelplane.api.status_limits import LOG_MESSAGE
 from modelplane.kube.answers import describe_error
 from modelplane.kube.errors import classify
 from modelplane.plan import Plan, decisions
-from modelplane.plan.decisions import BlockedReason
 from modelplane.untrusted import printable
+from modelplane.vocabulary import BlockedReason, EventReason
 
 log = logging.getLogger("modelplane.operator")
 
@@ -114,7 +114,7 @@ class ComponentFailures:
             # retry; the status carries it meanwhile. Logged likewise; each
             # retry only at DEBUG.
             if changed:
-                self.emit("Warning", reason, message)
+                self.emit("Warning", EventReason(reason), message)
             log.log(
                 logging.INFO if changed else logging.DEBUG,
                 "%s; retry %d in %.0fs",
@@ -123,6 +123,6 @@ class ComponentFailures:
                 delay,
             )
             return
-        self.emit("Warning", reason, message)
+        self.emit("Warning", EventReason(reason), message)
         # A failure that repeats on each backed-off retry is logged once.
         log.log(logging.WARNING if changed else logging.DEBUG, "%s", message)

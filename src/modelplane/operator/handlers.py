@@ -41,9 +41,9 @@ from modelplane.operator.rollout_reads import canaries_for
 from modelplane.operator.runtime import Runtime, stack_label, track
 from modelplane.operator.status import Outcome, desired_status
 from modelplane.plan import decisions
-from modelplane.plan.decisions import BlockedReason
 from modelplane.plan.rollout import RESUME_ANNOTATION
 from modelplane.untrusted import printable
+from modelplane.vocabulary import BlockedReason, EventReason, TeardownReason
 
 log = logging.getLogger("modelplane.operator")
 
@@ -296,7 +296,7 @@ def register(registry: kopf.OperatorRegistry, rt: Runtime) -> None:
             event(
                 body,
                 "Warning",
-                "TeardownSkipped",
+                EventReason.TEARDOWN_SKIPPED,
                 f"{SKIP_TEARDOWN_ANNOTATION}=true: the target is left as it is",
             )
             return
@@ -313,10 +313,10 @@ def register(registry: kopf.OperatorRegistry, rt: Runtime) -> None:
             raise await _teardown_blocked(rt, body, reason, message, retry, unforeseen) from None
         if waiting:
             # Progress, not a failure: told at INFO when what it waits for changes.
-            if await teardown_condition(rt, body, "Waiting", waiting):
+            if await teardown_condition(rt, body, TeardownReason.WAITING, waiting):
                 log.info("ServingStack %s: teardown %s", stack_label(body), waiting)
             raise _retry(waiting, TEARDOWN_POLL_SECONDS)
-        event(body, "Normal", "TornDown", "teardown finished")
+        event(body, "Normal", EventReason.TORN_DOWN, "teardown finished")
 
 
 _SKIP = (
@@ -397,7 +397,7 @@ async def _teardown_blocked(
             delay,
             exc_info=error,
         )
-        event(body, "Warning", "TeardownBlocked", f"{reason}: {message}")
+        event(body, "Warning", EventReason.TEARDOWN_BLOCKED, f"{reason}: {message}")
     else:
         log.debug(
             "ServingStack %s: teardown still blocked: %s; retry in %.0fs",

@@ -36,6 +36,7 @@ from modelplane.operator.status import (
 from modelplane.plan import decisions
 from modelplane.plan.rollout import RESUME_ANNOTATION
 from modelplane.untrusted import printable
+from modelplane.vocabulary import BlockedReason, EventReason, TeardownReason
 
 log = logging.getLogger("modelplane.operator")
 
@@ -44,7 +45,7 @@ def _now() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def event(body: kopf.Body, type_: str, reason: str, message: str) -> None:
+def event(body: kopf.Body, type_: str, reason: EventReason, message: str) -> None:
     """An event on the ServingStack; its message made printable and cut to what events hold."""
     kopf.event(body, type=type_, reason=reason, message=printable(message, EVENT_MESSAGE))
 
@@ -52,7 +53,7 @@ def event(body: kopf.Body, type_: str, reason: str, message: str) -> None:
 def emitter(body: kopf.Body) -> Any:
     """The events callback a reconciler reports through, on this stack."""
 
-    def emit(type_: str, reason: str, message: str) -> None:
+    def emit(type_: str, reason: EventReason, message: str) -> None:
         event(body, type_, reason, message)
 
     return emit
@@ -195,7 +196,7 @@ async def _status_refused(
         "; ".join(fields),
     )
     if new:
-        event(body, "Warning", STATUS_REFUSED, message)
+        event(body, "Warning", EventReason.STATUS_REFUSED, message)
     generation = refused.get("observedGeneration", body.meta.get("generation"))
     minimal = bounded(
         {
@@ -222,7 +223,9 @@ async def _status_refused(
     metrics.STATUS_WRITES.inc()
 
 
-async def teardown_condition(rt: Runtime, body: kopf.Body, reason: str, message: str) -> bool:
+async def teardown_condition(
+    rt: Runtime, body: kopf.Body, reason: BlockedReason | TeardownReason, message: str
+) -> bool:
     """Set the Teardown condition; True when its reason or message changed.
 
     Judged by the condition on the stack rather than by the write, so that

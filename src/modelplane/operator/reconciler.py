@@ -84,6 +84,7 @@ from modelplane.plan.observed import Observed
 from modelplane.plan.release_health import DriftMode
 from modelplane.plan.release_trust import TamperedRelease
 from modelplane.untrusted import printable
+from modelplane.vocabulary import EventReason
 
 log = logging.getLogger("modelplane.operator")
 
@@ -94,9 +95,9 @@ MAX_ROUNDS = 6
 
 INVALID_SPEC = BlockedReason.INVALID_SPEC
 # A release revision refused: it installs workloads outside its namespace.
-RELEASE_REFUSED = "ReleaseRevisionRefused"
+RELEASE_REFUSED = EventReason.RELEASE_REVISION_REFUSED
 # A Warning event: the target connection is allowed but unsafe (Target.warnings).
-INSECURE_TARGET = "InsecureTarget"
+INSECURE_TARGET = EventReason.INSECURE_TARGET
 
 
 @dataclass
@@ -223,7 +224,7 @@ class StackReconciler(StackActions, StackTeardown):
             # event once and in Ready for as long as it stands.
             message = first_error(err)
             if decisions.is_new(self.invalid_spec, message):
-                self.emit("Warning", INVALID_SPEC, message)
+                self.emit("Warning", EventReason.INVALID_SPEC, message)
             self.invalid_spec = message
             return Outcome(blocked_reason=INVALID_SPEC, blocked_message=message)
         self.invalid_spec = None
@@ -248,7 +249,7 @@ class StackReconciler(StackActions, StackTeardown):
         """
         refused = describe_error(err) if fault.kind is ErrorKind.OVER_BUDGET else None
         if refused is not None and decisions.is_new(self.refused_collection, refused):
-            self.emit("Warning", decisions.blocked_reason(fault), refused)
+            self.emit("Warning", EventReason.TARGET_COLLECTION_TOO_LARGE, refused)
         self.refused_collection = refused
 
     async def _reconcile(
@@ -493,7 +494,7 @@ class StackReconciler(StackActions, StackTeardown):
         """One Warning event per out-of-range pin, when it appears, not on every resync."""
         messages = frozenset(w.message for w in p.version_warnings)
         for message in sorted(messages - self.version_warnings):
-            self.emit("Warning", "VersionOutOfRange", message)
+            self.emit("Warning", EventReason.VERSION_OUT_OF_RANGE, message)
         self.version_warnings = messages
 
     def _report_release_drift(self, p: Plan) -> None:
@@ -516,7 +517,7 @@ class StackReconciler(StackActions, StackTeardown):
         """One Warning event per doubtful clientCAs entry, when it appears."""
         messages = frozenset(p.client_ca_warnings)
         for message in sorted(messages - self.client_ca_warnings):
-            self.emit("Warning", "ClientCAWarning", message)
+            self.emit("Warning", EventReason.CLIENT_CA_WARNING, message)
         self.client_ca_warnings = messages
 
     # -- teardown ------------------------------------------------------------

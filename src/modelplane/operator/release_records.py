@@ -32,7 +32,6 @@ from modelplane.observe.release_storage import StoredDigests, newest, storage_fa
 from modelplane.observe.releases import ReleaseReadError, helm_output_release
 from modelplane.observe.state import RELEASE_NAMESPACES, SECRETS, Listed, release_of
 from modelplane.observe.storage_name import storage_name
-from modelplane.plan.health import Reason
 from modelplane.plan.model import PlannedRelease, ReleaseAction
 from modelplane.plan.release_trust import (
     StorageState,
@@ -41,11 +40,12 @@ from modelplane.plan.release_trust import (
     manifest_digest,
     storage_state,
 )
+from modelplane.vocabulary import EventReason
 
 log = logging.getLogger("modelplane.operator")
 
 # The event that names a Secret of a release's storage the operator did not write.
-STORAGE_TAMPERED = str(Reason.RELEASE_STORAGE_TAMPERED)
+STORAGE_TAMPERED = EventReason.RELEASE_STORAGE_TAMPERED
 _COMPONENT_OF = {c.release_name: c.name for c in COMPONENTS if c.chart is not None}
 # The actions whose helm starts from the release's newest stored revision.
 _BUILDS_ON_STORAGE = frozenset(

@@ -27,12 +27,18 @@ from modelplane.operator.options import OperatorOptions
 from modelplane.operator.release_records import ReleaseRecords
 from modelplane.plan import Plan
 from modelplane.plan.model import ObjectAction, PlannedManifests, PlannedRelease, ReleaseAction
+from modelplane.vocabulary import EventReason
 from modelplane.wire import stamp
 
-# A hand edit of fields the operator owns, taken back (see plan.drift).
-DRIFT_CORRECTED = "DriftCorrected"
-# A release's object deleted or changed by hand (restored, or only reported).
-RELEASE_DRIFT = "ReleaseDrift"
+DRIFT_CORRECTED = EventReason.DRIFT_CORRECTED
+RELEASE_DRIFT = EventReason.RELEASE_DRIFT
+# A helm run that succeeded: its event, and the verb its message says.
+SUCCEEDED: dict[ReleaseAction, tuple[EventReason, str]] = {
+    ReleaseAction.INSTALL: (EventReason.INSTALL_SUCCEEDED, "Install"),
+    ReleaseAction.UPGRADE: (EventReason.UPGRADE_SUCCEEDED, "Upgrade"),
+    ReleaseAction.REINSTALL: (EventReason.REINSTALL_SUCCEEDED, "Reinstall"),
+    ReleaseAction.ROLLBACK: (EventReason.ROLLBACK_SUCCEEDED, "Rollback"),
+}
 
 log = logging.getLogger("modelplane.operator")
 
@@ -108,12 +114,7 @@ class StackActions(ComponentFailures, ReleaseRecords):
             await self._apply(target, stamp(body, m.digest), writes)
 
     async def _release(self, release: PlannedRelease, target: Target) -> bool:
-        verb = {
-            ReleaseAction.INSTALL: "Install",
-            ReleaseAction.UPGRADE: "Upgrade",
-            ReleaseAction.REINSTALL: "Reinstall",
-            ReleaseAction.ROLLBACK: "Rollback",
-        }[release.action]
+        succeeded, verb = SUCCEEDED[release.action]
         # Minted (or taken from the cache) per release: helm gets a token
         # fresh enough for its run, never the identity's key.
         kubeconfig = await target.helm_kubeconfig()
@@ -155,7 +156,7 @@ class StackActions(ComponentFailures, ReleaseRecords):
         if ok:
             self.emit(
                 "Normal",
-                f"{verb}Succeeded",
+                succeeded,
                 f"{verb.lower()} of {release.name} {release.chart} {release.version} "
                 f"in {release.namespace} succeeded",
             )
@@ -171,14 +172,14 @@ class StackActions(ComponentFailures, ReleaseRecords):
         if written:
             self.emit(
                 "Normal",
-                "CRDsApplied",
+                EventReason.CRDS_APPLIED,
                 f"{release.chart} {release.version}: "
                 + ", ".join(f"{c.name} ({c.action.value.lower()})" for c in written),
             )
         for name in applied.kept:
             self.emit(
                 "Warning",
-                "CRDKept",
+                EventReason.CRD_KEPT,
                 f"{release.chart} {release.version} no longer ships CRD {name}; it is kept, "
                 "since deleting it would delete every object of its kind",
             )

@@ -37,6 +37,7 @@ from modelplane.plan.teardown import (
     hooks_to_find,
     teardown_steps,
 )
+from modelplane.vocabulary import EventReason
 
 log = logging.getLogger("modelplane.operator")
 
@@ -111,7 +112,7 @@ class StackTeardown(ReleaseRecords):
                 return f"waiting for {', '.join(remaining)} to be deleted"
             self.emit(
                 "Warning",
-                "TeardownTimeout",
+                EventReason.TEARDOWN_TIMEOUT,
                 f"gave up waiting for {', '.join(remaining)}; going on",
             )
         return None
@@ -132,7 +133,7 @@ class StackTeardown(ReleaseRecords):
         await self._delete(step, target)
         self.emit(
             "Normal",
-            "HookObjectsDeleted",
+            EventReason.HOOK_OBJECTS_DELETED,
             f"deleted what the hooks of release {step.release} left: "
             + ", ".join(str(ref) for ref in step.objects),
         )
@@ -157,5 +158,7 @@ class StackTeardown(ReleaseRecords):
             raise HelmError(f"uninstall of release {step.release}: {err}") from err
         log.info("teardown: uninstalled release %s", step.release)
         self.emit(
-            "Normal", "Uninstalled", f"uninstalled release {step.release} from {step.namespace}"
+            "Normal",
+            EventReason.UNINSTALLED,
+            f"uninstalled release {step.release} from {step.namespace}",
         )

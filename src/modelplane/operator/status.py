@@ -8,29 +8,37 @@ from typing import Any
 from modelplane.api import status_limits
 from modelplane.api.status_limits import CA_CERTIFICATE
 from modelplane.plan import decisions, pull_secrets
-from modelplane.plan.decisions import BlockedReason, ComponentState
+from modelplane.plan.decisions import ComponentState
 from modelplane.plan.model import GatewayReport, Plan, RequirementStatus, Severity
 from modelplane.untrusted import printable
+from modelplane.vocabulary import (
+    BlockedReason,
+    CAReason,
+    ConditionReason,
+    ConditionType,
+    PullSecretsReason,
+    ReadyReason,
+    RequirementsReason,
+    VerifiedReason,
+    VersionsReason,
+)
 
-READY = "Ready"
-REQUIREMENTS_MET = "RequirementsMet"
-VERSIONS_SUPPORTED = "VersionsSupported"
-TEARDOWN = "Teardown"
-# Whether status.gateway.caCertificate holds the gateway's CA; there only when
-# a CA was found (published or not).
-CA_PUBLISHED = "CACertificatePublished"
-# Whether every --image-pull-secret Secret exists where the pods that name it
-# run; there only when pull Secrets are given. Never stops Ready: the Secret
-# may come later, and the condition clears when it does.
-PULL_SECRETS_PRESENT = "PullSecretsPresent"
-# Whether the target publishes GPUs (plan.capacity.gpus_available): True with
-# the count, False with the failing advisory's reason, Unknown before any GPU
-# node joins. Never stops Ready: a pool that scales from zero is not a fault.
-GPUS_AVAILABLE = "GPUsAvailable"
-# Whether the target's serving certificate is checked on every connection.
-TARGET_VERIFIED = "TargetVerified"
+READY = ConditionType.READY
+REQUIREMENTS_MET = ConditionType.REQUIREMENTS_MET
+VERSIONS_SUPPORTED = ConditionType.VERSIONS_SUPPORTED
+TEARDOWN = ConditionType.TEARDOWN
+# There only when a CA was found (published or not).
+CA_PUBLISHED = ConditionType.CA_CERTIFICATE_PUBLISHED
+# There only when pull Secrets are given. Never stops Ready: the Secret may
+# come later, and the condition clears when it does.
+PULL_SECRETS_PRESENT = ConditionType.PULL_SECRETS_PRESENT
+# True with the count, False with the failing advisory's reason, Unknown
+# before any GPU node joins. Never stops Ready: a pool that scales from zero
+# is not a fault.
+GPUS_AVAILABLE = ConditionType.GPUS_AVAILABLE
+TARGET_VERIFIED = ConditionType.TARGET_VERIFIED
 # Ready's reason when the hub refused the status the operator wrote.
-STATUS_REFUSED = "StatusRefused"
+STATUS_REFUSED = BlockedReason.STATUS_REFUSED
 ACTION_FAILED = BlockedReason.ACTION_FAILED
 # Ready's reason while the target cannot call an admission webhook yet.
 WEBHOOK_NOT_READY = BlockedReason.WEBHOOK_NOT_READY
@@ -61,7 +69,7 @@ class Outcome:
 
 
 def condition(
-    type_: str, ok: bool, reason: str, message: str, generation: int | None
+    type_: ConditionType, ok: bool, reason: ConditionReason, message: str, generation: int | None
 ) -> dict[str, Any]:
     return {
         "type": type_,
@@ -90,7 +98,7 @@ def desired_status(outcome: Outcome, generation: int | None) -> dict[str, Any]:
     elif plan is not None and (plan.pending or not plan.requirements_met):
         pending = plan.pending or ["waiting for requirements"]
         message = "; ".join(pending + _unhealthy_parts(plan))
-        conditions.append(condition(READY, False, "Progressing", message, generation))
+        conditions.append(condition(READY, False, ReadyReason.PROGRESSING, message, generation))
     elif plan is not None and plan.unhealthy:
         conditions.append(unhealthy_condition(plan, generation))
     elif plan is not None and plan.not_serving is not None:
@@ -99,7 +107,13 @@ def desired_status(outcome: Outcome, generation: int | None) -> dict[str, Any]:
         conditions.append(condition(READY, False, problem.reason, problem.message, generation))
     elif plan is not None:
         conditions.append(
-            condition(READY, True, "Reconciled", "every release and object is in place", generation)
+            condition(
+                READY,
+                True,
+                ReadyReason.RECONCILED,
+                "every release and object is in place",
+                generation,
+            )
         )
 
     if outcome.connection_warnings is not None:
@@ -114,7 +128,7 @@ def desired_status(outcome: Outcome, generation: int | None) -> dict[str, Any]:
                 condition(
                     REQUIREMENTS_MET,
                     False,
-                    "RequirementsUnmet",
+                    RequirementsReason.UNMET,
                     "; ".join(r.message for r in unmet),
                     generation,
                 )
@@ -131,7 +145,7 @@ def desired_status(outcome: Outcome, generation: int | None) -> dict[str, Any]:
             if warnings:
                 message += f"; {len(warnings)} warning(s): " + "; ".join(warnings)
             conditions.append(
-                condition(REQUIREMENTS_MET, True, "RequirementsMet", message, generation)
+                condition(REQUIREMENTS_MET, True, RequirementsReason.MET, message, generation)
             )
         conditions.append(versions_condition(plan, generation))
         status["components"] = [
@@ -195,7 +209,7 @@ def unhealthy_condition(plan: Plan, generation: int | None) -> dict[str, Any]:
     """
     unhealthy = plan.unhealthy
     message = "; ".join(f"{h.component}: {h.message}" for h in unhealthy)
-    return condition(READY, False, str(unhealthy[0].reason), message, generation)
+    return condition(READY, False, unhealthy[0].reason, message, generation)
 
 
 def _mirrors(rules: list[str]) -> list[str]:
@@ -216,7 +230,7 @@ def pull_secrets_condition(plan: Plan, generation: int | None) -> dict[str, Any]
         )
     verb = "exists" if len(plan.image_pull_secrets) == 1 else "exist"
     message = f"{', '.join(plan.image_pull_secrets)} {verb} where every component's pods run"
-    return condition(PULL_SECRETS_PRESENT, True, "Present", message, generation)
+    return condition(PULL_SECRETS_PRESENT, True, PullSecretsReason.PRESENT, message, generation)
 
 
 def _ca(gateway: GatewayReport, generation: int | None) -> tuple[str | None, dict[str, Any] | None]:
@@ -235,10 +249,10 @@ def _ca(gateway: GatewayReport, generation: int | None) -> tuple[str | None, dic
         )
     if problem is not None:
         message = f"the CA certificate is not published: {problem}"
-        return None, condition(CA_PUBLISHED, False, "NotPublished", message, generation)
+        return None, condition(CA_PUBLISHED, False, CAReason.NOT_PUBLISHED, message, generation)
     if ca:
         message = "status.gateway.caCertificate holds the CA that signs the gateway's certificate"
-        return ca, condition(CA_PUBLISHED, True, "Published", message, generation)
+        return ca, condition(CA_PUBLISHED, True, CAReason.PUBLISHED, message, generation)
     return None, None
 
 
@@ -280,19 +294,29 @@ def verified_condition(warnings: tuple[str, ...], generation: int | None) -> dic
     """An unchecked target certificate is allowed, but stated where tools look, not only once."""
     if warnings:
         return condition(
-            TARGET_VERIFIED, False, "InsecureSkipTLSVerify", "; ".join(warnings), generation
+            TARGET_VERIFIED,
+            False,
+            VerifiedReason.INSECURE_SKIP_TLS_VERIFY,
+            "; ".join(warnings),
+            generation,
         )
     message = "the target's TLS certificate is checked on every connection"
-    return condition(TARGET_VERIFIED, True, "Verified", message, generation)
+    return condition(TARGET_VERIFIED, True, VerifiedReason.VERIFIED, message, generation)
 
 
 def versions_condition(plan: Plan, generation: int | None) -> dict[str, Any]:
     """Pins outside their supported range are accepted; this says so where tools look."""
     if plan.version_warnings:
         message = "; ".join(w.message for w in plan.version_warnings)
-        return condition(VERSIONS_SUPPORTED, False, "OutOfRange", message, generation)
+        return condition(
+            VERSIONS_SUPPORTED, False, VersionsReason.OUT_OF_RANGE, message, generation
+        )
     return condition(
-        VERSIONS_SUPPORTED, True, "InRange", "every pinned version is supported", generation
+        VERSIONS_SUPPORTED,
+        True,
+        VersionsReason.IN_RANGE,
+        "every pinned version is supported",
+        generation,
     )
 
 

@@ -54,6 +54,8 @@ from modelplane.catalog.gpu_nodes import gpu_node_unavailable, gpu_nodes
 from modelplane.catalog.placement import Placement
 from modelplane.catalog.types import Component, Finding, GpuNodes, RequirementStatus, Severity
 from modelplane.untrusted import printable
+from modelplane.vocabulary import GpuCheck as GpuCheck
+from modelplane.vocabulary import GpuReason as GpuReason
 
 if TYPE_CHECKING:
     # Annotations only: plan.model holds this module's models in the Plan.
@@ -304,37 +306,9 @@ class ConditionStatus(StrEnum):
     UNKNOWN = "Unknown"
 
 
-class GpuCheck(StrEnum):
-    """The advisories GPUsAvailable follows; each value is its reason when it fails.
-
-    In the order a person fixes them: without NFD's labels the kubelet
-    plugin never schedules; without the quota its pods are never created;
-    a cordon or a maintenance taint keeps it (and new pods) off a node;
-    without the plugin no slices are published. A device plugin is a
-    separate fault and comes last.
-    """
-
-    NFD_LABELS = "NFDLabelsMissing"
-    CRITICAL_PODS_QUOTA = "CriticalPodsNotAdmitted"
-    # A cordon or a maintenance taint: the cause when the plugin also went.
-    NODES_UNAVAILABLE = "GPUNodesUnavailable"
-    KUBELET_PLUGIN = "KubeletPluginNotRunning"
-    RESOURCE_SLICES = "ResourceSlicesMissing"
-    DEVICE_PLUGIN = "DevicePluginAdvertises"
-
-
-class GpuReason(StrEnum):
-    """GPUsAvailable's reasons other than a failing advisory's."""
-
-    PUBLISHED = "GPUsPublished"
-    NO_GPU_NODES = "NoGPUNodes"
-    NO_GPU_DEVICES = "NoGPUDevicesPublished"
-    NOT_OBSERVED = "GPUsNotObserved"
-
-
 class GpuAvailability(_Model):
     status: ConditionStatus
-    reason: str = Field(min_length=1)
+    reason: GpuCheck | GpuReason
     message: str = Field(max_length=MAX_CONDITION_MESSAGE)
 
 
@@ -399,7 +373,7 @@ def gpus_available(
         (check, message), rest = failing[0], failing[1:]
         if rest:
             message += f" (also: {', '.join(c.value for c, _ in rest)})"
-        return _availability(ConditionStatus.FALSE, check.value, message)
+        return _availability(ConditionStatus.FALSE, check, message)
     if summary is None:
         return _availability(
             ConditionStatus.UNKNOWN,
@@ -441,7 +415,9 @@ def offered(summary: TargetSummary) -> str:
     return f"{gpus} on {nodes}: {', '.join(groups)}"
 
 
-def _availability(status: ConditionStatus, reason: str, message: str) -> GpuAvailability:
+def _availability(
+    status: ConditionStatus, reason: GpuCheck | GpuReason, message: str
+) -> GpuAvailability:
     return GpuAvailability(
         status=status, reason=reason, message=printable(message, MAX_CONDITION_MESSAGE)
     )

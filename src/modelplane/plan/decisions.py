@@ -15,42 +15,7 @@ from enum import StrEnum
 
 from modelplane.backoff import Backoff
 from modelplane.faults import ErrorKind, Fault
-
-
-class BlockedReason(StrEnum):
-    """Why Ready (or Teardown) is False: each value is the condition's reason on the wire."""
-
-    INVALID_SPEC = "InvalidSpec"
-    TARGET_CLAIMED = "TargetClaimed"
-    CLAIM_CONTENDED = "ClaimContended"
-    TARGET_UNREACHABLE = "TargetUnreachable"
-    TARGET_UNAUTHORIZED = "TargetUnauthorized"
-    # A write into a namespace the target is deleting: a wait until it is gone.
-    TARGET_NAMESPACE_TERMINATING = "TargetNamespaceTerminating"
-    TARGET_ERROR = "TargetError"
-    # A collection on the target past the budget the operator reads of one.
-    TARGET_COLLECTION_TOO_LARGE = "TargetCollectionTooLarge"
-    TARGET_ADDRESS_DENIED = "TargetAddressDenied"
-    WEBHOOK_NOT_READY = "WebhookNotReady"
-    ACTION_FAILED = "ActionFailed"
-    HELM_FAILED = "HelmFailed"
-    RECONCILE_ERROR = "ReconcileError"
-    TEARDOWN_ERROR = "TeardownError"
-    # A release's storage on the target is not the operator's: not uninstalled.
-    RELEASE_STORAGE_TAMPERED = "ReleaseStorageTampered"
-    # The credentials' own reasons (modelplane.credentials.connect).
-    SECRET_NOT_FOUND = "SecretNotFound"
-    SECRET_KEY_MISSING = "SecretKeyMissing"
-    HUB_FORBIDDEN = "HubForbidden"
-    KUBECONFIG_INVALID = "KubeconfigInvalid"
-    KUBECONFIG_REFUSED = "KubeconfigRefused"
-    CROSS_NAMESPACE_REF_DENIED = "CrossNamespaceRefDenied"
-    CLOUD_IDENTITY_UNSUPPORTED = "CloudIdentityUnsupported"
-    # A cloud identity's (modelplane.credentials.identity.base.IdentityFailure).
-    IDENTITY_INVALID = "IdentityInvalid"
-    IDENTITY_REJECTED = "IdentityRejected"
-    IDENTITY_UNREACHABLE = "IdentityUnreachable"
-
+from modelplane.vocabulary import BlockedReason as BlockedReason
 
 _BY_KIND = {
     ErrorKind.UNREACHABLE: BlockedReason.TARGET_UNREACHABLE,

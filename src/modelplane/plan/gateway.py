@@ -21,6 +21,7 @@ from modelplane.api.status_limits import CA_CERTIFICATE, GATEWAY_MESSAGE, string
 from modelplane.catalog.configuration import CA_KEY, CLUSTER_CA, GATEWAY_NAME, NS
 from modelplane.plan.observed import ObservedCondition
 from modelplane.untrusted import printable
+from modelplane.vocabulary import ReadyReason
 
 # An address as the Gateway API's status carries one (an IP or a hostname,
 # at most 253 characters); anything else is not published.
@@ -81,7 +82,7 @@ def published_ca(text: str) -> tuple[str | None, str | None]:
 
 
 # Ready's reason in Managed mode while the product's Gateway does not serve.
-GATEWAY_NOT_PROGRAMMED = "GatewayNotProgrammed"
+GATEWAY_NOT_PROGRAMMED = ReadyReason.GATEWAY_NOT_PROGRAMMED
 # The Gateway API's conditions a serving Gateway has, in the order a
 # controller sets them: accepted (the config is valid), then programmed (the
 # data plane has it). gateway-api apis/v1/gateway_types.go GatewayConditionType.

@@ -63,6 +63,7 @@ from modelplane.api.status_limits import string_limit
 from modelplane.plan.frozen import Frozen
 from modelplane.plan.workloads import Kind, PodSignal, WorkloadKey, WorkloadStatus, find_condition
 from modelplane.untrusted import printable
+from modelplane.vocabulary import WorkloadReason
 
 # A component's message: several workloads' words together.
 MAX_MESSAGE = string_limit("components[].message")
@@ -80,33 +81,8 @@ class State(StrEnum):
     DEGRADED = "Degraded"
 
 
-class Reason(StrEnum):
-    """Why a workload (and the component running it) is in its state: stable, on the wire."""
-
-    AVAILABLE = "Available"
-    # Short of its target, within the grace period.
-    PROGRESSING = "Progressing"
-    # Short of its target past the grace period, and no pod says why.
-    WORKLOAD_UNAVAILABLE = "WorkloadUnavailable"
-    # In the release's manifest, not on the target.
-    WORKLOAD_MISSING = "WorkloadMissing"
-    # Scaled to zero while the release asks for replicas.
-    WORKLOAD_SCALED_DOWN = "WorkloadScaledDown"
-    PROGRESS_DEADLINE_EXCEEDED = "ProgressDeadlineExceeded"
-    POD_CRASH_LOOPING = "PodCrashLooping"
-    IMAGE_PULL_FAILED = "ImagePullFailed"
-    # CreateContainerConfigError and its kin: a ConfigMap, Secret or key missing.
-    CONTAINER_CONFIG_ERROR = "ContainerConfigError"
-    UNSCHEDULABLE = "Unschedulable"
-    JOB_FAILED = "JobFailed"
-    # The release's stored revision installs a workload outside the release's
-    # namespace: refused, none of its workloads judged or restored.
-    RELEASE_OUTSIDE_NAMESPACE = "ReleaseOutsideNamespace"
-    # The release's storage on the target is not what the operator wrote, and
-    # cannot be made so: nothing of it is judged, restored, upgraded or
-    # uninstalled (plan.release_trust). Also the event that names the Secret.
-    RELEASE_STORAGE_TAMPERED = "ReleaseStorageTampered"
-
+# Why a workload is in its state: the vocabulary's, by its short name here.
+Reason = WorkloadReason
 
 # Worst first: the reason a component gives when its workloads give several.
 # A missing workload first (nothing else about it can be said), then what a

@@ -19,6 +19,7 @@ from modelplane.plan.health import State
 from modelplane.plan.images import ImageUse
 from modelplane.plan.pull_secrets import MissingPullSecret
 from modelplane.plan.release_health import ReleaseDrift
+from modelplane.vocabulary import ReadyReason
 
 # The component the product's own objects (Namespace, Gateway, ...) are
 # planned under, next to the catalog's components.
@@ -205,7 +206,7 @@ class GatewayReport(Frozen):
 
 
 class NotServing(Frozen):
-    reason: str
+    reason: ReadyReason
     message: str
 
 

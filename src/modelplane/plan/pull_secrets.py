@@ -19,9 +19,10 @@ from pydantic import BaseModel, ConfigDict
 from modelplane.catalog.advisories import listed
 from modelplane.catalog.images import PullSecrets
 from modelplane.catalog.types import Component
+from modelplane.vocabulary import PullSecretsReason
 
 # The reason a component's message and the condition give.
-PULL_SECRET_MISSING = "PullSecretMissing"
+PULL_SECRET_MISSING = PullSecretsReason.PULL_SECRET_MISSING
 
 # The kinds whose objects run pods from ``spec.template``, as the product composes them.
 _POD_TEMPLATES = frozenset({"Deployment", "DaemonSet", "StatefulSet", "Job"})

@@ -32,8 +32,11 @@ from modelplane.api.spec import ServingStackSpec
 from modelplane.catalog.components import installed_for
 from modelplane.pins import ComponentsMode
 from modelplane.plan.model import Plan
+from modelplane.vocabulary import ConditionType, UpToDateReason
 
-UP_TO_DATE = "UpToDate"
+UP_TO_DATE = ConditionType.UP_TO_DATE
+# The UpToDate condition's reasons, by their short name here.
+Reason = UpToDateReason
 # Set on the stack that paused the rollout, by a person, to let the rest go on.
 RESUME_ANNOTATION = "modelplane.ai/resume-rollout"
 
@@ -50,18 +53,6 @@ class Phase(StrEnum):
     # Failed, and a person resumed the rollout past it: it no longer pauses
     # the rest, nor holds a slot, and keeps retrying its upgrade.
     RESUMED = "Resumed"
-
-
-class Reason(StrEnum):
-    """The ``UpToDate`` condition's reasons."""
-
-    UP_TO_DATE = "UpToDate"
-    PENDING = "UpgradePending"
-    UPGRADING = "Upgrading"
-    PAUSED = "RolloutPaused"
-    FAILED = "UpgradeFailed"
-    # A first install (or a component just enabled): not an upgrade, never held.
-    INSTALLING = "Installing"
 
 
 @dataclass(frozen=True)

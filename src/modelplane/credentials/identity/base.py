@@ -11,23 +11,12 @@ from __future__ import annotations
 import re
 from collections.abc import Collection
 from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import Any, Protocol
 
 from modelplane.kube.address import DEFAULT_DENIED, IPNetwork
 from modelplane.kube.errors import ErrorKind, KnownError
 from modelplane.untrusted import load_json
-
-
-class IdentityFailure(StrEnum):
-    """Why an identity gave no token; each value is a ``Ready`` condition reason."""
-
-    # The Secret's data cannot be used: malformed JSON, a missing field, a bad key.
-    INVALID = "IdentityInvalid"
-    # The provider's token service answered and refused (revoked key, unknown role).
-    REJECTED = "IdentityRejected"
-    # The provider's token service could not be reached or answered nonsense.
-    UNREACHABLE = "IdentityUnreachable"
+from modelplane.vocabulary import IdentityFailure as IdentityFailure
 
 
 class IdentityError(KnownError):
