@@ -21,6 +21,11 @@ class ConditionType(StrEnum):
     """The conditions of ``status.conditions``."""
 
     READY = "Ready"
+    # kstatus's pair beside Ready, abnormal-true (plan.progress): True while
+    # work is in progress, or while the stack is blocked for good.
+    # https://github.com/kubernetes-sigs/cli-utils/blob/master/pkg/kstatus/README.md
+    RECONCILING = "Reconciling"
+    STALLED = "Stalled"
     REQUIREMENTS_MET = "RequirementsMet"
     VERSIONS_SUPPORTED = "VersionsSupported"
     # Whether the target's serving certificate is checked on every connection.
@@ -225,15 +230,21 @@ _RECONCILE_ONLY = frozenset(
     }
 )
 
+_READY_REASONS = frozenset(
+    {*BlockedReason, *ReadyReason, *WorkloadReason}
+    - {BlockedReason.TEARDOWN_ERROR}
+    # A healthy workload gives Ready no reason: Reconciled does.
+    - {WorkloadReason.AVAILABLE}
+)
+# The conditions that carry Ready's reason, to say what it means to a
+# reader that asks kstatus's questions (plan.progress).
+READY_MIRRORS = frozenset({ConditionType.RECONCILING, ConditionType.STALLED})
+
 # Which reasons each condition carries: what docs/status.md lists, and what
 # a reader of the status may meet.
 CONDITION_REASONS: Mapping[ConditionType, frozenset[str]] = {
-    ConditionType.READY: frozenset(
-        {*BlockedReason, *ReadyReason, *WorkloadReason}
-        - {BlockedReason.TEARDOWN_ERROR}
-        # A healthy workload gives Ready no reason: Reconciled does.
-        - {WorkloadReason.AVAILABLE}
-    ),
+    ConditionType.READY: _READY_REASONS,
+    **{mirror: _READY_REASONS for mirror in READY_MIRRORS},
     ConditionType.REQUIREMENTS_MET: frozenset(RequirementsReason),
     ConditionType.VERSIONS_SUPPORTED: frozenset(VersionsReason),
     ConditionType.TARGET_VERIFIED: frozenset(VerifiedReason),

@@ -128,6 +128,7 @@ class _Actions(StackActions):
         self.attempts = {}
         self.not_before = {}
         self.waiting_on_webhook = set()
+        self.refused = set()
         self.clock = time.monotonic
         # The release records (operator.release_records), empty: a first install.
         self.records = {}

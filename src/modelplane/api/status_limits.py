@@ -67,7 +67,8 @@ STRINGS: MappingProxyType[str, int] = MappingProxyType(
 LISTS: MappingProxyType[str, int] = MappingProxyType(
     {
         # Ours: Ready, RequirementsMet, VersionsSupported, CACertificatePublished,
-        # TargetVerified, PullSecretsPresent, GPUsAvailable, UpToDate, Teardown, with room to grow.
+        # TargetVerified, PullSecretsPresent, GPUsAvailable, UpToDate, Teardown,
+        # Reconciling, Stalled, with room to grow.
         "conditions": 16,
         # One per catalog component (test_status_limits checks the catalog fits).
         "components": 64,

@@ -23,7 +23,7 @@ from modelplane.actions.helm import HelmError
 from modelplane.api.status_limits import LOG_MESSAGE
 from modelplane.kube.answers import describe_error
 from modelplane.kube.errors import classify
-from modelplane.plan import Plan, decisions
+from modelplane.plan import Plan, decisions, progress
 from modelplane.untrusted import printable
 from modelplane.vocabulary import BlockedReason, EventReason
 
@@ -52,6 +52,8 @@ class ComponentFailures:
     not_before: dict[str, float]
     # The failed components whose failure is a webhook the target cannot call yet.
     waiting_on_webhook: set[str]
+    # The failed components whose failure no retry clears (plan.progress).
+    refused: set[str]
     clock: Callable[[], float]
 
     def retry_after(self) -> float | None:
@@ -79,6 +81,7 @@ class ComponentFailures:
         self.attempts.pop(component, None)
         self.not_before.pop(component, None)
         self.waiting_on_webhook.discard(component)
+        self.refused.discard(component)
 
     async def _guard(self, component: str, action: Any, what: str | None = None) -> bool:
         """Carry out one component's action; a failure is recorded and backed off."""
@@ -106,6 +109,10 @@ class ComponentFailures:
             self.waiting_on_webhook.add(component)
         else:
             self.waiting_on_webhook.discard(component)
+        if progress.action_refused(fault):
+            self.refused.add(component)
+        else:
+            self.refused.discard(component)
         attempt = self.attempts[component] = self.attempts.get(component, 0) + 1
         delay = decisions.action_retry_delay(attempt, fault)
         self.not_before[component] = self.clock() + delay

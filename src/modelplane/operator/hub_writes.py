@@ -30,6 +30,7 @@ from modelplane.operator.status import (
     bounded,
     condition,
     merge_conditions,
+    progress_conditions,
     refused_message,
     status_changed,
 )
@@ -198,11 +199,12 @@ async def _status_refused(
     if new:
         event(body, "Warning", EventReason.STATUS_REFUSED, message)
     generation = refused.get("observedGeneration", body.meta.get("generation"))
+    ready = condition(READY, False, STATUS_REFUSED, message, generation)
     minimal = bounded(
         {
             "observedGeneration": generation,
             "conditions": merge_conditions(
-                [condition(READY, False, STATUS_REFUSED, message, generation)],
+                [ready, *progress_conditions(ready, False, generation)],
                 current.get("conditions") or [],
                 _now(),
             ),

@@ -113,6 +113,7 @@ class StackReconciler(StackActions, StackTeardown):
     not_before: dict[str, float] = field(default_factory=dict)
     # The failed components whose failure is a webhook the target cannot call yet.
     waiting_on_webhook: set[str] = field(default_factory=set)
+    refused: set[str] = field(default_factory=set)
     manifests: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     clock: Callable[[], float] = time.monotonic
     # The out-of-range pins last reported by event, so a resync that finds
@@ -394,6 +395,7 @@ class StackReconciler(StackActions, StackTeardown):
             plan=current,
             failures=dict(self.failures),
             waiting_on_webhook=frozenset(self.waiting_on_webhook),
+            refused=frozenset(self.refused),
             retry_after=self.retry_after(),
         )
 

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from modelplane.api import status_limits
 from modelplane.api.status_limits import CA_CERTIFICATE
-from modelplane.plan import decisions, pull_secrets
+from modelplane.plan import decisions, progress, pull_secrets
 from modelplane.plan.decisions import ComponentState
 from modelplane.plan.model import GatewayReport, Plan, RequirementStatus, Severity
+from modelplane.plan.progress import Progress
 from modelplane.untrusted import printable
 from modelplane.vocabulary import (
     BlockedReason,
@@ -24,6 +26,8 @@ from modelplane.vocabulary import (
 )
 
 READY = ConditionType.READY
+RECONCILING = ConditionType.RECONCILING
+STALLED = ConditionType.STALLED
 REQUIREMENTS_MET = ConditionType.REQUIREMENTS_MET
 VERSIONS_SUPPORTED = ConditionType.VERSIONS_SUPPORTED
 TEARDOWN = ConditionType.TEARDOWN
@@ -58,6 +62,8 @@ class Outcome:
     # The failed components whose failure is an admission webhook the target
     # could not call yet: a wait, not a fault of theirs.
     waiting_on_webhook: frozenset[str] = frozenset()
+    # The failed components whose failure no retry clears (plan.progress).
+    refused: frozenset[str] = frozenset()
     # Seconds until the next failed action is due again; None when none is.
     retry_after: float | None = None
     # What is unsafe about this round's connection to the target (an
@@ -80,41 +86,99 @@ def condition(
     }
 
 
+# Why Ready is False: a reason and a message, or None when this cause is absent.
+Cause = Callable[[Outcome], tuple[ConditionReason, str] | None]
+
+
+def _blocked(outcome: Outcome) -> tuple[ConditionReason, str] | None:
+    if outcome.blocked_reason is None:
+        return None
+    return outcome.blocked_reason, outcome.blocked_message or ""
+
+
+def _failed(outcome: Outcome) -> tuple[ConditionReason, str] | None:
+    if not outcome.failures:
+        return None
+    failed = [f"{name}: {msg}" for name, msg in sorted(outcome.failures.items())]
+    reason = decisions.failures_reason(outcome.failures, outcome.waiting_on_webhook)
+    return reason, "; ".join(failed + _unhealthy_parts(outcome.plan, set(outcome.failures)))
+
+
+def _progressing(outcome: Outcome) -> tuple[ConditionReason, str] | None:
+    plan = outcome.plan
+    if plan is None or not (plan.pending or not plan.requirements_met):
+        return None
+    pending = plan.pending or ["waiting for requirements"]
+    return ReadyReason.PROGRESSING, "; ".join(pending + _unhealthy_parts(plan))
+
+
+def _unhealthy(outcome: Outcome) -> tuple[ConditionReason, str] | None:
+    """A release's workload not available: the worst one's reason, each one named.
+
+    The reason is plan.health's (``WorkloadMissing``, ``PodCrashLooping``,
+    ``Unschedulable``, ...); the message names each such component's
+    workloads and what their pods say.
+    """
+    plan = outcome.plan
+    if plan is None or not plan.unhealthy:
+        return None
+    unhealthy = plan.unhealthy
+    return unhealthy[0].reason, "; ".join(f"{h.component}: {h.message}" for h in unhealthy)
+
+
+def _not_serving(outcome: Outcome) -> tuple[ConditionReason, str] | None:
+    # Installed, and still not serving: the plan says why (Managed mode).
+    problem = outcome.plan.not_serving if outcome.plan is not None else None
+    return (problem.reason, problem.message) if problem is not None else None
+
+
+# Ready's causes, first first, as cluster-api declares its conditions'
+# summary: the first that holds gives Ready its reason; with none, the stack
+# is Reconciled. A stop comes before a failed action, which comes before
+# work left, a workload short of its target, and a Gateway not serving: the
+# earlier cause keeps the later ones from being judged (or fixed).
+READY_CAUSES: tuple[tuple[str, Cause], ...] = (
+    ("blocked", _blocked),
+    ("failed", _failed),
+    ("progressing", _progressing),
+    ("unhealthy", _unhealthy),
+    ("not serving", _not_serving),
+)
+
+
+def ready_condition(outcome: Outcome, generation: int | None) -> dict[str, Any] | None:
+    """Ready, from the first of its causes that holds; None before anything was planned."""
+    for _, cause in READY_CAUSES:
+        found = cause(outcome)
+        if found is not None:
+            return condition(READY, False, *found, generation)
+    if outcome.plan is None:
+        return None
+    message = "every release and object is in place"
+    return condition(READY, True, ReadyReason.RECONCILED, message, generation)
+
+
+def progress_conditions(
+    ready: dict[str, Any], refused: bool, generation: int | None
+) -> list[dict[str, Any]]:
+    """Reconciling and Stalled, each with Ready's reason (plan.progress)."""
+    state = progress.progress(ready["status"] == "True", ready["reason"], refused)
+    reconciling, stalled = progress.said(state, ready["message"])
+    reason = ready["reason"]
+    return [
+        condition(RECONCILING, state is Progress.RECONCILING, reason, reconciling, generation),
+        condition(STALLED, state is Progress.STALLED, reason, stalled, generation),
+    ]
+
+
 def desired_status(outcome: Outcome, generation: int | None) -> dict[str, Any]:
     """The status without transition times (see ``merge_conditions``)."""
     conditions: list[dict[str, Any]] = []
     plan = outcome.plan
-    if outcome.blocked_reason is not None:
-        conditions.append(
-            condition(
-                READY, False, outcome.blocked_reason, outcome.blocked_message or "", generation
-            )
-        )
-    elif outcome.failures:
-        failed = [f"{name}: {msg}" for name, msg in sorted(outcome.failures.items())]
-        reason = decisions.failures_reason(outcome.failures, outcome.waiting_on_webhook)
-        message = "; ".join(failed + _unhealthy_parts(plan, set(outcome.failures)))
-        conditions.append(condition(READY, False, reason, message, generation))
-    elif plan is not None and (plan.pending or not plan.requirements_met):
-        pending = plan.pending or ["waiting for requirements"]
-        message = "; ".join(pending + _unhealthy_parts(plan))
-        conditions.append(condition(READY, False, ReadyReason.PROGRESSING, message, generation))
-    elif plan is not None and plan.unhealthy:
-        conditions.append(unhealthy_condition(plan, generation))
-    elif plan is not None and plan.not_serving is not None:
-        # Installed, and still not serving: the plan says why (Managed mode).
-        problem = plan.not_serving
-        conditions.append(condition(READY, False, problem.reason, problem.message, generation))
-    elif plan is not None:
-        conditions.append(
-            condition(
-                READY,
-                True,
-                ReadyReason.RECONCILED,
-                "every release and object is in place",
-                generation,
-            )
-        )
+    ready = ready_condition(outcome, generation)
+    if ready is not None:
+        refused = bool(outcome.refused & set(outcome.failures))
+        conditions += [ready, *progress_conditions(ready, refused, generation)]
 
     if outcome.connection_warnings is not None:
         conditions.append(verified_condition(outcome.connection_warnings, generation))
@@ -198,18 +262,6 @@ def _unhealthy_parts(plan: Plan | None, named: set[str] | None = None) -> list[s
     return [
         f"{h.component}: {h.message}" for h in plan.unhealthy if h.component not in (named or set())
     ]
-
-
-def unhealthy_condition(plan: Plan, generation: int | None) -> dict[str, Any]:
-    """Ready is False while a release's workload is not available: the worst one says why.
-
-    The reason is plan.health's (``WorkloadMissing``, ``PodCrashLooping``,
-    ``Unschedulable``, ...); the message names each such component's
-    workloads and what their pods say.
-    """
-    unhealthy = plan.unhealthy
-    message = "; ".join(f"{h.component}: {h.message}" for h in unhealthy)
-    return condition(READY, False, unhealthy[0].reason, message, generation)
 
 
 def _mirrors(rules: list[str]) -> list[str]:
