@@ -43,6 +43,7 @@ FOREIGN_FLAGS = {
     "--install",  # helm upgrade --install
     "--take-ownership",  # helm upgrade
     "--wait",  # helm install --wait (and `modelplane apply --wait`)
+    "--for",  # kubectl wait --for=condition=Ready
     "--strict",  # mypy
     "--fresh",  # hack/setup.sh
     "--relock",  # hack/setup.sh
