@@ -18,7 +18,7 @@ from collections.abc import Mapping
 
 from modelplane.kube.deadline import reads_within
 from modelplane.operator import metrics
-from modelplane.plan.decisions import BlockedReason
+from modelplane.vocabulary import BlockedReason, ConditionType
 
 # How long a reconcile holds its slot, at most, from connecting to the
 # target through its first full read: every request made meanwhile ends by
@@ -39,7 +39,7 @@ def blocked_on_hub(status: object) -> str | None:
     """
     conditions = status.get("conditions") if isinstance(status, Mapping) else None
     for c in conditions if isinstance(conditions, list) else ():
-        if isinstance(c, Mapping) and c.get("type") == "Ready" and c.get("status") == "False":
+        if isinstance(c, Mapping) and c.get("type") == ConditionType.READY and c.get("status") == "False":
             reason = c.get("reason")
             return reason if isinstance(reason, str) else None
     return None
