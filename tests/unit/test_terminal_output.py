@@ -13,7 +13,7 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from modelplane.api.models import ServingStack
-from modelplane.cli import check, render
+from modelplane.cli import check, output, render
 from modelplane.cli.main import app
 from modelplane.pins import Stack
 from modelplane.plan import Observed, plan
@@ -90,7 +90,7 @@ def test_check_table_shows_observed_escapes_escaped() -> None:
 
 def test_check_errors_show_escapes_escaped(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(typer.Exit):
-        check._fail(f"the API server at https://x answered 500 {ESC}")
+        output.fail(f"the API server at https://x answered 500 {ESC}")
     err = capsys.readouterr().err
     assert "\x1b" not in err
     assert err.startswith("error: the API server at https://x answered 500 \\u001b")

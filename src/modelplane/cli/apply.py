@@ -16,14 +16,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import enum
 import logging
 import sys
 import tempfile
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import Annotated, Any
 
 import typer
 
@@ -31,7 +30,6 @@ from modelplane.actions.claim import LocalRun
 from modelplane.actions.helm import NO_HELM, Helm, HelmError, TargetHelm
 from modelplane.actions.helm import locate as locate_helm
 from modelplane.api.models import ServingStack
-from modelplane.api.status_limits import TERMINAL
 from modelplane.cli.inputs import InputError, load_yaml, parse
 from modelplane.cli.options import (
     AwsRegion,
@@ -60,6 +58,7 @@ from modelplane.cli.options import (
     source_options,
     target_options,
 )
+from modelplane.cli.output import TextOrJson, fail, output_option
 from modelplane.cli.progress import (
     Line,
     Phase,
@@ -85,7 +84,6 @@ from modelplane.plan.decisions import BlockedReason
 from modelplane.untrusted import printable
 
 EXIT_NOT_DONE = 1
-EXIT_USAGE = 2
 
 # Blocked reasons that are a wait whether or not --wait was given: the
 # namespace of a stack just deleted is going away, or the claim changed
@@ -102,11 +100,6 @@ TEARDOWN_WAITS = frozenset({ErrorKind.NAMESPACE_TERMINATING, ErrorKind.CLAIM_CON
 TEARDOWN_POLL_SECONDS = 2.0
 
 
-class OutputFormat(enum.StrEnum):
-    TEXT = "text"
-    JSON = "json"
-
-
 # -- setting up ------------------------------------------------------------
 
 
@@ -121,22 +114,17 @@ class Run:
     server: str
 
 
-def _fail(message: str) -> NoReturn:
-    print(f"error: {printable(message, TERMINAL)}", file=sys.stderr)
-    raise typer.Exit(EXIT_USAGE)
-
-
 def _prepare(file: Path, target: TargetOptions, sources: SourceOptions, helm: HelmOptions) -> Run:
     """Read every input; exit 2 naming the first that is wrong."""
     try:
         body = load_yaml(file)
         stack = parse(ServingStack, body, str(file))
     except InputError as err:
-        _fail(str(err))
+        fail(str(err))
     try:
         local = read_target(target)
     except CommandError as err:
-        _fail(str(err))
+        fail(str(err))
     endpoints = target.endpoints
     options = OperatorOptions(
         **sources.operator_fields(),
@@ -156,9 +144,9 @@ def _helm(run: Run, home: Path) -> TargetHelm:
     try:
         binary = locate_helm()
     except HelmError as err:
-        _fail(str(err))
+        fail(str(err))
     if binary is None and run.stack.spec.components is ComponentsMode.MANAGED:
-        _fail(f"{NO_HELM}: a Managed stack installs its substrate with helm")
+        fail(f"{NO_HELM}: a Managed stack installs its substrate with helm")
     helm = Helm(binary or "", home, run.options.helm_timeout_seconds)
     return TargetHelm.guarding(helm, run.options.deny_target_cidrs)
 
@@ -285,7 +273,7 @@ def _run(
 def _follow(
     run: Run,
     what: str,
-    output: OutputFormat,
+    output: TextOrJson,
     timeout: float,
     work: Callable[[TargetHelm, Progress], Coroutine[Any, Any, Verdict]],
 ) -> None:
@@ -294,7 +282,7 @@ def _follow(
         helm = _helm(run, Path(home))
         progress = progress_for(
             sys.stdout,
-            as_json=output is OutputFormat.JSON,
+            as_json=output is TextOrJson.JSON,
             title=f"modelplane {what}: {run.stack.metadata.name} on {printable(run.server, 256)}",
         )
         try:
@@ -307,11 +295,9 @@ def _follow(
 
 
 OutputFlag = Annotated[
-    OutputFormat,
-    typer.Option(
-        "-o",
-        "--output",
-        help="text: a live view on a terminal, lines in a pipe; json: one JSON object per line.",
+    TextOrJson,
+    output_option(
+        "text: a live view on a terminal, lines in a pipe; json: one JSON object per line."
     ),
 ]
 
@@ -336,7 +322,7 @@ def apply(
         ),
     ] = False,
     timeout: RunTimeout = "10m",
-    output: OutputFlag = OutputFormat.TEXT,
+    output: OutputFlag = TextOrJson.TEXT,
     chart_repository: ChartRepository = None,
     chart_repository_for: ChartRepositoryFor = None,
     gaie_manifests_url: GaieManifestsUrl = None,
@@ -425,7 +411,7 @@ def delete(
     kubeconfig: Kubeconfig,
     context: Context = None,
     timeout: RunTimeout = "10m",
-    output: OutputFlag = OutputFormat.TEXT,
+    output: OutputFlag = TextOrJson.TEXT,
     chart_repository: ChartRepository = None,
     chart_repository_for: ChartRepositoryFor = None,
     gaie_manifests_url: GaieManifestsUrl = None,

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import enum
 import json
-import sys
 from typing import Annotated, Any
 
 import typer
@@ -37,6 +36,7 @@ from modelplane.cli.options import (
 )
 from modelplane.cli.options import pull_secrets as pull_secret_names
 from modelplane.cli.options import request_timeout as request_timeout_of
+from modelplane.cli.output import fail, output_option
 from modelplane.cli.target import CommandError, LocalTarget, on_target, open_local, read_target
 from modelplane.pins import Stack
 from modelplane.plan.images import MirrorRule
@@ -44,7 +44,6 @@ from modelplane.plan.model import RequirementResult, RequirementStatus, Severity
 from modelplane.untrusted import printable
 
 EXIT_UNMET = 1
-EXIT_USAGE = 2
 
 MARKS: dict[RequirementStatus, tuple[str, str]] = {
     RequirementStatus.MET: ("✓", "green"),
@@ -66,12 +65,6 @@ def _shown(value: object) -> str:
     escapes a terminal would act on: they are shown escaped, never sent.
     """
     return escape(printable(value, TERMINAL))
-
-
-def _fail(message: str) -> None:
-    # The message may quote what the cluster answered.
-    print(f"error: {printable(message, TERMINAL)}", file=sys.stderr)
-    raise typer.Exit(EXIT_USAGE)
 
 
 async def _check(
@@ -155,7 +148,7 @@ def check(
     stack: Annotated[Stack, typer.Option("--stack", help="Which stack's requirements.")] = (
         Stack.STANDARD
     ),
-    output: Annotated[CheckFormat, typer.Option("-o", "--output")] = CheckFormat.TABLE,
+    output: Annotated[CheckFormat, output_option()] = CheckFormat.TABLE,
     request_timeout: RequestTimeout = None,
     timeout: DeprecatedRequestTimeout = None,
     deny_target_cidr: DenyTargetCidr = None,
@@ -183,8 +176,7 @@ def check(
         target = read_target(options)
         results = run(target, options, stack, seconds, mirrors, names)
     except CommandError as err:
-        _fail(str(err))
-        return
+        fail(str(err))
     server = target.server
     if output is CheckFormat.JSON:
         print(json.dumps(document(stack, server, results, identity_type), indent=2))

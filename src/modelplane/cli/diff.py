@@ -15,7 +15,6 @@ a change whose diff could not be made: the output then says which).
 from __future__ import annotations
 
 import asyncio
-import enum
 import re
 import sys
 import tempfile
@@ -66,6 +65,7 @@ from modelplane.cli.options import (
     target_options,
 )
 from modelplane.cli.options import request_timeout as request_timeout_of
+from modelplane.cli.output import EXIT_USAGE, TextOrJson, fail, output_option
 from modelplane.cli.target import CommandError, LocalTarget, on_target, open_local, read_target
 from modelplane.kube.address import AddressDenied, IPNetwork
 from modelplane.kube.answers import describe_error
@@ -91,23 +91,12 @@ from modelplane.untrusted import printable
 from modelplane.wire import object_key, stamp
 
 EXIT_CHANGES = 1
-EXIT_ERROR = 2
 # helm template runs at once, each fetching its chart: a few, not one per release.
 RENDERS_AT_ONCE = 4
 # What --kube-version and --api-versions take from the target's answers:
 # they become helm's arguments, so only what a version or a group looks like.
 _KUBE_VERSION = re.compile(r"v[0-9]{1,4}\.[0-9]{1,4}\.[0-9]{1,6}[0-9A-Za-z.+-]{0,40}")
 _API_VERSION = re.compile(r"[A-Za-z0-9.-]{0,253}/?[A-Za-z0-9]{1,63}(/[A-Za-z0-9]{1,63})?")
-
-
-class DiffFormat(enum.StrEnum):
-    TEXT = "text"
-    JSON = "json"
-
-
-def _fail(message: str) -> None:
-    print(f"error: {printable(message, TERMINAL, newlines=True)}", file=sys.stderr)
-    raise typer.Exit(EXIT_ERROR)
 
 
 def template_kubeconfig(server: str) -> str:
@@ -454,7 +443,7 @@ def diff_command(
     file: StackFile,
     kubeconfig: Kubeconfig,
     context: Context = None,
-    output: Annotated[DiffFormat, typer.Option("-o", "--output")] = DiffFormat.TEXT,
+    output: Annotated[TextOrJson, output_option()] = TextOrJson.TEXT,
     request_timeout: RequestTimeout = None,
     timeout: DeprecatedRequestTimeout = None,
     deny_target_cidr: DenyTargetCidr = None,
@@ -488,17 +477,15 @@ def diff_command(
     try:
         stack = parse(ServingStack, load_yaml(file), str(file))
     except InputError as err:
-        _fail(str(err))
-        return
+        fail(str(err))
     try:
         target = read_target(options)
         d = on_target(
             target.server, read_diff(target, options, stack, sources, seconds), doing="read"
         )
     except CommandError as err:
-        _fail(str(err))
-        return
-    if output is DiffFormat.JSON:
+        fail(str(err))
+    if output is TextOrJson.JSON:
         print(d.model_dump_json(indent=2))
     else:
         print_text(d, Console(highlight=False, soft_wrap=True, emoji=False))
@@ -506,6 +493,6 @@ def diff_command(
     if problems:
         for problem in problems:
             print(f"error: {_line(problem)}", file=sys.stderr)
-        raise typer.Exit(EXIT_ERROR)
+        raise typer.Exit(EXIT_USAGE)
     if d.changes:
         raise typer.Exit(EXIT_CHANGES)

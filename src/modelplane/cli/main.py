@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import enum
-import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -21,6 +20,7 @@ from modelplane.cli.options import (
     mirror_rules,
     pull_secrets,
 )
+from modelplane.cli.output import fail, output_option
 from modelplane.pins import Stack
 from modelplane.plan import Observed, plan
 from modelplane.plan.sources import Sources
@@ -39,11 +39,6 @@ class RenderFormat(enum.StrEnum):
     JSON = "json"
 
 
-def fail(message: str, code: int = 2) -> None:
-    print(f"error: {message}", file=sys.stderr)
-    raise typer.Exit(code)
-
-
 @app.command()
 def render(
     file: StackFile,
@@ -55,7 +50,7 @@ def render(
             "operator observes them. Without it, nothing is observed.",
         ),
     ] = None,
-    output: Annotated[RenderFormat, typer.Option("-o", "--output")] = RenderFormat.TEXT,
+    output: Annotated[RenderFormat, output_option()] = RenderFormat.TEXT,
     image_registry_mirror: ImageRegistryMirror = None,
     image_pull_secret: ImagePullSecret = None,
 ) -> None:
@@ -69,7 +64,6 @@ def render(
         facts = parse(Observed, load_yaml(observed) or {}, str(observed)) if observed else None
     except InputError as err:
         fail(str(err))
-        return
     p = plan(stack, facts, sources)
     if output is RenderFormat.JSON:
         print(present.to_json(p))

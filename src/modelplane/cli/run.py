@@ -6,7 +6,6 @@ import asyncio
 import contextlib
 import ipaddress
 import logging
-import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -37,6 +36,7 @@ from modelplane.cli.options import (
     parse_duration,
     source_options,
 )
+from modelplane.cli.output import fail
 from modelplane.operator import (
     LeaderElection,
     OperatorOptions,
@@ -310,8 +310,7 @@ def run(
     try:
         helm = locate_helm()
     except HelmError as err:
-        print(f"error: {err}", file=sys.stderr)
-        raise typer.Exit(2) from None
+        fail(str(err))
     if helm is None:
         # A Provided-only operator needs no helm; a Managed release says it.
         logging.getLogger("modelplane.operator").warning(
