@@ -15,6 +15,7 @@ from modelplane.pins import Stack
 from modelplane.plan.images import parse_rules
 from modelplane.plan.observed import Observed
 from modelplane.plan.provided_images import TITLE, in_mirror, mirror_finding, unmirrored
+from modelplane.plan.sources import Sources
 
 CERT_MANAGER = next(c for c in COMPONENTS if c.name == "cert-manager")
 CONTROLLER = "quay.io/jetstack/cert-manager-controller:v1.20.2"
@@ -99,7 +100,7 @@ def _mirror_results(results: list[Any]) -> list[Any]:
 
 def test_check_warns_as_advice_and_the_verdict_stays() -> None:
     plain = check_results(Stack.STANDARD, _observed(CONTROLLER))
-    warned = check_results(Stack.STANDARD, _observed(CONTROLLER), mirrors=RULES)
+    warned = check_results(Stack.STANDARD, _observed(CONTROLLER), Sources(image_mirrors=RULES))
     # Without rules there is nothing to say.
     assert _mirror_results(plain) == []
     (result,) = _mirror_results(warned)

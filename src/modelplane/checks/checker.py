@@ -7,7 +7,6 @@ runs the plan on what was observed, and summarises.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,7 +17,6 @@ from modelplane.catalog.components import COMPONENTS
 from modelplane.observe.facts import observe_for_check
 from modelplane.pins import Stack
 from modelplane.plan import plan
-from modelplane.plan.images import MirrorRule
 from modelplane.plan.model import RequirementResult, RequirementStatus, Severity
 from modelplane.plan.observed import Observed
 from modelplane.plan.pull_secrets import PULL_SECRET_MISSING
@@ -44,17 +42,15 @@ def provided_stack(stack: Stack) -> ServingStack:
 def check_results(
     stack: Stack,
     observed: Observed,
-    mirrors: Sequence[MirrorRule] = (),
-    pull_secrets: Sequence[str] = (),
+    sources: Sources | None = None,
 ) -> list[RequirementResult]:
     """The plan's requirement results for the substrate, grouped by component.
 
-    With ``mirrors``, a provided workload that pulls from a registry they
-    name is a warning (``plan.provided_images``), as the operator's is; with
-    ``pull_secrets``, so is each one missing where the product's own pods
-    would run (``plan.pull_secrets``). Neither is ever unmet.
+    With the sources' image mirrors, a provided workload that pulls from a
+    registry they name is a warning (``plan.provided_images``), as the
+    operator's is; with their pull secrets, so is each one missing where the
+    product's own pods would run (``plan.pull_secrets``). Neither is ever unmet.
     """
-    sources = Sources(image_mirrors=tuple(mirrors), image_pull_secrets=tuple(pull_secrets))
     p = plan(provided_stack(stack), observed, sources)
     results = p.requirements + [
         RequirementResult(
@@ -75,11 +71,11 @@ def check_results(
 async def run_checks(
     client: AsyncClient,
     stack: Stack,
-    mirrors: Sequence[MirrorRule] = (),
-    pull_secrets: Sequence[str] = (),
+    sources: Sources | None = None,
 ) -> list[RequirementResult]:
+    pull_secrets = sources.image_pull_secrets if sources is not None else ()
     observed = await observe_for_check(client, stack, pull_secrets)
-    return check_results(stack, observed, mirrors, pull_secrets)
+    return check_results(stack, observed, sources)
 
 
 @dataclass(frozen=True)

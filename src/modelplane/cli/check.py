@@ -31,16 +31,15 @@ from modelplane.cli.options import (
     NebiusTokenEndpoint,
     RequestTimeout,
     TargetOptions,
-    mirror_rules,
+    source_options,
     target_options,
 )
-from modelplane.cli.options import pull_secrets as pull_secret_names
 from modelplane.cli.options import request_timeout as request_timeout_of
 from modelplane.cli.output import fail, output_option
 from modelplane.cli.target import CommandError, LocalTarget, on_target, open_local, read_target
 from modelplane.pins import Stack
-from modelplane.plan.images import MirrorRule
 from modelplane.plan.model import RequirementResult, RequirementStatus, Severity
+from modelplane.plan.sources import Sources
 from modelplane.untrusted import printable
 
 EXIT_UNMET = 1
@@ -72,11 +71,10 @@ async def _check(
     options: TargetOptions,
     stack: Stack,
     timeout: float,
-    mirrors: tuple[MirrorRule, ...] = (),
-    pull_secrets: tuple[str, ...] = (),
+    sources: Sources | None = None,
 ) -> list[RequirementResult]:
     async with await open_local(target, options, timeout) as opened:
-        return await run_checks(opened.client, stack, mirrors, pull_secrets)
+        return await run_checks(opened.client, stack, sources)
 
 
 def run(
@@ -84,10 +82,9 @@ def run(
     options: TargetOptions,
     stack: Stack,
     timeout: float = 10.0,
-    mirrors: tuple[MirrorRule, ...] = (),
-    pull_secrets: tuple[str, ...] = (),
+    sources: Sources | None = None,
 ) -> list[RequirementResult]:
-    return on_target(target.server, _check(target, options, stack, timeout, mirrors, pull_secrets))
+    return on_target(target.server, _check(target, options, stack, timeout, sources))
 
 
 def document(
@@ -170,11 +167,12 @@ def check(
         aws_sts_endpoint, aws_region, nebius_token_endpoint,
     )  # fmt: skip
     seconds = request_timeout_of(request_timeout, timeout)
-    # Checked already, as typer parsed them (cli.options).
-    mirrors, names = mirror_rules(image_registry_mirror), pull_secret_names(image_pull_secret)
+    sources = source_options(
+        image_registry_mirror=image_registry_mirror, image_pull_secret=image_pull_secret
+    ).sources()
     try:
         target = read_target(options)
-        results = run(target, options, stack, seconds, mirrors, names)
+        results = run(target, options, stack, seconds, sources)
     except CommandError as err:
         fail(str(err))
     server = target.server

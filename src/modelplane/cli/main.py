@@ -17,13 +17,11 @@ from modelplane.cli.options import (
     ImagePullSecret,
     ImageRegistryMirror,
     StackFile,
-    mirror_rules,
-    pull_secrets,
+    source_options,
 )
 from modelplane.cli.output import fail, output_option
 from modelplane.pins import Stack
 from modelplane.plan import Observed, plan
-from modelplane.plan.sources import Sources
 
 app = typer.Typer(
     name="modelplane",
@@ -55,10 +53,9 @@ def render(
     image_pull_secret: ImagePullSecret = None,
 ) -> None:
     """Print everything that would be installed and applied, offline."""
-    sources = Sources(
-        image_mirrors=mirror_rules(image_registry_mirror),
-        image_pull_secrets=pull_secrets(image_pull_secret),
-    )
+    sources = source_options(
+        image_registry_mirror=image_registry_mirror, image_pull_secret=image_pull_secret
+    ).sources()
     try:
         stack = parse(ServingStack, load_yaml(file), str(file))
         facts = parse(Observed, load_yaml(observed) or {}, str(observed)) if observed else None

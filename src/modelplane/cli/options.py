@@ -12,23 +12,22 @@ from __future__ import annotations
 
 import re
 import sys
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 from urllib.parse import urlsplit
 
 import typer
 
 from modelplane.api.spec import SecretType
 from modelplane.catalog.images import ImageError
-from modelplane.catalog.overrides import manifests_base_urls, unknown_components
+from modelplane.catalog.overrides import unknown_components
 from modelplane.credentials.identity import nebius
 from modelplane.credentials.identity.base import Endpoints, IdentityError
 from modelplane.kube.address import IPNetwork, deny_list
 from modelplane.kube.scrub import redact
 from modelplane.plan.images import MirrorRule, check_secret_names, parse_rules
-from modelplane.plan.release_health import DriftMode
-from modelplane.plan.sources import Sources
+from modelplane.plan.sources import SourceFlags
 from modelplane.untrusted import printable
 
 # -- durations -----------------------------------------------------------------
@@ -437,33 +436,8 @@ ImagePullSecret = Annotated[
 ]
 
 
-@dataclass(frozen=True)
-class SourceOptions:
-    """The sources group: mirrors of charts, manifests and images, and pull secrets."""
-
-    chart_repository: str | None = None
-    chart_repository_for: dict[str, str] = field(default_factory=dict)
-    gaie_manifests_url: str | None = None
-    manifests_url_for: dict[str, str] = field(default_factory=dict)
-    image_mirrors: tuple[MirrorRule, ...] = ()
-    image_pull_secrets: tuple[str, ...] = ()
-
-    def operator_fields(self) -> dict[str, Any]:
-        """These options as ``OperatorOptions`` names them (the same field names)."""
-        return {f.name: getattr(self, f.name) for f in fields(self)}
-
-    def sources(self, release_drift: DriftMode = DriftMode.CORRECT) -> Sources:
-        """The planner's sources, as the operator builds them from the same flags."""
-        return Sources(
-            chart_repository=self.chart_repository,
-            chart_repository_for=dict(self.chart_repository_for),
-            manifests_base_url_for=manifests_base_urls(
-                self.gaie_manifests_url, self.manifests_url_for
-            ),
-            image_mirrors=self.image_mirrors,
-            image_pull_secrets=self.image_pull_secrets,
-            release_drift=release_drift,
-        )
+# The sources group is the planner's own (plan.sources), checked here from the flags.
+SourceOptions = SourceFlags
 
 
 def source_options(

@@ -7,14 +7,14 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
-from modelplane.catalog.overrides import manifests_base_urls, unknown_components
+from modelplane.catalog.overrides import unknown_components
 from modelplane.credentials.identity.base import Endpoints
 from modelplane.kube.address import DEFAULT_DENIED, IPNetwork
 from modelplane.operator.leader import LeaderElection
 from modelplane.plan.images import MirrorRule
 from modelplane.plan.release_health import DriftMode
 from modelplane.plan.rollout import Policy
-from modelplane.plan.sources import Sources
+from modelplane.plan.sources import SourceFlags, Sources
 
 
 class OperatorOptions(BaseModel):
@@ -118,12 +118,4 @@ class OperatorOptions(BaseModel):
         )
 
     def sources(self) -> Sources:
-        manifests = manifests_base_urls(self.gaie_manifests_url, self.manifests_url_for)
-        return Sources(
-            chart_repository=self.chart_repository,
-            chart_repository_for=dict(self.chart_repository_for),
-            manifests_base_url_for=manifests,
-            image_mirrors=self.image_mirrors,
-            image_pull_secrets=self.image_pull_secrets,
-            release_drift=self.release_drift,
-        )
+        return SourceFlags.of(self).sources(self.release_drift)
