@@ -15,6 +15,7 @@ from lightkube.resources.admissionregistration_v1 import (
     ValidatingWebhookConfiguration,
 )
 
+from modelplane.catalog.components import BY_NAME
 from modelplane.kube.address import DEFAULT_DENIED, IPNetwork
 from modelplane.kube.answers import describe_error, webhook_call_failed
 from modelplane.kube.client import waiting_out_429
@@ -22,6 +23,7 @@ from modelplane.kube.errors import ErrorKind, KnownError
 from modelplane.kube.fetch import FetchError, fetch
 from modelplane.kube.resources import resource_of, unless_missing
 from modelplane.kube.scrub import shown_url
+from modelplane.plan.model import PlannedManifests
 from modelplane.untrusted import Limits, UntrustedInputError, load_yaml_all, printable
 from modelplane.wire import FIELD_MANAGER, stamp
 
@@ -281,3 +283,17 @@ def vet_manifests(
             f"{source} lacks {CRD_KIND} {', '.join(missing)}, so none of it was applied"
         )
     return objects
+
+
+async def manifest_objects(
+    m: PlannedManifests, deny: Iterable[IPNetwork] = DEFAULT_DENIED
+) -> list[dict[str, Any]]:
+    """The objects of a component's planned manifests, as the reconcile and ``diff`` take them.
+
+    Fetched through the deny list and vetted against what the catalog says
+    the source brings; not yet stamped with the source's digest, which each
+    apply (or dry run) adds to its own copy.
+    """
+    source = BY_NAME[m.component].manifests
+    others = source.other_crds if source is not None else ()
+    return vet_manifests(await fetch_manifests(m.url, deny=deny), m.crds, others, m.url)

@@ -24,6 +24,7 @@ from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
 
 from modelplane.actions.apply import apply_object
 from modelplane.actions.helm import Helm
+from modelplane.catalog.components import BY_NAME
 from modelplane.faults import ErrorKind, KnownError
 from modelplane.plan.chart_crds import chart_crd_change, crd_groups, foreign
 from modelplane.plan.crds import (
@@ -56,6 +57,42 @@ class ChartCrdsApplied:
     @property
     def written(self) -> list[CrdChange]:
         return [c for c in self.changes if c.writes]
+
+
+def applies_chart_crds(release: PlannedRelease) -> bool:
+    """Whether the release's chart has CRDs the product applies before Helm runs.
+
+    Those of a chart whose own templates upgrade its CRDs are Helm's to apply.
+    """
+    chart = BY_NAME[release.component].chart
+    return chart is not None and not chart.crds.helm_upgrades
+
+
+@dataclass(frozen=True)
+class ChartCrdReads:
+    """What the apply of a release's chart CRDs decides on, read alike by reconcile and diff."""
+
+    # The chart version's crds/, as the apply sends them.
+    desired: list[dict[str, Any]]
+    groups: frozenset[str]
+    # Those of another API group than the catalog names for the component:
+    # refused, and their names never sent in a GET.
+    foreign: list[CrdChange]
+    # The cluster's copy of each of the others that exists, by name.
+    live: dict[str, dict[str, Any]]
+
+
+async def read_chart_crd_state(
+    helm: Helm, client: AsyncClient, release: PlannedRelease, kubeconfig: str
+) -> ChartCrdReads:
+    """The chart's CRDs for ``release`` and the cluster's copies of them."""
+    desired = await desired_chart_crds(helm, release, kubeconfig)
+    groups = crd_groups(release.component)
+    refused = {c["metadata"]["name"]: r for c in desired if (r := foreign(c, release.name, groups))}
+    names = [c["metadata"]["name"] for c in desired if c["metadata"]["name"] not in refused]
+    found = await asyncio.gather(*(live_crd(client, name) for name in names))
+    live = {name: body for name, body in zip(names, found, strict=True) if body is not None}
+    return ChartCrdReads(desired, groups, list(refused.values()), live)
 
 
 async def desired_chart_crds(
@@ -100,14 +137,13 @@ async def apply_chart_crds(
     another group, another owner's, a downgrade, or one dropping a stored
     version) stops the release with nothing of its set applied.
     """
-    desired = await desired_chart_crds(helm, release, kubeconfig)
-    groups = crd_groups(release.component)
-    # Another project's CRDs are refused before any is read from the cluster.
-    _refuse(release, [r for c in desired if (r := foreign(c, release.name, groups))])
-    lives = await asyncio.gather(*(live_crd(client, c["metadata"]["name"]) for c in desired))
+    reads = await read_chart_crd_state(helm, client, release, kubeconfig)
+    # Another project's CRDs are refused before any other rule is looked at.
+    _refuse(release, reads.foreign)
+    desired = reads.desired
     changes = [
-        chart_crd_change(c, live, release.name, groups)
-        for c, live in zip(desired, lives, strict=True)
+        chart_crd_change(c, reads.live.get(c["metadata"]["name"]), release.name, reads.groups)
+        for c in desired
     ]
     _refuse(release, [c for c in changes if c.action is CrdAction.REFUSE])
     for body, change in zip(desired, changes, strict=True):

@@ -32,15 +32,13 @@ from modelplane.actions.apply import (
     ManifestError,
     WebhookNotReady,
     dry_run_apply,
-    fetch_manifests,
+    manifest_objects,
     normalized,
-    vet_manifests,
 )
-from modelplane.actions.chart_crds import desired_chart_crds, live_crd
+from modelplane.actions.chart_crds import applies_chart_crds, read_chart_crd_state
 from modelplane.actions.helm import Helm, HelmError, TargetHelm
 from modelplane.api.models import ServingStack
 from modelplane.api.status_limits import TERMINAL
-from modelplane.catalog.components import BY_NAME
 from modelplane.cli.inputs import InputError, load_yaml, parse
 from modelplane.cli.options import (
     AwsRegion,
@@ -76,12 +74,10 @@ from modelplane.kube.scrub import shown_url
 from modelplane.observe.releases import ReleaseReadError, deployed_release, release_secret
 from modelplane.observe.state import Listed, read_listed, to_observed, wanted
 from modelplane.plan import plan
-from modelplane.plan.chart_crds import crd_groups, foreign
 from modelplane.plan.diff import DeployedRelease, Diff, ObjectChange, Reads, diff
 from modelplane.plan.model import (
     ObjectAction,
     Plan,
-    PlannedManifests,
     PlannedRelease,
     ReleaseAction,
 )
@@ -138,18 +134,6 @@ async def kube_version(client: AsyncClient) -> str | None:
     return version if isinstance(version, str) and _KUBE_VERSION.fullmatch(version) else None
 
 
-async def manifest_bodies(m: PlannedManifests, deny: tuple[IPNetwork, ...]) -> list[dict[str, Any]]:
-    """The objects of a component's manifests as the reconcile applies them.
-
-    Fetched through the deny list and vetted against the catalog, then
-    stamped with the source's digest, as ``StackReconciler`` does.
-    """
-    source = BY_NAME[m.component].manifests
-    others = source.other_crds if source is not None else ()
-    fetched = vet_manifests(await fetch_manifests(m.url, deny=deny), m.crds, others, m.url)
-    return [stamp(body, m.digest) for body in fetched]
-
-
 def _live(listed: Listed) -> dict[str, dict[str, Any]]:
     out = {}
     for (api_version, kind), items in listed.items.items():
@@ -202,19 +186,10 @@ async def _chart_crd_reads(
     client: AsyncClient, release: PlannedRelease, helm: Helm, kubeconfig: str
 ) -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]]]:
     """The CRDs of the chart's crds/ the apply would send, and those of them that exist."""
-    chart = BY_NAME[release.component].chart
-    if chart is None or chart.crds.helm_upgrades:
+    if not applies_chart_crds(release):
         return [], {}
-    desired = await desired_chart_crds(helm, release, kubeconfig)
-    groups = crd_groups(release.component)
-    live: dict[str, dict[str, Any]] = {}
-    for body in desired:
-        if foreign(body, release.name, groups) is not None:
-            continue  # refused as it is (plan.chart_crds): its name is not asked for
-        found = await live_crd(client, body["metadata"]["name"])
-        if found is not None:
-            live[body["metadata"]["name"]] = found
-    return desired, live
+    reads = await read_chart_crd_state(helm, client, release, kubeconfig)
+    return reads.desired, reads.live
 
 
 async def gather_reads(
@@ -286,17 +261,17 @@ async def gather_reads(
         except (WebhookNotReady, KindNotServed) as err:
             object_problems[key] = f"dry run not possible: {err}"
 
-    manifest_objects: dict[str, list[dict[str, Any]]] = {}
+    manifest_sets: dict[str, list[dict[str, Any]]] = {}
     manifest_problems: dict[str, str] = {}
     for m in p.manifests:
         if m.action is not ObjectAction.APPLY:
             continue
         try:
-            bodies = await manifest_bodies(m, deny)
+            bodies = [stamp(body, m.digest) for body in await manifest_objects(m, deny)]
         except (ManifestError, AddressDenied) as err:
             manifest_problems[m.component] = str(err)
             continue
-        manifest_objects[m.component] = bodies
+        manifest_sets[m.component] = bodies
         for body in bodies:
             await read_object(body)
     for o in p.objects:
@@ -309,7 +284,7 @@ async def gather_reads(
         live=live,
         dry_run=answers,
         object_problems=object_problems,
-        manifest_objects=manifest_objects,
+        manifest_objects=manifest_sets,
         manifest_problems=manifest_problems,
         chart_crds=chart_crd_sets,
         live_crds=live_crds,

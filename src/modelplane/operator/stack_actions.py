@@ -13,12 +13,11 @@ import logging
 import time
 from typing import Any
 
-from modelplane.actions.apply import apply_object, create_namespace, fetch_manifests, vet_manifests
-from modelplane.actions.chart_crds import apply_chart_crds
+from modelplane.actions.apply import apply_object, create_namespace, manifest_objects
+from modelplane.actions.chart_crds import applies_chart_crds, apply_chart_crds
 from modelplane.actions.claim import Emit
 from modelplane.actions.helm import Helm
 from modelplane.actions.restore import restore_object
-from modelplane.catalog.components import BY_NAME
 from modelplane.kube.client import Target
 from modelplane.observe.writes import Writes
 from modelplane.operator import metrics
@@ -101,15 +100,8 @@ class StackActions(ComponentFailures, ReleaseRecords):
 
     async def _apply_manifests(self, m: PlannedManifests, target: Target, writes: Writes) -> None:
         if m.url not in self.manifests:
-            source = BY_NAME[m.component].manifests
-            others = source.other_crds if source is not None else ()
             # Vetted before it is cached: a refused set is fetched afresh next time.
-            self.manifests[m.url] = vet_manifests(
-                await fetch_manifests(m.url, deny=self.options.deny_target_cidrs),
-                m.crds,
-                others,
-                m.url,
-            )
+            self.manifests[m.url] = await manifest_objects(m, self.options.deny_target_cidrs)
         for body in self.manifests[m.url]:
             await self._apply(target, stamp(body, m.digest), writes)
 
@@ -164,8 +156,7 @@ class StackActions(ComponentFailures, ReleaseRecords):
 
     async def _chart_crds(self, release: PlannedRelease, target: Target, kubeconfig: str) -> None:
         """Apply the CRDs Helm would leave at their first version, before Helm runs."""
-        chart = BY_NAME[release.component].chart
-        if chart is None or chart.crds.helm_upgrades:
+        if not applies_chart_crds(release):
             return
         applied = await apply_chart_crds(self.helm, target.client, release, kubeconfig)
         written = applied.written
