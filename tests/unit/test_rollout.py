@@ -29,7 +29,6 @@ from modelplane.plan.rollout import (
     next_up,
     pauses,
     phase_of,
-    selects,
     started_at,
     upgrades,
     waiting_since,
@@ -280,30 +279,6 @@ def test_phase_and_start_from_status() -> None:
     assert started_at({"rollout": {"startedAt": "2026-01-01T00:00:00Z"}}) == T0
     assert started_at({"rollout": {"startedAt": "yesterday"}}) is None
     assert started_at({}) is None
-
-
-@pytest.mark.parametrize(
-    ("selector", "labels", "selected"),
-    [
-        (None, {"ring": "canary"}, False),
-        ("ring=canary", {"ring": "canary"}, True),
-        ("ring=canary", {"ring": "main"}, False),
-        ("ring!=canary", {}, True),
-        ("ring in (a,canary)", {"ring": "canary"}, True),
-        ("ring notin (a,canary)", {"ring": "canary"}, False),
-        ("ring notin (a,canary)", {}, True),
-        ("ring", {"ring": ""}, True),
-        ("!ring", {"ring": ""}, False),
-        ("ring=canary,example.com/tier in (gold)", {"ring": "canary"}, False),
-        (
-            "ring=canary,example.com/tier in (gold)",
-            {"ring": "canary", "example.com/tier": "gold"},
-            True,
-        ),
-    ],
-)
-def test_canary_selector(selector: str | None, labels: dict[str, str], selected: bool) -> None:
-    assert selects(selector, labels) is selected
 
 
 def test_a_held_stack_is_planned_at_its_installed_version(

@@ -13,7 +13,6 @@ hostile: bounded in number here, and reduced to what the rules read by
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -33,6 +32,7 @@ from modelplane.plan.release_health import (
     UnjudgedRelease,
     outside_namespace,
 )
+from modelplane.plan.selector import is_label_key, is_label_value
 from modelplane.plan.workloads import GROUPS, Kind, PodSignal, WorkloadKey, WorkloadStatus
 from modelplane.untrusted import UntrustedInputError, as_dict, load_yaml_all, printable
 from modelplane.wire import FIELD_MANAGER, ApiRef
@@ -67,11 +67,6 @@ _API: Mapping[Kind, ApiRef] = {
     )
 }
 _COMPONENT_OF = {c.release_name: c.name for c in COMPONENTS if c.chart is not None}
-# A label key (an optional DNS prefix and a name) and value, as the API server
-# allows them: anything else could not select a pod, and is not put in a selector.
-_NAME = r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
-_LABEL_KEY = re.compile(r"([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?" + _NAME)
-_LABEL_VALUE = re.compile(f"({_NAME})?")
 
 
 @dataclass(frozen=True)
@@ -104,12 +99,13 @@ def pod_selector(body: Mapping[str, Any]) -> str | None:
         return None
     parts = []
     for key, value in sorted(labels.items()):
+        # A key or value the API server would not allow could not select a
+        # pod, and is not put in a selector.
         if not (
             isinstance(key, str)
             and isinstance(value, str)
-            and len(key) <= 317
-            and _LABEL_KEY.fullmatch(key)
-            and _LABEL_VALUE.fullmatch(value)
+            and is_label_key(key)
+            and is_label_value(value)
         ):
             return None
         parts.append(f"{key}={value}")

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from modelplane.kube.reflector import WatchKey, object_name_key
-from modelplane.plan.rollout import selects
+from modelplane.plan.selector import selects
 from modelplane.untrusted import as_dict
 
 # KEP-5504's form: a positive integer, no leading zero.
@@ -93,7 +93,7 @@ def covers(key: WatchKey, w: Written) -> bool:
     if key.namespace is not None and key.namespace != w.namespace:
         return False
     fields = {"metadata.name": w.name, "metadata.namespace": w.namespace}
-    # The product's selectors, in the form ``plan.rollout.selects`` reads.
+    # The product's selectors, in the form ``plan.selector.selects`` reads.
     return (not key.labels or selects(key.labels, dict(w.labels))) and (
         not key.fields or selects(key.fields, fields)
     )

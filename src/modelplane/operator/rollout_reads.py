@@ -18,7 +18,7 @@ from lightkube.core.exceptions import ApiError
 from modelplane.kube.answers import describe_error
 from modelplane.operator.rollout import Canaries
 from modelplane.operator.runtime import Runtime, ServingStackResource
-from modelplane.plan.rollout import selects
+from modelplane.plan.selector import selects
 
 
 async def canaries_for(rt: Runtime, body: Mapping[str, Any], now: datetime) -> Canaries | None:

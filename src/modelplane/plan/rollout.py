@@ -21,7 +21,6 @@ stack says names a stack of another namespace.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -349,46 +348,6 @@ def _time(value: Any) -> datetime | None:
         return datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError:
         return None
-
-
-# -- a label selector (the shard's), matched against a stack's labels -----------
-
-_SET = re.compile(r"^(?P<key>\S+) (?P<op>in|notin) \((?P<values>[^()]*)\)$")
-_EQ = re.compile(r"^(?P<key>[^=!]+)(?P<op>!=|=)(?P<value>.*)$")
-
-
-def selects(selector: str | None, labels: Mapping[str, str]) -> bool:
-    """Whether a canonical label selector (operator.shard's form) matches ``labels``."""
-    if not selector:
-        return False
-    return all(_requirement(r, labels) for r in split_selector(selector))
-
-
-def split_selector(selector: str) -> list[str]:
-    """A label selector's requirements: split on the commas that are not inside a value set."""
-    parts, depth, current = [], 0, ""
-    for char in selector:
-        depth += (char == "(") - (char == ")")
-        if char == "," and depth == 0:
-            parts.append(current)
-            current = ""
-        else:
-            current += char
-    parts.append(current)
-    return parts
-
-
-def _requirement(requirement: str, labels: Mapping[str, str]) -> bool:
-    if m := _SET.match(requirement):
-        values = set(m["values"].split(","))
-        inside = m["key"] in labels and labels[m["key"]] in values
-        return inside if m["op"] == "in" else not inside
-    if m := _EQ.match(requirement):
-        equal = labels.get(m["key"]) == m["value"]
-        return equal if m["op"] == "=" else not equal
-    if requirement.startswith("!"):
-        return requirement[1:] not in labels
-    return requirement in labels
 
 
 def desired_versions(spec: ServingStackSpec) -> dict[str, str]:
