@@ -24,7 +24,9 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 
+from modelplane.actions import helm as helm_module
 from modelplane.actions.helm import Helm, HelmConnectionDenied, HelmError, TargetHelm
+from modelplane.credentials.kubeconfig import load_kubeconfig
 from modelplane.kube.address import DEFAULT_DENIED, AddressDenied, IPAddress
 from modelplane.kube.errors import ErrorKind, classify
 from modelplane.kube.proxy import ConnectProxy
@@ -115,6 +117,24 @@ async def test_a_kubeconfigs_own_proxy_url_is_replaced_by_the_operators(tmp_path
     await helm.run("version", kubeconfig=yaml.safe_dump(doc))
     written = yaml.safe_load((tmp_path / "kubeconfig").read_text())
     assert urlsplit(written["clusters"][0]["cluster"]["proxy-url"]).hostname == "127.0.0.1"
+
+
+async def test_a_helm_run_parses_its_kubeconfig_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Checked and sent through the proxy from one parse: a Secret's kubeconfig
+    # may be a MiB of YAML, and two parses could read two different documents.
+    calls: list[str] = []
+
+    def counted(data: bytes | str) -> dict[str, Any]:
+        calls.append(str(data))
+        return load_kubeconfig(data)
+
+    monkeypatch.setattr(helm_module, "load_kubeconfig", counted)
+    monkeypatch.setattr(helm_module, "load_yaml", counted, raising=False)
+    helm = TargetHelm.guarding(Helm(str(recording_helm(tmp_path)), tmp_path / "home"), DENIED)
+    await helm.run("version", kubeconfig=kubeconfig("https://127.0.0.1:1"))
+    assert len(calls) == 1
 
 
 # ---- the proxy ---------------------------------------------------------------------

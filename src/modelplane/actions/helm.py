@@ -29,6 +29,7 @@ from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from modelplane.actions.chart_repository import (
     ALIAS,
@@ -36,14 +37,13 @@ from modelplane.actions.chart_repository import (
     repository_file,
     repository_login,
 )
-from modelplane.credentials.kubeconfig import parse_kubeconfig
+from modelplane.credentials.kubeconfig import load_kubeconfig, vet_kubeconfig
 from modelplane.kube.address import DEFAULT_DENIED, AddressDenied, IPNetwork
 from modelplane.kube.client import check_server
 from modelplane.kube.errors import ErrorKind, KnownError
 from modelplane.kube.proxy import ConnectProxy
 from modelplane.kube.scrub import redact, url_secrets
 from modelplane.plan.model import PlannedRelease, ReleaseAction
-from modelplane.untrusted import load_yaml
 from modelplane.wire import RELEASE_DIGEST_LABEL, for_go
 
 # What helm takes from the operator's environment: where programs are, where
@@ -167,7 +167,6 @@ class Helm:
         *args: str,
         kubeconfig: str,
         stdin: bytes | None = None,
-        proxy: ConnectProxy | None = None,
         secrets: Iterable[str] = (),
         said_on_stdout: bool = False,
     ) -> str:
@@ -176,8 +175,32 @@ class Helm:
         ``said_on_stdout``: for a command (``repo update``) that gives the
         reason it failed on stdout and only its summary on stderr.
         """
-        if not self.binary:
-            raise HelmError(NO_HELM)
+        async with self._route(kubeconfig) as (routed, proxy):
+            if not self.binary:
+                raise HelmError(NO_HELM)
+            out, err, code = await self._spawn(args, routed, stdin, proxy)
+            if code != 0:
+                said_on = (out + err) if said_on_stdout else err
+                message = said_on.decode(errors="replace").strip().splitlines()
+                # helm quotes the repository it was given, userinfo and all.
+                known = [*secrets, *(proxy.secrets if proxy is not None else ())]
+                said = redact(" ".join(message[-3:]), known)
+                raise HelmError(said or f"helm {args[0]} failed")
+        return out.decode()
+
+    @asynccontextmanager
+    async def _route(self, kubeconfig: str) -> AsyncIterator[tuple[str, ConnectProxy | None]]:
+        """The kubeconfig helm is given, and the proxy it goes through: here, as it is, none."""
+        yield kubeconfig, None
+
+    async def _spawn(
+        self,
+        args: Sequence[str],
+        kubeconfig: str,
+        stdin: bytes | None,
+        proxy: ConnectProxy | None,
+    ) -> tuple[bytes, bytes, int | None]:
+        """Run helm to its end (or kill its group): its stdout, stderr and exit status."""
         async with _private_file(kubeconfig) as path:
             spawn = asyncio.ensure_future(
                 asyncio.create_subprocess_exec(
@@ -214,14 +237,7 @@ class Helm:
                     # on acting.
                     await _end(proc)
                     raise
-        if proc.returncode != 0:
-            said_on = (out + err) if said_on_stdout else err
-            message = said_on.decode(errors="replace").strip().splitlines()
-            # helm quotes the repository it was given, userinfo and all.
-            known = [*secrets, *(proxy.secrets if proxy is not None else ())]
-            said = redact(" ".join(message[-3:]), known)
-            raise HelmError(said or f"helm {args[0]} failed")
-        return out.decode()
+        return out, err, proc.returncode
 
     async def apply(self, release: PlannedRelease, kubeconfig: str) -> str | None:
         """Carry out the planned action; for an install or upgrade, helm's release as JSON.
@@ -417,12 +433,6 @@ def _chart_args(
     return [release.name, *source, "--namespace", release.namespace, "--values", "-"]
 
 
-async def kubeconfig_allowed(kubeconfig: str, deny: Iterable[IPNetwork]) -> None:
-    """Raise ``AddressDenied`` if the kubeconfig's server is refused: the rule of every request."""
-    config = await asyncio.to_thread(parse_kubeconfig, kubeconfig, allow_unsafe=True)
-    await check_server(config.cluster.server, deny)
-
-
 @dataclass(frozen=True)
 class TargetHelm(Helm):
     """helm that connects only where the operator would connect itself.
@@ -443,32 +453,26 @@ class TargetHelm(Helm):
             helm.binary, helm.home, helm.timeout_seconds, deny=tuple(deny), groups=helm.groups
         )
 
-    async def run(
-        self,
-        *args: str,
-        kubeconfig: str,
-        stdin: bytes | None = None,
-        proxy: ConnectProxy | None = None,
-        secrets: Iterable[str] = (),
-        said_on_stdout: bool = False,
-    ) -> str:
-        await kubeconfig_allowed(kubeconfig, self.deny)
+    @asynccontextmanager
+    async def _route(self, kubeconfig: str) -> AsyncIterator[tuple[str, ConnectProxy | None]]:
+        # Parsed once, off the event loop: its server is checked, then every
+        # cluster of it is sent through a proxy of this run's own.
+        doc, server = await asyncio.to_thread(_read_kubeconfig, kubeconfig)
+        await check_server(server, self.deny)
         async with ConnectProxy(self.deny) as own:
             try:
-                return await super().run(
-                    *args,
-                    # The kubeconfig is parsed again: off the event loop.
-                    kubeconfig=await asyncio.to_thread(through_proxy, kubeconfig, own.url),
-                    stdin=stdin,
-                    proxy=own,
-                    secrets=secrets,
-                    said_on_stdout=said_on_stdout,
-                )
+                yield await asyncio.to_thread(through_proxy, doc, own.url), own
             except HelmError as err:
                 if own.refused:
                     # The cause, rather than helm's account of what followed it.
                     raise HelmConnectionDenied(own.refused[0], str(err)) from err
                 raise
+
+
+def _read_kubeconfig(kubeconfig: str) -> tuple[dict[str, Any], str]:
+    """The kubeconfig helm is to get, parsed and vetted, and the server it names."""
+    doc = load_kubeconfig(kubeconfig)
+    return doc, vet_kubeconfig(doc, allow_unsafe=True).cluster.server
 
 
 class HelmConnectionDenied(AddressDenied):
@@ -486,19 +490,20 @@ class HelmConnectionDenied(AddressDenied):
         )
 
 
-def through_proxy(kubeconfig: str, proxy_url: str) -> str:
-    """The kubeconfig with every cluster's ``proxy-url`` set to ``proxy_url``.
+def through_proxy(doc: dict[str, Any], proxy_url: str) -> str:
+    """The kubeconfig ``doc``, with every cluster's ``proxy-url`` set to ``proxy_url``.
 
     Any ``proxy-url`` of its own (possible only with --allow-unsafe-kubeconfig)
     is replaced: the deny list is not the kubeconfig's to route around.
+    ``doc`` is left as it is.
     """
-    doc = load_yaml(kubeconfig)
-    if not isinstance(doc, dict):
-        raise HelmError("the kubeconfig for helm is not a YAML mapping")
-    for entry in doc.get("clusters") or []:
-        if isinstance(entry, dict) and isinstance(entry.get("cluster"), dict):
-            entry["cluster"]["proxy-url"] = proxy_url
-    return for_go(doc)
+    clusters = [
+        {**entry, "cluster": {**entry["cluster"], "proxy-url": proxy_url}}
+        if isinstance(entry, dict) and isinstance(entry.get("cluster"), dict)
+        else entry
+        for entry in doc.get("clusters") or []
+    ]
+    return for_go({**doc, "clusters": clusters})
 
 
 @asynccontextmanager

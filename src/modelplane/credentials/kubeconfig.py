@@ -40,12 +40,22 @@ class KubeconfigError(Exception):
 
 def parse_kubeconfig(data: bytes | str, *, allow_unsafe: bool = False) -> SingleConfig:
     """Parse and vet a kubeconfig, returning the config of its current context."""
+    return vet_kubeconfig(load_kubeconfig(data), allow_unsafe=allow_unsafe)
+
+
+def load_kubeconfig(data: bytes | str) -> dict[str, Any]:
+    """The kubeconfig's YAML, as a mapping; not yet vetted (``vet_kubeconfig``)."""
     try:
         doc = load_yaml(data)
     except UntrustedInputError as err:
         raise KubeconfigError("the kubeconfig is not valid YAML") from err
     if not isinstance(doc, dict):
         raise KubeconfigError("the kubeconfig is not a YAML mapping")
+    return doc
+
+
+def vet_kubeconfig(doc: dict[str, Any], *, allow_unsafe: bool = False) -> SingleConfig:
+    """Vet a parsed kubeconfig (``doc`` is left as it is); the config of its current context."""
     if not allow_unsafe:
         _refuse_unsafe(doc)
     _check_structure(doc)
