@@ -17,8 +17,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
-from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, TypedDict, TypeVar, Unpack
 
 import httpx2
 import msgspec
@@ -190,12 +189,7 @@ class Target:
     async def __aenter__(self) -> Target:
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *_exc: object) -> None:
         await self.close()
 
 
@@ -399,17 +393,23 @@ def _page(doc: Any, path: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     return [i for i in items or [] if isinstance(i, dict)], metadata
 
 
+class ListOptions(TypedDict, total=False):
+    """Which objects a LIST reads, in which form, and within what (``list_pages``)."""
+
+    namespace: str | None  # None: every namespace
+    labels: str | None  # a label selector
+    fields: str | None  # a field selector
+    accept: str  # application/json, or METADATA_LIST
+    budget: Budget | None  # None: the kind's default
+
+
 async def list_pages(
     http: httpx2.AsyncClient,
     api: ApiRef,
     *,
-    namespace: str | None = None,
-    labels: str | None = None,
-    fields: str | None = None,
-    accept: str = "application/json",
-    budget: Budget | None = None,
     outline: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
     holdings: Holdings | None = None,
+    **options: Unpack[ListOptions],
 ) -> Collection:
     """One paginated LIST of a resource, as plain JSON: no model decoding, no resource class.
 
@@ -422,6 +422,13 @@ async def list_pages(
     holds what is kept (see ``Meter``), and the collection's ``built`` is
     the caller's to give back.
     """
+    namespace, labels, fields = (
+        options.get("namespace"),
+        options.get("labels"),
+        options.get("fields"),
+    )
+    accept = options.get("accept", "application/json")
+    budget = options.get("budget")
     if budget is None:
         budget = budget_for(api, metadata_only=accept == METADATA_LIST)
     meter = Meter(describe_collection(api, namespace, labels, fields), budget, holdings)
@@ -472,26 +479,11 @@ async def _pages(
 
 
 async def list_objects(
-    client: AsyncClient,
-    api: ApiRef,
-    *,
-    namespace: str | None = None,
-    labels: str | None = None,
-    fields: str | None = None,
-    accept: str = "application/json",
-    budget: Budget | None = None,
+    client: AsyncClient, api: ApiRef, **options: Unpack[ListOptions]
 ) -> list[dict[str, Any]]:
-    """Every object of one resource, in every namespace unless one is given, within ``budget``."""
+    """Every object of one resource, in every namespace unless one is given, within its budget."""
     try:
-        found = await list_pages(
-            raw_http(client),
-            api,
-            namespace=namespace,
-            labels=labels,
-            fields=fields,
-            accept=accept,
-            budget=budget,
-        )
+        found = await list_pages(raw_http(client), api, **options)
     except AddressDenied:
         raise
     except httpx2.TransportError as err:

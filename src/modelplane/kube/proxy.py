@@ -56,7 +56,6 @@ import hmac
 import logging
 from collections.abc import Iterable
 from secrets import token_urlsafe
-from types import TracebackType
 from urllib.parse import urlsplit
 
 import httpx2
@@ -150,12 +149,7 @@ class ConnectProxy:
         self.port = int(self._server.sockets[0].getsockname()[1])
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *_exc: object) -> None:
         await self.aclose()
 
     async def aclose(self) -> None:
