@@ -39,9 +39,10 @@ def blocked_on_hub(status: object) -> str | None:
     """
     conditions = status.get("conditions") if isinstance(status, Mapping) else None
     for c in conditions if isinstance(conditions, list) else ():
-        if isinstance(c, Mapping) and c.get("type") == ConditionType.READY and c.get("status") == "False":
-            reason = c.get("reason")
-            return reason if isinstance(reason, str) else None
+        if not isinstance(c, Mapping) or c.get("type") != ConditionType.READY:
+            continue
+        reason = c.get("reason")
+        return reason if c.get("status") == "False" and isinstance(reason, str) else None
     return None
 
 
