@@ -76,7 +76,7 @@ from modelplane.operator.stack_text import explain, first_error, without_status
 from modelplane.operator.status import Outcome
 from modelplane.operator.target_reads import TargetReads, blocked_on_hub, reads_apart
 from modelplane.pins import ComponentsMode
-from modelplane.plan import Plan, decisions, plan
+from modelplane.plan import Plan, decisions, plan, trust
 from modelplane.plan.capacity import TargetSummary
 from modelplane.plan.decisions import BlockedReason
 from modelplane.plan.health import Reason
@@ -212,7 +212,7 @@ class StackReconciler(StackActions, StackTeardown):
         ``held``: the installed versions to reconcile components at while
         their upgrade waits for the rollout (plan.rollout).
         """
-        copy_trusted = self.acted_on_nothing or self.writes_seen
+        last = (self.acted_on_nothing, self.writes_seen)
         self.acted_on_nothing = self.writes_seen = False
         self.seed_records(body.get("status"))
         if not self.reconciled:
@@ -230,7 +230,7 @@ class StackReconciler(StackActions, StackTeardown):
             return Outcome(blocked_reason=INVALID_SPEC, blocked_message=message)
         self.invalid_spec = None
         self.round_connection_warnings = None
-        outcome = await self._reconcile(stack, body, copy_trusted, held or {})
+        outcome = await self._reconcile(stack, body, last, held or {})
         outcome.connection_warnings = self.round_connection_warnings
         outcome.releases = self.status_records()
         self.went_wrong = outcome.blocked_reason is not None or bool(outcome.failures)
@@ -257,26 +257,31 @@ class StackReconciler(StackActions, StackTeardown):
         self,
         stack: ServingStack,
         body: dict[str, Any],
-        copy_trusted: bool,
+        last: tuple[bool, bool],
         held: Mapping[str, str],
     ) -> Outcome:
         current: Plan | None = None
-        # Whether the watches' copy may answer: the last reconcile wrote
-        # nothing or saw its writes in the copy, and no direct read is due.
-        settled = copy_trusted and not self._direct_read_due()
+        # How the last reconcile ended: whether it acted on nothing, or saw its writes.
+        acted_on_nothing, writes_seen = last
+        due = self._direct_read_due()
+        settled = trust.settled(
+            acted_on_nothing=acted_on_nothing, writes_seen=writes_seen, direct_read_due=due
+        )
         # Held from connecting to the target through the first round's read
         # (and the facts read with it), when that read is a full one: never
         # while the plan is carried out (helm may take minutes).
         slot = contextlib.AsyncExitStack()
         try:
-            if self.target_reads is not None and not (self.session.target is not None and settled):
+            if self.target_reads is not None and trust.takes_slot(
+                connected=self.session.target is not None, settled=settled
+            ):
                 apart = reads_apart(self.last_blocked)
                 await slot.enter_async_context(self.target_reads.slot(apart=apart))
             target = await self.session.connect(
                 stack,
                 (body.get("metadata") or {}).get("generation"),
                 last_went_wrong=self.went_wrong,
-                direct_read_due=self._direct_read_due(),
+                direct_read_due=due,
             )
             self._report_connection(target)
             # Nothing is written to a target another ServingStack holds.
@@ -289,19 +294,27 @@ class StackReconciler(StackActions, StackTeardown):
                 )
 
             want = self._wanted(stack)
-            # A Provided stack's first read is its watches' first LISTs: the
-            # same requests, as fresh, made once rather than twice. A Managed
-            # stack's watches follow its releases' workloads, which only its
-            # first read finds, so they start after it.
-            fresh = (
-                self.session.kept
-                and self.session.cache is None
-                and stack.spec.components is not ComponentsMode.MANAGED
+            # Asked once connected: a new connection stopped the old one's watches.
+            running = self.session.cache
+            read = trust.first_read(
+                trust.ReadFacts(
+                    keeps_watches=self.session.kept,
+                    watching=running is not None,
+                    copy_covers=running is not None and running.want == want,
+                    managed=stack.spec.components is ComponentsMode.MANAGED,
+                    acted_on_nothing=acted_on_nothing,
+                    writes_seen=writes_seen,
+                    direct_read_due=due,
+                )
             )
+            log.debug(
+                "%s: first read from the %s: %s", self.label, read.source.value, read.why.value
+            )
+            fresh = read.source is trust.Source.FIRST_LISTS
             if fresh:
                 await self.session.watch(want)
             cache = self.session.cache
-            from_cache = cache is not None and cache.want == want and (fresh or settled)
+            from_cache = read.source is not trust.Source.TARGET
             acted = False
             writes = Writes()
             # The advisories' facts are read at most once a reconcile (and
@@ -362,8 +375,9 @@ class StackReconciler(StackActions, StackTeardown):
                 # once its events are in; helm's writes are never dated.
                 from_cache = (
                     cache is not None
-                    and cache.want == want
-                    and not writes.untracked
+                    and trust.copy_may_show_writes(
+                        copy_covers=cache.want == want, untracked=writes.untracked
+                    )
                     and await cache.shows(writes.objects, within=LIST_WAIT_SECONDS)
                 )
             self.acted_on_nothing = not acted
