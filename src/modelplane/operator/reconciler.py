@@ -69,6 +69,7 @@ from modelplane.observe.state import (
 from modelplane.observe.watches import LIST_WAIT_SECONDS
 from modelplane.observe.writes import Writes
 from modelplane.operator.options import OperatorOptions
+from modelplane.operator.read_history import Ended, ReadHistory
 from modelplane.operator.session import CredentialSource, TargetSession
 from modelplane.operator.stack_actions import RELEASE_DRIFT, StackActions
 from modelplane.operator.stack_teardown import StackTeardown
@@ -129,14 +130,6 @@ class StackReconciler(StackActions, StackTeardown):
     invalid_spec: str | None = None
     # The last collection refused over its budget, said in an event once.
     refused_collection: str | None = None
-    # When the target was last read directly, for the full relist; and
-    # whether the last reconcile acted on nothing, or its writes were all
-    # seen in the watch copy before it ended. The copy is trusted only
-    # then: right after a write its events may still be on their way, and
-    # a stale copy would cost a second, idle apply (observe.writes).
-    last_direct: float | None = None
-    acted_on_nothing: bool = False
-    writes_seen: bool = False
     # The advisories' facts and the target's summary, with what they were
     # read for (the components and the served APIs): read again only with a
     # direct read of the target, or when either changed. Watching what they
@@ -191,6 +184,9 @@ class StackReconciler(StackActions, StackTeardown):
     # progress view shows as being done now. Never changes what is done.
     on_plan: Callable[[Plan], None] | None = None
     session: TargetSession = field(init=False)
+    # When the target was last read directly, and how the last reconcile
+    # ended: what trusting the watches' copy depends on (plan.trust).
+    reads: ReadHistory = field(init=False)
 
     def __post_init__(self) -> None:
         self.session = TargetSession(
@@ -201,6 +197,12 @@ class StackReconciler(StackActions, StackTeardown):
             label=self.label,
             source=self.credentials,
         )
+        self.reads = ReadHistory(self.options.relist_seconds, self.clock)
+
+    @property
+    def acted_on_nothing(self) -> bool:
+        """Whether the last reconcile went through its rounds and found nothing to do."""
+        return self.reads.last.acted_on_nothing
 
     # -- reconcile -----------------------------------------------------------
 
@@ -212,8 +214,7 @@ class StackReconciler(StackActions, StackTeardown):
         ``held``: the installed versions to reconcile components at while
         their upgrade waits for the rollout (plan.rollout).
         """
-        last = (self.acted_on_nothing, self.writes_seen)
-        self.acted_on_nothing = self.writes_seen = False
+        last = self.reads.begin()
         self.seed_records(body.get("status"))
         if not self.reconciled:
             self.last_blocked = blocked_on_hub(body.get("status"))
@@ -257,15 +258,15 @@ class StackReconciler(StackActions, StackTeardown):
         self,
         stack: ServingStack,
         body: dict[str, Any],
-        last: tuple[bool, bool],
+        last: Ended,
         held: Mapping[str, str],
     ) -> Outcome:
         current: Plan | None = None
-        # How the last reconcile ended: whether it acted on nothing, or saw its writes.
-        acted_on_nothing, writes_seen = last
-        due = self._direct_read_due()
+        due = self.reads.direct_read_due()
         settled = trust.settled(
-            acted_on_nothing=acted_on_nothing, writes_seen=writes_seen, direct_read_due=due
+            acted_on_nothing=last.acted_on_nothing,
+            writes_seen=last.writes_seen,
+            direct_read_due=due,
         )
         # Held from connecting to the target through the first round's read
         # (and the facts read with it), when that read is a full one: never
@@ -302,8 +303,8 @@ class StackReconciler(StackActions, StackTeardown):
                     watching=running is not None,
                     copy_covers=running is not None and running.want == want,
                     managed=stack.spec.components is ComponentsMode.MANAGED,
-                    acted_on_nothing=acted_on_nothing,
-                    writes_seen=writes_seen,
+                    acted_on_nothing=last.acted_on_nothing,
+                    writes_seen=last.writes_seen,
                     direct_read_due=due,
                 )
             )
@@ -315,7 +316,7 @@ class StackReconciler(StackActions, StackTeardown):
                 await self.session.watch(want)
             cache = self.session.cache
             from_cache = read.source is not trust.Source.TARGET
-            acted = False
+            acted = seen = False
             writes = Writes()
             # The advisories' facts are read at most once a reconcile (and
             # again only if the served APIs change): what its rounds write is
@@ -336,7 +337,7 @@ class StackReconciler(StackActions, StackTeardown):
                 if listed is None:
                     listed = await read_listed(target.client, want)
                 if direct:
-                    self.last_direct = self.clock()
+                    self.reads.read_directly()
                 fresh = False
                 tampered: list[TamperedRelease] = []
                 if stack.spec.components is ComponentsMode.MANAGED:
@@ -368,7 +369,7 @@ class StackReconciler(StackActions, StackTeardown):
                     self.on_plan(current)
                 if not await self._act(current, target, writes):
                     # Read after every write, from the target or a copy showing them.
-                    self.writes_seen = acted and from_cache
+                    seen = acted and from_cache
                     break
                 acted = True
                 # What this round wrote answers the next from the watch copy
@@ -380,7 +381,7 @@ class StackReconciler(StackActions, StackTeardown):
                     )
                     and await cache.shows(writes.objects, within=LIST_WAIT_SECONDS)
                 )
-            self.acted_on_nothing = not acted
+            self.reads.end(acted=acted, writes_seen=seen)
         except Exception as err:
             fault = classify(err)
             if fault.kind is ErrorKind.UNEXPECTED:
@@ -461,12 +462,6 @@ class StackReconciler(StackActions, StackTeardown):
             "observed_at": datetime.now(UTC),
         }
         return observed.model_copy(update=update), want
-
-    def _direct_read_due(self) -> bool:
-        return (
-            self.last_direct is None
-            or self.clock() - self.last_direct >= self.options.relist_seconds
-        )
 
     async def close(self) -> None:
         """Stop the target watches and close the connection to the target."""
