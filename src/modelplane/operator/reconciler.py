@@ -68,6 +68,7 @@ from modelplane.observe.state import (
 )
 from modelplane.observe.watches import LIST_WAIT_SECONDS
 from modelplane.observe.writes import Writes
+from modelplane.operator.announced import Announced
 from modelplane.operator.options import OperatorOptions
 from modelplane.operator.read_history import Ended, ReadHistory
 from modelplane.operator.session import CredentialSource, TargetSession
@@ -119,11 +120,11 @@ class StackReconciler(StackActions, StackTeardown):
     clock: Callable[[], float] = time.monotonic
     # The out-of-range pins last reported by event, so a resync that finds
     # the same ones stays quiet; safe to lose (a restart reports them once).
-    version_warnings: frozenset[str] = frozenset()
+    version_warnings: Announced = field(default_factory=Announced)
     # The clientCAs warnings last reported by event, likewise.
-    client_ca_warnings: frozenset[str] = frozenset()
+    client_ca_warnings: Announced = field(default_factory=Announced)
     # Target.warnings said so far: each gets one Warning event when it appears.
-    connection_warnings: frozenset[str] = frozenset()
+    connection_warnings: Announced = field(default_factory=Announced)
     # This round's, for the TargetVerified condition; None until it connected.
     round_connection_warnings: tuple[str, ...] | None = None
     # The spec error last reported by event, likewise.
@@ -165,9 +166,9 @@ class StackReconciler(StackActions, StackTeardown):
     release_watches: tuple[ReleaseWatch, ...] = ()
     release_collections: tuple[ReleaseCollection, ...] = ()
     # The release drift last reported by event (--release-drift=warn).
-    release_drift_reported: frozenset[str] = frozenset()
+    release_drift_reported: Announced = field(default_factory=Announced)
     # The refused release revisions last reported by event.
-    refused_reported: frozenset[str] = frozenset()
+    refused_reported: Announced = field(default_factory=Announced)
     # Per release: what the operator's helm last wrote (operator.release_records),
     # kept on the hub in status.releases; a CLI run keeps it for the run only.
     records: dict[str, ReleaseRecord] = field(default_factory=dict)
@@ -495,40 +496,30 @@ class StackReconciler(StackActions, StackTeardown):
 
     def _report_connection(self, target: Target) -> None:
         """One Warning event per unsafe trait of the connection, when it appears."""
-        warnings = frozenset(target.warnings)
-        for message in sorted(warnings - self.connection_warnings):
+        for message in self.connection_warnings.new(target.warnings):
             self.emit("Warning", INSECURE_TARGET, message)
-        self.connection_warnings = warnings
-        self.round_connection_warnings = tuple(sorted(warnings))
+        self.round_connection_warnings = tuple(sorted(frozenset(target.warnings)))
 
     def _report_versions(self, p: Plan) -> None:
         """One Warning event per out-of-range pin, when it appears, not on every resync."""
-        messages = frozenset(w.message for w in p.version_warnings)
-        for message in sorted(messages - self.version_warnings):
+        for message in self.version_warnings.new(w.message for w in p.version_warnings):
             self.emit("Warning", EventReason.VERSION_OUT_OF_RANGE, message)
-        self.version_warnings = messages
 
     def _report_release_drift(self, p: Plan) -> None:
         """One Warning event per drift only reported (--release-drift=warn), when it appears."""
-        messages = frozenset(d.message for d in p.release_drift if d.restore is None)
-        for message in sorted(messages - self.release_drift_reported):
+        messages = (d.message for d in p.release_drift if d.restore is None)
+        for message in self.release_drift_reported.new(messages):
             self.emit("Warning", RELEASE_DRIFT, message)
-        self.release_drift_reported = messages
 
     def _report_refused_revisions(self, p: Plan) -> None:
         """One Warning event per refused release revision, when it appears."""
-        messages = frozenset(
-            h.message for h in p.health if h.reason is Reason.RELEASE_OUTSIDE_NAMESPACE
-        )
-        for message in sorted(messages - self.refused_reported):
+        messages = (h.message for h in p.health if h.reason is Reason.RELEASE_OUTSIDE_NAMESPACE)
+        for message in self.refused_reported.new(messages):
             self.emit("Warning", RELEASE_REFUSED, message)
-        self.refused_reported = messages
 
     def _report_client_cas(self, p: Plan) -> None:
         """One Warning event per doubtful clientCAs entry, when it appears."""
-        messages = frozenset(p.client_ca_warnings)
-        for message in sorted(messages - self.client_ca_warnings):
+        for message in self.client_ca_warnings.new(p.client_ca_warnings):
             self.emit("Warning", EventReason.CLIENT_CA_WARNING, message)
-        self.client_ca_warnings = messages
 
     # -- teardown ------------------------------------------------------------
