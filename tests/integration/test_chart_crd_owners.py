@@ -15,7 +15,6 @@ Each case uses a component of its own, so the module shares one API server.
 from __future__ import annotations
 
 import contextlib
-import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -34,6 +33,7 @@ from tests.testenv import TestEnv
 from modelplane.actions.helm import Helm
 from modelplane.kube.client import Target, open_target
 from modelplane.observe.release_storage import StoredDigests
+from modelplane.operator.component_failures import ComponentFailures
 from modelplane.operator.options import OperatorOptions
 from modelplane.operator.stack_actions import StackActions
 from modelplane.plan.model import PlannedRelease, ReleaseAction, ReleaseState
@@ -124,12 +124,7 @@ class _Actions(StackActions):
         self.emit = lambda *event: self.events.append(event)
         self.label = "chart-crd-owners"
         self.manifests = {}
-        self.failures = {}
-        self.attempts = {}
-        self.not_before = {}
-        self.waiting_on_webhook = set()
-        self.refused = set()
-        self.clock = time.monotonic
+        self.component_failures = ComponentFailures(self.emit)
         # The release records (operator.release_records), empty: a first install.
         self.records = {}
         self.stored_digests = StoredDigests()
@@ -192,7 +187,7 @@ def _fields(body: dict[str, Any]) -> set[str]:
 
 def _refused(actions: _Actions, component: str, *words: str) -> None:
     """The component failed, and a Warning event said so, naming ``words``."""
-    failure = actions.failures.get(component, "")
+    failure = actions.component_failures.failures.get(component, "")
     warnings = [m for kind, _, m in actions.events if kind == "Warning"]
     for word in words:
         assert word in failure, failure
@@ -229,7 +224,7 @@ async def test_a_newer_crd_is_not_downgraded(
         assert await actions._release(
             _release("node-feature-discovery", "2.0.0", repository, ReleaseAction.INSTALL),
             target,
-        ), actions.failures
+        ), actions.component_failures.failures
         reader = client_for(env)
         newer = _live(reader, _name(NFD))
         assert newer is not None and _fields(newer) == {"before", "after"}

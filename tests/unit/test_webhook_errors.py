@@ -14,7 +14,7 @@ tests/integration/test_webhook_not_ready.py.
 from __future__ import annotations
 
 import json
-from typing import Any, cast
+from typing import Any
 
 import httpx2
 import pytest
@@ -22,8 +22,7 @@ from lightkube.core.exceptions import ApiError
 
 from modelplane.actions.apply import WebhookNotReady
 from modelplane.kube.answers import webhook_call_failed
-from modelplane.operator.options import OperatorOptions
-from modelplane.operator.reconciler import StackReconciler
+from modelplane.operator.component_failures import ComponentFailures
 from modelplane.operator.status import Outcome, desired_status
 from modelplane.plan import plan
 from modelplane.plan.decisions import WEBHOOK_RETRY
@@ -163,14 +162,8 @@ class Clock:
         return self.now
 
 
-def reconciler(clock: Clock, events: list[Event]) -> StackReconciler:
-    return StackReconciler(
-        hub=cast(Any, None),
-        helm=cast(Any, None),
-        options=OperatorOptions(),
-        emit=lambda *event: events.append(event),
-        clock=clock,
-    )
+def failures(clock: Clock, events: list[Event]) -> ComponentFailures:
+    return ComponentFailures(emit=lambda *event: events.append(event), clock=clock)
 
 
 def not_ready(detail: str = f"500: {REFUSED}") -> WebhookNotReady:
@@ -192,10 +185,10 @@ async def succeeds() -> None:
 
 async def test_a_webhook_wait_is_retried_with_growing_waits_and_one_event() -> None:
     clock, events = Clock(), list[Event]()
-    r = reconciler(clock, events)
+    r = failures(clock, events)
     waits = []
     for _ in range(8):
-        assert not await r._guard("configuration", fails_with(not_ready()))
+        assert not await r.guard("configuration", fails_with(not_ready()))
         waits.append(r.not_before["configuration"] - clock.now)
         assert r.retry_after() == pytest.approx(waits[-1])
         clock.now = r.not_before["configuration"]
@@ -208,26 +201,26 @@ async def test_a_webhook_wait_is_retried_with_growing_waits_and_one_event() -> N
     assert [(t, reason) for t, reason, _ in events] == [("Warning", "WebhookNotReady")]
 
     # Another cause is news; then the webhook admits and the wait is over.
-    assert not await r._guard("configuration", fails_with(not_ready("500: timeout")))
+    assert not await r.guard("configuration", fails_with(not_ready("500: timeout")))
     assert len(events) == 2
-    assert await r._guard("configuration", succeeds())
+    assert await r.guard("configuration", succeeds())
     assert (r.failures, r.not_before, r.waiting_on_webhook) == ({}, {}, set())
     assert r.retry_after() is None
 
 
 async def test_a_real_failure_after_a_wait_is_a_failure_again() -> None:
     clock, events = Clock(), list[Event]()
-    r = reconciler(clock, events)
-    await r._guard("configuration", fails_with(not_ready()))
-    await r._guard("configuration", fails_with(ValueError("bad manifest")))
+    r = failures(clock, events)
+    await r.guard("configuration", fails_with(not_ready()))
+    await r.guard("configuration", fails_with(ValueError("bad manifest")))
     assert r.waiting_on_webhook == set()
     assert events[-1][1] == "ActionFailed"
 
 
 async def test_retry_after_never_spins_on_a_deadline_just_passed() -> None:
     clock, events = Clock(), list[Event]()
-    r = reconciler(clock, events)
-    await r._guard("configuration", fails_with(not_ready()))
+    r = failures(clock, events)
+    await r.guard("configuration", fails_with(not_ready()))
     clock.now += 4.9
     assert r.retry_after() == 1.0  # not 0.1: a sleep that short is a busy loop
     clock.now += 1.0

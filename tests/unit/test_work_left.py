@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, cast
+from typing import Any
 
 import pytest
 from pydantic import ValidationError
 
 from modelplane.catalog.configuration import ConfigObject, Hold
-from modelplane.operator.options import OperatorOptions
-from modelplane.operator.reconciler import StackReconciler
+from modelplane.operator.component_failures import ComponentFailures
 from modelplane.plan import Observed, plan
 from modelplane.plan.model import ObjectAction, PlannedObject
 
@@ -27,14 +26,9 @@ def without_api(observed: Observed, group: str, resource: str) -> Observed:
     return observed.model_copy(update={"apis": apis})
 
 
-def reconciler() -> StackReconciler:
+def failures() -> ComponentFailures:
     # Forgetting failures reads the plan only: nothing here reaches a cluster.
-    return StackReconciler(
-        hub=cast(Any, None),
-        helm=cast(Any, None),
-        options=OperatorOptions(),
-        emit=lambda *_: None,
-    )
+    return ComponentFailures(emit=lambda *_: None)
 
 
 def test_a_failure_stands_while_its_object_waits_for_its_api(
@@ -51,7 +45,7 @@ def test_a_failure_stands_while_its_object_waits_for_its_api(
         "gateways.gateway.networking.k8s.io/v1"
     ]
 
-    r = reconciler()
+    r = failures()
     r.failures = {"configuration": "apply failed", "cert-manager": "install failed"}
     r.forget_finished(p)
     # cert-manager has nothing left to do; the configuration is not done.
@@ -67,7 +61,7 @@ def test_withheld_objects_are_no_work_left(
     [policy] = [o for o in p.objects if o.object["kind"] == "ClientTrafficPolicy"]
     assert (policy.action, policy.hold) == (ObjectAction.HOLD, Hold.WITHHELD)
     assert p.components_with_work == set()
-    r = reconciler()
+    r = failures()
     r.failures = {"configuration": "apply failed"}
     r.forget_finished(p)
     assert r.failures == {}

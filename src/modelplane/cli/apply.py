@@ -26,7 +26,7 @@ from typing import Annotated, Any
 
 import typer
 
-from modelplane.actions.claim import LocalRun
+from modelplane.actions.claim import Emit, LocalRun
 from modelplane.actions.helm import NO_HELM, Helm, HelmError, TargetHelm
 from modelplane.actions.helm import locate as locate_helm
 from modelplane.api.models import ServingStack
@@ -151,13 +151,19 @@ def _helm(run: Run, home: Path) -> TargetHelm:
     return TargetHelm.guarding(helm, run.options.deny_target_cidrs)
 
 
-def _reconciler(run: Run, helm: Helm, progress: Progress, **extra: Any) -> StackReconciler:
+def _reconciler(
+    run: Run,
+    helm: Helm,
+    progress: Progress,
+    emit: Emit | None = None,
+    **extra: Any,
+) -> StackReconciler:
     meta = run.stack.metadata
     return StackReconciler(
         None,
         helm,
         run.options,
-        progress.event,
+        emit or progress.event,
         credentials=run.credentials,
         claimant=LocalRun.here(),
         label=f"{meta.namespace}/{meta.name}",
@@ -210,7 +216,8 @@ async def _apply(run: Run, helm: TargetHelm, progress: Progress, wait: bool) -> 
     reconciler = _reconciler(run, helm, progress, wake=wake.set)
 
     def show(p: Plan) -> None:
-        progress.lines(lines_of(p, reconciler.failures, reconciler.waiting_on_webhook))
+        failures = reconciler.component_failures
+        progress.lines(lines_of(p, failures.failures, failures.waiting_on_webhook))
 
     reconciler.on_plan = show
     streak = 0
@@ -376,8 +383,8 @@ async def _delete(run: Run, helm: TargetHelm, progress: Progress) -> Verdict:
         shown[:] = teardown_lines(p)
         progress.lines(shown)
 
-    reconciler = _reconciler(run, helm, progress, on_plan=show)
-    reconciler.emit = emit
+    # Given when it is made: the parts it composes keep the emit they were made with.
+    reconciler = _reconciler(run, helm, progress, emit, on_plan=show)
     loop = asyncio.get_running_loop()
     start = loop.time()
     while True:

@@ -2,14 +2,16 @@
 
 A component's action that fails is recorded (its message, made safe for
 the status, an event and the log), and is not tried again before its
-backoff ends; ``plan.decisions`` says how long. ``StackReconciler`` takes
-it in as a base.
+backoff ends; ``plan.decisions`` says how long. ``StackReconciler`` keeps
+one, and guards each action of a round's plan with it.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import httpx2
@@ -42,19 +44,20 @@ ACTION_ERRORS = (
 )
 
 
+@dataclass
 class ComponentFailures:
-    """The per-component failures and backoff, for ``StackReconciler``, whose fields they are."""
+    """One stack's failed components and their backoff; safe to lose."""
 
     emit: Emit
-    failures: dict[str, str]
+    clock: Callable[[], float] = time.monotonic
+    failures: dict[str, str] = field(default_factory=dict)
     # Per failed component: failures in a row, and when it may be tried again.
-    attempts: dict[str, int]
-    not_before: dict[str, float]
+    attempts: dict[str, int] = field(default_factory=dict)
+    not_before: dict[str, float] = field(default_factory=dict)
     # The failed components whose failure is a webhook the target cannot call yet.
-    waiting_on_webhook: set[str]
+    waiting_on_webhook: set[str] = field(default_factory=set)
     # The failed components whose failure no retry clears (plan.progress).
-    refused: set[str]
-    clock: Callable[[], float]
+    refused: set[str] = field(default_factory=set)
 
     def retry_after(self) -> float | None:
         """Seconds until the first failed component is due again; None when none waits.
@@ -73,7 +76,8 @@ class ComponentFailures:
         for finished in set(self.failures) - p.components_with_work:
             self._succeeded(finished)
 
-    def _due(self, component: str) -> bool:
+    def due(self, component: str) -> bool:
+        """Whether the component's action may be tried now: its backoff, if any, is over."""
         return decisions.due(self.not_before.get(component), self.clock())
 
     def _succeeded(self, component: str) -> None:
@@ -83,7 +87,7 @@ class ComponentFailures:
         self.waiting_on_webhook.discard(component)
         self.refused.discard(component)
 
-    async def _guard(self, component: str, action: Any, what: str | None = None) -> bool:
+    async def guard(self, component: str, action: Any, what: str | None = None) -> bool:
         """Carry out one component's action; a failure is recorded and backed off."""
         try:
             await action

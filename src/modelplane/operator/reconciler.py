@@ -7,11 +7,14 @@ reconciles it keeps backoff after failures, a cache of fetched manifests
 and, for the daemon, the one connection to the target that the reconciles
 and the target watches share; all are safe to lose.
 
-Three parts are their own modules, taken in as bases of ``StackReconciler``:
-carrying out a round's plan (``operator.stack_actions``), with the failed
-components and their backoff (``operator.component_failures``), and
-teardown (``operator.stack_teardown``). What a fault says in a
-condition is ``operator.stack_text``'s.
+Two parts are their own modules, taken in as bases of ``StackReconciler``:
+carrying out a round's plan (``operator.stack_actions``) and teardown
+(``operator.stack_teardown``). Others are objects it keeps, each owning
+its state: the failed components and their backoff
+(``operator.component_failures``), what its reads were
+(``operator.read_history``, for ``plan.trust``) and the warnings said
+once (``operator.announced``). What a fault says in a condition is
+``operator.stack_text``'s.
 """
 
 from __future__ import annotations
@@ -69,6 +72,7 @@ from modelplane.observe.state import (
 from modelplane.observe.watches import LIST_WAIT_SECONDS
 from modelplane.observe.writes import Writes
 from modelplane.operator.announced import Announced
+from modelplane.operator.component_failures import ComponentFailures
 from modelplane.operator.options import OperatorOptions
 from modelplane.operator.read_history import Ended, ReadHistory
 from modelplane.operator.session import CredentialSource, TargetSession
@@ -109,13 +113,6 @@ class StackReconciler(StackActions, StackTeardown):
     helm: Helm
     options: OperatorOptions
     emit: Emit
-    failures: dict[str, str] = field(default_factory=dict)
-    # Per failed component: failures in a row, and when it may be tried again.
-    attempts: dict[str, int] = field(default_factory=dict)
-    not_before: dict[str, float] = field(default_factory=dict)
-    # The failed components whose failure is a webhook the target cannot call yet.
-    waiting_on_webhook: set[str] = field(default_factory=set)
-    refused: set[str] = field(default_factory=set)
     manifests: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     clock: Callable[[], float] = time.monotonic
     # The out-of-range pins last reported by event, so a resync that finds
@@ -185,6 +182,8 @@ class StackReconciler(StackActions, StackTeardown):
     # progress view shows as being done now. Never changes what is done.
     on_plan: Callable[[Plan], None] | None = None
     session: TargetSession = field(init=False)
+    # The failed components, their backoff and what each failure says.
+    component_failures: ComponentFailures = field(init=False)
     # When the target was last read directly, and how the last reconcile
     # ended: what trusting the watches' copy depends on (plan.trust).
     reads: ReadHistory = field(init=False)
@@ -199,6 +198,7 @@ class StackReconciler(StackActions, StackTeardown):
             source=self.credentials,
         )
         self.reads = ReadHistory(self.options.relist_seconds, self.clock)
+        self.component_failures = ComponentFailures(self.emit, self.clock)
 
     @property
     def acted_on_nothing(self) -> bool:
@@ -402,17 +402,18 @@ class StackReconciler(StackActions, StackTeardown):
             if not self.session.kept:
                 await self.session.close()
         if current is not None:
-            self.forget_finished(current)
+            self.component_failures.forget_finished(current)
             self._report_versions(current)
             self._report_client_cas(current)
             self._report_release_drift(current)
             self._report_refused_revisions(current)
+        failures = self.component_failures
         return Outcome(
             plan=current,
-            failures=dict(self.failures),
-            waiting_on_webhook=frozenset(self.waiting_on_webhook),
-            refused=frozenset(self.refused),
-            retry_after=self.retry_after(),
+            failures=dict(failures.failures),
+            waiting_on_webhook=frozenset(failures.waiting_on_webhook),
+            refused=frozenset(failures.refused),
+            retry_after=failures.retry_after(),
         )
 
     def _wanted(self, stack: ServingStack) -> Wanted:

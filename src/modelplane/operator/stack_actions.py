@@ -42,9 +42,10 @@ SUCCEEDED: dict[ReleaseAction, tuple[EventReason, str]] = {
 log = logging.getLogger("modelplane.operator")
 
 
-class StackActions(ComponentFailures, ReleaseRecords):
+class StackActions(ReleaseRecords):
     """The plan's actions, for ``StackReconciler``, whose fields these are."""
 
+    component_failures: ComponentFailures
     helm: Helm
     options: OperatorOptions
     emit: Emit
@@ -54,12 +55,15 @@ class StackActions(ComponentFailures, ReleaseRecords):
     async def _act(self, p: Plan, target: Target, writes: Writes) -> bool:
         """Carry out what the plan says now, noting it in ``writes``; True if anything changed."""
         changed = False
+        failures = self.component_failures
         for m in p.manifests:
-            if m.action is ObjectAction.APPLY and self._due(m.component):
-                changed |= await self._guard(m.component, self._apply_manifests(m, target, writes))
+            if m.action is ObjectAction.APPLY and failures.due(m.component):
+                changed |= await failures.guard(
+                    m.component, self._apply_manifests(m, target, writes)
+                )
         for o in p.objects:
-            if o.action is ObjectAction.APPLY and self._due(o.component):
-                applied = await self._guard(o.component, self._apply(target, o.object, writes))
+            if o.action is ObjectAction.APPLY and failures.due(o.component):
+                applied = await failures.guard(o.component, self._apply(target, o.object, writes))
                 if applied and o.drift:
                     # Field paths only, never values: a value may be a secret.
                     self.emit(
@@ -67,11 +71,11 @@ class StackActions(ComponentFailures, ReleaseRecords):
                     )
                 changed |= applied
         for d in p.release_drift:
-            if d.restore is not None and self._due(d.component):
+            if d.restore is not None and failures.due(d.component):
                 # From the release's stored manifest, not by running helm: a
                 # patch of the fields the manifest sets, as Helm's upgrade
                 # sends (see actions.restore).
-                restored = await self._guard(
+                restored = await failures.guard(
                     d.component,
                     self._restore(target, d.restore, writes),
                     what=f"restore of {d.shown}",
@@ -83,7 +87,8 @@ class StackActions(ComponentFailures, ReleaseRecords):
         releases = [
             r
             for r in p.releases
-            if r.action not in (ReleaseAction.NONE, ReleaseAction.WAIT) and self._due(r.component)
+            if r.action not in (ReleaseAction.NONE, ReleaseAction.WAIT)
+            and failures.due(r.component)
         ]
         writes.untracked |= bool(releases)
         # Releases the plan lets go now do not depend on each other.
@@ -135,7 +140,7 @@ class StackActions(ComponentFailures, ReleaseRecords):
             await self.record_release(release, target, output)
 
         started = time.monotonic()
-        ok = await self._guard(
+        ok = await self.component_failures.guard(
             release.component, carry_out(), what=f"{verb.lower()} of release {release.name}"
         )
         metrics.record_helm_action(
