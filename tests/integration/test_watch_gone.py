@@ -187,7 +187,7 @@ async def test_a_bookmark_moves_the_version_a_watch_is_re_armed_from(tmp_path: P
             http,
             WatchKey(CONFIGMAPS, namespace="watched"),
             Link(http, "bookmarks"),
-            lambda _key, kind: changes.append(kind),
+            lambda _key, kind, _name: changes.append(kind),
             label="bookmarks",
             # timeoutSeconds of 3 to 6: the watch cache sends a bookmark
             # ahead of a watch's deadline.

@@ -173,7 +173,7 @@ async def _reflect(script: Script) -> Reflector:
     http = httpx2.AsyncClient(
         base_url="https://target.invalid", transport=httpx2.MockTransport(script)
     )
-    reflector = Reflector(http, CONFIGMAPS_IN_NS, Link(http, "test"), lambda _k, _kind: None)
+    reflector = Reflector(http, CONFIGMAPS_IN_NS, Link(http, "test"), lambda _k, _kind, _name: None)
     task = asyncio.create_task(reflector.run())
     try:
         await asyncio.wait_for(script.done.wait(), 10.0)

@@ -63,7 +63,7 @@ async def test_a_watch_that_ends_after_one_bookmark_is_rearmed_with_backoff() ->
             http,
             KEY,
             Link(http, "test"),
-            lambda _k, _kind: None,
+            lambda _k, _kind, _name: None,
             clock=lambda: now,
             sleep=sleep,
             rand=lambda: 0.0,
@@ -165,7 +165,7 @@ async def _scripted(
         slept.append(seconds)
 
     reflector = Reflector(
-        http, KEY, Link(http, "test"), lambda _k, kind: changes.append(kind), sleep=sleep
+        http, KEY, Link(http, "test"), lambda _k, kind, _name: changes.append(kind), sleep=sleep
     )
     reflectors.append(reflector)
     task = asyncio.create_task(reflector.run())

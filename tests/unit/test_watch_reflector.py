@@ -48,7 +48,9 @@ async def _run(script: Script, deadline: float = 20.0) -> Reflector:
         base_url="https://target.invalid", transport=httpx2.MockTransport(script)
     )
     changes: list[str] = []
-    reflector = Reflector(http, KEY, Link(http, "test"), lambda _k, kind: changes.append(kind))
+    reflector = Reflector(
+        http, KEY, Link(http, "test"), lambda _k, kind, _name: changes.append(kind)
+    )
     task = asyncio.create_task(reflector.run())
     try:
         await asyncio.wait_for(script.done.wait(), deadline)
@@ -126,7 +128,12 @@ async def test_a_server_that_answers_every_watch_with_410_is_not_a_loop() -> Non
         slept.append(seconds)
 
     reflector = Reflector(
-        http, KEY, Link(http, "test"), lambda _k, _kind: None, clock=lambda: 100.0, sleep=sleep
+        http,
+        KEY,
+        Link(http, "test"),
+        lambda _k, _kind, _name: None,
+        clock=lambda: 100.0,
+        sleep=sleep,
     )
     task = asyncio.create_task(reflector.run())
     try:

@@ -219,14 +219,14 @@ class Link:
 
 
 class Reflector:
-    """Keeps ``items`` equal to one collection on the target, until cancelled."""
+    """Keeps ``items`` equal to one collection; tells ``changed`` the object changed, or None."""
 
     def __init__(
         self,
         http: httpx2.AsyncClient,
         key: WatchKey,
         link: Link,
-        changed: Callable[[WatchKey, str], None],
+        changed: Callable[[WatchKey, str, str | None], None],
         *,
         label: str = "",
         watch_timeout: float = WATCH_TIMEOUT_SECONDS,
@@ -311,7 +311,7 @@ class Reflector:
                 if failing or refused:
                     log.info("target of %s: watch of %s resumed", self._label, self.key)
                     failing = refused = False
-                self._changed(self.key, "LIST")
+                self._changed(self.key, "LIST", None)
                 while True:
                     rv = await self._watch(rv)
                     if not ran_its_course():
@@ -330,7 +330,7 @@ class Reflector:
                     log.warning("target of %s: watch of %s refused: %s", self._label, self.key, err)
                     refused = True
                     # The reconcile finds out by its own read, and says so.
-                    self._changed(self.key, "REFUSED")
+                    self._changed(self.key, "REFUSED", None)
                 await self._sleep(refusals.fail())
             except Unreadable as err:
                 self.synced = False
@@ -362,7 +362,7 @@ class Reflector:
                     # Not served (yet): try again when a CRD changes, or later.
                     self._forget()
                     self.served, self.synced = False, True
-                    self._changed(self.key, "GONE")
+                    self._changed(self.key, "GONE", None)
                     self._retry.clear()
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(self._retry.wait(), failures.fail())
@@ -388,7 +388,7 @@ class Reflector:
                 delay = outages.fail()
                 if self._link.lost(err):
                     # The reconcile finds out and says the target is unreachable.
-                    self._changed(self.key, "LOST")
+                    self._changed(self.key, "LOST", None)
                 if outages.count > 1:
                     # Lost again before a watch stayed open: a server that
                     # answers the probe and drops the watches. The first
@@ -410,7 +410,7 @@ class Reflector:
                         describe_error(err),
                     )
                     failing = True
-                    self._changed(self.key, "FAILED")
+                    self._changed(self.key, "FAILED", None)
                 await self._sleep(failures.fail())
 
     def _ran_its_course(self) -> bool:
@@ -551,12 +551,13 @@ class Reflector:
                 if kind == "BOOKMARK":
                     self.bookmarks += 1
                     continue
+                name = object_name_key(obj)
                 if kind == "DELETED":
-                    self._drop(object_name_key(obj))
+                    self._drop(name)
                 else:
                     kept = self.outline(obj)
-                    self._keep(object_name_key(obj), kept, len(line), self._weigh(line, kept))
-                self._changed(self.key, str(kind))
+                    self._keep(name, kept, len(line), self._weigh(line, kept))
+                self._changed(self.key, str(kind), name)
         return rv
 
 

@@ -12,17 +12,18 @@ read with each direct read, as before. A change of what the checks read bumps a 
 reconciler compares with the one its facts were read at; it then reads the
 facts again (one LIST per listing), and a quiet resync reads none.
 
-What is compared is only what the checks read (``fingerprint``): a Node's
-status changes with every heartbeat (conditions, the lease's renew time),
-and a ResourceQuota's ``status.used`` with every pod, and neither may wake
-a stack. The watches keep only that of each object (``outline``): a real
-Node carries its images and a few KiB of status, and a fleet of targets
-would hold every one of them to compare a handful of fields.
+What is compared is only what the checks read (``part_of``), object by
+object (``observe.parts``): a Node's status changes with every heartbeat
+(conditions, the lease's renew time), and a ResourceQuota's ``status.used``
+with every pod, and neither may wake a stack. The watches keep only that
+of each object (``outline``): a real Node carries its images and a few KiB
+of status, and a fleet of targets would hold every one of them to compare
+a handful of fields.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from modelplane.api.spec import ServingStackSpec
@@ -137,13 +138,23 @@ def outline(resource: str, obj: dict[str, Any]) -> dict[str, Any]:
     return {"metadata": metadata, "spec": obj.get("spec")}
 
 
-def fingerprint(resource: str, items: Iterable[dict[str, Any]]) -> list[tuple[Any, ...]]:
-    """What of a watched collection the GPU checks read, in a comparable form.
+def part_of(resource: str) -> Callable[[dict[str, Any]], tuple[Any, ...]]:
+    """What of one object of a watched collection the GPU checks read, in a comparable form.
 
     Nodes: labels, taints, cordon and extended resources (never status
     heartbeats); DaemonSets: tolerations, nodeSelector, required node
     affinity, images and the scheduled and available counts; anything else
-    (ResourceSlices): the spec.
+    (ResourceSlices): the spec. Each includes the object's name, so no two
+    objects' parts are equal (``observe.parts`` relies on it).
     """
-    reduce = _BY_RESOURCE.get(resource, _spec_only)
+    return _BY_RESOURCE.get(resource, _spec_only)
+
+
+def fingerprint(resource: str, items: Iterable[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    """The parts of a whole collection (``part_of``), sorted: what the cache compared once.
+
+    The cache now keeps them object by object (``observe.parts``); this
+    stays as the reference that way is held to.
+    """
+    reduce = part_of(resource)
     return sorted(reduce(i) for i in items)

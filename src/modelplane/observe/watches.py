@@ -33,7 +33,8 @@ from modelplane.kube.reflector import (
     Reflector,
     WatchKey,
 )
-from modelplane.observe.gpu_watch import fingerprint, outline
+from modelplane.observe.gpu_watch import outline, part_of
+from modelplane.observe.parts import Parts
 from modelplane.observe.state import (
     CRD_API_VERSION,
     NODES,
@@ -93,14 +94,12 @@ def release_collection_key(c: ReleaseCollection) -> WatchKey:
     return WatchKey(c.api, namespace=c.namespace, metadata_only=True)
 
 
-def _followed(items: Iterable[dict[str, Any]], names: frozenset[str]) -> list[tuple[str, str]]:
-    """(name, resourceVersion) of the followed objects among a collection's items."""
-    out = []
-    for item in items:
-        meta = item.get("metadata") or {}
-        if meta.get("name") in names:
-            out.append((str(meta["name"]), str(meta.get("resourceVersion") or "")))
-    return sorted(out)
+def followed(names: frozenset[str], item: dict[str, Any]) -> tuple[str, str] | None:
+    """(name, resourceVersion) of an object of a release collection; None unless followed."""
+    meta = as_dict(item.get("metadata"))
+    if meta.get("name") not in names:
+        return None
+    return (str(meta["name"]), str(meta.get("resourceVersion") or ""))
 
 
 NODES_KEY = WatchKey(NODES)
@@ -195,6 +194,13 @@ def _established(status: dict[str, Any]) -> bool:
     )
 
 
+def _touched(items: dict[str, dict[str, Any]], name: str | None) -> Iterable[dict[str, Any]]:
+    """The objects an event changed: the one it names (none, deleted), or all of them (None)."""
+    if name is None:
+        return items.values()
+    return [items[name]] if name in items else []
+
+
 def _order(key: WatchKey) -> tuple[str, str, str, str, bool]:
     # Keys on one API differ by selectors that may be None; order on text.
     return (key.api.key, key.namespace or "", key.labels or "", key.fields or "", key.metadata_only)
@@ -268,7 +274,10 @@ class WatchCache:
         # What of each GPU collection (and of the Nodes, for DaemonSet
         # placement) the checks read, as last seen: a Node's status changes
         # with every heartbeat, and must not wake the stack each time.
-        self._seen: dict[WatchKey, list[tuple[Any, ...]]] = {}
+        # Kept object by object: an event costs the object it tells of.
+        self._parts: dict[WatchKey, Parts] = {
+            key: Parts(part_of(key.api.resource)) for key in {NODES_KEY, *self._gpu_keys}
+        }
         # Bumped whenever that changed: the reconciler reads the advisories'
         # facts again when it differs from the one they were read at.
         self.facts_generation = 0
@@ -276,10 +285,11 @@ class WatchCache:
         # with, so one the target refuses (403) does not keep it from syncing.
         # The names followed in each release collection: a change to another
         # object of the kind (any ClusterRole of the cluster) wakes nothing.
-        self._followed: dict[WatchKey, frozenset[str]] = {}
+        names: dict[WatchKey, frozenset[str]] = {}
         for c in want.release_collections:
             key = release_collection_key(c)
-            self._followed[key] = self._followed.get(key, frozenset()) | c.names
+            names[key] = names.get(key, frozenset()) | c.names
+        self._parts.update({key: Parts(partial(followed, n)) for key, n in names.items()})
 
     def _outline(self, key: WatchKey) -> Callable[[dict[str, Any]], dict[str, Any]] | None:
         """What of each object a collection's copy keeps: only what is read of it."""
@@ -337,29 +347,31 @@ class WatchCache:
         for reflector in self.reflectors.values():
             reflector.release()
 
-    def _on_change(self, key: WatchKey, kind: str) -> None:
+    def _on_change(self, key: WatchKey, kind: str, name: str | None = None) -> None:
+        """One change a reflector tells: ``name`` is the key of the object an event is of.
+
+        Costs that object (its part, its CRD's plurals), never the whole
+        collection, but for a LIST or a copy lost (or no ``name``).
+        """
         self._moved.set()
         self._moved = asyncio.Event()
-        names = self._followed.get(key)
-        if names is not None:
-            seen = _followed(self.reflectors[key].items.values(), names)
-            unchanged = seen == self._seen.get(key)
-            self._seen[key] = seen
-            if unchanged and kind in _OBJECT_EVENTS:
+        items = self.reflectors[key].items
+        # The one object an event is of; None: the whole collection is read again.
+        one = name if kind in _OBJECT_EVENTS else None
+        parts = self._parts.get(key)
+        if parts is not None:
+            changed = parts.rebuild(items) if one is None else parts.update(one, items.get(one))
+            if not changed and kind in _OBJECT_EVENTS:
                 return
         if key == NODES_KEY or key in self._gpu_keys:
-            seen = fingerprint(key.api.resource, self.reflectors[key].items.values())
-            unchanged = seen == self._seen.get(key)
-            self._seen[key] = seen
-            if unchanged and kind in _OBJECT_EVENTS:
-                return
             # A LIST too: what changed while the watch was down has no event.
             self.facts_generation += 1
             log.debug("target of %s: %s changed (%s): facts read again", self._label, key, kind)
         if key.api == CRDS or kind == "LIST":
             self.api_generation += 1
             if key.api == CRDS:
-                self.learn(crd_plurals(self.reflectors[key].items.values()))
+                # Plurals are only ever learned: those of the CRD changed are all it adds.
+                self.learn(crd_plurals(_touched(items, one)))
                 for reflector in self.reflectors.values():
                     if not reflector.served:
                         reflector.retry_now()
