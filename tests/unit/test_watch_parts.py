@@ -18,7 +18,7 @@ import pytest
 from modelplane.api.spec import ServingStackSpec
 from modelplane.kube.reflector import WatchKey
 from modelplane.observe.gpu_watch import fingerprint, part_of
-from modelplane.observe.parts import Parts, digest_of
+from modelplane.observe.parts import Parts, canonical, digest_of
 from modelplane.observe.state import ReleaseCollection, wanted
 from modelplane.observe.watches import (
     CRDS,
@@ -125,6 +125,21 @@ def test_a_rebuild_says_whether_the_collection_changed(
 
     parts.rebuild(nodes(**before))
     assert parts.rebuild(nodes(**after)) is changed
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "equal"),
+    [
+        ({"b": 1, "a": {"y": 2, "x": 1}}, {"a": {"x": 1, "y": 2}, "b": 1}, True),  # key order
+        ({"a": 1}, {"a": 1.0}, False),  # as repr tells them apart
+        ({"a": 1}, {"a": True}, False),
+        ({"a": "\ud800"}, {"a": "\ud800"}, True),  # what msgspec will not encode
+        ({"a": "\ud800"}, {"a": "\ud801"}, False),
+        ({"a": "\ud800"}, "{'a': '\\ud800'}", False),  # the repr is no JSON's
+    ],
+)
+def test_a_part_is_compared_by_its_canonical_text(a: Any, b: Any, equal: bool) -> None:
+    assert (canonical(a) == canonical(b)) is equal
 
 
 def _cache(woken: list[str], want: Any = None) -> WatchCache:

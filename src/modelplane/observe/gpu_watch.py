@@ -30,6 +30,7 @@ from modelplane.api.spec import ServingStackSpec
 from modelplane.catalog.components import components_for
 from modelplane.catalog.facts import RESOURCE_QUOTAS as QUOTAS
 from modelplane.catalog.facts import Listing
+from modelplane.observe.parts import canonical
 from modelplane.plan.capacity import gpu_check
 from modelplane.untrusted import as_dict, pick
 
@@ -55,6 +56,11 @@ def _order(listing: Listing) -> tuple[str, str, str]:
     return (listing.api.key, listing.namespace or "", listing.name or "")
 
 
+def _text(value: Any) -> str:
+    """``value`` as comparable text: what a part holds of a field's content."""
+    return canonical(value).decode()
+
+
 def _node(obj: dict[str, Any]) -> tuple[Any, ...]:
     meta, spec, status = (
         as_dict(obj.get("metadata")),
@@ -63,13 +69,11 @@ def _node(obj: dict[str, Any]) -> tuple[Any, ...]:
     )
     return (
         meta.get("name"),
-        repr(sorted(as_dict(meta.get("labels")).items())),
-        repr(spec.get("taints")),
+        _text(as_dict(meta.get("labels"))),
+        _text(spec.get("taints")),
         spec.get("unschedulable") is True,
         # Extended resources only: a device plugin's (NoNodeAdvertises).
-        repr(
-            sorted((k, v) for k, v in as_dict(status.get("allocatable")).items() if "/" in str(k))
-        ),
+        _text({k: v for k, v in as_dict(status.get("allocatable")).items() if "/" in str(k)}),
     )
 
 
@@ -85,10 +89,10 @@ def _daemon_set(obj: dict[str, Any]) -> tuple[Any, ...]:
     return (
         meta.get("namespace"),
         meta.get("name"),
-        repr(pod.get("tolerations")),
-        repr(pod.get("nodeSelector")),
-        repr(_required_affinity(pod)),
-        repr([c.get("image") for c in pod.get("containers") or [] if isinstance(c, dict)]),
+        _text(pod.get("tolerations")),
+        _text(pod.get("nodeSelector")),
+        _text(_required_affinity(pod)),
+        _text([c.get("image") for c in pod.get("containers") or [] if isinstance(c, dict)]),
         status.get("desiredNumberScheduled"),
         status.get("numberAvailable"),
     )
@@ -96,7 +100,7 @@ def _daemon_set(obj: dict[str, Any]) -> tuple[Any, ...]:
 
 def _spec_only(obj: dict[str, Any]) -> tuple[Any, ...]:
     meta = as_dict(obj.get("metadata"))
-    return (meta.get("namespace"), meta.get("name"), repr(obj.get("spec")))
+    return (meta.get("namespace"), meta.get("name"), _text(obj.get("spec")))
 
 
 _BY_RESOURCE = {"nodes": _node, "daemonsets": _daemon_set}

@@ -19,13 +19,31 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-# The part of one object that is read, in a comparable form (its repr is
-# what is digested); None: nothing of this object is read.
+import msgspec
+
+# The part of one object that is read, in a comparable form (``canonical``
+# is what is digested); None: nothing of this object is read.
 PartOf = Callable[[dict[str, Any]], object]
 
 # Digests are added modulo this: a multiset's sum, which does not cancel
 # out two equal parts the way an XOR would.
 _MODULUS = 1 << 128
+
+
+_SORTED = msgspec.json.Encoder(order="sorted")
+
+
+def canonical(value: object) -> bytes:
+    """``value`` (JSON a target sent, or tuples of it) as comparable bytes: dict keys sorted.
+
+    msgspec's JSON, some ten times faster than the repr of the sorted items
+    of a Node's 80 labels; the repr, marked so that it equals no JSON, of
+    what msgspec will not encode (a lone surrogate a hostile target sent).
+    """
+    try:
+        return _SORTED.encode(value)
+    except (TypeError, ValueError):
+        return b"repr:" + repr(value).encode("utf-8", "backslashreplace")
 
 
 def part_digest(part: object) -> int:
@@ -34,7 +52,7 @@ def part_digest(part: object) -> int:
     Kept instead of the part: a Node's labels alone run to KiB, and a
     20,000-node target's parts would be some 100 MiB.
     """
-    return int.from_bytes(hashlib.blake2b(repr(part).encode(), digest_size=16).digest())
+    return int.from_bytes(hashlib.blake2b(canonical(part), digest_size=16).digest())
 
 
 def digest_of(part_of: PartOf, items: Iterable[dict[str, Any]]) -> int:
