@@ -196,6 +196,7 @@ def test_an_event_of_an_object_not_followed_in_a_release_collection_wakes_nothin
         ({"metadata": {"name": "ours"}}, ("ours", "")),
         ({"metadata": {"name": "theirs", "resourceVersion": "7"}}, None),
         ({"metadata": "not an object"}, None),
+        ({"metadata": {"name": ["ours"]}}, None),  # no name, and no hashable one
     ],
 )
 def test_a_release_collection_follows_its_names_by_resource_version(

@@ -97,9 +97,10 @@ def release_collection_key(c: ReleaseCollection) -> WatchKey:
 def followed(names: frozenset[str], item: dict[str, Any]) -> tuple[str, str] | None:
     """(name, resourceVersion) of an object of a release collection; None unless followed."""
     meta = as_dict(item.get("metadata"))
-    if meta.get("name") not in names:
+    name = meta.get("name")
+    if not isinstance(name, str) or name not in names:
         return None
-    return (str(meta["name"]), str(meta.get("resourceVersion") or ""))
+    return (name, str(meta.get("resourceVersion") or ""))
 
 
 NODES_KEY = WatchKey(NODES)
