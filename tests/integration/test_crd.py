@@ -261,6 +261,25 @@ def test_valid_stack_is_accepted_with_model_defaults(
     assert _model_view(stored["spec"]) == served
 
 
+def test_a_stack_whose_pins_are_removed_takes_the_crds_defaults(hub: Client) -> None:
+    """docs/upgrading.md's way to a new release's pins: the server defaults them again."""
+    old = "v1.19.0"
+    created = _create(
+        hub, "older-pins", {"secrets": [_kubeconfig()], "versions": {"certManager": old}}
+    )
+    assert created["spec"]["versions"]["certManager"] == old
+    patched = hub.patch(
+        SS,
+        "older-pins",
+        [{"op": "remove", "path": "/spec/versions"}],
+        namespace=NAMESPACE,
+        patch_type=PatchType.JSON,
+    ).to_dict()
+    assert patched["spec"]["versions"]["certManager"] == BY_NAME["cert-manager"].version
+    stored = hub.get(SS, "older-pins", namespace=NAMESPACE).to_dict()
+    assert stored["spec"]["versions"] == _at(_model_view(stored["spec"]), ("versions",))
+
+
 def test_example_manifest_is_accepted_as_written(hub: Client) -> None:
     """The example file itself (in its own namespace) applies server-side."""
     manifest = yaml.safe_load(EXAMPLE.read_text())

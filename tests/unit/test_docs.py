@@ -44,6 +44,7 @@ FOREIGN_FLAGS = {
     "--take-ownership",  # helm upgrade
     "--wait",  # helm install --wait (and `modelplane apply --wait`)
     "--for",  # kubectl wait --for=condition=Ready
+    "--type",  # kubectl patch --type json
     "--strict",  # mypy
     "--fresh",  # hack/setup.sh
     "--relock",  # hack/setup.sh
