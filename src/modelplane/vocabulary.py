@@ -80,6 +80,12 @@ class BlockedReason(StrEnum):
     IDENTITY_INVALID = "IdentityInvalid"
     IDENTITY_REJECTED = "IdentityRejected"
     IDENTITY_UNREACHABLE = "IdentityUnreachable"
+    # The mirror preflight (--mirror-preflight): an image a release would run
+    # is not in the image mirror, so the release is not installed or upgraded.
+    IMAGE_NOT_IN_MIRROR = "ImageNotInMirror"
+    # The mirror could not be asked (no answer, or credentials refused), and
+    # --mirror-preflight=require holds the release until it can.
+    MIRROR_UNREACHABLE = "MirrorUnreachable"
 
 
 class IdentityFailure(StrEnum):
@@ -227,6 +233,8 @@ _RECONCILE_ONLY = frozenset(
         BlockedReason.TARGET_CLAIMED,
         BlockedReason.ACTION_FAILED,
         BlockedReason.STATUS_REFUSED,
+        BlockedReason.IMAGE_NOT_IN_MIRROR,
+        BlockedReason.MIRROR_UNREACHABLE,
     }
 )
 
@@ -296,3 +304,6 @@ class EventReason(StrEnum):
     WEBHOOK_NOT_READY = BlockedReason.WEBHOOK_NOT_READY.value
     RELEASE_STORAGE_TAMPERED = BlockedReason.RELEASE_STORAGE_TAMPERED.value
     STATUS_REFUSED = BlockedReason.STATUS_REFUSED.value
+    IMAGE_NOT_IN_MIRROR = BlockedReason.IMAGE_NOT_IN_MIRROR.value
+    # Also when --mirror-preflight=warn lets the release go on without asking.
+    MIRROR_UNREACHABLE = BlockedReason.MIRROR_UNREACHABLE.value

@@ -202,6 +202,35 @@ def test_ready_waits_on_a_webhook_only_when_every_failure_is_one(
     assert decisions.failures_reason(failed, frozenset(waiting)) is reason
 
 
+MISSING = BlockedReason.IMAGE_NOT_IN_MIRROR
+SILENT = BlockedReason.MIRROR_UNREACHABLE
+
+
+@pytest.mark.parametrize(
+    ("reasons", "ready"),
+    [
+        # Every failure the mirror's: Ready says so, a missing image first.
+        ({"lws": MISSING}, MISSING),
+        ({"lws": SILENT}, SILENT),
+        ({"lws": SILENT, "grove": MISSING}, MISSING),
+        # Beside another failure, or with a reason unknown: a failed action.
+        ({"lws": MISSING, "grove": BlockedReason.ACTION_FAILED}, BlockedReason.ACTION_FAILED),
+        ({}, BlockedReason.ACTION_FAILED),
+    ],
+)
+def test_ready_names_the_mirror_only_when_every_failure_is_its(
+    reasons: dict[str, BlockedReason], ready: BlockedReason
+) -> None:
+    failed = {name: "x" for name in reasons} or {"lws": "x"}
+    assert decisions.failures_reason(failed, frozenset(), reasons) is ready
+
+
+@pytest.mark.parametrize("reason", [MISSING, SILENT])
+def test_a_release_the_mirror_held_gives_its_own_event_reason(reason: BlockedReason) -> None:
+    kind = ErrorKind.NOT_FOUND if reason is MISSING else ErrorKind.UNREACHABLE
+    assert decisions.action_reason(Fault(kind, reason=reason.value)) is reason
+
+
 @pytest.mark.parametrize(
     ("component", "state"),
     [

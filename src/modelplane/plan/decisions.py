@@ -54,23 +54,40 @@ def waits(fault: Fault) -> bool:
     return fault.kind in (ErrorKind.NAMESPACE_TERMINATING, ErrorKind.WEBHOOK_NOT_READY)
 
 
+# The reasons a component's action gives of its own: the mirror preflight's,
+# which held a release before anything was written (plan.mirror_images).
+_HELD_BY_MIRROR = frozenset({BlockedReason.IMAGE_NOT_IN_MIRROR, BlockedReason.MIRROR_UNREACHABLE})
+
+
 def action_reason(fault: Fault) -> BlockedReason:
     """The reason of one component's failed action (an apply, a release, a fetch)."""
     if fault.kind is ErrorKind.WEBHOOK_NOT_READY:
         return BlockedReason.WEBHOOK_NOT_READY
+    if fault.reason in _HELD_BY_MIRROR:
+        return BlockedReason(fault.reason)
     return BlockedReason.ACTION_FAILED
 
 
 def failures_reason(
-    failed: Mapping[str, object], waiting_on_webhook: frozenset[str]
+    failed: Mapping[str, object],
+    waiting_on_webhook: frozenset[str],
+    reasons: Mapping[str, BlockedReason] | None = None,
 ) -> BlockedReason:
     """Ready's reason while components have failed.
 
     A webhook wait only when every failure is one: a real failure beside it
-    must not read as something that passes by itself.
+    must not read as something that passes by itself. Likewise the mirror's
+    reasons (``reasons``: each failed component's action reason), only
+    when every failure is the mirror's; a missing image before an
+    unreachable mirror, as the one a person can mend.
     """
     if set(failed) <= waiting_on_webhook:
         return BlockedReason.WEBHOOK_NOT_READY
+    given = [(reasons or {}).get(name) for name in failed]
+    if given and all(r in _HELD_BY_MIRROR for r in given):
+        if BlockedReason.IMAGE_NOT_IN_MIRROR in given:
+            return BlockedReason.IMAGE_NOT_IN_MIRROR
+        return BlockedReason.MIRROR_UNREACHABLE
     return BlockedReason.ACTION_FAILED
 
 
