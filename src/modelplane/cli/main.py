@@ -98,6 +98,10 @@ from modelplane.cli.diff import diff_command as _diff  # noqa: E402
 
 app.command("diff")(_diff)
 
+from modelplane.cli.mirror_images import mirror_images as _mirror_images  # noqa: E402
+
+app.command("mirror-images")(_mirror_images)
+
 from modelplane.cli.apply import apply as _apply  # noqa: E402
 from modelplane.cli.apply import delete as _delete  # noqa: E402
 
