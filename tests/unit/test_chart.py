@@ -474,6 +474,18 @@ def test_the_chart_passes_release_drift_to_run(helm_binary: tuple[Path, dict[str
     assert "--release-drift=warn" in args("operator.releaseDrift=warn")
 
 
+def test_the_chart_passes_the_mirror_preflight_to_run(
+    helm_binary: tuple[Path, dict[str, str]],
+) -> None:
+    def args(*sets: str) -> list[str]:
+        docs = render(helm_binary, *sets)
+        container = of_kind(docs, "Deployment")[0]["spec"]["template"]["spec"]["containers"][0]
+        return list(container["args"])
+
+    assert "--mirror-preflight=warn" in args()
+    assert "--mirror-preflight=require" in args("operator.mirrorPreflight=require")
+
+
 def _options_run_with(
     helm_binary: tuple[Path, dict[str, str]],
     monkeypatch: pytest.MonkeyPatch,

@@ -47,6 +47,7 @@ from modelplane.operator import (
     normalize_selector,
     serve,
 )
+from modelplane.plan.mirror_images import PreflightMode
 from modelplane.plan.release_health import DriftMode
 
 # -- the flags only the operator takes ---------------------------------------------
@@ -112,6 +113,17 @@ ReleaseDrift = Annotated[
         help="Managed mode: a release's workload deleted or changed by hand on the "
         "target is restored from the release's stored manifest (correct), only "
         "reported in status and a ReleaseDrift event (warn), or not looked for (off).",
+        case_sensitive=False,
+    ),
+]
+MirrorPreflightFlag = Annotated[
+    PreflightMode,
+    typer.Option(
+        "--mirror-preflight",
+        help="With --image-registry-mirror: before a release is installed or upgraded, "
+        "look each image it runs up in the mirror; a missing one holds the release. "
+        "A mirror the operator cannot ask holds it too (require), is said in a "
+        "MirrorUnreachable event and let go (warn), or nothing is looked up (off).",
         case_sensitive=False,
     ),
 ]
@@ -311,6 +323,7 @@ def run(
     helm_timeout: HelmTimeout = 600,
     manage_crd: ManageCrd = True,
     release_drift: ReleaseDrift = DriftMode.CORRECT,
+    mirror_preflight: MirrorPreflightFlag = PreflightMode.WARN,
     selector: Selector = None,
     max_concurrent_upgrades: MaxConcurrentUpgrades = 1,
     canary_namespace: CanaryNamespaces = None,
@@ -364,6 +377,7 @@ def run(
         helm_timeout_seconds=helm_timeout,
         manage_crd=manage_crd,
         release_drift=release_drift,
+        mirror_preflight=mirror_preflight,
         metrics_port=metrics_port,
         metrics_address=metrics_address,
         metrics_cert_dir=metrics_cert_dir,

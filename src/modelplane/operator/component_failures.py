@@ -26,6 +26,7 @@ from modelplane.api.status_limits import LOG_MESSAGE
 from modelplane.kube.answers import describe_error
 from modelplane.kube.errors import classify
 from modelplane.plan import Plan, decisions, progress
+from modelplane.plan.mirror_images import MirrorPreflightError
 from modelplane.untrusted import printable
 from modelplane.vocabulary import BlockedReason, EventReason
 
@@ -41,6 +42,8 @@ ACTION_ERRORS = (
     httpx2.HTTPError,
     yaml.YAMLError,
     ValueError,
+    # A release the mirror preflight held (plan.mirror_images): nothing written.
+    MirrorPreflightError,
 )
 
 
@@ -58,6 +61,8 @@ class ComponentFailures:
     waiting_on_webhook: set[str] = field(default_factory=set)
     # The failed components whose failure no retry clears (plan.progress).
     refused: set[str] = field(default_factory=set)
+    # Each failed component's reason (decisions.action_reason), for Ready's.
+    reasons: dict[str, BlockedReason] = field(default_factory=dict)
 
     def retry_after(self) -> float | None:
         """Seconds until the first failed component is due again; None when none waits.
@@ -86,6 +91,7 @@ class ComponentFailures:
         self.not_before.pop(component, None)
         self.waiting_on_webhook.discard(component)
         self.refused.discard(component)
+        self.reasons.pop(component, None)
 
     async def guard(self, component: str, action: Any, what: str | None = None) -> bool:
         """Carry out one component's action; a failure is recorded and backed off."""
@@ -95,6 +101,19 @@ class ComponentFailures:
             self._failed(component, err, what)
             return False
         self._succeeded(component)
+        return True
+
+    async def check(self, component: str, check: Any, what: str) -> bool:
+        """Run a check before a component's action; a failure is recorded as the action's.
+
+        Unlike ``guard``, a check that passes clears nothing: the action
+        after it has not succeeded yet, and its backoff must keep growing.
+        """
+        try:
+            await check
+        except ACTION_ERRORS as err:
+            self._failed(component, err, what)
+            return False
         return True
 
     def _failed(self, component: str, err: Exception, what: str | None) -> None:
@@ -109,6 +128,7 @@ class ComponentFailures:
         )
         changed = decisions.is_new(self.failures.get(component), message)
         self.failures[component] = message
+        self.reasons[component] = reason
         if waits:
             self.waiting_on_webhook.add(component)
         else:

@@ -217,6 +217,7 @@ def register(registry: kopf.OperatorRegistry, rt: Runtime) -> None:
             wake=wake.event.set,
             label=label,
             target_reads=rt.target_reads,
+            mirror=rt.mirror,
         )
         failure_log = FailureLog(label)
         streak = 0  # consecutive blocked or failed reconciles

@@ -12,6 +12,7 @@ from modelplane.credentials.identity.base import Endpoints
 from modelplane.kube.address import DEFAULT_DENIED, IPNetwork
 from modelplane.operator.leader import LeaderElection
 from modelplane.plan.images import MirrorRule
+from modelplane.plan.mirror_images import PreflightMode
 from modelplane.plan.release_health import DriftMode
 from modelplane.plan.rollout import Policy
 from modelplane.plan.sources import SourceFlags, Sources
@@ -36,6 +37,11 @@ class OperatorOptions(BaseModel):
     # --image-registry-mirror and --image-pull-secret, parsed and checked.
     image_mirrors: tuple[MirrorRule, ...] = ()
     image_pull_secrets: tuple[str, ...] = ()
+    # --mirror-preflight: with mirror rules, each image a release is about to
+    # run is looked up in the mirror first (operator.mirror_preflight); a
+    # mirror that cannot be asked holds the release (require), is said and
+    # let go (warn), or nothing is looked up (off).
+    mirror_preflight: PreflightMode = PreflightMode.WARN
     allow_unsafe_kubeconfig: bool = False
     # Addresses no target request may go to (the cloud metadata services and
     # link-local by default); see modelplane.kube.address.

@@ -73,6 +73,7 @@ from modelplane.observe.watches import LIST_WAIT_SECONDS
 from modelplane.observe.writes import Writes
 from modelplane.operator.announced import Announced
 from modelplane.operator.component_failures import ComponentFailures
+from modelplane.operator.mirror_preflight import MirrorPreflight
 from modelplane.operator.options import OperatorOptions
 from modelplane.operator.read_history import Ended, ReadHistory
 from modelplane.operator.session import CredentialSource, TargetSession
@@ -181,6 +182,9 @@ class StackReconciler(StackActions, StackTeardown):
     # Called with each round's plan before it is carried out: what a
     # progress view shows as being done now. Never changes what is done.
     on_plan: Callable[[Plan], None] | None = None
+    # The mirror preflight (operator.mirror_preflight); the daemon's is shared
+    # by its stacks, and without one given the options make this run's own.
+    mirror: MirrorPreflight | None = None
     session: TargetSession = field(init=False)
     # The failed components, their backoff and what each failure says.
     component_failures: ComponentFailures = field(init=False)
@@ -199,6 +203,8 @@ class StackReconciler(StackActions, StackTeardown):
         )
         self.reads = ReadHistory(self.options.relist_seconds, self.clock)
         self.component_failures = ComponentFailures(self.emit, self.clock)
+        if self.mirror is None:
+            self.mirror = MirrorPreflight.of(self.options)
 
     @property
     def acted_on_nothing(self) -> bool:
@@ -413,6 +419,7 @@ class StackReconciler(StackActions, StackTeardown):
             failures=dict(failures.failures),
             waiting_on_webhook=frozenset(failures.waiting_on_webhook),
             refused=frozenset(failures.refused),
+            failure_reasons=dict(failures.reasons),
             retry_after=failures.retry_after(),
         )
 

@@ -17,6 +17,7 @@ from modelplane.api.models import API_GROUP, API_VERSION, KIND, PLURAL
 from modelplane.credentials.identity.cache import TokenCache
 from modelplane.kube.client import open_targets
 from modelplane.operator import metrics
+from modelplane.operator.mirror_preflight import MirrorPreflight
 from modelplane.operator.options import OperatorOptions
 from modelplane.operator.rollout import Rollout
 from modelplane.operator.target_reads import TargetReads
@@ -39,10 +40,13 @@ class Runtime:
     rollout: Rollout = field(init=False)
     # The bound on the stacks reading their target in full at once.
     target_reads: TargetReads = field(init=False)
+    # The mirror preflight, one for every stack: its answers are shared.
+    mirror: MirrorPreflight | None = field(init=False)
 
     def __post_init__(self) -> None:
         self.rollout = Rollout(self.options.rollout_policy())
         self.target_reads = TargetReads(self.options.max_concurrent_target_reads)
+        self.mirror = MirrorPreflight.of(self.options)
 
     def expose(self) -> None:
         """Report the sizes of what is kept in the metrics: a size that only grows is a leak."""

@@ -22,6 +22,7 @@ from modelplane.kube.client import Target
 from modelplane.observe.writes import Writes
 from modelplane.operator import metrics
 from modelplane.operator.component_failures import ComponentFailures
+from modelplane.operator.mirror_preflight import MirrorPreflight
 from modelplane.operator.options import OperatorOptions
 from modelplane.operator.release_records import ReleaseRecords
 from modelplane.plan import Plan
@@ -51,6 +52,7 @@ class StackActions(ReleaseRecords):
     emit: Emit
     label: str
     manifests: dict[str, list[dict[str, Any]]]
+    mirror: MirrorPreflight | None
 
     async def _act(self, p: Plan, target: Target, writes: Writes) -> bool:
         """Carry out what the plan says now, noting it in ``writes``; True if anything changed."""
@@ -112,6 +114,13 @@ class StackActions(ReleaseRecords):
 
     async def _release(self, release: PlannedRelease, target: Target) -> bool:
         succeeded, verb = SUCCEEDED[release.action]
+        # Before anything is written, and before helm: a missing image holds the release.
+        if self.mirror is not None and not await self.component_failures.check(
+            release.component,
+            self.mirror.check(release, target, self.emit),
+            what=f"the image check before the {verb.lower()} of release {release.name}",
+        ):
+            return False
         # Minted (or taken from the cache) per release: helm gets a token
         # fresh enough for its run, never the identity's key.
         kubeconfig = await target.helm_kubeconfig()

@@ -64,6 +64,8 @@ class Outcome:
     waiting_on_webhook: frozenset[str] = frozenset()
     # The failed components whose failure no retry clears (plan.progress).
     refused: frozenset[str] = frozenset()
+    # Each failed component's reason (its event's), for Ready's.
+    failure_reasons: dict[str, BlockedReason] = field(default_factory=dict)
     # Seconds until the next failed action is due again; None when none is.
     retry_after: float | None = None
     # What is unsafe about this round's connection to the target (an
@@ -100,7 +102,9 @@ def _failed(outcome: Outcome) -> tuple[ConditionReason, str] | None:
     if not outcome.failures:
         return None
     failed = [f"{name}: {msg}" for name, msg in sorted(outcome.failures.items())]
-    reason = decisions.failures_reason(outcome.failures, outcome.waiting_on_webhook)
+    reason = decisions.failures_reason(
+        outcome.failures, outcome.waiting_on_webhook, outcome.failure_reasons
+    )
     return reason, "; ".join(failed + _unhealthy_parts(outcome.plan, set(outcome.failures)))
 
 
