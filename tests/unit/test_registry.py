@@ -263,3 +263,18 @@ def test_a_registry_in_a_denied_range_is_not_asked() -> None:
     assert found is Answer.UNREACHABLE
     assert "169.254.169.254" in said
     assert not asked
+
+
+def test_a_basic_registry_gets_the_credentials_at_once_after_its_first_challenge() -> None:
+    seen: list[httpx2.Request] = []
+
+    def handler(request: httpx2.Request) -> httpx2.Response:
+        seen.append(request)
+        ok = request.headers.get("authorization") == "Basic " + _auth("u", PW)
+        return httpx2.Response(200 if ok else 401, headers={"www-authenticate": 'Basic realm="r"'})
+
+    registry = Registry(transport=httpx2.MockTransport(handler))
+    creds = Credentials("u", PW)
+    asyncio.run(registry.lookup_all([f"{MIRROR}/a/b:v1"], lambda r, n: creds))
+    asyncio.run(registry.lookup_all([f"{MIRROR}/a/c:v1"], lambda r, n: creds))
+    assert len(seen) == 3  # a 401 and an answer, then an answer alone

@@ -244,6 +244,9 @@ class LookupCache:
     clock: Callable[[], float] = time.monotonic
     answers: dict[tuple[str, str], tuple[float, Lookup]] = field(default_factory=dict)
     tokens: dict[tuple[str, ...], tuple[float, str]] = field(default_factory=dict)
+    # The registries that asked for Basic auth: sent it at once from then
+    # on, which spares each later lookup its 401.
+    basic: set[str] = field(default_factory=set)
 
     def answer(self, key: tuple[str, str]) -> Lookup | None:
         kept = self.answers.get(key)
@@ -352,6 +355,8 @@ class Registry:
         token_key = (ref.registry, scope, creds.fingerprint() if creds else "")
         token = self.cache.token(token_key)
         auth = f"Bearer {token}" if token else None
+        if auth is None and creds is not None and ref.registry in self.cache.basic:
+            auth = creds.basic()
         response = await self._send(http, url, auth)
         if response.status_code == 401:
             challenge = chosen_challenge(
@@ -363,6 +368,7 @@ class Registry:
                 if creds is None:
                     raise _Refused("the mirror asks for credentials and the pull Secret has none")
                 auth = creds.basic()
+                self.cache.basic.add(ref.registry)
             else:
                 token, seconds = await self._token(http, challenge, scope, creds)
                 self.cache.keep_token(token_key, token, seconds)
