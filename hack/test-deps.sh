@@ -12,7 +12,10 @@
 #   2. promtool and prometheus on PATH (the chart's alert rules are tested
 #      with them): when missing, as root with apt-get, Debian's prometheus
 #      package; otherwise it stops and says how;
-#   3. with --image: podman & co. the same way, and the operator image
+#   3. docker-registry, skopeo and htpasswd on PATH (the mirror preflight's
+#      loopback registry): when missing, as root with apt-get, Debian's
+#      docker-registry, skopeo and apache2-utils; otherwise it stops and says how;
+#   4. with --image: podman & co. the same way, and the operator image
 #      (hack/build-image.sh: bases from Debian's packages, then the
 #      Dockerfile; rebuilt only when an input changed), for
 #      tests/integration/test_image.py.
@@ -64,9 +67,38 @@ fi
 have_prometheus || die "the prometheus package is installed but promtool or prometheus is not on PATH"
 say "promtool: $(command -v promtool) ($(promtool --version 2>&1 | head -n 1))"
 
+# ---- 3. a loopback image registry ------------------------------------------
+
+# tests/integration/test_mirror_registry.py runs a real registry on loopback
+# (Debian's docker-registry), copies images into it with skopeo and makes
+# its htpasswd file with htpasswd (apache2-utils); tests/registry.py starts it.
+REGISTRY_PACKAGES=(docker-registry skopeo apache2-utils)
+REGISTRY_TOOLS=(docker-registry skopeo htpasswd)
+have_registry_tools() {
+    local t
+    for t in "${REGISTRY_TOOLS[@]}"; do command -v "$t" >/dev/null 2>&1 || return 1; done
+}
+if ! have_registry_tools; then
+    if [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null 2>&1; then
+        say "installing Debian's ${REGISTRY_PACKAGES[*]} (the mirror preflight's registry)"
+        registry_install() {
+            DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
+                "${REGISTRY_PACKAGES[@]}"
+        }
+        registry_install >/dev/null || { apt-get update -q >/dev/null && registry_install >/dev/null; } \
+            || die "apt-get could not install ${REGISTRY_PACKAGES[*]}"
+    else
+        die "the mirror tests need ${REGISTRY_TOOLS[*]} on PATH: install them (as root:" \
+            "'apt-get install --no-install-recommends ${REGISTRY_PACKAGES[*]}'), then re-run" \
+            "the tests"
+    fi
+fi
+have_registry_tools || die "the registry packages are installed but one of ${REGISTRY_TOOLS[*]} is not on PATH"
+say "docker-registry: $(docker-registry --version 2>&1 | head -n 1)"
+
 [[ $image == 1 ]] || { say "done"; exit 0; }
 
-# ---- 3. the operator image --------------------------------------------------
+# ---- 4. the operator image --------------------------------------------------
 
 # tests/integration/test_image.py runs the operator image as deploy/chart runs
 # it, with podman. The tools come from Debian's packages (runc because crun
