@@ -19,13 +19,13 @@ import socket
 import ssl
 import subprocess
 import tarfile
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from tests.testenv.env import _generate_pki
+from tests.waiting import wait_for
 
 USER = "mirror-user"
 PASSWORD = "mirror-pass-3e1f"
@@ -155,13 +155,19 @@ def loopback_registry(work: Path) -> Iterator[LoopbackRegistry]:
 
 def _wait_for(port: int, proc: subprocess.Popen[bytes], log: Path) -> None:
     """Until the registry accepts connections; its log when it exits or never does."""
-    deadline = time.monotonic() + START_SECONDS
-    while time.monotonic() < deadline:
+
+    def listening() -> bool:
         if proc.poll() is not None:
             raise RuntimeError(f"docker-registry exited: {log.read_text()[-2000:]}")
         try:
             with socket.create_connection(("127.0.0.1", port), timeout=1):
-                return
+                return True
         except OSError:
-            time.sleep(0.05)
-    raise RuntimeError(f"docker-registry did not listen in {START_SECONDS}s: {log.read_text()}")
+            return False
+
+    wait_for(
+        "docker-registry to listen",
+        listening,
+        deadline=START_SECONDS,
+        detail=lambda: log.read_text()[-2000:],
+    )

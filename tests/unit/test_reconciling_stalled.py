@@ -62,6 +62,9 @@ RECONCILING = [
     B.HELM_FAILED,
     B.RECONCILE_ERROR,
     B.STATUS_REFUSED,
+    # An image copied into the mirror, the mirror back.
+    B.IMAGE_NOT_IN_MIRROR,
+    B.MIRROR_UNREACHABLE,
     W.WORKLOAD_MISSING,
     W.WORKLOAD_SCALED_DOWN,
 ]
