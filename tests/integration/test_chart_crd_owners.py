@@ -32,9 +32,9 @@ from tests.testenv import TestEnv
 
 from modelplane.actions.helm import Helm
 from modelplane.kube.client import Target, open_target
-from modelplane.observe.release_storage import StoredDigests
 from modelplane.operator.component_failures import ComponentFailures
 from modelplane.operator.options import OperatorOptions
+from modelplane.operator.release_records import ReleaseRecords
 from modelplane.operator.stack_actions import StackActions
 from modelplane.plan.model import PlannedRelease, ReleaseAction, ReleaseState
 
@@ -126,10 +126,7 @@ class _Actions(StackActions):
         self.manifests = {}
         self.component_failures = ComponentFailures(self.emit)
         # The release records (operator.release_records), empty: a first install.
-        self.records = {}
-        self.stored_digests = StoredDigests()
-        self.release_bases = {}
-        self.tampered_reported = frozenset()
+        self.release_records = ReleaseRecords(self.emit)
 
 
 @pytest.fixture

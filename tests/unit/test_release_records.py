@@ -10,8 +10,6 @@ from typing import Any
 
 import pytest
 
-from modelplane.api.status import ReleaseRecord
-from modelplane.observe.release_storage import StoredDigests
 from modelplane.observe.state import Listed
 from modelplane.operator import release_records
 from modelplane.operator.release_records import ReleaseRecords, StorageTamperedError, records_of
@@ -57,16 +55,12 @@ class _Target:
 
 
 class _Records(ReleaseRecords):
+    """The records with the events they emit kept."""
+
     def __init__(self, status: dict[str, Any] | None = None) -> None:
         self.events: list[tuple[str, str, str]] = []
-        self.records: dict[str, ReleaseRecord] = {}
-        self.stored_digests = StoredDigests()
-        self.release_bases: dict[str, int] = {}
-        self.tampered_reported: frozenset[str] = frozenset()
+        super().__init__(lambda *event: self.events.append(event))
         self.seed_records(status)
-
-    def emit(self, type_: str, reason: str, message: str) -> None:
-        self.events.append((type_, reason, message))
 
 
 def _status(revision: int, digest: str) -> dict[str, Any]:

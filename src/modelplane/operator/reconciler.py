@@ -13,7 +13,8 @@ carrying out a round's plan (``operator.stack_actions``) and teardown
 its state: the failed components and their backoff
 (``operator.component_failures``), what its reads were
 (``operator.read_history``, for ``plan.trust``) and the warnings said
-once (``operator.announced``). What a fault says in a condition is
+once (``operator.announced``), and the records of what its helm wrote
+(``operator.release_records``). What a fault says in a condition is
 ``operator.stack_text``'s.
 """
 
@@ -37,7 +38,6 @@ from modelplane.actions.claim import Emit
 from modelplane.actions.dry_runs import DryRuns
 from modelplane.actions.helm import Helm
 from modelplane.api.models import ServingStack
-from modelplane.api.status import ReleaseRecord
 from modelplane.api.status_limits import LOG_MESSAGE
 from modelplane.catalog.components import components_for
 from modelplane.catalog.facts import ClusterFacts
@@ -58,7 +58,6 @@ from modelplane.observe.release_objects import (
     watches_for,
 )
 from modelplane.observe.release_others import collections_for, release_others
-from modelplane.observe.release_storage import StoredDigests
 from modelplane.observe.state import (
     Listed,
     ReleaseCollection,
@@ -76,6 +75,7 @@ from modelplane.operator.component_failures import ComponentFailures
 from modelplane.operator.mirror_preflight import MirrorPreflight
 from modelplane.operator.options import OperatorOptions
 from modelplane.operator.read_history import Ended, ReadHistory
+from modelplane.operator.release_records import ReleaseRecords
 from modelplane.operator.session import CredentialSource, TargetSession
 from modelplane.operator.stack_actions import RELEASE_DRIFT, StackActions
 from modelplane.operator.stack_teardown import StackTeardown
@@ -167,13 +167,6 @@ class StackReconciler(StackActions, StackTeardown):
     release_drift_reported: Announced = field(default_factory=Announced)
     # The refused release revisions last reported by event.
     refused_reported: Announced = field(default_factory=Announced)
-    # Per release: what the operator's helm last wrote (operator.release_records),
-    # kept on the hub in status.releases; a CLI run keeps it for the run only.
-    records: dict[str, ReleaseRecord] = field(default_factory=dict)
-    stored_digests: StoredDigests = field(default_factory=StoredDigests)
-    release_bases: dict[str, int] = field(default_factory=dict)
-    # The release storage found not the operator's, last reported by event.
-    tampered_reported: frozenset[str] = frozenset()
     # Without a hub: where the target's credentials come from, and who
     # claims it (``claim.LocalRun``); None for the stack's own Secrets and
     # the stack itself.
@@ -191,6 +184,9 @@ class StackReconciler(StackActions, StackTeardown):
     # When the target was last read directly, and how the last reconcile
     # ended: what trusting the watches' copy depends on (plan.trust).
     reads: ReadHistory = field(init=False)
+    # Per release: what the operator's helm last wrote (operator.release_records),
+    # kept on the hub in status.releases; a CLI run keeps it for the run only.
+    release_records: ReleaseRecords = field(init=False)
 
     def __post_init__(self) -> None:
         self.session = TargetSession(
@@ -205,6 +201,7 @@ class StackReconciler(StackActions, StackTeardown):
         self.component_failures = ComponentFailures(self.emit, self.clock)
         if self.mirror is None:
             self.mirror = MirrorPreflight.of(self.options)
+        self.release_records = ReleaseRecords(self.emit)
 
     @property
     def acted_on_nothing(self) -> bool:
@@ -222,7 +219,7 @@ class StackReconciler(StackActions, StackTeardown):
         their upgrade waits for the rollout (plan.rollout).
         """
         last = self.reads.begin()
-        self.seed_records(body.get("status"))
+        self.release_records.seed_records(body.get("status"))
         if not self.reconciled:
             self.last_blocked = blocked_on_hub(body.get("status"))
         try:
@@ -240,7 +237,7 @@ class StackReconciler(StackActions, StackTeardown):
         self.round_connection_warnings = None
         outcome = await self._reconcile(stack, body, last, held or {})
         outcome.connection_warnings = self.round_connection_warnings
-        outcome.releases = self.status_records()
+        outcome.releases = self.release_records.status_records()
         self.went_wrong = outcome.blocked_reason is not None or bool(outcome.failures)
         self.last_blocked = outcome.blocked_reason
         self.reconciled = True
@@ -350,7 +347,7 @@ class StackReconciler(StackActions, StackTeardown):
                 if stack.spec.components is ComponentsMode.MANAGED:
                     # Before anything of a release is read or acted on: only
                     # the storage the operator wrote is (operator.release_records).
-                    listed, tampered = await self.trust_storage(
+                    listed, tampered = await self.release_records.trust_storage(
                         target, listed, want.release_namespaces
                     )
                 observed = to_observed(listed)

@@ -1,6 +1,6 @@
 """The hub's record of what the operator's helm wrote, and Helm's storage held to it.
 
-``StackReconciler`` takes this in as a base. Per release it keeps the
+An object ``StackReconciler`` keeps, owning its state. Per release it keeps the
 revision and manifest digest its own helm run wrote (``records``: read from
 the stack's ``status.releases`` when it has none of its own, written back
 there with every status), and before each plan carries out what
@@ -17,6 +17,7 @@ import asyncio
 import dataclasses
 import logging
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from lightkube.resources.core_v1 import Secret
@@ -79,16 +80,23 @@ def record_of(name: str, namespace: str, revision: int, digest: str) -> ReleaseR
     )
 
 
+@dataclass
 class ReleaseRecords:
-    """The records and the storage checks, for ``StackReconciler``, whose fields these are."""
+    """Per release, what the operator's helm wrote, and Helm's storage held to it.
 
+    Safe to lose but for ``records``, which the hub keeps (``status.releases``)
+    and ``seed_records`` takes back.
+    """
+
+    # Where the Warning events about a tampered storage go.
     emit: Emit
-    records: dict[str, ReleaseRecord]
-    stored_digests: StoredDigests
+    records: dict[str, ReleaseRecord] = field(default_factory=dict)
+    stored_digests: StoredDigests = field(default_factory=StoredDigests)
     # Per release: the revision helm will take as its base, once the storage
     # is repaired (0: none); helm writes the next one.
-    release_bases: dict[str, int]
-    tampered_reported: frozenset[str]
+    release_bases: dict[str, int] = field(default_factory=dict)
+    # The release storage found not the operator's, last reported by event.
+    tampered_reported: frozenset[str] = frozenset()
 
     def seed_records(self, status: Mapping[str, Any] | None) -> None:
         """Take the hub's records of the releases this process has written none of.

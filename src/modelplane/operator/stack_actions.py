@@ -43,7 +43,7 @@ SUCCEEDED: dict[ReleaseAction, tuple[EventReason, str]] = {
 log = logging.getLogger("modelplane.operator")
 
 
-class StackActions(ReleaseRecords):
+class StackActions:
     """The plan's actions, for ``StackReconciler``, whose fields these are."""
 
     component_failures: ComponentFailures
@@ -53,6 +53,7 @@ class StackActions(ReleaseRecords):
     label: str
     manifests: dict[str, list[dict[str, Any]]]
     mirror: MirrorPreflight | None
+    release_records: ReleaseRecords
 
     async def _act(self, p: Plan, target: Target, writes: Writes) -> bool:
         """Carry out what the plan says now, noting it in ``writes``; True if anything changed."""
@@ -133,8 +134,8 @@ class StackActions(ReleaseRecords):
                 await create_namespace(target.client, release.namespace)
             if release.action is not ReleaseAction.ROLLBACK:
                 await self._chart_crds(release, target, kubeconfig)
-            await self.verify_base(release, target)
-            self.forget_base(release)
+            await self.release_records.verify_base(release, target)
+            self.release_records.forget_base(release)
             try:
                 output = await self.helm.apply(release, kubeconfig)
             except Exception:
@@ -142,11 +143,11 @@ class StackActions(ReleaseRecords):
                 # pending): the operator's, recorded so it is not taken for
                 # a forgery. Helm's error is what the status says.
                 try:
-                    await self.record_release(release, target, None)
+                    await self.release_records.record_release(release, target, None)
                 except Exception as err:
                     log.warning("release %s: not recorded: %s", release.name, err)
                 raise
-            await self.record_release(release, target, output)
+            await self.release_records.record_release(release, target, output)
 
         started = time.monotonic()
         ok = await self.component_failures.guard(

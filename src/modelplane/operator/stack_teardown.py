@@ -48,7 +48,7 @@ class InvalidSpecError(KnownError):
     kind = ErrorKind.INVALID
 
 
-class StackTeardown(ReleaseRecords):
+class StackTeardown:
     """Teardown, for ``StackReconciler``: the fields it reads are the reconciler's."""
 
     helm: Helm
@@ -57,6 +57,7 @@ class StackTeardown(ReleaseRecords):
     claimant: claim.Claimant | None
     on_plan: Callable[[Plan], None] | None
     session: TargetSession
+    release_records: ReleaseRecords
 
     async def teardown(self, body: dict[str, Any], waited_seconds: float) -> str | None:
         """One pass of teardown. Returns what it still waits for, or None when done."""
@@ -64,7 +65,7 @@ class StackTeardown(ReleaseRecords):
             stack = ServingStack.model_validate(without_status(body))
         except ValidationError as err:
             raise InvalidSpecError(first_error(err)) from err
-        self.seed_records(body.get("status"))
+        self.release_records.seed_records(body.get("status"))
         target = await self.session.open(await self.session.read(stack))
         try:
             if not await claim.before_teardown(target.client, stack, self.emit, self.claimant):
@@ -73,7 +74,7 @@ class StackTeardown(ReleaseRecords):
             want = wanted(stack.spec)
             # helm uninstall deletes all that the newest revision lists: only
             # one the operator wrote (operator.release_records).
-            listed, tampered = await self.trust_storage(
+            listed, tampered = await self.release_records.trust_storage(
                 target, await read_listed(target.client, want), want.release_namespaces
             )
             observed = to_observed(listed).model_copy(update={"tampered_releases": tampered})
@@ -149,7 +150,7 @@ class StackTeardown(ReleaseRecords):
                 f"release {step.release} is not uninstalled: {found.message}; or annotate "
                 "the ServingStack to delete it without touching the target"
             )
-        await self.verify_storage(step.release, step.namespace, target)
+        await self.release_records.verify_storage(step.release, step.namespace, target)
         kubeconfig = await target.helm_kubeconfig()
         try:
             await self.helm.uninstall(step.release, step.namespace, kubeconfig)
