@@ -7,15 +7,15 @@ reconciles it keeps backoff after failures, a cache of fetched manifests
 and, for the daemon, the one connection to the target that the reconciles
 and the target watches share; all are safe to lose.
 
-Two parts are their own modules, taken in as bases of ``StackReconciler``:
-carrying out a round's plan (``operator.stack_actions``) and teardown
-(``operator.stack_teardown``). Others are objects it keeps, each owning
-its state: the failed components and their backoff
+One part is its own module, taken in as a base of ``StackReconciler``:
+carrying out a round's plan (``operator.stack_actions``). Others are
+objects it keeps, each owning its state and given what it shares with the
+reconciler when it is made: the failed components and their backoff
 (``operator.component_failures``), what its reads were
-(``operator.read_history``, for ``plan.trust``) and the warnings said
-once (``operator.announced``), and the records of what its helm wrote
-(``operator.release_records``). What a fault says in a condition is
-``operator.stack_text``'s.
+(``operator.read_history``, for ``plan.trust``), the warnings said once
+(``operator.announced``), the records of what its helm wrote
+(``operator.release_records``) and teardown (``operator.stack_teardown``).
+What a fault says in a condition is ``operator.stack_text``'s.
 """
 
 from __future__ import annotations
@@ -108,7 +108,7 @@ INSECURE_TARGET = EventReason.INSECURE_TARGET
 
 
 @dataclass
-class StackReconciler(StackActions, StackTeardown):
+class StackReconciler(StackActions):
     # None for a run without a hub (``modelplane apply``), which gives ``credentials``.
     hub: AsyncClient | None
     helm: Helm
@@ -187,6 +187,8 @@ class StackReconciler(StackActions, StackTeardown):
     # Per release: what the operator's helm last wrote (operator.release_records),
     # kept on the hub in status.releases; a CLI run keeps it for the run only.
     release_records: ReleaseRecords = field(init=False)
+    # Teardown, over the same session, records and events.
+    stack_teardown: StackTeardown = field(init=False)
 
     def __post_init__(self) -> None:
         self.session = TargetSession(
@@ -202,6 +204,14 @@ class StackReconciler(StackActions, StackTeardown):
         if self.mirror is None:
             self.mirror = MirrorPreflight.of(self.options)
         self.release_records = ReleaseRecords(self.emit)
+        self.stack_teardown = StackTeardown(
+            self.helm,
+            self.options,
+            self.emit,
+            self.session,
+            self.release_records,
+            self.claimant,
+        )
 
     @property
     def acted_on_nothing(self) -> bool:
@@ -528,3 +538,7 @@ class StackReconciler(StackActions, StackTeardown):
             self.emit("Warning", EventReason.CLIENT_CA_WARNING, message)
 
     # -- teardown ------------------------------------------------------------
+
+    async def teardown(self, body: dict[str, Any], waited_seconds: float) -> str | None:
+        """One pass of teardown (``operator.stack_teardown``): what it waits for, or None."""
+        return await self.stack_teardown.run(body, waited_seconds, self.on_plan)

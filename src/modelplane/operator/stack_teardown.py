@@ -1,8 +1,9 @@
 """One ServingStack's teardown on its target, step by step, as the plan orders it.
 
-``StackReconciler`` takes it in as a base: teardown reads the stack's
+An object ``StackReconciler`` keeps: teardown reads the stack's
 credentials, plans, and removes what the plan installed, in
-``plan.teardown``'s order, over the reconciler's connection and events.
+``plan.teardown``'s order, over the reconciler's connection, release
+records and events, which it is given when it is made.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
@@ -48,19 +50,30 @@ class InvalidSpecError(KnownError):
     kind = ErrorKind.INVALID
 
 
+@dataclass
 class StackTeardown:
-    """Teardown, for ``StackReconciler``: the fields it reads are the reconciler's."""
+    """One stack's teardown; what it works through is the reconciler's, shared."""
 
     helm: Helm
     options: OperatorOptions
     emit: Emit
-    claimant: claim.Claimant | None
-    on_plan: Callable[[Plan], None] | None
+    # The stack's connection to its target (its credentials, how it opens).
     session: TargetSession
+    # Held to before helm uninstalls anything (operator.release_records).
     release_records: ReleaseRecords
+    # Without a hub: who claims the target (``claim.LocalRun``).
+    claimant: claim.Claimant | None = None
 
-    async def teardown(self, body: dict[str, Any], waited_seconds: float) -> str | None:
-        """One pass of teardown. Returns what it still waits for, or None when done."""
+    async def run(
+        self,
+        body: dict[str, Any],
+        waited_seconds: float,
+        on_plan: Callable[[Plan], None] | None = None,
+    ) -> str | None:
+        """One pass of teardown. Returns what it still waits for, or None when done.
+
+        ``on_plan`` is shown the plan torn down by, as a reconcile's are.
+        """
         try:
             stack = ServingStack.model_validate(without_status(body))
         except ValidationError as err:
@@ -79,8 +92,8 @@ class StackTeardown:
             )
             observed = to_observed(listed).model_copy(update={"tampered_releases": tampered})
             current = await asyncio.to_thread(plan, stack, observed, self.options.sources())
-            if self.on_plan is not None:
-                self.on_plan(current)
+            if on_plan is not None:
+                on_plan(current)
             found = await find_hooks(target.client, hooks_to_find(current, observed))
             steps = teardown_steps(current, observed, found)
             give_up = waited_seconds > self.options.teardown_wait_seconds
