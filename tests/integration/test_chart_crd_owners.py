@@ -118,15 +118,20 @@ class _Actions(StackActions):
     """The operator's release path alone, with its failures and events kept."""
 
     def __init__(self, helm: Helm) -> None:
-        self.helm = helm
-        self.options = OperatorOptions()
         self.events: list[tuple[str, str, str]] = []
-        self.emit = lambda *event: self.events.append(event)
-        self.label = "chart-crd-owners"
-        self.manifests = {}
-        self.component_failures = ComponentFailures(self.emit)
+
+        def emit(kind: str, reason: str, message: str) -> None:
+            self.events.append((kind, reason, message))
+
         # The release records (operator.release_records), empty: a first install.
-        self.release_records = ReleaseRecords(self.emit)
+        super().__init__(
+            helm,
+            OperatorOptions(),
+            emit,
+            "chart-crd-owners",
+            ComponentFailures(emit),
+            ReleaseRecords(emit),
+        )
 
 
 @pytest.fixture

@@ -7,14 +7,13 @@ reconciles it keeps backoff after failures, a cache of fetched manifests
 and, for the daemon, the one connection to the target that the reconciles
 and the target watches share; all are safe to lose.
 
-One part is its own module, taken in as a base of ``StackReconciler``:
-carrying out a round's plan (``operator.stack_actions``). Others are
-objects it keeps, each owning its state and given what it shares with the
-reconciler when it is made: the failed components and their backoff
-(``operator.component_failures``), what its reads were
+Its parts are objects it keeps, each owning its state and given what it
+shares with the others when the reconciler is made: the failed components
+and their backoff (``operator.component_failures``), what its reads were
 (``operator.read_history``, for ``plan.trust``), the warnings said once
 (``operator.announced``), the records of what its helm wrote
-(``operator.release_records``) and teardown (``operator.stack_teardown``).
+(``operator.release_records``), carrying out a round's plan
+(``operator.stack_actions``) and teardown (``operator.stack_teardown``).
 What a fault says in a condition is ``operator.stack_text``'s.
 """
 
@@ -108,13 +107,12 @@ INSECURE_TARGET = EventReason.INSECURE_TARGET
 
 
 @dataclass
-class StackReconciler(StackActions):
+class StackReconciler:
     # None for a run without a hub (``modelplane apply``), which gives ``credentials``.
     hub: AsyncClient | None
     helm: Helm
     options: OperatorOptions
     emit: Emit
-    manifests: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     clock: Callable[[], float] = time.monotonic
     # The out-of-range pins last reported by event, so a resync that finds
     # the same ones stays quiet; safe to lose (a restart reports them once).
@@ -187,6 +185,8 @@ class StackReconciler(StackActions):
     # Per release: what the operator's helm last wrote (operator.release_records),
     # kept on the hub in status.releases; a CLI run keeps it for the run only.
     release_records: ReleaseRecords = field(init=False)
+    # Carries out each round's plan, with the same failures and records.
+    actions: StackActions = field(init=False)
     # Teardown, over the same session, records and events.
     stack_teardown: StackTeardown = field(init=False)
 
@@ -204,6 +204,15 @@ class StackReconciler(StackActions):
         if self.mirror is None:
             self.mirror = MirrorPreflight.of(self.options)
         self.release_records = ReleaseRecords(self.emit)
+        self.actions = StackActions(
+            self.helm,
+            self.options,
+            self.emit,
+            self.label,
+            self.component_failures,
+            self.release_records,
+            self.mirror,
+        )
         self.stack_teardown = StackTeardown(
             self.helm,
             self.options,
@@ -381,7 +390,7 @@ class StackReconciler(StackActions):
                 )
                 if self.on_plan is not None:
                     self.on_plan(current)
-                if not await self._act(current, target, writes):
+                if not await self.actions.act(current, target, writes):
                     # Read after every write, from the target or a copy showing them.
                     seen = acted and from_cache
                     break

@@ -1,6 +1,7 @@
 """Carrying out one round's plan on the target: objects, manifests, drift, releases.
 
-``StackReconciler`` takes it in as a base. Each action is one component's,
+An object ``StackReconciler`` keeps, given the failures and release
+records it shares with the reconciler. Each action is one component's,
 guarded (``ComponentFailures``): a failure is recorded and backed off, and
 the rest of the round goes on. What was applied is noted in ``Writes``, so
 the reconcile can tell when the watch copy shows it (``observe.writes``).
@@ -11,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from dataclasses import dataclass, field
 from typing import Any
 
 from modelplane.actions.apply import apply_object, create_namespace, manifest_objects
@@ -43,19 +45,27 @@ SUCCEEDED: dict[ReleaseAction, tuple[EventReason, str]] = {
 log = logging.getLogger("modelplane.operator")
 
 
+@dataclass
 class StackActions:
-    """The plan's actions, for ``StackReconciler``, whose fields these are."""
+    """Carries out a round's plan for one stack; keeps the manifest sets it fetched."""
 
-    component_failures: ComponentFailures
     helm: Helm
     options: OperatorOptions
     emit: Emit
+    # The stack, for the metrics.
     label: str
-    manifests: dict[str, list[dict[str, Any]]]
-    mirror: MirrorPreflight | None
+    # Each action is guarded by it: failed, backed off, and said.
+    component_failures: ComponentFailures
+    # Held to before helm runs, and told what it wrote (operator.release_records).
     release_records: ReleaseRecords
+    # Asked before helm installs or upgrades a release: whether the image
+    # mirror holds its images (operator.mirror_preflight); None: not asked.
+    mirror: MirrorPreflight | None
+    # The manifest sets fetched, by URL: a pinned URL's content does not
+    # change; safe to lose.
+    manifests: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
-    async def _act(self, p: Plan, target: Target, writes: Writes) -> bool:
+    async def act(self, p: Plan, target: Target, writes: Writes) -> bool:
         """Carry out what the plan says now, noting it in ``writes``; True if anything changed."""
         changed = False
         failures = self.component_failures
