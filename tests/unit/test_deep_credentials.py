@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from modelplane.credentials.connect import vetted_kubeconfig
 from modelplane.credentials.identity.base import Endpoints, IdentityError, TargetInfo, json_fields
 from modelplane.credentials.identity.google import minter
-from modelplane.credentials.kubeconfig import KubeconfigError, parse_kubeconfig, without_credentials
+from modelplane.credentials.kubeconfig import KubeconfigError, parse_kubeconfig
 
 DEEP_JSON = b'{"a": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
 DEEP_YAML = "clusters: " + "[" * 100_000 + "]" * 100_000 + "\n"
@@ -15,8 +16,9 @@ DEEP_YAML = "clusters: " + "[" * 100_000 + "]" * 100_000 + "\n"
 def test_a_deep_kubeconfig_is_refused() -> None:
     with pytest.raises(KubeconfigError, match="not valid YAML"):
         parse_kubeconfig(DEEP_YAML)
-    # Handed back as it is, for parse_kubeconfig to refuse.
-    assert without_credentials(DEEP_YAML) == DEEP_YAML
+    # Beside a cloud identity too: refused by the one parse, before users are emptied.
+    with pytest.raises(KubeconfigError, match="not valid YAML"):
+        vetted_kubeconfig(DEEP_YAML, identity=True, allow_unsafe=False)
 
 
 def test_a_deep_identity_secret_is_refused() -> None:

@@ -26,6 +26,9 @@ import yaml
 
 from modelplane.actions import helm as helm_module
 from modelplane.actions.helm import Helm, HelmConnectionDenied, HelmError, TargetHelm
+from modelplane.api.spec import SecretType
+from modelplane.credentials import connect as connect_module
+from modelplane.credentials.connect import Credentials, Identity, connect
 from modelplane.credentials.kubeconfig import load_kubeconfig
 from modelplane.kube.address import DEFAULT_DENIED, AddressDenied, IPAddress
 from modelplane.kube.errors import ErrorKind, classify
@@ -135,6 +138,48 @@ async def test_a_helm_run_parses_its_kubeconfig_once(
     helm = TargetHelm.guarding(Helm(str(recording_helm(tmp_path)), tmp_path / "home"), DENIED)
     await helm.run("version", kubeconfig=kubeconfig("https://127.0.0.1:1"))
     assert len(calls) == 1
+
+
+class _Tokens:
+    """A cloud identity's tokens, minted without a cloud."""
+
+    async def token(self) -> str:
+        return "minted-token"
+
+    async def refresh(self, stale: str) -> str:
+        return "minted-token"
+
+
+async def test_an_identity_targets_kubeconfig_is_parsed_once_to_connect_and_once_per_helm_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Every YAML parse builds a reader: counted wherever it happens.
+    parses: list[object] = []
+    reader_init = yaml.reader.Reader.__init__
+
+    def counted(self: yaml.reader.Reader, stream: Any) -> None:
+        parses.append(stream)
+        reader_init(self, stream)
+
+    monkeypatch.setattr(connect_module, "token_source", lambda *_: _Tokens())
+    monkeypatch.setattr(yaml.reader.Reader, "__init__", counted)
+    identity = Identity(SecretType.GOOGLE_APPLICATION_CREDENTIALS, b"{}", "Secret ns/sa key 'k'")
+    target = await connect(
+        Credentials(kubeconfig("https://127.0.0.1:1"), identity), deny=(), timeout=1.0
+    )
+    try:
+        # Emptied of its users and vetted from the one parse.
+        assert len(parses) == 1
+        given = await target.helm_kubeconfig()
+        assert len(parses) == 1
+        helm = TargetHelm.guarding(Helm(str(recording_helm(tmp_path)), tmp_path / "home"), DENIED)
+        await helm.run("version", kubeconfig=given)
+        assert len(parses) == 2
+    finally:
+        await target.close()
+    monkeypatch.undo()
+    written = yaml.safe_load((tmp_path / "kubeconfig").read_text())
+    assert [u["user"] for u in written["users"]] == [{"token": "minted-token"}]
 
 
 # ---- the proxy ---------------------------------------------------------------------

@@ -12,8 +12,14 @@ from modelplane.credentials.connect import (
     Identity,
     connect,
     granted,
+    vetted_kubeconfig,
 )
-from modelplane.credentials.kubeconfig import KubeconfigError, parse_kubeconfig, without_credentials
+from modelplane.credentials.kubeconfig import (
+    KubeconfigError,
+    parse_kubeconfig,
+    vet_kubeconfig,
+    without_credentials,
+)
 
 GKE_KUBECONFIG = {
     "apiVersion": "v1",
@@ -46,18 +52,26 @@ def test_an_exec_user_is_refused_naming_the_identity_entry_as_the_way_out() -> N
 
 
 def test_without_credentials_empties_every_user_and_keeps_server_and_ca() -> None:
-    text = without_credentials(yaml.safe_dump(GKE_KUBECONFIG))
+    doc = without_credentials(GKE_KUBECONFIG)
+    text = yaml.safe_dump(doc)
     assert "kubeconfig-own-token" not in text and "gke-gcloud-auth-plugin" not in text
-    config = parse_kubeconfig(text)
+    config = vet_kubeconfig(doc)
     assert config.cluster.server == "https://127.0.0.1:1"
     assert config.context.cluster == "gke_proj_zone_west"
     assert config.user is not None and config.user.token is None and config.user.exec is None
+    # A copy: the document read is left as it is.
+    assert GKE_KUBECONFIG["users"][0]["user"]["token"] == "kubeconfig-own-token"
 
 
-def test_without_credentials_leaves_a_broken_document_for_the_vetting_to_name() -> None:
-    assert without_credentials("[1, 2") == "[1, 2"
+def test_without_credentials_leaves_what_is_not_a_user_for_the_vetting_to_name() -> None:
+    doc = {**GKE_KUBECONFIG, "users": ["not-a-user"]}
+    assert without_credentials(doc) == doc
+    assert without_credentials({"users": None}) == {"users": None}
+
+
+def test_a_broken_kubeconfig_beside_an_identity_is_named_as_such() -> None:
     with pytest.raises(KubeconfigError, match="not valid YAML"):
-        parse_kubeconfig(without_credentials("[1, 2"))
+        vetted_kubeconfig("[1, 2", identity=True, allow_unsafe=False)
 
 
 async def test_an_unsupported_identity_type_is_refused_not_fallen_back_from() -> None:

@@ -13,9 +13,11 @@ import base64
 import ssl
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 import yaml
 from lightkube import AsyncClient
+from lightkube.config.kubeconfig import SingleConfig
 from lightkube.core.exceptions import ApiError
 from lightkube.resources.core_v1 import Secret
 
@@ -23,12 +25,16 @@ from modelplane.api.spec import SecretType, ServingStackSpec
 from modelplane.credentials.identity import providers
 from modelplane.credentials.identity.base import Endpoints, IdentityError, TargetInfo
 from modelplane.credentials.identity.cache import TokenCache, TokenSource, cache_key
-from modelplane.credentials.kubeconfig import KubeconfigError, parse_kubeconfig, without_credentials
+from modelplane.credentials.kubeconfig import (
+    KubeconfigError,
+    load_kubeconfig,
+    vet_kubeconfig,
+    without_credentials,
+)
 from modelplane.kube.address import DEFAULT_DENIED, AddressDenied, IPNetwork
 from modelplane.kube.answers import bounded
 from modelplane.kube.client import Target, open_target
 from modelplane.kube.errors import ErrorKind, KnownError
-from modelplane.untrusted import load_yaml
 from modelplane.vocabulary import BlockedReason
 
 
@@ -209,14 +215,17 @@ async def connect(
     if isinstance(credentials, str):
         credentials = Credentials(credentials)
     identity = credentials.identity
-    kubeconfig = credentials.kubeconfig
-    # A hub user's Secret holds up to 1 MiB: parsed off the event loop.
-    if identity is not None:
-        kubeconfig = await asyncio.to_thread(without_credentials, kubeconfig)
+    # A hub user's Secret holds up to 1 MiB: parsed once, off the event loop.
     try:
-        config = await asyncio.to_thread(parse_kubeconfig, kubeconfig, allow_unsafe=allow_unsafe)
+        vetted = await asyncio.to_thread(
+            vetted_kubeconfig,
+            credentials.kubeconfig,
+            identity=identity is not None,
+            allow_unsafe=allow_unsafe,
+        )
     except KubeconfigError as err:
         raise CredentialsError(BlockedReason.KUBECONFIG_REFUSED, str(err)) from err
+    config = vetted.config
     if identity is not None and config.cluster.insecure:
         # The identity's tokens would go to whoever answers: refused, not warned.
         raise CredentialsError(
@@ -248,7 +257,8 @@ async def connect(
             config,
             deny=deny,
             timeout=timeout,
-            kubeconfig=await asyncio.to_thread(_normalise, kubeconfig),
+            kubeconfig=vetted.text,
+            kubeconfig_doc=vetted.doc,
             identity=source,
         )
     except AddressDenied as err:
@@ -305,5 +315,23 @@ def token_source(
         raise identity_refused(err, identity) from None
 
 
-def _normalise(kubeconfig: str) -> str:
-    return yaml.safe_dump(load_yaml(kubeconfig))
+@dataclass(frozen=True)
+class VettedKubeconfig:
+    """A Secret's kubeconfig, parsed once: the document, its text for helm, and its config."""
+
+    # With an identity, its users are emptied (``without_credentials``).
+    doc: dict[str, Any] = field(repr=False)
+    text: str = field(repr=False)
+    config: SingleConfig = field(repr=False)
+
+
+def vetted_kubeconfig(kubeconfig: str, *, identity: bool, allow_unsafe: bool) -> VettedKubeconfig:
+    """Parse, empty the users of (with an identity) and vet a kubeconfig, from one parse.
+
+    Refusals are ``KubeconfigError``.
+    """
+    doc = load_kubeconfig(kubeconfig)
+    if identity:
+        doc = without_credentials(doc)
+    config = vet_kubeconfig(doc, allow_unsafe=allow_unsafe)
+    return VettedKubeconfig(doc, yaml.safe_dump(doc), config)

@@ -22,7 +22,6 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import urlsplit
 
-import yaml
 from lightkube.config.kubeconfig import KubeConfig, SingleConfig
 
 from modelplane.untrusted import UntrustedInputError, load_yaml
@@ -68,25 +67,20 @@ def vet_kubeconfig(doc: dict[str, Any], *, allow_unsafe: bool = False) -> Single
     return config
 
 
-def without_credentials(data: bytes | str) -> str:
-    """The kubeconfig with every user emptied: what is left is servers and CAs.
+def without_credentials(doc: dict[str, Any]) -> dict[str, Any]:
+    """A copy of the kubeconfig ``doc`` with every user emptied: what is left is servers and CAs.
 
-    A document that is not a kubeconfig mapping is returned as it is, for
-    ``parse_kubeconfig`` to name what is wrong with it.
+    An entry of ``users`` that is not a mapping is kept as it is, for
+    ``vet_kubeconfig`` to judge.
     """
-    try:
-        doc = load_yaml(data)
-    except UntrustedInputError:
-        return data.decode(errors="replace") if isinstance(data, bytes) else data
-    if not isinstance(doc, dict):
-        return data.decode(errors="replace") if isinstance(data, bytes) else data
     users = doc.get("users")
-    if isinstance(users, list):
-        doc["users"] = [
-            {"name": entry.get("name"), "user": {}} if isinstance(entry, dict) else entry
-            for entry in users
-        ]
-    return yaml.safe_dump(doc)
+    if not isinstance(users, list):
+        return doc
+    emptied = [
+        {"name": entry.get("name"), "user": {}} if isinstance(entry, dict) else entry
+        for entry in users
+    ]
+    return {**doc, "users": emptied}
 
 
 def _named(doc: dict[str, Any], section: str, inner: str) -> list[tuple[str, dict[str, Any]]]:

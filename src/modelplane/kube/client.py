@@ -21,7 +21,6 @@ from typing import Any, TypedDict, TypeVar, Unpack
 
 import httpx2
 import msgspec
-import yaml
 from lightkube import AsyncClient
 from lightkube.config import client_adapter
 from lightkube.config.client_adapter import ConnectionParams
@@ -158,6 +157,9 @@ class Target:
     # users are empty and ``helm_kubeconfig`` puts a fresh token in.
     kubeconfig: str = field(repr=False)
     identity: Tokens | None = field(default=None, repr=False)
+    # ``kubeconfig`` as parsed when it was vetted: with an identity, what
+    # ``helm_kubeconfig`` builds on, so a helm run does not parse it again.
+    kubeconfig_doc: dict[str, Any] | None = field(default=None, repr=False)
     count: OpenCount = field(default=TARGETS, repr=False)
     # Safe to show, for a condition: what about this connection is unsafe
     # but allowed (``INSECURE_TLS_WARNING``).
@@ -168,12 +170,11 @@ class Target:
         """The kubeconfig helm gets: with an identity, a short-lived token, never the key."""
         if self.identity is None:
             return self.kubeconfig
+        doc = self.kubeconfig_doc
+        assert doc is not None, "a target with an identity is opened with its kubeconfig_doc"
         token = await self.identity.token()
-        doc = yaml.safe_load(self.kubeconfig)
-        doc["users"] = [
-            {"name": entry.get("name"), "user": {"token": token}} for entry in doc["users"]
-        ]
-        return for_go(doc)
+        users = [{"name": entry.get("name"), "user": {"token": token}} for entry in doc["users"]]
+        return for_go({**doc, "users": users})
 
     @property
     def http(self) -> httpx2.AsyncClient:
@@ -215,6 +216,7 @@ async def open_target(
     timeout: float = 10.0,
     trust_env: bool = True,
     kubeconfig: str = "",
+    kubeconfig_doc: dict[str, Any] | None = None,
     identity: Tokens | None = None,
     count: OpenCount = TARGETS,
 ) -> Target:
@@ -255,7 +257,12 @@ async def open_target(
     count.opened()
     warnings = (INSECURE_TLS_WARNING,) if config.cluster.insecure else ()
     return Target(
-        client=client, kubeconfig=kubeconfig, identity=identity, count=count, warnings=warnings
+        client=client,
+        kubeconfig=kubeconfig,
+        identity=identity,
+        kubeconfig_doc=kubeconfig_doc,
+        count=count,
+        warnings=warnings,
     )
 
 
