@@ -288,6 +288,9 @@ class EventReason(StrEnum):
     # The CRDs Helm would leave at their first version, applied before Helm runs.
     CRDS_APPLIED = "CRDsApplied"
     CRD_KEPT = "CRDKept"
+    # A release held back before any write: the cluster runs what it would
+    # clash with (plan.conflicts); the event names each object and its owner.
+    CONFLICTS_FOUND = "ConflictsFound"
     CLAIM_ACQUIRED = "ClaimAcquired"
     CLAIM_RELEASED = "ClaimReleased"
     TEARDOWN_SKIPPED = "TeardownSkipped"

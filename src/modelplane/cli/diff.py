@@ -8,8 +8,10 @@ only requests that are not reads are dry runs (``dryRun=All``), and helm only
 renders, with no credentials in the kubeconfig it gets.
 
 Exit status, as ``kubectl diff``: 0 when nothing would change, 1 when
-something would, 2 for an error (bad input, a target that cannot be read, or
-a change whose diff could not be made: the output then says which).
+something would or the target runs something a change would clash with
+(``plan.conflicts``: listed before anything changes), 2 for an error (bad
+input, a target that cannot be read, or a change whose diff could not be
+made: the output then says which).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from modelplane.actions.apply import (
     normalized,
 )
 from modelplane.actions.chart_crds import applies_chart_crds, read_chart_crd_state
+from modelplane.actions.conflict_scan import gateway_class_conflicts, scan_release
 from modelplane.actions.helm import Helm, HelmError, TargetHelm
 from modelplane.api.models import ServingStack
 from modelplane.api.status_limits import TERMINAL
@@ -74,6 +77,7 @@ from modelplane.kube.scrub import shown_url
 from modelplane.observe.releases import ReleaseReadError, deployed_release, release_secret
 from modelplane.observe.state import Listed, read_listed, to_observed, wanted
 from modelplane.plan import plan
+from modelplane.plan.conflicts import Conflict
 from modelplane.plan.diff import DeployedRelease, Diff, ObjectChange, Reads, diff
 from modelplane.plan.model import (
     ObjectAction,
@@ -192,6 +196,44 @@ async def _chart_crd_reads(
     return reads.desired, reads.live
 
 
+async def _conflicts(
+    client: AsyncClient,
+    p: Plan,
+    acting: list[PlannedRelease],
+    rendered: dict[str, str],
+    chart_crd_sets: dict[str, list[dict[str, Any]]],
+    live_crds: dict[str, dict[str, Any]],
+    helm: Helm,
+    kubeconfig: str,
+    release_problems: dict[str, str],
+) -> list[Conflict]:
+    """What each release and object the plan writes would clash with (``plan.conflicts``).
+
+    From the renders and CRD reads made for the diff; a scan that could not
+    be made is its release's problem.
+    """
+    product = frozenset((r.name, r.namespace) for r in p.releases)
+    out: list[Conflict] = []
+    for r in acting:
+        if r.action is ReleaseAction.ROLLBACK or r.name not in rendered:
+            continue
+        try:
+            out += await scan_release(
+                helm, client, r, kubeconfig, product,
+                rendered=rendered[r.name], crds=(chart_crd_sets.get(r.name, []), live_crds),
+            )  # fmt: skip
+        except (TargetError, HelmError, AddressDenied, ApiError, ValueError) as err:
+            problem = f"the conflict scan: {describe_error(err)}"
+            release_problems[r.name] = "; ".join(
+                x for x in (release_problems.get(r.name), problem) if x
+            )
+    applied = [o for o in p.objects if o.action is ObjectAction.APPLY]
+    for component in sorted({o.component for o in applied}):
+        bodies = [o.object for o in applied if o.component == component]
+        out += await gateway_class_conflicts(client, component, bodies)
+    return out
+
+
 async def gather_reads(
     client: AsyncClient,
     p: Plan,
@@ -239,6 +281,8 @@ async def gather_reads(
             chart_crd_sets[r.name] = desired
             live_crds.update(existing)
 
+    conflicts = await _conflicts(client, p, acting, rendered, chart_crd_sets, live_crds, helm,
+                                 kubeconfig, release_problems)  # fmt: skip
     everything = _live(listed)
     live: dict[str, dict[str, Any]] = {}
     answers: dict[str, dict[str, Any]] = {}
@@ -288,6 +332,7 @@ async def gather_reads(
         manifest_problems=manifest_problems,
         chart_crds=chart_crd_sets,
         live_crds=live_crds,
+        conflicts=conflicts,
     )
 
 
@@ -355,6 +400,24 @@ def problems_of(d: Diff) -> list[str]:
     )
 
 
+def print_conflicts(conflicts: list[Conflict], console: Console) -> None:
+    """Each clash with what the target runs, by component: held back until it is gone."""
+    for c in conflicts:
+        console.print(Text(_line(f"conflict: {c.component}: {c.message}"), style="bold red"))
+    if conflicts:
+        held = sorted({c.component for c in conflicts})
+        console.print(
+            Text(
+                _line(
+                    f"Held back for what the cluster runs: {', '.join(held)} (the others "
+                    "install). Remove or reconfigure what each line names, or install the "
+                    "component yourself (Provided mode)."
+                ),
+                style="bold red",
+            )
+        )
+
+
 def print_text(d: Diff, console: Console) -> None:
     """The diff as ``kubectl diff`` shows one: a heading per change, then its unified diff."""
     for r in d.releases:
@@ -388,6 +451,7 @@ def print_text(d: Diff, console: Console) -> None:
         _print_object(console, o)
     for h in d.held:
         console.print(Text(_line(f"held back: {h.object}: {h.reason}"), style="dim"))
+    print_conflicts(d.conflicts, console)
     if d.drift:
         console.print(
             Text(
@@ -469,5 +533,6 @@ def diff_command(
         for problem in problems:
             print(f"error: {_line(problem)}", file=sys.stderr)
         raise typer.Exit(EXIT_USAGE)
-    if d.changes:
+    # A conflict holds its component back: never "nothing to do".
+    if d.changes or d.conflicts:
         raise typer.Exit(EXIT_CHANGES)

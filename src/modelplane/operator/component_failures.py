@@ -21,6 +21,7 @@ from lightkube.core.exceptions import ApiError
 from modelplane.actions.apply import WebhookNotReady
 from modelplane.actions.chart_crds import CrdUpgradeRefused
 from modelplane.actions.claim import Emit
+from modelplane.actions.conflict_scan import ConflictsFound
 from modelplane.actions.helm import HelmError
 from modelplane.api.status_limits import LOG_MESSAGE
 from modelplane.kube.answers import describe_error
@@ -28,7 +29,7 @@ from modelplane.kube.errors import classify
 from modelplane.plan import Plan, decisions, progress
 from modelplane.plan.mirror_images import MirrorPreflightError
 from modelplane.untrusted import printable
-from modelplane.vocabulary import BlockedReason, EventReason
+from modelplane.vocabulary import BlockedReason
 
 log = logging.getLogger("modelplane.operator")
 
@@ -37,6 +38,7 @@ ACTION_ERRORS = (
     WebhookNotReady,
     HelmError,
     CrdUpgradeRefused,
+    ConflictsFound,
     ApiError,
     # Fetching manifests from an upstream release or a mirror.
     httpx2.HTTPError,
@@ -145,7 +147,7 @@ class ComponentFailures:
             # retry; the status carries it meanwhile. Logged likewise; each
             # retry only at DEBUG.
             if changed:
-                self.emit("Warning", EventReason(reason), message)
+                self.emit("Warning", decisions.action_event(fault), message)
             log.log(
                 logging.INFO if changed else logging.DEBUG,
                 "%s; retry %d in %.0fs",
@@ -154,6 +156,6 @@ class ComponentFailures:
                 delay,
             )
             return
-        self.emit("Warning", EventReason(reason), message)
+        self.emit("Warning", decisions.action_event(fault), message)
         # A failure that repeats on each backed-off retry is logged once.
         log.log(logging.WARNING if changed else logging.DEBUG, "%s", message)

@@ -22,12 +22,13 @@ from modelplane.actions.helm import Helm
 from modelplane.actions.restore import restore_object
 from modelplane.kube.client import Target
 from modelplane.observe.writes import Writes
-from modelplane.operator import metrics
+from modelplane.operator import conflicts, metrics
 from modelplane.operator.component_failures import ComponentFailures
 from modelplane.operator.mirror_preflight import MirrorPreflight
 from modelplane.operator.options import OperatorOptions
 from modelplane.operator.release_records import ReleaseRecords
 from modelplane.plan import Plan
+from modelplane.plan.conflicts import Ours
 from modelplane.plan.model import ObjectAction, PlannedManifests, PlannedRelease, ReleaseAction
 from modelplane.vocabulary import EventReason
 from modelplane.wire import stamp
@@ -105,7 +106,8 @@ class StackActions:
         ]
         writes.untracked |= bool(releases)
         # Releases the plan lets go now do not depend on each other.
-        results = await asyncio.gather(*(self._release(r, target) for r in releases))
+        product = conflicts.ours(p)
+        results = await asyncio.gather(*(self._release(r, target, product) for r in releases))
         return changed or any(results)
 
     @staticmethod
@@ -123,7 +125,7 @@ class StackActions:
         for body in self.manifests[m.url]:
             await self._apply(target, stamp(body, m.digest), writes)
 
-    async def _release(self, release: PlannedRelease, target: Target) -> bool:
+    async def _release(self, release: PlannedRelease, target: Target, product: Ours) -> bool:
         succeeded, verb = SUCCEEDED[release.action]
         # Before anything is written, and before helm: a missing image holds the release.
         if self.mirror is not None and not await self.component_failures.check(
@@ -137,6 +139,8 @@ class StackActions:
         kubeconfig = await target.helm_kubeconfig()
 
         async def carry_out() -> None:
+            # Before anything of the release is written (operator.conflicts).
+            await conflicts.hold_back(self.helm, target, release, kubeconfig, product)
             if release.action in (ReleaseAction.INSTALL, ReleaseAction.REINSTALL):
                 # Made here rather than by helm's --create-namespace, labelled
                 # as ours, so that teardown removes the namespace with the

@@ -16,6 +16,7 @@ from enum import StrEnum
 from modelplane.backoff import Backoff
 from modelplane.faults import ErrorKind, Fault
 from modelplane.vocabulary import BlockedReason as BlockedReason
+from modelplane.vocabulary import EventReason
 
 _BY_KIND = {
     ErrorKind.UNREACHABLE: BlockedReason.TARGET_UNREACHABLE,
@@ -66,6 +67,17 @@ def action_reason(fault: Fault) -> BlockedReason:
     if fault.reason in _HELD_BY_MIRROR:
         return BlockedReason(fault.reason)
     return BlockedReason.ACTION_FAILED
+
+
+def action_event(fault: Fault) -> EventReason:
+    """The reason of the Warning event of one component's failed action.
+
+    A release held back for what the cluster runs says so in its own event
+    (naming each object and owner); Ready's reason stays ``ActionFailed``.
+    """
+    if fault.reason == EventReason.CONFLICTS_FOUND:
+        return EventReason.CONFLICTS_FOUND
+    return EventReason(action_reason(fault))
 
 
 def failures_reason(

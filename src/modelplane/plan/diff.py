@@ -22,6 +22,7 @@ from pydantic import Field, computed_field
 
 from modelplane.catalog.configuration import Hold
 from modelplane.plan.chart_crds import chart_crd_change, crd_groups
+from modelplane.plan.conflicts import Conflict
 from modelplane.plan.crds import CrdAction
 from modelplane.plan.frozen import Frozen
 from modelplane.plan.manifest import MANIFEST_LIMITS
@@ -79,6 +80,8 @@ class Reads(Frozen):
     chart_crds: dict[str, list[dict[str, Any]]] = Field(default_factory=dict)
     # CRD name -> the live CRD, for those CRDs that exist.
     live_crds: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    # What each change would clash with on the target (plan.conflicts).
+    conflicts: list[Conflict] = Field(default_factory=list)
 
 
 class ReleaseChangeKind(StrEnum):
@@ -159,6 +162,9 @@ class Diff(Frozen):
     objects: list[ObjectChange] = Field(default_factory=list)
     held: list[HeldObject] = Field(default_factory=list)
     drift: list[Drift] = Field(default_factory=list)
+    # What the target runs that a change would clash with: each holds its
+    # component back (plan.conflicts).
+    conflicts: list[Conflict] = Field(default_factory=list)
 
     @computed_field  # type: ignore[prop-decorator]
     @property
@@ -394,6 +400,7 @@ def diff(plan: Plan, reads: Reads, server: str) -> Diff:
         objects=objects,
         held=held,
         drift=drift,
+        conflicts=reads.conflicts,
     )
 
 
