@@ -191,6 +191,10 @@ class UpToDateReason(StrEnum):
     FAILED = "UpgradeFailed"
     # A first install (or a component just enabled): not an upgrade, never held.
     INSTALLING = "Installing"
+    # Waiting before its upgrade starts: the image mirror lacks an image the
+    # upgrade would run, or (--mirror-preflight=require) could not be asked.
+    IMAGE_NOT_IN_MIRROR = "ImageNotInMirror"
+    MIRROR_UNREACHABLE = "MirrorUnreachable"
 
 
 class CAReason(StrEnum):

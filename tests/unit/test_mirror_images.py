@@ -24,6 +24,7 @@ from modelplane.plan.mirror_images import (
     release_lookups,
     to_copy,
     to_look_up,
+    upgrade_lookups,
     verdict,
 )
 from modelplane.plan.model import ReleaseAction
@@ -70,6 +71,32 @@ def test_a_manifest_is_asked_for_by_digest_else_tag(image: str, expected: Manife
 )  # fmt: skip
 def test_the_images_to_look_up(uses: list[ImageUse], expected: tuple[str, ...]) -> None:
     assert to_look_up(uses) == expected
+
+
+def _of(component: str, image: str, runs: Runs = Runs.ALWAYS) -> ImageUse:
+    return ImageUse(component=component, image=f"quay.io/{image}", mirrored=f"m/{image}", runs=runs)
+
+
+@pytest.mark.parametrize(
+    ("uses", "upgrading", "expected"),
+    [
+        # Only the images of the components the upgrade moves.
+        ([_of("a", "a:v2"), _of("b", "b:v1")], {"a"}, ("m/a:v2",)),
+        # A product object's image follows its component's version (the EnvoyProxy's).
+        ([_of("a", "a:v2"), _of("a", "envoy:v2", Runs.RUNTIME)], {"a"}, ("m/a:v2", "m/envoy:v2")),
+        ([_of("a", "a:v2", Runs.OFF)], {"a"}, ()),
+        ([_of("a", "a:v2")], set(), ()),
+    ],
+)  # fmt: skip
+def test_the_images_an_upgrade_looks_up(
+    uses: list[ImageUse], upgrading: set[str], expected: tuple[str, ...]
+) -> None:
+    assert upgrade_lookups(uses, upgrading) == expected
+
+
+def test_the_verdict_names_what_it_holds() -> None:
+    said = verdict([Lookup("m/b:v1", Answer.MISSING)], PreflightMode.WARN, "the upgrade")
+    assert said.message.endswith("copy it in and the upgrade goes on")
 
 
 FOUND = Lookup("m/a:v1", Answer.FOUND)

@@ -13,11 +13,13 @@ import typer
 from modelplane.api.models import ServingStack
 from modelplane.catalog.components import BY_NAME
 from modelplane.cli.options import canary_namespaces
-from modelplane.operator.rollout import Canaries, Rollout
+from modelplane.operator.rollout import MIRROR_RETRY_SECONDS, Canaries, MirrorAnswer, Rollout
 from modelplane.operator.status import Outcome
 from modelplane.plan import plan
+from modelplane.plan.mirror_images import Verdict
 from modelplane.plan.observed import Observed
-from modelplane.plan.rollout import RESUME_ANNOTATION, Member, Phase, Policy
+from modelplane.plan.rollout import RESUME_ANNOTATION, Member, Phase, Policy, Reason
+from modelplane.vocabulary import BlockedReason
 
 from .conftest import installed, manifest
 
@@ -393,3 +395,52 @@ def test_canary_namespaces_must_be_served(
             canary_namespaces(canaries, watched, every)
     else:
         assert canary_namespaces(canaries, watched, every) == out
+
+
+LACKS = MirrorAnswer(
+    Verdict(True, BlockedReason.IMAGE_NOT_IN_MIRROR, "the image mirror lacks m/prom:v3; copy it in")
+)
+
+
+def test_a_stack_whose_upgrade_the_mirror_lacks_an_image_of_waits_its_slot_free() -> None:
+    r = Rollout(Policy(max_concurrent=1), asks_mirror=True)
+    a, b = _body("a", "84.5.0", "84.4.0"), _body("b", "84.5.0", "84.4.0")
+    r.observe(a)
+    r.observe(b)
+    # Asked only of a stack that would start now.
+    assert r.needs_mirror(a, NOW, None)
+    turn = r.begin(a, NOW, None, LACKS)
+    assert (turn.phase, turn.waits) == (Phase.PENDING, Reason.IMAGE_NOT_IN_MIRROR)
+    assert turn.held == {KPS: "84.4.0"} and turn.retry_in == MIRROR_RETRY_SECONDS
+    out = r.finish(a, turn, Outcome(), {"conditions": []}, NOW)
+    up = next(c for c in out["conditions"] if c["type"] == "UpToDate")
+    assert (up["status"], up["reason"]) == ("False", "ImageNotInMirror")
+    assert "lacks m/prom:v3" in up["message"] and out["rollout"]["phase"] == "Pending"
+    # Its slot is free: the next stack's images are asked about in turn.
+    assert r.needs_mirror(b, NOW, None)
+    assert r.begin(b, NOW, None, LACKS).phase is Phase.PENDING
+    # Copied in: the first goes, and holds the one slot.
+    assert r.begin(a, NOW, None, MirrorAnswer(Verdict(False))).phase is Phase.UPGRADING
+    assert not r.needs_mirror(b, NOW, None)
+    assert r.begin(b, NOW, None, None).message == "waiting for a slot: at most 1 upgrade(s) at once"
+
+
+@pytest.mark.parametrize(
+    ("mirror", "says"),
+    [
+        (None, "the image mirror to be asked"),
+        (MirrorAnswer(error="target unreachable"), "could not be looked up (target unreachable)"),
+    ],
+)
+def test_no_upgrade_starts_without_the_mirrors_say(mirror: MirrorAnswer | None, says: str) -> None:
+    r = Rollout(Policy(max_concurrent=1), asks_mirror=True)
+    turn = r.begin(_body("a", "84.5.0", "84.4.0"), NOW, None, mirror)
+    assert (turn.phase, turn.waits) == (Phase.PENDING, Reason.PENDING)
+    assert says in turn.message
+
+
+def test_without_a_mirror_preflight_nothing_is_asked() -> None:
+    r = Rollout(Policy(max_concurrent=1))
+    body = _body("a", "84.5.0", "84.4.0")
+    assert not r.needs_mirror(body, NOW, None)
+    assert r.begin(body, NOW).phase is Phase.UPGRADING

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from modelplane.plan import plan
+from modelplane.plan import mirror_images, plan
 from modelplane.plan.model import ReleaseAction
 from modelplane.plan.observed import Observed
 from modelplane.plan.rollout import (
@@ -17,6 +17,7 @@ from modelplane.plan.rollout import (
     Policy,
     Progress,
     Reason,
+    Verdict,
     after_upgrade,
     behind,
     condition_of,
@@ -32,7 +33,9 @@ from modelplane.plan.rollout import (
     started_at,
     upgrades,
     waiting_since,
+    with_mirror,
 )
+from modelplane.vocabulary import BlockedReason
 
 from .conftest import StackFactory, installed
 
@@ -228,19 +231,60 @@ def test_a_timeout_names_its_length() -> None:
 
 
 @pytest.mark.parametrize(
-    ("phase", "current", "paused", "ok", "reason"),
+    ("phase", "current", "waits", "ok", "reason"),
     [
-        (Phase.UP_TO_DATE, True, False, True, Reason.UP_TO_DATE),
-        (Phase.UP_TO_DATE, False, False, False, Reason.INSTALLING),
-        (Phase.PENDING, False, False, False, Reason.PENDING),
-        (Phase.PENDING, False, True, False, Reason.PAUSED),
-        (Phase.UPGRADING, False, False, False, Reason.UPGRADING),
-        (Phase.FAILED, False, False, False, Reason.FAILED),
-        (Phase.RESUMED, False, False, False, Reason.FAILED),
+        (Phase.UP_TO_DATE, True, Reason.PENDING, True, Reason.UP_TO_DATE),
+        (Phase.UP_TO_DATE, False, Reason.PENDING, False, Reason.INSTALLING),
+        (Phase.PENDING, False, Reason.PENDING, False, Reason.PENDING),
+        (Phase.PENDING, False, Reason.PAUSED, False, Reason.PAUSED),
+        (Phase.PENDING, False, Reason.IMAGE_NOT_IN_MIRROR, False, Reason.IMAGE_NOT_IN_MIRROR),
+        (Phase.UPGRADING, False, Reason.PENDING, False, Reason.UPGRADING),
+        (Phase.FAILED, False, Reason.PENDING, False, Reason.FAILED),
+        (Phase.RESUMED, False, Reason.PENDING, False, Reason.FAILED),
     ],
 )
-def test_condition_of(phase: Phase, current: bool, paused: bool, ok: bool, reason: Reason) -> None:
-    assert condition_of(phase, current, paused) == (ok, reason)
+def test_condition_of(phase: Phase, current: bool, waits: Reason, ok: bool, reason: Reason) -> None:
+    assert condition_of(phase, current, waits) == (ok, reason)
+
+
+GO = Verdict(start=True, reason=Reason.UPGRADING)
+SLOT = Verdict(start=False, message="waiting for a slot: at most 1 upgrade(s) at once")
+LACKS = mirror_images.Verdict(
+    True, BlockedReason.IMAGE_NOT_IN_MIRROR, "the image mirror lacks m/a:v2; copy it in"
+)
+SILENT = mirror_images.Verdict(
+    True, BlockedReason.MIRROR_UNREACHABLE, "the image mirror could not be asked"
+)
+UNCHECKED = mirror_images.Verdict(False, BlockedReason.MIRROR_UNREACHABLE, "goes on unchecked")
+
+
+@pytest.mark.parametrize(
+    ("verdict", "mirror", "start", "reason", "says"),
+    [
+        # Let go, and the mirror holds every image (or there was none to ask about).
+        (GO, mirror_images.Verdict(False), True, Reason.UPGRADING, ""),
+        (GO, None, True, Reason.UPGRADING, ""),
+        # Let go, and the mirror lacks an image: it waits, its slot free, naming it.
+        (GO, LACKS, False, Reason.IMAGE_NOT_IN_MIRROR, "before the upgrade starts: "
+         "the image mirror lacks m/a:v2"),
+        # Not asked (--mirror-preflight=require): it waits.
+        (GO, SILENT, False, Reason.MIRROR_UNREACHABLE, "could not be asked"),
+        # Not asked (warn): said by event, let go.
+        (GO, UNCHECKED, True, Reason.UPGRADING, ""),
+        # Waiting anyway: its own reason stands.
+        (SLOT, LACKS, False, Reason.PENDING, "a slot"),
+    ],
+)  # fmt: skip
+def test_the_mirror_holds_an_upgrade_before_it_starts(
+    verdict: Verdict,
+    mirror: mirror_images.Verdict | None,
+    start: bool,
+    reason: Reason,
+    says: str,
+) -> None:
+    said = with_mirror(verdict, mirror)
+    assert (said.start, said.reason) == (start, reason)
+    assert says in said.message
 
 
 def test_behind_is_a_change_of_an_installed_version_never_a_first_install() -> None:
@@ -362,6 +406,17 @@ def test_a_freed_slot_wakes_only_as_many_as_could_take_one_first_come(
                 {
                     "type": "UpToDate",
                     "reason": "RolloutPaused",
+                    "lastTransitionTime": "2026-01-01T00:00:00Z",
+                }
+            ],
+            T0,
+        ),
+        # Held by the mirror before its turn: waiting all the same.
+        (
+            [
+                {
+                    "type": "UpToDate",
+                    "reason": "ImageNotInMirror",
                     "lastTransitionTime": "2026-01-01T00:00:00Z",
                 }
             ],

@@ -37,9 +37,11 @@ from modelplane.operator.hub_writes import (
     write_status,
 )
 from modelplane.operator.reconciler import StackReconciler
+from modelplane.operator.rollout import Canaries, MirrorAnswer
 from modelplane.operator.rollout_reads import canaries_for
 from modelplane.operator.runtime import Runtime, stack_label, track
 from modelplane.operator.status import Outcome, desired_status
+from modelplane.operator.upgrade_images import UpgradeImages
 from modelplane.plan import decisions
 from modelplane.plan.rollout import RESUME_ANNOTATION
 from modelplane.untrusted import printable
@@ -172,6 +174,19 @@ class Wake:
         self.event.set()
 
 
+async def _asked(
+    upgrade_images: UpgradeImages,
+    rt: Runtime,
+    body: dict[str, Any],
+    now: datetime.datetime,
+    canaries: Canaries | None,
+    reconciler: StackReconciler,
+) -> MirrorAnswer | None:
+    return await upgrade_images.ask(
+        rt.rollout, body, now, canaries, lambda: reconciler.connected(body)
+    )
+
+
 def _left(event: kopf.RawEvent, **_: Any) -> bool:
     return event.get("type") == "DELETED"
 
@@ -220,6 +235,11 @@ def register(registry: kopf.OperatorRegistry, rt: Runtime) -> None:
             mirror=rt.mirror,
         )
         failure_log = FailureLog(label)
+        upgrade_images = (
+            UpgradeImages(rt.mirror, rt.options.sources(), reconciler.emit, label)
+            if rt.mirror is not None
+            else None
+        )
         streak = 0  # consecutive blocked or failed reconciles
         rt.rollout.wakers[label] = wake.event.set
         try:
@@ -238,9 +258,16 @@ def register(registry: kopf.OperatorRegistry, rt: Runtime) -> None:
                 snapshot = dict(body)
                 now = datetime.datetime.now(datetime.UTC)
                 canaries = await canaries_for(rt, snapshot, now)
+                # Before the turn, not at its first helm run: an image the
+                # mirror lacks keeps the stack waiting, its slot free.
+                mirror = (
+                    await _asked(upgrade_images, rt, snapshot, now, canaries, reconciler)
+                    if upgrade_images is not None
+                    else None
+                )
                 # Read first: begin decides and records the turn with no
                 # await inside it, so no other stack takes the slot between.
-                turn = rt.rollout.begin(snapshot, now, canaries)
+                turn = rt.rollout.begin(snapshot, now, canaries, mirror)
                 starting = rt.rollout.starting(snapshot, turn)
                 if starting is not None:
                     await write_status(rt, body, starting)
@@ -280,6 +307,8 @@ def register(registry: kopf.OperatorRegistry, rt: Runtime) -> None:
                 )
                 # An upgrade is judged again when its Ready timeout ends.
                 delay = min(delay, rt.rollout.judge_in(label, datetime.datetime.now(datetime.UTC)))
+                # One held by the mirror looks again once its answer expires.
+                delay = min(delay, turn.retry_in)
                 failure_log.report(outcome, delay, error)
                 await _sleep(wake.event, stopped, delay)
         finally:

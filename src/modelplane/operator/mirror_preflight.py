@@ -17,6 +17,7 @@ answers is what keeps a fleet's cost at about one lookup per image.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,6 +31,7 @@ from modelplane.kube.client import Target
 from modelplane.operator.options import OperatorOptions
 from modelplane.plan.mirror_images import (
     PreflightMode,
+    Verdict,
     raise_for,
     release_lookups,
     verdict,
@@ -65,9 +67,8 @@ class MirrorPreflight:
         images = release_lookups(release)
         if not images:
             return
-        configs = await self._configs(target, release)
-        lookups = await self.registry.lookup_all(images, lambda r, n: _first(configs, r, n))
-        said = verdict(lookups, self.mode)
+        namespaces = pulling_namespaces([release.component], release.namespace)
+        said = await self.judge(images, namespaces, target, "the release")
         raise_for(said)
         if said.reason is BlockedReason.MIRROR_UNREACHABLE:
             # --mirror-preflight=warn: installed unchecked, and said each time.
@@ -75,24 +76,41 @@ class MirrorPreflight:
             emit("Warning", EventReason.MIRROR_UNREACHABLE, message)
             log.warning("%s", message)
 
-    async def _configs(self, target: Target, release: PlannedRelease) -> list[dict[str, Any]]:
-        """The pull Secrets' configs, from the namespaces the release's pods read them in.
+    async def judge(
+        self, images: Sequence[str], namespaces: Sequence[str], target: Target, what: str
+    ) -> Verdict:
+        """What the mirror's answers about ``images`` mean, for ``what`` (``the release``).
+
+        With the pull Secrets' credentials as read in ``namespaces`` of the target.
+        """
+        configs = await self._configs(target, namespaces)
+        lookups = await self.registry.lookup_all(images, lambda r, n: _first(configs, r, n))
+        return verdict(lookups, self.mode, what)
+
+    async def _configs(self, target: Target, namespaces: Sequence[str]) -> list[dict[str, Any]]:
+        """The pull Secrets' configs, from the namespaces the pods that pull read them in.
 
         A Secret that is not there (or not readable) gives nothing: the
         lookup goes without credentials, and a mirror that wants some says
         so. Only the configs are kept, for this check; never logged.
         """
-        component = BY_NAME.get(release.component)
-        spaces = [release.namespace]
-        if component is not None:
-            spaces += [ns for ns in component_namespaces(component) if ns not in spaces]
         out: list[dict[str, Any]] = []
-        for namespace in spaces:
+        for namespace in namespaces:
             for name in self.pull_secrets:
                 config = await _read_config(target, name, namespace)
                 if config is not None:
                     out.append(config)
         return out
+
+
+def pulling_namespaces(components: Iterable[str], namespace: str | None = None) -> list[str]:
+    """Where the pods of ``components`` read their pull Secrets: ``namespace`` first."""
+    spaces = [namespace] if namespace else []
+    for name in components:
+        component = BY_NAME.get(name)
+        if component is not None:
+            spaces += [ns for ns in component_namespaces(component) if ns not in spaces]
+    return spaces
 
 
 def _first(configs: list[dict[str, Any]], registry: str, name: str) -> Credentials | None:

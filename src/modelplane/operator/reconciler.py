@@ -266,6 +266,21 @@ class StackReconciler:
             await self.session.watch(self._wanted(stack))
         return outcome
 
+    async def connected(self, body: dict[str, Any]) -> Target:
+        """The stack's target, as a reconcile connects it: the daemon's kept connection.
+
+        For what is asked of the target before a reconcile (the pull Secrets
+        an upgrade's images are looked up with, operator.upgrade_images).
+        """
+        assert self.session.kept, "only a daemon's connection outlives the call"
+        stack = ServingStack.model_validate(without_status(body))
+        return await self.session.connect(
+            stack,
+            (body.get("metadata") or {}).get("generation"),
+            last_went_wrong=self.went_wrong,
+            direct_read_due=self.reads.direct_read_due(),
+        )
+
     def _report_refused_collection(self, fault: Fault, err: BaseException) -> None:
         """An event when a collection on the target is first refused over its budget.
 

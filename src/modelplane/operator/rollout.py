@@ -29,9 +29,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from modelplane.actions.registry import NOT_FOUND_SECONDS
 from modelplane.api.models import ServingStack
 from modelplane.operator.status import READY, Outcome, condition
-from modelplane.plan import rollout
+from modelplane.plan import mirror_images, rollout
 from modelplane.plan.rollout import Member, Phase, Policy
 
 log = logging.getLogger("modelplane.operator")
@@ -54,6 +55,11 @@ class Turn:
     # The resume annotation was taken: the caller removes it.
     resumed: bool = False
     canary: bool = False
+    # What a pending stack waits for: UpToDate's reason.
+    waits: rollout.Reason = rollout.Reason.PENDING
+    # Seconds until its turn is worth deciding again for its own sake: held
+    # by the mirror, when the mirror's answer is asked afresh; else never.
+    retry_in: float = float("inf")
 
 
 @dataclass(frozen=True)
@@ -62,6 +68,22 @@ class Canaries:
 
     bodies: tuple[Mapping[str, Any], ...] = ()
     error: str | None = None
+
+
+@dataclass(frozen=True)
+class MirrorAnswer:
+    """The image mirror's say on the images a stack's upgrade would run, asked before its turn.
+
+    ``verdict`` None: nothing to hold it for (no image to ask about, or the
+    stack was let go without asking). ``error``: why it could not be asked.
+    """
+
+    verdict: mirror_images.Verdict | None = None
+    error: str | None = None
+
+
+# Asked again after the registry's answer that an image is missing expires.
+MIRROR_RETRY_SECONDS = NOT_FOUND_SECONDS
 
 
 def _key(body: Mapping[str, Any]) -> str:
@@ -102,6 +124,9 @@ class Rollout:
     """The fleet's rollout, as this operator (one shard's leader) carries it out."""
 
     policy: Policy
+    # Whether a stack's upgrade images are looked up in the mirror before its
+    # turn (a mirror preflight runs): none starts without the mirror's say.
+    asks_mirror: bool = False
     # From the hub, by the watch: every stack of the shard.
     seen: dict[str, Member] = field(default_factory=dict)
     # What this process decided since; it wins over the watch's copy.
@@ -181,21 +206,41 @@ class Rollout:
         """
         if not self.policy.canary_namespaces or self.policy.canary(_key(body)):
             return False
-        return self._turn(body, now, Canaries()).phase is Phase.UPGRADING and (
+        return self._starts(body, now, Canaries())
+
+    def needs_mirror(
+        self, body: Mapping[str, Any], now: datetime, canaries: Canaries | None
+    ) -> bool:
+        """Whether the mirror must be asked about the stack's upgrade images before its turn.
+
+        So for a stack that would take a slot now, the canaries as read:
+        once an upgrade starts, its images are the release preflight's.
+        """
+        return self.asks_mirror and self._starts(body, now, canaries)
+
+    def _starts(self, body: Mapping[str, Any], now: datetime, canaries: Canaries | None) -> bool:
+        """Whether the stack would start its upgrade now, the mirror aside."""
+        return self._turn(body, now, canaries, MirrorAnswer()).phase is Phase.UPGRADING and (
             self._phase_before(body) is not Phase.UPGRADING
         )
 
     def begin(
-        self, body: Mapping[str, Any], now: datetime, canaries: Canaries | None = None
+        self,
+        body: Mapping[str, Any],
+        now: datetime,
+        canaries: Canaries | None = None,
+        mirror: MirrorAnswer | None = None,
     ) -> Turn:
         """Where the stack stands before its reconcile, and the versions to plan at.
 
         ``canaries``: the canary stacks as just read from the hub, when
         ``needs_canaries`` said so; a stack that is not a canary starts no
-        upgrade without them.
+        upgrade without them. ``mirror``: the mirror's say on its upgrade's
+        images, when ``needs_mirror`` said so; with ``asks_mirror``, no
+        upgrade starts without it.
         """
         key = _key(body)
-        turn = self._turn(body, now, canaries)
+        turn = self._turn(body, now, canaries, mirror)
         if turn.resumed:
             log.info("ServingStack %s: the rollout is resumed past its failed upgrade", key)
         if turn.phase is Phase.UPGRADING and self._phase_before(body) is not Phase.UPGRADING:
@@ -213,8 +258,14 @@ class Rollout:
         mine = self.local.get(_key(body))
         return mine.phase if mine is not None else rollout.phase_of(body.get("status"))
 
-    def _turn(self, body: Mapping[str, Any], now: datetime, canaries: Canaries | None) -> Turn:
-        """The stack's turn, decided on the fleet and ``canaries``; nothing recorded."""
+    def _turn(
+        self,
+        body: Mapping[str, Any],
+        now: datetime,
+        canaries: Canaries | None,
+        mirror: MirrorAnswer | None,
+    ) -> Turn:
+        """The stack's turn, decided on the fleet, ``canaries`` and ``mirror``; nothing recorded."""
         key = _key(body)
         status = body.get("status") or {}
         desired = _spec_versions(body)
@@ -237,6 +288,10 @@ class Rollout:
         verdict = rollout.may_start(me, self._with(canaries), self.policy)
         if verdict.start and not canary and self.policy.canary_namespaces:
             verdict = _unless_unread(canaries) or verdict
+        # Let go by the rollout, held by the mirror alone: asked again soon.
+        by_mirror = verdict.start and self.asks_mirror
+        if by_mirror:
+            verdict = _mirror_said(verdict, mirror)
         if verdict.start:
             return Turn(Phase.UPGRADING, desired, installed, started=now, canary=canary)
         return Turn(
@@ -248,6 +303,8 @@ class Rollout:
             paused=verdict.reason is rollout.Reason.PAUSED,
             paused_by=verdict.paused_by,
             canary=canary,
+            waits=verdict.reason,
+            retry_in=MIRROR_RETRY_SECONDS if by_mirror else float("inf"),
         )
 
     def _with(self, canaries: Canaries | None) -> list[Member]:
@@ -334,7 +391,7 @@ class Rollout:
         wants = rollout.upgrades(turn.desired, installed)
         member = Member(key, phase, turn.canary, wants, frozenset(turn.desired.items()))
         self._record(key, member, self.local.get(key))
-        ok, reason = rollout.condition_of(phase, current, turn.paused)
+        ok, reason = rollout.condition_of(phase, current, turn.waits)
         generation = status.get("observedGeneration")
         status = dict(status)
         said = _message(key, phase, message, turn, installed)
@@ -418,6 +475,21 @@ def _unless_unread(canaries: Canaries | None) -> rollout.Verdict | None:
             "retried at the next reconcile",
         )
     return None
+
+
+def _mirror_said(verdict: rollout.Verdict, mirror: MirrorAnswer | None) -> rollout.Verdict:
+    """A stack let go waits instead until the mirror was asked, and while it holds an image."""
+    if mirror is None:
+        return rollout.Verdict(
+            start=False, message="waiting for the image mirror to be asked about the upgrade"
+        )
+    if mirror.error is not None:
+        return rollout.Verdict(
+            start=False,
+            message=f"waiting: the upgrade's images could not be looked up ({mirror.error}); "
+            "retried at the next reconcile",
+        )
+    return rollout.with_mirror(verdict, mirror.verdict)
 
 
 def _message(

@@ -44,9 +44,9 @@ class Runtime:
     mirror: MirrorPreflight | None = field(init=False)
 
     def __post_init__(self) -> None:
-        self.rollout = Rollout(self.options.rollout_policy())
-        self.target_reads = TargetReads(self.options.max_concurrent_target_reads)
         self.mirror = MirrorPreflight.of(self.options)
+        self.rollout = Rollout(self.options.rollout_policy(), asks_mirror=self.mirror is not None)
+        self.target_reads = TargetReads(self.options.max_concurrent_target_reads)
 
     def expose(self) -> None:
         """Report the sizes of what is kept in the metrics: a size that only grows is a leak."""

@@ -101,6 +101,18 @@ def release_lookups(release: PlannedRelease) -> tuple[str, ...]:
     return to_look_up(release.images)
 
 
+def upgrade_lookups(uses: Iterable[ImageUse], upgrading: Iterable[str]) -> tuple[str, ...]:
+    """The images to look up before an upgrade starts: those of the components it moves.
+
+    ``uses``: the images of the stack planned at its desired versions, the
+    product's own objects' among them (named by the component whose version
+    they follow). A component the upgrade leaves at its version runs what it
+    ran: its images are not the upgrade's to ask about.
+    """
+    names = set(upgrading)
+    return to_look_up(u for u in uses if u.component in names)
+
+
 class Verdict(NamedTuple):
     """Whether a release may run, and what to say: a reason and a message, or neither."""
 
@@ -109,27 +121,28 @@ class Verdict(NamedTuple):
     message: str = ""
 
 
-def verdict(lookups: Sequence[Lookup], mode: PreflightMode) -> Verdict:
+def verdict(lookups: Sequence[Lookup], mode: PreflightMode, what: str = "the release") -> Verdict:
     """What a release's lookups mean: a missing image holds it, an unknown one as ``mode`` says.
 
     A missing image holds it whatever the mode (but off, where nothing is
     looked up): the install would stop at ``ImagePullBackOff`` with the
     releases before it installed. An image that could not be looked up
     holds it only under ``require``; under ``warn`` the message is said
-    and the release goes on.
+    and the release goes on. ``what`` is held: the release, or an upgrade
+    waiting for its turn (plan.rollout.with_mirror).
     """
     if mode is PreflightMode.OFF:
         return Verdict(hold=False)
     missing = [x.image for x in lookups if x.answer is Answer.MISSING]
     unknown = [x for x in lookups if x.answer in (Answer.UNAUTHORIZED, Answer.UNREACHABLE)]
     if missing:
-        message = f"the image mirror lacks {listed(missing)}; copy it in and the release goes on"
+        message = f"the image mirror lacks {listed(missing)}; copy it in and {what} goes on"
         if unknown:
             message += f" ({_unknown(unknown)})"
         return Verdict(True, BlockedReason.IMAGE_NOT_IN_MIRROR, message)
     if unknown:
         held = mode is PreflightMode.REQUIRE
-        then = "the release waits" if held else "the release goes on unchecked"
+        then = f"{what} waits" if held else f"{what} goes on unchecked"
         message = f"the image mirror could not be asked: {_unknown(unknown)}; {then}"
         return Verdict(held, BlockedReason.MIRROR_UNREACHABLE, message)
     return Verdict(hold=False)

@@ -30,12 +30,17 @@ from typing import Any
 from modelplane.api.spec import ServingStackSpec
 from modelplane.catalog.components import installed_for
 from modelplane.pins import ComponentsMode
+from modelplane.plan import mirror_images
 from modelplane.plan.model import Plan
-from modelplane.vocabulary import ConditionType, UpToDateReason
+from modelplane.vocabulary import BlockedReason, ConditionType, UpToDateReason
 
 UP_TO_DATE = ConditionType.UP_TO_DATE
 # The UpToDate condition's reasons, by their short name here.
 Reason = UpToDateReason
+# The reasons of a stack that waits for its upgrade to start.
+WAITING_REASONS = frozenset(
+    {Reason.PENDING, Reason.PAUSED, Reason.IMAGE_NOT_IN_MIRROR, Reason.MIRROR_UNREACHABLE}
+)
 # Set on the stack that paused the rollout, by a person, to let the rest go on.
 RESUME_ANNOTATION = "modelplane.ai/resume-rollout"
 
@@ -175,6 +180,33 @@ def may_start(me: Member, fleet: Iterable[Member], policy: Policy) -> Verdict:
     return Verdict(start=True, reason=Reason.UPGRADING)
 
 
+# What a mirror verdict that holds an upgrade makes of its UpToDate reason.
+_MIRROR_REASONS = {
+    BlockedReason.IMAGE_NOT_IN_MIRROR: Reason.IMAGE_NOT_IN_MIRROR,
+    BlockedReason.MIRROR_UNREACHABLE: Reason.MIRROR_UNREACHABLE,
+}
+
+
+def with_mirror(verdict: Verdict, mirror: mirror_images.Verdict | None) -> Verdict:
+    """A stack let go waits instead while the mirror holds an image its upgrade runs back.
+
+    Asked before the upgrade takes a slot, not at its first helm run: there,
+    the missing image would fail the upgrade and pause the rollout of the
+    namespace at the first cluster, with the slot taken. Every stack that
+    wants the same upgrade meets the same answer (the answers are shared),
+    so the rollout of that upgrade waits before any cluster until the image
+    is copied in; a canary held so holds its followers back as a waiting
+    canary does. A stack that waits anyway keeps its own reason.
+    """
+    if not verdict.start or mirror is None or not mirror.hold or mirror.reason is None:
+        return verdict
+    return Verdict(
+        start=False,
+        reason=_MIRROR_REASONS.get(mirror.reason, Reason.PENDING),
+        message=f"waiting before the upgrade starts: {mirror.message}",
+    )
+
+
 def _paused(me: Member, failed: list[Member]) -> Verdict:
     mine = sorted(m.key for m in failed if m.namespace == me.namespace)
     if mine:
@@ -226,15 +258,20 @@ def _seconds(delta: timedelta) -> str:
     return f"{delta.total_seconds():g}s"
 
 
-def condition_of(phase: Phase, current: bool, paused: bool = False) -> tuple[bool, Reason]:
-    """``UpToDate``'s status and reason; ``current``: every component runs its desired version."""
+def condition_of(
+    phase: Phase, current: bool, waits: Reason = Reason.PENDING
+) -> tuple[bool, Reason]:
+    """``UpToDate``'s status and reason; ``current``: every component runs its desired version.
+
+    ``waits``: what a pending stack waits for, as its turn's verdict said.
+    """
     if phase is Phase.UP_TO_DATE:
         return (True, Reason.UP_TO_DATE) if current else (False, Reason.INSTALLING)
     if phase is Phase.UPGRADING:
         return False, Reason.UPGRADING
     if phase in (Phase.FAILED, Phase.RESUMED):
         return False, Reason.FAILED
-    return False, Reason.PAUSED if paused else Reason.PENDING
+    return False, waits
 
 
 def behind(desired: Mapping[str, str], installed: Mapping[str, str | None]) -> bool:
@@ -335,7 +372,7 @@ def waiting_since(status: Mapping[str, Any] | None) -> datetime | None:
         if (
             isinstance(entry, Mapping)
             and entry.get("type") == UP_TO_DATE
-            and entry.get("reason") in (Reason.PENDING, Reason.PAUSED)
+            and entry.get("reason") in WAITING_REASONS
         ):
             return _time(entry.get("lastTransitionTime"))
     return None
