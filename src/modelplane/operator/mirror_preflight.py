@@ -17,27 +17,23 @@ answers is what keeps a fleet's cost at about one lookup per image.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
-
-from lightkube.core.exceptions import ApiError
-from lightkube.resources.core_v1 import Secret
 
 from modelplane.actions.claim import Emit
-from modelplane.actions.registry import Credentials, Registry, config_of, credentials_for
-from modelplane.catalog.components import BY_NAME
+from modelplane.actions.mirror_lookup import look_up
+from modelplane.actions.registry import Registry
 from modelplane.kube.client import Target
 from modelplane.operator.options import OperatorOptions
 from modelplane.plan.mirror_images import (
     PreflightMode,
     Verdict,
+    pulling_namespaces,
     raise_for,
     release_lookups,
     verdict,
 )
 from modelplane.plan.model import PlannedRelease
-from modelplane.plan.pull_secrets import component_namespaces
 from modelplane.vocabulary import BlockedReason, EventReason
 
 log = logging.getLogger("modelplane.operator")
@@ -83,49 +79,5 @@ class MirrorPreflight:
 
         With the pull Secrets' credentials as read in ``namespaces`` of the target.
         """
-        configs = await self._configs(target, namespaces)
-        lookups = await self.registry.lookup_all(images, lambda r, n: _first(configs, r, n))
+        lookups = await look_up(self.registry, images, target.client, self.pull_secrets, namespaces)
         return verdict(lookups, self.mode, what)
-
-    async def _configs(self, target: Target, namespaces: Sequence[str]) -> list[dict[str, Any]]:
-        """The pull Secrets' configs, from the namespaces the pods that pull read them in.
-
-        A Secret that is not there (or not readable) gives nothing: the
-        lookup goes without credentials, and a mirror that wants some says
-        so. Only the configs are kept, for this check; never logged.
-        """
-        out: list[dict[str, Any]] = []
-        for namespace in namespaces:
-            for name in self.pull_secrets:
-                config = await _read_config(target, name, namespace)
-                if config is not None:
-                    out.append(config)
-        return out
-
-
-def pulling_namespaces(components: Iterable[str], namespace: str | None = None) -> list[str]:
-    """Where the pods of ``components`` read their pull Secrets: ``namespace`` first."""
-    spaces = [namespace] if namespace else []
-    for name in components:
-        component = BY_NAME.get(name)
-        if component is not None:
-            spaces += [ns for ns in component_namespaces(component) if ns not in spaces]
-    return spaces
-
-
-def _first(configs: list[dict[str, Any]], registry: str, name: str) -> Credentials | None:
-    for config in configs:
-        found = credentials_for(config, registry, name)
-        if found is not None:
-            return found
-    return None
-
-
-async def _read_config(target: Target, name: str, namespace: str) -> dict[str, Any] | None:
-    try:
-        secret = await target.client.get(Secret, name, namespace=namespace)
-    except ApiError as err:
-        if err.status.code not in (403, 404):
-            raise
-        return None
-    return config_of(secret.data or {})

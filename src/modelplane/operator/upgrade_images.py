@@ -27,11 +27,11 @@ from modelplane.kube.answers import describe_error
 from modelplane.kube.client import Target
 from modelplane.kube.errors import ErrorKind, classify
 from modelplane.operator.announced import Announced
-from modelplane.operator.mirror_preflight import MirrorPreflight, pulling_namespaces
+from modelplane.operator.mirror_preflight import MirrorPreflight
 from modelplane.operator.rollout import Canaries, MirrorAnswer, Rollout, member_of
 from modelplane.operator.stack_text import without_status
 from modelplane.plan import plan
-from modelplane.plan.mirror_images import Verdict, upgrade_lookups
+from modelplane.plan.mirror_images import Verdict, pulling_namespaces, upgrade_lookups
 from modelplane.plan.sources import Sources
 from modelplane.vocabulary import BlockedReason, EventReason
 

@@ -20,10 +20,12 @@ from enum import StrEnum
 from typing import Any, NamedTuple
 
 from modelplane.catalog.advisories import listed
+from modelplane.catalog.components import BY_NAME
 from modelplane.catalog.images import ImageRef, Runs
 from modelplane.faults import ErrorKind, KnownError
 from modelplane.plan.images import ImageUse
 from modelplane.plan.model import PlannedRelease, ReleaseAction
+from modelplane.plan.pull_secrets import component_namespaces
 from modelplane.vocabulary import BlockedReason
 
 # The actions that run helm with the plan's values, and so pull its images.
@@ -111,6 +113,16 @@ def upgrade_lookups(uses: Iterable[ImageUse], upgrading: Iterable[str]) -> tuple
     """
     names = set(upgrading)
     return to_look_up(u for u in uses if u.component in names)
+
+
+def pulling_namespaces(components: Iterable[str], namespace: str | None = None) -> list[str]:
+    """Where the pods of ``components`` read their pull Secrets: ``namespace`` first."""
+    spaces = [namespace] if namespace else []
+    for name in components:
+        component = BY_NAME.get(name)
+        if component is not None:
+            spaces += [ns for ns in component_namespaces(component) if ns not in spaces]
+    return spaces
 
 
 class Verdict(NamedTuple):
