@@ -20,6 +20,7 @@ from modelplane.plan.mirror_images import (
     PreflightMode,
     Verdict,
     manifest_ref,
+    object_lookups,
     raise_for,
     release_lookups,
     to_copy,
@@ -92,6 +93,46 @@ def test_the_images_an_upgrade_looks_up(
     uses: list[ImageUse], upgrading: set[str], expected: tuple[str, ...]
 ) -> None:
     assert upgrade_lookups(uses, upgrading) == expected
+
+
+ENVOY = {
+    "kind": "EnvoyProxy",
+    "spec": {
+        "provider": {"kubernetes": {"envoyDeployment": {"container": {"image": "m/envoy:v2"}}}}
+    },
+}
+SERVER = {
+    "kind": "Deployment",
+    "spec": {
+        "template": {
+            "spec": {
+                "containers": [
+                    {"name": "a", "image": "m/a:v2"},
+                    {"name": "b", "image": "m/a:v2"},
+                    {"name": "c", "image": "quay.io/c:v1"},
+                ]
+            }
+        }
+    },
+}
+
+
+@pytest.mark.parametrize(
+    ("body", "uses", "expected"),
+    [
+        # The EnvoyProxy's image, where the plan lists it as run from the mirror.
+        (ENVOY, [_of("a", "envoy:v2", Runs.RUNTIME)], ("m/envoy:v2",)),
+        # Each once; an image the rules do not move is not the mirror's.
+        (SERVER, [_of("a", "a:v2"), use("quay.io/c:v1", None)], ("m/a:v2",)),
+        # An object that names no listed image: nothing to ask.
+        ({"kind": "Namespace", "metadata": {"name": "m/a:v2-not"}}, [_of("a", "a:v2")], ()),
+        (ENVOY, [_of("a", "envoy:v2", Runs.OFF)], ()),
+    ],
+)  # fmt: skip
+def test_the_images_a_product_object_looks_up(
+    body: dict[str, object], uses: list[ImageUse], expected: tuple[str, ...]
+) -> None:
+    assert object_lookups(body, uses) == expected
 
 
 def test_the_verdict_names_what_it_holds() -> None:

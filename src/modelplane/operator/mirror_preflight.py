@@ -60,15 +60,33 @@ class MirrorPreflight:
 
     async def check(self, release: PlannedRelease, target: Target, emit: Emit) -> None:
         """Raise when the release may not run for its images; say it when it runs unchecked."""
-        images = release_lookups(release)
+        namespaces = pulling_namespaces([release.component], release.namespace)
+        await self.check_images(
+            release_lookups(release), namespaces, target, emit,
+            f"release {release.name}", "the release",
+        )  # fmt: skip
+
+    async def check_images(
+        self,
+        images: Sequence[str],
+        namespaces: Sequence[str],
+        target: Target,
+        emit: Emit,
+        name: str,
+        what: str,
+    ) -> None:
+        """Raise when ``images`` hold what runs them; say it when it runs unchecked.
+
+        ``name`` says what runs them in the event (``release x``), ``what`` in
+        the verdict's message (``the release``).
+        """
         if not images:
             return
-        namespaces = pulling_namespaces([release.component], release.namespace)
-        said = await self.judge(images, namespaces, target, "the release")
+        said = await self.judge(images, namespaces, target, what)
         raise_for(said)
         if said.reason is BlockedReason.MIRROR_UNREACHABLE:
             # --mirror-preflight=warn: installed unchecked, and said each time.
-            message = f"release {release.name}: {said.message}"
+            message = f"{name}: {said.message}"
             emit("Warning", EventReason.MIRROR_UNREACHABLE, message)
             log.warning("%s", message)
 

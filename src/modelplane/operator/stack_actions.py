@@ -29,7 +29,14 @@ from modelplane.operator.options import OperatorOptions
 from modelplane.operator.release_records import ReleaseRecords
 from modelplane.plan import Plan
 from modelplane.plan.conflicts import Ours
-from modelplane.plan.model import ObjectAction, PlannedManifests, PlannedRelease, ReleaseAction
+from modelplane.plan.mirror_images import object_lookups, pulling_namespaces
+from modelplane.plan.model import (
+    ObjectAction,
+    PlannedManifests,
+    PlannedObject,
+    PlannedRelease,
+    ReleaseAction,
+)
 from modelplane.vocabulary import EventReason
 from modelplane.wire import stamp
 
@@ -77,6 +84,8 @@ class StackActions:
                 )
         for o in p.objects:
             if o.action is ObjectAction.APPLY and failures.due(o.component):
+                if not await self._images_there(o, p, target):
+                    continue
                 applied = await failures.guard(o.component, self._apply(target, o.object, writes))
                 if applied and o.drift:
                     # Field paths only, never values: a value may be a secret.
@@ -109,6 +118,26 @@ class StackActions:
         product = conflicts.ours(p)
         results = await asyncio.gather(*(self._release(r, target, product) for r in releases))
         return changed or any(results)
+
+    async def _images_there(self, o: PlannedObject, p: Plan, target: Target) -> bool:
+        """Whether the object may be applied for its images: the mirror holds them, or no check.
+
+        The product's own objects (the ModelExpress Deployment, the
+        EnvoyProxy) run images as a release does, applied without helm:
+        looked up first, a hold recorded as the object's component's failure.
+        """
+        images = object_lookups(o.object, p.images) if self.mirror is not None else ()
+        if self.mirror is None or not images:
+            return True
+        components = sorted({u.component for u in p.images if u.mirrored in images})
+        namespace = (o.object.get("metadata") or {}).get("namespace")
+        check = self.mirror.check_images(
+            images, pulling_namespaces(components, namespace), target, self.emit,
+            o.shown, f"the apply of {o.shown}",
+        )  # fmt: skip
+        return await self.component_failures.check(
+            o.component, check, what=f"the image check before the apply of {o.shown}"
+        )
 
     @staticmethod
     async def _apply(target: Target, body: dict[str, Any], writes: Writes) -> None:

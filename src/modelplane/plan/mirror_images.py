@@ -14,7 +14,7 @@ source form (https://github.com/containers/skopeo/blob/main/docs/skopeo-sync.1.m
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, NamedTuple
@@ -113,6 +113,30 @@ def upgrade_lookups(uses: Iterable[ImageUse], upgrading: Iterable[str]) -> tuple
     """
     names = set(upgrading)
     return to_look_up(u for u in uses if u.component in names)
+
+
+def object_lookups(body: Mapping[str, Any], uses: Iterable[ImageUse]) -> tuple[str, ...]:
+    """The mirrored images one of the product's own objects names, each once, in its order.
+
+    The ModelExpress Deployment's container, the EnvoyProxy's
+    ``envoyDeployment.container.image``: applied without helm, so looked up
+    before they are applied, as a release's images before helm runs. Told
+    by value: every string of the object that is an image the plan lists
+    as run from the mirror.
+    """
+    mirrored = set(to_look_up(uses))
+    return tuple(dict.fromkeys(s for s in _strings(body) if s in mirrored))
+
+
+def _strings(node: Any) -> Iterable[str]:
+    if isinstance(node, str):
+        yield node
+    elif isinstance(node, Mapping):
+        for value in node.values():
+            yield from _strings(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _strings(value)
 
 
 def pulling_namespaces(components: Iterable[str], namespace: str | None = None) -> list[str]:
