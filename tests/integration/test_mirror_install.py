@@ -7,23 +7,28 @@ namespace the stack pulls in. The mirror holds every image the fixture
 charts and the product's objects run (one tiny image copied in under each
 name and tag) but LeaderWorkerSet's: the operator installs the rest, never
 installs the release that would run it, and names the image in Ready and an
-event; once skopeo copies it in, the stack converges.
+event; once skopeo copies it in, the stack converges. ``modelplane diff``
+with the same flags names that release and image first, and exits 1.
 """
 
 from __future__ import annotations
 
 import base64
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 from lightkube import Client
 from lightkube.resources.core_v1 import Event, Namespace, Secret
 from tests.integration.hubs import Harness, stack_body
 from tests.integration.substrate import Substrate
 from tests.registry import LoopbackRegistry, loopback_registry, missing_tools
-from tests.testenv import TestEnv
+from tests.testenv import TestEnv, find_binaries
 from tests.waiting import wait_for
 
 from modelplane.api.models import ServingStack
@@ -78,6 +83,24 @@ def _put_pull_secret(target: Client, mirror: LoopbackRegistry) -> None:
         )
 
 
+def _diff(h: Harness, mirror: LoopbackRegistry) -> subprocess.CompletedProcess[str]:
+    stack = h.tmp / "stack.yaml"
+    stack.write_text(yaml.safe_dump(stack_body(h.ns, "stack", {})))
+    return subprocess.run(
+        [
+            sys.executable, "-m", "modelplane.cli.main", "diff", "-f", str(stack),
+            "--kubeconfig", str(h.target_env.kubeconfig_path),
+            "--chart-repository", h.substrate.chart_repository,
+            "--gaie-manifests-url", f"{h.substrate.manifests_base}/gaie-crds",
+            "--manifests-url-for",
+            f"modelexpress-crds={h.substrate.manifests_base}/modelexpress-crds",
+            "--image-registry-mirror", f"*={mirror.host}", "--image-pull-secret", PULL_SECRET,
+        ],
+        capture_output=True, text=True, timeout=300, check=False,
+        env={**os.environ, "MODELPLANE_HELM": str(find_binaries()["helm"])},
+    )  # fmt: skip
+
+
 def _events(h: Harness, reason: str) -> list[str]:
     return [e.message or "" for e in h.hub.list(Event, namespace=h.ns) if e.reason == reason]
 
@@ -112,6 +135,12 @@ def test_a_missing_image_holds_its_release_and_the_stack_converges_once_copied(
         if image not in held_images:
             mirror.push(image.removeprefix(f"{mirror.host}/"))
     _put_pull_secret(h.target, mirror)
+    # diff names the release the mirror lacks an image of, and only it.
+    proc = _diff(h, mirror)
+    assert proc.returncode == 1, proc.stderr
+    said = [line for line in proc.stdout.splitlines() if line.startswith("mirror: ")]
+    assert len(said) == 1 and held_release in said[0] and missing in said[0], proc.stdout
+
     h.put_secret({"kubeconfig": h.kubeconfig_text()})
     h.create({})
     # require: a mirror the operator could not ask would hold every release,

@@ -8,8 +8,9 @@ only requests that are not reads are dry runs (``dryRun=All``), and helm only
 renders, with no credentials in the kubeconfig it gets.
 
 Exit status, as ``kubectl diff``: 0 when nothing would change, 1 when
-something would or the target runs something a change would clash with
-(``plan.conflicts``: listed before anything changes), 2 for an error (bad
+something would, the target runs something a change would clash with
+(``plan.conflicts``: listed before anything changes), or the image mirror
+lacks an image a change would run (``cli.mirror_check``), 2 for an error (bad
 input, a target that cannot be read, or a change whose diff could not be
 made: the output then says which).
 """
@@ -43,6 +44,7 @@ from modelplane.actions.helm import Helm, HelmError, TargetHelm
 from modelplane.api.models import ServingStack
 from modelplane.api.status_limits import TERMINAL
 from modelplane.cli.inputs import InputError, load_yaml, parse
+from modelplane.cli.mirror_check import mirror_findings
 from modelplane.cli.options import (
     AwsRegion,
     AwsStsEndpoint,
@@ -363,7 +365,8 @@ async def read_diff(
                 template_kubeconfig(target.server),
                 deny,
             )
-        return diff(p, reads, target.server)
+        mirror = await mirror_findings(opened.client, p, sources, deny)
+        return diff(p, reads.model_copy(update={"mirror": mirror}), target.server)
 
 
 # ---- output -------------------------------------------------------------------------
@@ -452,6 +455,9 @@ def print_text(d: Diff, console: Console) -> None:
     for h in d.held:
         console.print(Text(_line(f"held back: {h.object}: {h.reason}"), style="dim"))
     print_conflicts(d.conflicts, console)
+    for found in d.mirror:
+        style = "bold red" if found.held else "yellow"
+        console.print(Text(_line(f"mirror: {found.what}: {found.message}"), style=style))
     if d.drift:
         console.print(
             Text(
@@ -533,6 +539,7 @@ def diff_command(
         for problem in problems:
             print(f"error: {_line(problem)}", file=sys.stderr)
         raise typer.Exit(EXIT_USAGE)
-    # A conflict holds its component back: never "nothing to do".
-    if d.changes or d.conflicts:
+    # A conflict, or an image the mirror lacks, holds its component back:
+    # never "nothing to do".
+    if d.changes or d.conflicts or any(m.held for m in d.mirror):
         raise typer.Exit(EXIT_CHANGES)

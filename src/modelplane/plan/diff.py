@@ -54,6 +54,19 @@ class DeployedRelease(Frozen):
     manifest: str = ""
 
 
+class MirrorFinding(Frozen):
+    """A release or object whose images the mirror lacks, or could not be asked about."""
+
+    # ``release ns/name`` or an object as ``Kind ns/name``.
+    what: str
+    component: str
+    # ImageNotInMirror or MirrorUnreachable (vocabulary.BlockedReason).
+    reason: str
+    message: str
+    # Whether the operator would hold it: a missing image always does.
+    held: bool
+
+
 class Reads(Frozen):
     """What was read from the target (and rendered) for one plan, beyond the plan's facts."""
 
@@ -82,6 +95,8 @@ class Reads(Frozen):
     live_crds: dict[str, dict[str, Any]] = Field(default_factory=dict)
     # What each change would clash with on the target (plan.conflicts).
     conflicts: list[Conflict] = Field(default_factory=list)
+    # What the image mirror lacks of each change (plan.mirror_images).
+    mirror: list[MirrorFinding] = Field(default_factory=list)
 
 
 class ReleaseChangeKind(StrEnum):
@@ -165,6 +180,9 @@ class Diff(Frozen):
     # What the target runs that a change would clash with: each holds its
     # component back (plan.conflicts).
     conflicts: list[Conflict] = Field(default_factory=list)
+    # With mirror rules: what the mirror lacks of each change, or could not
+    # be asked about (plan.mirror_images); a missing image holds its change.
+    mirror: list[MirrorFinding] = Field(default_factory=list)
 
     @computed_field  # type: ignore[prop-decorator]
     @property
@@ -401,6 +419,7 @@ def diff(plan: Plan, reads: Reads, server: str) -> Diff:
         held=held,
         drift=drift,
         conflicts=reads.conflicts,
+        mirror=reads.mirror,
     )
 
 
