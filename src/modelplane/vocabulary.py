@@ -86,6 +86,9 @@ class BlockedReason(StrEnum):
     # The mirror could not be asked (no answer, or credentials refused), and
     # --mirror-preflight=require holds the release until it can.
     MIRROR_UNREACHABLE = "MirrorUnreachable"
+    # A release held back before any write: the target runs what it would
+    # clash with (plan.conflicts). Stalled: a person removes or adopts it.
+    CONFLICTS_FOUND = "ConflictsFound"
 
 
 class IdentityFailure(StrEnum):
@@ -239,6 +242,7 @@ _RECONCILE_ONLY = frozenset(
         BlockedReason.STATUS_REFUSED,
         BlockedReason.IMAGE_NOT_IN_MIRROR,
         BlockedReason.MIRROR_UNREACHABLE,
+        BlockedReason.CONFLICTS_FOUND,
     }
 )
 
@@ -292,9 +296,6 @@ class EventReason(StrEnum):
     # The CRDs Helm would leave at their first version, applied before Helm runs.
     CRDS_APPLIED = "CRDsApplied"
     CRD_KEPT = "CRDKept"
-    # A release held back before any write: the cluster runs what it would
-    # clash with (plan.conflicts); the event names each object and its owner.
-    CONFLICTS_FOUND = "ConflictsFound"
     CLAIM_ACQUIRED = "ClaimAcquired"
     CLAIM_RELEASED = "ClaimReleased"
     TEARDOWN_SKIPPED = "TeardownSkipped"
@@ -314,3 +315,5 @@ class EventReason(StrEnum):
     IMAGE_NOT_IN_MIRROR = BlockedReason.IMAGE_NOT_IN_MIRROR.value
     # Also when --mirror-preflight=warn lets the release go on without asking.
     MIRROR_UNREACHABLE = BlockedReason.MIRROR_UNREACHABLE.value
+    # The event names each object and its owner.
+    CONFLICTS_FOUND = BlockedReason.CONFLICTS_FOUND.value

@@ -191,7 +191,8 @@ def test_conflicts_hold_their_components_back_and_converge_once_removed(
     )
     releases = h.helm_releases()
     assert "mp-cert-manager" not in releases and f"mp-{PROMETHEUS}" not in releases
-    ready = h.wait_condition("Ready", "False", "ActionFailed", deadline=DEADLINE)
+    # Every failure a conflict: Ready says so, and Stalled, as no retry clears it.
+    ready = h.wait_condition("Ready", "False", "ConflictsFound", deadline=DEADLINE)
     assert "would clash" in ready["message"], ready
     assert h.condition("Stalled").get("status") == "True"
 

@@ -14,6 +14,7 @@ from modelplane.credentials.identity.base import IdentityFailure
 from modelplane.kube.errors import ErrorKind, Fault
 from modelplane.plan import decisions
 from modelplane.plan.decisions import BlockedReason, ComponentState
+from modelplane.vocabulary import EventReason
 
 
 @dataclass(frozen=True)
@@ -229,6 +230,35 @@ def test_ready_names_the_mirror_only_when_every_failure_is_its(
 def test_a_release_the_mirror_held_gives_its_own_event_reason(reason: BlockedReason) -> None:
     kind = ErrorKind.NOT_FOUND if reason is MISSING else ErrorKind.UNREACHABLE
     assert decisions.action_reason(Fault(kind, reason=reason.value)) is reason
+
+
+CLASH = BlockedReason.CONFLICTS_FOUND
+
+
+@pytest.mark.parametrize(
+    ("reasons", "ready"),
+    [
+        # Every failure a release held back for what the target runs.
+        ({"cert-manager": CLASH}, CLASH),
+        ({"cert-manager": CLASH, "nvidia-dra-driver-gpu": CLASH}, CLASH),
+        # Beside a failed action, or the mirror's: a failed action.
+        ({"cert-manager": CLASH, "lws": BlockedReason.ACTION_FAILED}, BlockedReason.ACTION_FAILED),
+        ({"cert-manager": CLASH, "lws": MISSING}, BlockedReason.ACTION_FAILED),
+    ],
+)
+def test_ready_names_conflicts_only_when_every_failure_is_one(
+    reasons: dict[str, BlockedReason], ready: BlockedReason
+) -> None:
+    failed = {name: "x" for name in reasons}
+    assert decisions.failures_reason(failed, frozenset(), reasons) is ready
+
+
+def test_a_release_held_back_for_a_conflict_says_so_in_ready_and_its_event() -> None:
+    fault = Fault(ErrorKind.INVALID, reason=CLASH.value)
+    assert decisions.action_reason(fault) is CLASH
+    assert decisions.action_event(fault) is EventReason.CONFLICTS_FOUND
+    # Any other refused action stays a failed action.
+    assert decisions.action_event(Fault(ErrorKind.INVALID)) is EventReason.ACTION_FAILED
 
 
 @pytest.mark.parametrize(

@@ -32,6 +32,8 @@ STALLED = [
     B.TARGET_CLAIMED,
     B.TARGET_COLLECTION_TOO_LARGE,
     B.RELEASE_STORAGE_TAMPERED,
+    # A release held back for what the target runs: removed or adopted.
+    B.CONFLICTS_FOUND,
     W.RELEASE_OUTSIDE_NAMESPACE,
     W.POD_CRASH_LOOPING,
     W.IMAGE_PULL_FAILED,

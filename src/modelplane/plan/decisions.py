@@ -56,27 +56,27 @@ def waits(fault: Fault) -> bool:
 
 
 # The reasons a component's action gives of its own: the mirror preflight's,
-# which held a release before anything was written (plan.mirror_images).
+# which held a release before anything was written (plan.mirror_images), and
+# the conflict scan's (BlockedReason.CONFLICTS_FOUND, plan.conflicts).
 _HELD_BY_MIRROR = frozenset({BlockedReason.IMAGE_NOT_IN_MIRROR, BlockedReason.MIRROR_UNREACHABLE})
+_OWN_REASONS = _HELD_BY_MIRROR | {BlockedReason.CONFLICTS_FOUND}
 
 
 def action_reason(fault: Fault) -> BlockedReason:
     """The reason of one component's failed action (an apply, a release, a fetch)."""
     if fault.kind is ErrorKind.WEBHOOK_NOT_READY:
         return BlockedReason.WEBHOOK_NOT_READY
-    if fault.reason in _HELD_BY_MIRROR:
+    if fault.reason in _OWN_REASONS:
         return BlockedReason(fault.reason)
     return BlockedReason.ACTION_FAILED
 
 
 def action_event(fault: Fault) -> EventReason:
-    """The reason of the Warning event of one component's failed action.
+    """The reason of the Warning event of one component's failed action: its Ready reason.
 
     A release held back for what the cluster runs says so in its own event
-    (naming each object and owner); Ready's reason stays ``ActionFailed``.
+    (``ConflictsFound``, naming each object and owner).
     """
-    if fault.reason == EventReason.CONFLICTS_FOUND:
-        return EventReason.CONFLICTS_FOUND
     return EventReason(action_reason(fault))
 
 
@@ -91,7 +91,9 @@ def failures_reason(
     must not read as something that passes by itself. Likewise the mirror's
     reasons (``reasons``: each failed component's action reason), only
     when every failure is the mirror's; a missing image before an
-    unreachable mirror, as the one a person can mend.
+    unreachable mirror, as the one a person can mend. And ``ConflictsFound``
+    only when every failure is a release held back for what the cluster
+    runs: a person removes the clash or adopts it.
     """
     if set(failed) <= waiting_on_webhook:
         return BlockedReason.WEBHOOK_NOT_READY
@@ -100,6 +102,8 @@ def failures_reason(
         if BlockedReason.IMAGE_NOT_IN_MIRROR in given:
             return BlockedReason.IMAGE_NOT_IN_MIRROR
         return BlockedReason.MIRROR_UNREACHABLE
+    if given and all(r is BlockedReason.CONFLICTS_FOUND for r in given):
+        return BlockedReason.CONFLICTS_FOUND
     return BlockedReason.ACTION_FAILED
 
 

@@ -49,6 +49,8 @@ STALLS: frozenset[str] = frozenset(
         BlockedReason.TARGET_CLAIMED,
         BlockedReason.TARGET_COLLECTION_TOO_LARGE,
         BlockedReason.RELEASE_STORAGE_TAMPERED,
+        # The target runs what a release would clash with: removed or adopted.
+        BlockedReason.CONFLICTS_FOUND,
         WorkloadReason.RELEASE_OUTSIDE_NAMESPACE,
         # kstatus's own Failed for a workload: insufficient progress.
         WorkloadReason.POD_CRASH_LOOPING,
