@@ -61,7 +61,7 @@ _WORKLOAD_APIS = {"Deployment": DEPLOYMENTS, "DaemonSet": DAEMON_SETS}
 
 
 class ConflictsFound(KnownError):
-    """A release not installed or upgraded: the target holds what it would clash with.
+    """A release (or objects) not written: the target holds what it would clash with.
 
     Refused, as a chart CRD upgrade is: retrying changes nothing until a
     person removes the clash, or adopts what the spec may take over.
@@ -69,9 +69,10 @@ class ConflictsFound(KnownError):
 
     kind = ErrorKind.INVALID
 
-    def __init__(self, release: PlannedRelease, conflicts: Sequence[Conflict]) -> None:
+    def __init__(self, what: str, conflicts: Sequence[Conflict]) -> None:
+        """``what``: what was held back, for a person ("release mp-cert-manager")."""
         super().__init__(
-            f"held back before any write, release {release.name} would clash with what "
+            f"held back before any write, {what} would clash with what "
             f"the cluster runs: {messages(conflicts)}"
         )
         self.conflicts = tuple(conflicts)

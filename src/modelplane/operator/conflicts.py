@@ -1,16 +1,25 @@
-"""The operator's side of the conflict scan: a release that would clash is not started.
+"""The operator's side of the conflict scan: a release or objects that would clash are not written.
 
 Kept apart from the actions it guards: ``StackActions`` calls ``hold_back``
 first thing in a release's install or upgrade, before its namespace, its
-chart's CRDs or helm write anything. A conflict the spec does not adopt
-raises ``ConflictsFound``, which the component's guard records as its
-failure (an event naming each object and its owner, and Ready's message),
-while the other components go on.
+chart's CRDs or helm write anything, and ``hold_back_objects`` before a
+component's objects are applied (a GatewayClass of the spec's name that
+another controller holds). A conflict the spec does not adopt raises
+``ConflictsFound``, which the component's guard records as its failure (an
+event naming each object and its owner, and Ready's message), while the
+other components go on.
 """
 
 from __future__ import annotations
 
-from modelplane.actions.conflict_scan import ConflictsFound, scan_release
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from modelplane.actions.conflict_scan import (
+    ConflictsFound,
+    gateway_class_conflicts,
+    scan_release,
+)
 from modelplane.actions.helm import Helm
 from modelplane.kube.client import Target
 from modelplane.plan import Plan
@@ -34,4 +43,17 @@ async def hold_back(
         return
     found = await scan_release(helm, target.client, release, kubeconfig, product)
     if found:
-        raise ConflictsFound(release, found)
+        raise ConflictsFound(f"release {release.name}", found)
+
+
+async def hold_back_objects(
+    target: Target, component: str, bodies: Sequence[Mapping[str, Any]]
+) -> None:
+    """Raise ``ConflictsFound`` when ``component``'s objects would clash with what the target runs.
+
+    A GatewayClass is read only when the plan applies one: once the
+    product's own is in place, the plan has nothing of it to apply.
+    """
+    found = await gateway_class_conflicts(target.client, component, bodies)
+    if found:
+        raise ConflictsFound(f"the objects of {component}", found)

@@ -82,8 +82,13 @@ class StackActions:
                 changed |= await failures.guard(
                     m.component, self._apply_manifests(m, target, writes)
                 )
+        held = await self._held_objects(p, target)
         for o in p.objects:
-            if o.action is ObjectAction.APPLY and failures.due(o.component):
+            if (
+                o.action is ObjectAction.APPLY
+                and o.component not in held
+                and failures.due(o.component)
+            ):
                 if not await self._images_there(o, p, target):
                     continue
                 applied = await failures.guard(o.component, self._apply(target, o.object, writes))
@@ -138,6 +143,27 @@ class StackActions:
         return await self.component_failures.check(
             o.component, check, what=f"the image check before the apply of {o.shown}"
         )
+
+    async def _held_objects(self, p: Plan, target: Target) -> set[str]:
+        """The components whose objects the plan applies that would clash with the target's.
+
+        Checked before any of a component's objects is written, through the
+        component's guard: a clash is its failure (``ConflictsFound``).
+        """
+        failures = self.component_failures
+        applying = [
+            o for o in p.objects if o.action is ObjectAction.APPLY and failures.due(o.component)
+        ]
+        held: set[str] = set()
+        for component in sorted({o.component for o in applying}):
+            bodies = [o.object for o in applying if o.component == component]
+            if not await failures.check(
+                component,
+                conflicts.hold_back_objects(target, component, bodies),
+                what=f"the apply of {component}'s objects",
+            ):
+                held.add(component)
+        return held
 
     @staticmethod
     async def _apply(target: Target, body: dict[str, Any], writes: Writes) -> None:
