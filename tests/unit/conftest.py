@@ -76,6 +76,7 @@ def full_spec() -> dict[str, Any]:
             "listeners": [{"name": "http", "port": 80, "protocol": "HTTP"}],
             "clientCAs": [{"name": "fleet", "certificate": CA_PEM}],
         },
+        "adopt": ["cert-manager"],
     }
 
 

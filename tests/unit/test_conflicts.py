@@ -12,6 +12,7 @@ from modelplane.plan.conflicts import (
     LiveWorkload,
     ObjectRef,
     Release,
+    adoption,
     advertising,
     crd_conflicts,
     device_plugin_nodes,
@@ -289,6 +290,25 @@ def test_second_instances(component: str, live: LiveWorkload, what: str | None) 
         assert found[0].kind is ConflictKind.SECOND_INSTANCE and not found[0].adoptable
 
 
+@pytest.mark.parametrize(
+    ("planned", "second"),
+    [
+        # Another release's workload of the same name in the same place: the
+        # very object the release writes, a taken conflict, not a second one.
+        ([ObjectRef("apps/v1", "Deployment", "other", "w")], False),
+        # Same name elsewhere, or another kind: a second instance.
+        ([ObjectRef("apps/v1", "Deployment", "cert-manager", "w")], True),
+        ([ObjectRef("apps/v1", "DaemonSet", "other", "w")], True),
+        ([], True),
+    ],
+)
+def test_a_workload_the_release_renders_is_no_second_instance(
+    planned: list[ObjectRef], second: bool
+) -> None:
+    live = workload("Deployment", "quay.io/jetstack/cert-manager-webhook:v1.19.0")
+    assert bool(second_instances("cert-manager", [live], OURS, planned)) is second
+
+
 def test_live_workload_of_a_hostile_object_is_cut_not_refused() -> None:
     w = live_workload(
         "Deployment",
@@ -342,3 +362,71 @@ def test_gateway_class(live: dict[str, Any] | None, clash: bool) -> None:
     if clash:
         assert "istio.io/gateway-controller" in found[0].message
         assert "Helm release istio-system/istio" in found[0].message
+
+
+def conflict(component: str, kind: ConflictKind, name: str = "x") -> Conflict:
+    return Conflict(
+        component=component, kind=kind, object=f"Thing {name}", owner="Helm release a/b"
+    )
+
+
+TAKEN, CRD_OWNER, SECOND = ConflictKind.TAKEN, ConflictKind.CRD_OWNER, ConflictKind.SECOND_INSTANCE
+
+
+@pytest.mark.parametrize(
+    ("conflicts", "adopt", "adopted", "held"),
+    [
+        # Nothing adopted: every conflict holds its component back.
+        ([conflict("cert-manager", TAKEN)], set(), [], ["cert-manager"]),
+        # An object of an adopted component is taken over.
+        ([conflict("cert-manager", TAKEN)], {"cert-manager"}, ["cert-manager"], []),
+        # Another component's object is not.
+        (
+            [conflict("cert-manager", TAKEN), conflict("trust-manager", TAKEN)],
+            {"cert-manager"},
+            ["cert-manager"],
+            ["trust-manager"],
+        ),
+        # A CRD of another owner and a second instance are never taken over.
+        (
+            [
+                conflict("kube-prometheus-stack", TAKEN, "a"),
+                conflict("kube-prometheus-stack", CRD_OWNER, "b"),
+                conflict("kube-prometheus-stack", SECOND, "c"),
+                conflict("kube-prometheus-stack", ConflictKind.CRD_DOWNGRADE, "d"),
+            ],
+            {"kube-prometheus-stack"},
+            ["kube-prometheus-stack"],
+            ["kube-prometheus-stack"] * 3,
+        ),
+    ],
+)
+def test_adoption(
+    conflicts: list[Conflict], adopt: set[str], adopted: list[str], held: list[str]
+) -> None:
+    taken_over, standing = adoption(conflicts, adopt)
+    assert [c.component for c in taken_over] == adopted
+    assert [c.component for c in standing] == held
+    assert all(c.kind is TAKEN for c in taken_over)
+
+
+@pytest.mark.parametrize(
+    ("kind", "why"),
+    [
+        (CRD_OWNER, "does not take over a CRD of another owner"),
+        (ConflictKind.CRD_DOWNGRADE, "does not take a CRD back to an older version"),
+        (SECOND, "would leave two"),
+    ],
+)
+def test_what_adopting_leaves_says_why(kind: ConflictKind, why: str) -> None:
+    c = conflict("cert-manager", kind).model_copy(update={"detail": "exists"})
+    # Of a component not adopted: said as found.
+    assert adoption([c], set())[1] == [c]
+    (held,) = adoption([c], {"cert-manager"})[1]
+    assert held.message.startswith("Thing x (Helm release a/b): exists (spec.adopt ")
+    assert why in held.message
+
+
+def test_what_an_adoption_takes_over_is_named_with_its_owner() -> None:
+    (c,) = adoption([conflict("cert-manager", TAKEN)], {"cert-manager"})[0]
+    assert c.adopted == "Thing x from Helm release a/b"

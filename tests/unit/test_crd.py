@@ -8,6 +8,7 @@ import yaml
 from typer.testing import CliRunner
 
 from modelplane.api.spec import (
+    ADOPTABLE,
     CLIENT_CA_NAMES_RULE,
     IDENTITY_RULE,
     KUBECONFIG_RULE,
@@ -128,6 +129,9 @@ def test_schema_carries_every_limit() -> None:
     assert (_node(spec, "secrets")["minItems"], _node(spec, "secrets")["maxItems"]) == (1, 8)
     assert _node(spec, "gateway.listeners")["maxItems"] == 8
     assert _node(spec, "gateway.clientCAs")["maxItems"] == 32
+    # Each adoptable component at most once: the API server refuses a repeat.
+    adopt = _node(spec, "adopt")
+    assert (adopt["maxItems"], adopt["x-kubernetes-list-type"]) == (len(ADOPTABLE), "set")
     status = _crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]
     assert _node(status, "gateway.address")["maxLength"] == 256
     assert _node(status, "gateway.caCertificate")["maxLength"] == 16384

@@ -11,6 +11,8 @@ from pydantic import ValidationError
 
 from modelplane.api.models import ServingStack
 from modelplane.api.spec import (
+    ADOPT_RULE,
+    ADOPTABLE,
     CLIENT_CA_NAMES_RULE,
     IDENTITY_RULE,
     KUBECONFIG_RULE,
@@ -46,6 +48,8 @@ ENUMS: list[tuple[str, set[str]]] = [
     ("stack", {"Standard", "Dynamo"}),
     ("components", {"Managed", "Provided"}),
     ("gateway.listeners.0.protocol", {"HTTP", "TCP"}),
+    # The components installed as a Helm release, from the catalog.
+    ("adopt.0", {c.name for c in COMPONENTS if c.chart is not None}),
     (
         "secrets.1.type",
         {
@@ -151,11 +155,17 @@ def _ca(i: int) -> dict[str, Any]:
     return {"name": f"gw{i}", "certificate": CA_PEM}
 
 
+def _adopted(i: int) -> str:
+    return ADOPTABLE[i % len(ADOPTABLE)]
+
+
 @pytest.mark.parametrize(
     ("path", "item", "low", "high"),
     [
         ("gateway.listeners", _listener, 0, 8),
         ("gateway.clientCAs", _ca, 0, 32),
+        # Each adoptable component once: no longer list is valid.
+        ("adopt", _adopted, 0, len(ADOPTABLE)),
     ],
 )
 def test_item_limits(path: str, item: Any, low: int, high: int) -> None:
@@ -231,6 +241,7 @@ def test_defaults_leave_optional_fields_empty() -> None:
     assert spec.gateway.client_cas == []
     assert spec.kubeconfig_secret.name == "west-kubeconfig"
     assert spec.cloud_identity is None
+    assert spec.adopt == []
 
 
 def test_status_limits() -> None:
@@ -309,6 +320,19 @@ def test_client_ca_names_unique() -> None:
     assert _errors({"secrets": [KC], "gateway": {"clientCAs": cas}}) == []
 
 
+def test_adopt_names_each_component_once() -> None:
+    errors = _errors({"secrets": [KC], "adopt": ["cert-manager", "cert-manager"]})
+    assert errors == [("adopt", f"Value error, {ADOPT_RULE}")]
+    assert _errors({"secrets": [KC], "adopt": ["cert-manager", "trust-manager"]}) == []
+
+
+def test_only_a_helm_release_can_be_adopted() -> None:
+    # Objects and manifests of the product are applied, never adopted.
+    assert "dra-driver-critical-pods-quota" not in ADOPTABLE and "gaie-crds" not in ADOPTABLE
+    (error,) = _errors({"secrets": [KC], "adopt": ["gaie-crds"]})
+    assert error[0] == "adopt.0"
+
+
 def test_rule_messages_are_sentences_a_person_reads() -> None:
     for message in (
         KUBECONFIG_RULE,
@@ -316,6 +340,7 @@ def test_rule_messages_are_sentences_a_person_reads() -> None:
         IDENTITY_RULE,
         LISTENER_NAMES_RULE,
         CLIENT_CA_NAMES_RULE,
+        ADOPT_RULE,
     ):
         assert re.fullmatch(r"[a-z][a-zA-Z ,()]+", message), message
 

@@ -140,11 +140,20 @@ async def gpu_advertising_nodes(client: AsyncClient) -> list[str]:
     )
 
 
-async def singleton_conflicts(client: AsyncClient, component: str, ours: Ours) -> list[Conflict]:
-    """Another instance of what ``component`` must be alone on a cluster as."""
+async def singleton_conflicts(
+    client: AsyncClient, component: str, ours: Ours, planned: Sequence[ObjectRef] = ()
+) -> list[Conflict]:
+    """Another instance of what ``component`` must be alone on a cluster as.
+
+    ``planned``: the objects its release renders, which are no second instance.
+    """
     rules = SINGLETONS.get(component, ())
     kinds = frozenset(k for r in rules for k in r.kinds)
-    out = second_instances(component, await live_workloads(client, kinds), ours) if kinds else []
+    out = (
+        second_instances(component, await live_workloads(client, kinds), ours, planned)
+        if kinds
+        else []
+    )
     if component == DRA_DRIVER:
         out += device_plugin_nodes(component, await gpu_advertising_nodes(client))
     return out
@@ -154,14 +163,11 @@ def release_ref(release: PlannedRelease) -> Release:
     return Release(release.component, release.name, release.namespace)
 
 
-async def object_conflicts(
-    client: AsyncClient, release: PlannedRelease, rendered: str, ours: Ours
-) -> list[Conflict]:
-    """The objects ``rendered`` (``helm template``'s output) would write that others hold."""
+async def rendered_refs(release: PlannedRelease, rendered: str) -> list[ObjectRef]:
+    """The objects ``rendered`` (``helm template``'s output) would write."""
     # Up to MiBs of YAML: parsed off the event loop.
     docs = await asyncio.to_thread(lambda: list(load_yaml_all(rendered, MANIFEST_LIMITS)))
-    refs = planned_refs(docs, release.namespace)
-    return taken(release_ref(release), refs, await live_metadata(client, refs), ours)
+    return planned_refs(docs, release.namespace)
 
 
 async def scan_release(
@@ -183,13 +189,14 @@ async def scan_release(
         rendered = await helm.template(
             release, kubeconfig, is_upgrade=release.action is ReleaseAction.UPGRADE
         )
-    out = await object_conflicts(client, release, rendered, ours)
+    refs = await rendered_refs(release, rendered)
+    out = taken(release_ref(release), refs, await live_metadata(client, refs), ours)
     if crds is None and applies_chart_crds(release):
         reads = await read_chart_crd_state(helm, client, release, kubeconfig)
         crds = (reads.desired, reads.live)
     if crds is not None:
         out += crd_conflicts(release_ref(release), crds[0], crds[1])
-    return out + await singleton_conflicts(client, release.component, ours)
+    return out + await singleton_conflicts(client, release.component, ours, refs)
 
 
 async def gateway_class_conflicts(

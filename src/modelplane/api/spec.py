@@ -13,7 +13,7 @@ import datetime
 import re
 from collections.abc import Sequence
 from enum import StrEnum
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from cryptography import x509
 from pydantic import (
@@ -71,6 +71,7 @@ NAMESPACE_RULE = "namespace may be set only on cloud identity entries, not on th
 IDENTITY_RULE = "at most one cloud identity entry (a type other than Kubeconfig) may be given"
 LISTENER_NAMES_RULE = "listener names must be unique"
 CLIENT_CA_NAMES_RULE = "clientCAs names must be unique"
+ADOPT_RULE = "adopt must name each component once"
 # The Gateway API refuses two listeners of one port, protocol and hostname
 # (its CRD's CEL rule "Combination of port, protocol and hostname must be
 # unique for each listener", gateway.networking.k8s.io_gateways.yaml v1.5.1),
@@ -327,6 +328,15 @@ else:
     DynamoVersions = pins_model("dynamo")
 
 
+# What spec.adopt may name: the components installed as a Helm release,
+# whose objects Helm's --take-ownership can take over (plan.conflicts).
+ADOPTABLE: tuple[str, ...] = tuple(sorted(c.name for c in COMPONENTS if c.chart is not None))
+if TYPE_CHECKING:
+    AdoptableComponent = str
+else:
+    AdoptableComponent = Literal[ADOPTABLE]
+
+
 class ServingStackSpec(ApiModel):
     """The desired serving substrate of one target cluster."""
 
@@ -360,6 +370,17 @@ class ServingStackSpec(ApiModel):
     gateway: GatewaySpec = Field(
         default_factory=GatewaySpec, description="The cluster's inference traffic gateway."
     )
+    # Not in the upstream API reference: an extension, as spec.components is.
+    adopt: list[AdoptableComponent] = Field(
+        default_factory=list,
+        max_length=len(ADOPTABLE),
+        json_schema_extra={"x-kubernetes-list-type": "set"},
+        description="Managed mode: components allowed to take over the objects of their "
+        "release that already exist on the cluster and belong to no release of this product "
+        "(Helm's --take-ownership), instead of being held back. modelplane diff lists what "
+        "each would take over. A CRD of another owner and a second instance of a component "
+        "are never taken over.",
+    )
 
     # Each rule is checked on the field it is about, so an error names that
     # field's path (spec.secrets, spec.gateway.listeners, ...), as the CRD's
@@ -373,6 +394,13 @@ class ServingStackSpec(ApiModel):
         if len(secrets) - len(kubeconfigs) > 1:
             raise ValueError(IDENTITY_RULE)
         return secrets
+
+    @field_validator("adopt")
+    @classmethod
+    def _adopt_once(cls, adopt: list[str]) -> list[str]:
+        if len(adopt) != len(set(adopt)):
+            raise ValueError(ADOPT_RULE)
+        return adopt
 
     @property
     def kubeconfig_secret(self) -> SecretRef:

@@ -23,7 +23,7 @@ everything read is the target's and hostile, so names and owners pass
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -100,6 +100,11 @@ class Conflict(Frozen):
     def adoptable(self) -> bool:
         """Whether ``spec.adopt`` may take it over (Helm's --take-ownership): only objects."""
         return self.kind is ConflictKind.TAKEN
+
+    @property
+    def adopted(self) -> str:
+        """What adopting it takes over, and from whom, for a person."""
+        return f"{self.object} from {self.owner}"
 
     @property
     def message(self) -> str:
@@ -411,13 +416,22 @@ DRA_DRIVER = "nvidia-dra-driver-gpu"
 
 
 def second_instances(
-    component: str, workloads: Sequence[LiveWorkload], ours: Ours
+    component: str,
+    workloads: Sequence[LiveWorkload],
+    ours: Ours,
+    planned: Collection[ObjectRef] = (),
 ) -> list[Conflict]:
-    """Workloads of another instance of what ``component`` must be alone on a cluster as."""
+    """Workloads of another instance of what ``component`` must be alone on a cluster as.
+
+    A workload the release itself renders (``planned``) is no second
+    instance: it is the very object, a ``taken`` conflict, which adopting
+    takes over and leaves one.
+    """
+    own = {(r.kind, r.namespace, r.name) for r in planned}
     out = []
     for rule in SINGLETONS.get(component, ()):
         for w in workloads:
-            if w.release in ours or not rule.runs(w):
+            if w.release in ours or (w.kind, w.namespace, w.name) in own or not rule.runs(w):
                 continue
             out.append(
                 Conflict(
@@ -487,3 +501,37 @@ def gateway_class(
 def messages(conflicts: Sequence[Conflict]) -> str:
     """Every conflict of one component, for a condition or an event."""
     return "; ".join(c.message for c in conflicts)
+
+
+# ---- adopting -----------------------------------------------------------------------------
+
+# Why spec.adopt leaves a conflict of an adopted component standing, said beside it.
+NOT_ADOPTED: Mapping[ConflictKind, str] = {
+    ConflictKind.CRD_OWNER: "spec.adopt does not take over a CRD of another owner, whose "
+    "objects of every namespace depend on it: its owner hands it over or removes it",
+    ConflictKind.CRD_DOWNGRADE: "spec.adopt does not take a CRD back to an older version",
+    ConflictKind.SECOND_INSTANCE: "spec.adopt does not take over a second instance: adopting "
+    "would leave two on the cluster",
+}
+
+
+def adoption(
+    conflicts: Sequence[Conflict], adopt: Collection[str]
+) -> tuple[list[Conflict], list[Conflict]]:
+    """The conflicts ``spec.adopt`` takes over, and those that still hold a component back.
+
+    Only an object of a component the spec names is taken over (Helm's
+    ``--take-ownership``). The others of such a component say why not.
+    """
+    adopted: list[Conflict] = []
+    held: list[Conflict] = []
+    for c in conflicts:
+        if c.component not in adopt:
+            held.append(c)
+        elif c.adoptable:
+            adopted.append(c)
+        else:
+            why = NOT_ADOPTED[c.kind]
+            detail = f"{c.detail} ({why})" if c.detail else why
+            held.append(c.model_copy(update={"detail": detail}))
+    return adopted, held
