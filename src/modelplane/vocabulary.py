@@ -296,6 +296,8 @@ class EventReason(StrEnum):
     # The CRDs Helm would leave at their first version, applied before Helm runs.
     CRDS_APPLIED = "CRDsApplied"
     CRD_KEPT = "CRDKept"
+    # Objects a release took over (spec.adopt), each named with its former owner.
+    ADOPTED = "Adopted"
     CLAIM_ACQUIRED = "ClaimAcquired"
     CLAIM_RELEASED = "ClaimReleased"
     TEARDOWN_SKIPPED = "TeardownSkipped"

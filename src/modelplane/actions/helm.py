@@ -239,12 +239,17 @@ class Helm:
                     raise
         return out, err, proc.returncode
 
-    async def apply(self, release: PlannedRelease, kubeconfig: str) -> str | None:
+    async def apply(
+        self, release: PlannedRelease, kubeconfig: str, *, take_ownership: bool = False
+    ) -> str | None:
         """Carry out the planned action; for an install or upgrade, helm's release as JSON.
 
         The JSON is what helm stored, as helm itself printed it (``-o json``):
         the revision and manifest the operator records on the hub, read from
         no Secret a tenant could have written meanwhile (plan.release_trust).
+        ``take_ownership``: objects of the release that exist and belong to no
+        release are taken over (``spec.adopt``, once the conflict scan has
+        named each; helm 3.17 and later).
         """
         action = release.action
         if action is ReleaseAction.REINSTALL:
@@ -263,14 +268,23 @@ class Helm:
             return None
         if action not in (ReleaseAction.INSTALL, ReleaseAction.UPGRADE):
             return None
-        return await self._install_or_upgrade(release, str(action), kubeconfig)
+        return await self._install_or_upgrade(release, str(action), kubeconfig, take_ownership)
 
-    async def _install_or_upgrade(self, release: PlannedRelease, verb: str, kubeconfig: str) -> str:
+    async def _install_or_upgrade(
+        self, release: PlannedRelease, verb: str, kubeconfig: str, take_ownership: bool
+    ) -> str:
         async with self._chart(release, kubeconfig) as chart:
-            return await self._install_or_upgrade_chart(release, verb, chart, kubeconfig)
+            return await self._install_or_upgrade_chart(
+                release, verb, chart, kubeconfig, take_ownership
+            )
 
     async def _install_or_upgrade_chart(
-        self, release: PlannedRelease, verb: str, chart: list[str], kubeconfig: str
+        self,
+        release: PlannedRelease,
+        verb: str,
+        chart: list[str],
+        kubeconfig: str,
+        take_ownership: bool,
     ) -> str:
         args = [verb, *chart]
         args += [
@@ -288,6 +302,8 @@ class Helm:
             args += ["--history-max", "5"]
         if release.wait:
             args.append("--wait")
+        if take_ownership:
+            args.append("--take-ownership")
         values = for_go(release.values).encode()
         return await self.run(
             *args, kubeconfig=kubeconfig, stdin=values, secrets=url_secrets(release.repository)

@@ -21,6 +21,7 @@ import asyncio
 import re
 import sys
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -79,8 +80,8 @@ from modelplane.kube.scrub import shown_url
 from modelplane.observe.releases import ReleaseReadError, deployed_release, release_secret
 from modelplane.observe.state import Listed, read_listed, to_observed, wanted
 from modelplane.plan import plan
-from modelplane.plan.conflicts import Conflict
-from modelplane.plan.diff import DeployedRelease, Diff, ObjectChange, Reads, diff
+from modelplane.plan.conflicts import Conflict, adoption
+from modelplane.plan.diff import DeployedRelease, Diff, MirrorFinding, ObjectChange, Reads, diff
 from modelplane.plan.model import (
     ObjectAction,
     Plan,
@@ -366,7 +367,16 @@ async def read_diff(
                 deny,
             )
         mirror = await mirror_findings(opened.client, p, sources, deny)
-        return diff(p, reads.model_copy(update={"mirror": mirror}), target.server)
+        return diff(p, adopting(reads, stack.spec.adopt, mirror), target.server)
+
+
+def adopting(reads: Reads, adopt: Sequence[str], mirror: list[MirrorFinding]) -> Reads:
+    """``reads`` with the conflicts ``spec.adopt`` takes over set apart (``plan.conflicts``).
+
+    And what the image mirror lacks of each change (``mirror``).
+    """
+    adopted, held = adoption(reads.conflicts, adopt)
+    return reads.model_copy(update={"conflicts": held, "adopted": adopted, "mirror": mirror})
 
 
 # ---- output -------------------------------------------------------------------------
@@ -413,16 +423,27 @@ def print_conflicts(conflicts: list[Conflict], console: Console) -> None:
             Text(
                 _line(
                     f"Held back for what the cluster runs: {', '.join(held)} (the others "
-                    "install). Remove or reconfigure what each line names, or install the "
-                    "component yourself (Provided mode)."
+                    "install). Remove or reconfigure what each line names, adopt an object "
+                    "no release of the product owns (spec.adopt), or install the component "
+                    "yourself (Provided mode)."
                 ),
                 style="bold red",
             )
         )
 
 
+def print_adopted(adopted: list[Conflict], console: Console) -> None:
+    """What each adopted release takes over and from whom, before anything else is shown."""
+    for c in adopted:
+        console.print(Text(_line(f"adopts: {c.component}: {c.adopted}"), style="bold yellow"))
+
+
 def print_text(d: Diff, console: Console) -> None:
-    """The diff as ``kubectl diff`` shows one: a heading per change, then its unified diff."""
+    """The diff as ``kubectl diff`` shows one: a heading per change, then its unified diff.
+
+    What spec.adopt takes over comes first: the owner reads it before the changes.
+    """
+    print_adopted(d.adopted, console)
     for r in d.releases:
         versions = (
             f"{r.old_version} -> {r.new_version}"
@@ -539,7 +560,7 @@ def diff_command(
         for problem in problems:
             print(f"error: {_line(problem)}", file=sys.stderr)
         raise typer.Exit(EXIT_USAGE)
-    # A conflict, or an image the mirror lacks, holds its component back:
-    # never "nothing to do".
-    if d.changes or d.conflicts or any(m.held for m in d.mirror):
+    # A conflict or an image the mirror lacks holds its component back, an
+    # adoption writes: never "nothing to do".
+    if d.changes or d.conflicts or d.adopted or any(m.held for m in d.mirror):
         raise typer.Exit(EXIT_CHANGES)

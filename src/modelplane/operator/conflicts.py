@@ -12,7 +12,7 @@ other components go on.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from modelplane.actions.conflict_scan import (
@@ -21,10 +21,12 @@ from modelplane.actions.conflict_scan import (
     scan_release,
 )
 from modelplane.actions.helm import Helm
+from modelplane.api.status_limits import LOG_MESSAGE
 from modelplane.kube.client import Target
 from modelplane.plan import Plan
-from modelplane.plan.conflicts import Ours
+from modelplane.plan.conflicts import Conflict, Ours, adoption
 from modelplane.plan.model import PlannedRelease, ReleaseAction
+from modelplane.untrusted import printable
 
 # What a rollback writes is the release's own last revision: nothing new to clash.
 SCANNED = frozenset({ReleaseAction.INSTALL, ReleaseAction.REINSTALL, ReleaseAction.UPGRADE})
@@ -36,14 +38,37 @@ def ours(p: Plan) -> Ours:
 
 
 async def hold_back(
-    helm: Helm, target: Target, release: PlannedRelease, kubeconfig: str, product: Ours
-) -> None:
-    """Raise ``ConflictsFound`` when ``release`` would clash with what the target runs."""
+    helm: Helm,
+    target: Target,
+    release: PlannedRelease,
+    kubeconfig: str,
+    product: Ours,
+    adopt: Collection[str] = (),
+) -> list[Conflict]:
+    """Raise ``ConflictsFound`` when ``release`` would clash with what the target runs.
+
+    Returns what ``adopt`` (``spec.adopt``) takes over instead: objects of
+    the release that exist and belong to no release of the product, which
+    helm then takes with ``--take-ownership``. Anything else still holds
+    the release back.
+    """
     if release.action not in SCANNED:
-        return
+        return []
     found = await scan_release(helm, target.client, release, kubeconfig, product)
-    if found:
-        raise ConflictsFound(f"release {release.name}", found)
+    adopted, held = adoption(found, adopt)
+    if held:
+        raise ConflictsFound(f"release {release.name}", held)
+    return adopted
+
+
+def adopted_message(release: PlannedRelease, adopted: Sequence[Conflict]) -> str:
+    """The ``Adopted`` event's words: each object taken over, and from whom."""
+    return printable(
+        f"release {release.name} took over {len(adopted)} object"
+        f"{'s' if len(adopted) != 1 else ''} (spec.adopt): "
+        + "; ".join(c.adopted for c in adopted),
+        LOG_MESSAGE,
+    )
 
 
 async def hold_back_objects(

@@ -405,7 +405,7 @@ class StackReconciler:
                 )
                 if self.on_plan is not None:
                     self.on_plan(current)
-                if not await self.actions.act(current, target, writes):
+                if not await self.actions.act(current, target, writes, frozenset(stack.spec.adopt)):
                     # Read after every write, from the target or a copy showing them.
                     seen = acted and from_cache
                     break

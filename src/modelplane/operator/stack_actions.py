@@ -73,8 +73,14 @@ class StackActions:
     # change; safe to lose.
     manifests: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
-    async def act(self, p: Plan, target: Target, writes: Writes) -> bool:
-        """Carry out what the plan says now, noting it in ``writes``; True if anything changed."""
+    async def act(
+        self, p: Plan, target: Target, writes: Writes, adopt: frozenset[str] = frozenset()
+    ) -> bool:
+        """Carry out what the plan says now, noting it in ``writes``; True if anything changed.
+
+        ``adopt``: the components whose release may take over what it finds
+        (``spec.adopt``, operator.conflicts).
+        """
         changed = False
         failures = self.component_failures
         for m in p.manifests:
@@ -121,7 +127,9 @@ class StackActions:
         writes.untracked |= bool(releases)
         # Releases the plan lets go now do not depend on each other.
         product = conflicts.ours(p)
-        results = await asyncio.gather(*(self._release(r, target, product) for r in releases))
+        results = await asyncio.gather(
+            *(self._release(r, target, product, adopt) for r in releases)
+        )
         return changed or any(results)
 
     async def _images_there(self, o: PlannedObject, p: Plan, target: Target) -> bool:
@@ -180,7 +188,9 @@ class StackActions:
         for body in self.manifests[m.url]:
             await self._apply(target, stamp(body, m.digest), writes)
 
-    async def _release(self, release: PlannedRelease, target: Target, product: Ours) -> bool:
+    async def _release(
+        self, release: PlannedRelease, target: Target, product: Ours, adopt: frozenset[str]
+    ) -> bool:
         succeeded, verb = SUCCEEDED[release.action]
         # Before anything is written, and before helm: a missing image holds the release.
         if self.mirror is not None and not await self.component_failures.check(
@@ -195,7 +205,9 @@ class StackActions:
 
         async def carry_out() -> None:
             # Before anything of the release is written (operator.conflicts).
-            await conflicts.hold_back(self.helm, target, release, kubeconfig, product)
+            adopted = await conflicts.hold_back(
+                self.helm, target, release, kubeconfig, product, adopt
+            )
             if release.action in (ReleaseAction.INSTALL, ReleaseAction.REINSTALL):
                 # Made here rather than by helm's --create-namespace, labelled
                 # as ours, so that teardown removes the namespace with the
@@ -206,7 +218,7 @@ class StackActions:
             await self.release_records.verify_base(release, target)
             self.release_records.forget_base(release)
             try:
-                output = await self.helm.apply(release, kubeconfig)
+                output = await self.helm.apply(release, kubeconfig, take_ownership=bool(adopted))
             except Exception:
                 # A failed run may have written a revision (failed, or
                 # pending): the operator's, recorded so it is not taken for
@@ -217,6 +229,11 @@ class StackActions:
                     log.warning("release %s: not recorded: %s", release.name, err)
                 raise
             await self.release_records.record_release(release, target, output)
+            if adopted:
+                # Once: what was taken over is the release's own from now on.
+                self.emit(
+                    "Normal", EventReason.ADOPTED, conflicts.adopted_message(release, adopted)
+                )
 
         started = time.monotonic()
         ok = await self.component_failures.guard(

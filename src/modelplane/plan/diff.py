@@ -93,10 +93,12 @@ class Reads(Frozen):
     chart_crds: dict[str, list[dict[str, Any]]] = Field(default_factory=dict)
     # CRD name -> the live CRD, for those CRDs that exist.
     live_crds: dict[str, dict[str, Any]] = Field(default_factory=dict)
-    # What each change would clash with on the target (plan.conflicts).
+    # What each change would clash with on the target (plan.conflicts), and
+    # what spec.adopt takes over instead of being held back.
     conflicts: list[Conflict] = Field(default_factory=list)
     # What the image mirror lacks of each change (plan.mirror_images).
     mirror: list[MirrorFinding] = Field(default_factory=list)
+    adopted: list[Conflict] = Field(default_factory=list)
 
 
 class ReleaseChangeKind(StrEnum):
@@ -183,6 +185,8 @@ class Diff(Frozen):
     # With mirror rules: what the mirror lacks of each change, or could not
     # be asked about (plan.mirror_images); a missing image holds its change.
     mirror: list[MirrorFinding] = Field(default_factory=list)
+    # What a release takes over instead (spec.adopt): listed first.
+    adopted: list[Conflict] = Field(default_factory=list)
 
     @computed_field  # type: ignore[prop-decorator]
     @property
@@ -420,6 +424,7 @@ def diff(plan: Plan, reads: Reads, server: str) -> Diff:
         drift=drift,
         conflicts=reads.conflicts,
         mirror=reads.mirror,
+        adopted=reads.adopted,
     )
 
 
