@@ -1,11 +1,16 @@
 """A Managed stack onto a simulated GPU cluster that already runs what it would clash with.
 
 One cluster, one test: the cert-manager stand-in chart installed first
-under another release name, an existing CRD of kube-prometheus-stack's
-that no release of the product wrote, and a device plugin's DaemonSet with
-a GPU node advertising ``nvidia.com/gpu``. ``modelplane diff`` lists each
-and exits 1; the operator installs the other components, holds those three
-back with the reason on the hub, and converges once the clashes are gone.
+under another release name in cert-manager's namespace, an existing CRD of
+kube-prometheus-stack's that no release of the product wrote, and a device
+plugin's DaemonSet with a GPU node advertising ``nvidia.com/gpu``.
+``modelplane diff`` lists each and exits 1; the operator installs the other
+components and holds those three back with the reason on the hub (Ready
+``ConflictsFound``). Then the spec adopts cert-manager (diff lists what it
+takes over first) and the other clashes go: the stack converges,
+cert-manager's objects taken over with helm's --take-ownership. Last, the
+spec names a GatewayClass another controller holds: the gateway
+configuration is held back, naming it.
 """
 
 from __future__ import annotations
@@ -20,24 +25,33 @@ from typing import Any
 import pytest
 import yaml
 from lightkube import Client
+from lightkube.generic_resource import create_global_resource
 from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
-from lightkube.resources.apps_v1 import DaemonSet
+from lightkube.resources.apps_v1 import DaemonSet, Deployment
 from lightkube.resources.core_v1 import Event, Node
 from lightkube.types import PatchType
 from tests.integration.hubs import Harness, stack_body
 from tests.integration.substrate import Substrate
 from tests.testenv import TestEnv, find_binaries
-from tests.waiting import wait_for
+from tests.waiting import gone, wait_for
 
 from modelplane.catalog import components as catalog
+from modelplane.catalog.configuration import GATEWAY_CLASSES
 
 CERT_MANAGER = catalog.BY_NAME["cert-manager"]
 PROMETHEUS = "kube-prometheus-stack"
 DRA = "nvidia-dra-driver-gpu"
-OTHER_RELEASE, OTHER_NAMESPACE = "other-cm", "security"
+# In cert-manager's own namespace: the same objects as the product's release
+# would write, which spec.adopt can take over.
+OTHER_RELEASE, OTHER_NAMESPACE = "other-cm", CERT_MANAGER.namespace
 # A CRD of the Prometheus Operator's group that someone else applied first.
 FOREIGN_CRD = "podmonitors.monitoring.coreos.com"
 PLUGIN = "nvidia-device-plugin-daemonset"
+# A GatewayClass of another gateway, which the spec names in the middle of the test.
+OTHER_CLASS = "other-gateway"
+GATEWAY_CLASS = create_global_resource(
+    GATEWAY_CLASSES.group, GATEWAY_CLASSES.version, "GatewayClass", GATEWAY_CLASSES.resource
+)
 RUN_TIMEOUT = 300
 DEADLINE = 600
 
@@ -123,9 +137,9 @@ def clashing(
         h.stop()
 
 
-def _diff(h: Harness) -> subprocess.CompletedProcess[str]:
+def _diff(h: Harness, spec: dict[str, Any]) -> subprocess.CompletedProcess[str]:
     stack = h.tmp / "stack.yaml"
-    stack.write_text(yaml.safe_dump(stack_body(h.ns, "stack", {})))
+    stack.write_text(yaml.safe_dump(stack_body(h.ns, "stack", spec)))
     return subprocess.run(
         [
             sys.executable, "-m", "modelplane.cli.main", "diff",
@@ -159,7 +173,7 @@ def test_conflicts_hold_their_components_back_and_converge_once_removed(
     _advertise(h.target, "8")
 
     # diff names each clash and its owner before anything changes, and exits 1.
-    proc = _diff(h)
+    proc = _diff(h, {})
     assert proc.returncode == 1, proc.stderr
     out = proc.stdout
     assert f"conflict: cert-manager: Deployment {OTHER_NAMESPACE}/" in out, out
@@ -196,14 +210,58 @@ def test_conflicts_hold_their_components_back_and_converge_once_removed(
     assert "would clash" in ready["message"], ready
     assert h.condition("Stalled").get("status") == "True"
 
-    # The clashes removed, the same stack converges. The operator is
-    # restarted so that the test does not wait out the held-back
-    # components' backoff (up to 5 minutes, plan.decisions).
-    h.substrate_helm("uninstall", OTHER_RELEASE, "--namespace", OTHER_NAMESPACE, "--wait")
+    # The spec adopts cert-manager, and the other clashes go. diff lists what
+    # adopting takes over, and from whom, before anything else.
+    adopt = {"adopt": ["cert-manager"]}
     h.target.delete(CustomResourceDefinition, FOREIGN_CRD)
     h.target.delete(DaemonSet, PLUGIN, namespace="kube-system")
     _advertise(h.target, "0")
+    wait_for(
+        "the foreign CRD gone",
+        lambda: gone(h.target, CustomResourceDefinition, FOREIGN_CRD),
+        deadline=DEADLINE,
+    )
+    proc = _diff(h, adopt)
+    assert proc.returncode == 1, proc.stderr
+    first = proc.stdout.splitlines()[0]
+    assert first.startswith("adopts: cert-manager: "), proc.stdout
+    owner = f"from Helm release {OTHER_NAMESPACE}/{OTHER_RELEASE}"
+    assert f"adopts: cert-manager: Deployment {OTHER_NAMESPACE}/cert-manager-webhook {owner}" in (
+        proc.stdout
+    )
+    assert "conflict:" not in proc.stdout, proc.stdout
+
+    # The same stack converges. The operator is restarted so that the test
+    # does not wait out the held-back components' backoff (up to 5 minutes,
+    # plan.decisions).
     h.stop()
+    h.create(adopt)
     h.start()
     h.wait_condition("Ready", "True", deadline=DEADLINE)
     assert {"mp-cert-manager", f"mp-{PROMETHEUS}"} <= set(h.helm_releases())
+    # Taken over with helm's --take-ownership: the objects are the product's release's.
+    webhook = h.target.get(Deployment, "cert-manager-webhook", namespace=OTHER_NAMESPACE)
+    notes = (webhook.metadata and webhook.metadata.annotations) or {}
+    assert notes.get("meta.helm.sh/release-name") == "mp-cert-manager", notes
+    # Said once, naming each object and its former owner.
+    (adopted,) = _events(h, "Adopted")
+    assert "release mp-cert-manager took over" in adopted and owner in adopted, adopted
+    assert f"{OTHER_NAMESPACE}/cert-manager-webhook" in adopted, adopted
+
+    # A GatewayClass of the spec's name that another controller holds holds
+    # the gateway configuration back, naming it and its owner.
+    h.target.create(
+        GATEWAY_CLASS.from_dict(
+            {
+                "apiVersion": GATEWAY_CLASSES.group_version,
+                "kind": "GatewayClass",
+                "metadata": {"name": OTHER_CLASS},
+                "spec": {"controllerName": "example.com/other-gateway"},
+            }
+        )
+    )
+    h.create({**adopt, "gateway": {"className": OTHER_CLASS}})
+    ready = h.wait_condition("Ready", "False", "ConflictsFound", deadline=DEADLINE)
+    assert f"GatewayClass {OTHER_CLASS}" in ready["message"], ready
+    (held,) = [m for m in _events(h, "ConflictsFound") if f"GatewayClass {OTHER_CLASS}" in m]
+    assert "its controller is example.com/other-gateway" in held, held
