@@ -112,13 +112,22 @@ async def test_a_rollback_is_not_scanned(monkeypatch: pytest.MonkeyPatch) -> Non
     assert await conflicts.hold_back(Helm("", Path()), None, release, "", frozenset()) == []  # type: ignore[arg-type]
 
 
-def test_the_adopted_event_names_each_object_and_its_owner() -> None:
-    other = TAKEN.model_copy(update={"object": "Service cert-manager/cert-manager-webhook"})
-    message = conflicts.adopted_message(_release(), [TAKEN, other])
+def test_the_adopted_event_names_each_object_by_its_former_owner() -> None:
+    webhook = TAKEN.model_copy(update={"object": "Deployment cert-manager/webhook"})
+    service = TAKEN.model_copy(update={"object": "Service cert-manager/webhook"})
+    crd = TAKEN.model_copy(
+        update={"object": "CustomResourceDefinition issuers.cert-manager.io", "owner": "OLM"}
+    )
+    message = conflicts.adopted_message(_release(), [TAKEN, webhook, service, crd])
     assert message == (
-        "release mp-cert-manager took over 2 objects (spec.adopt): "
-        "Deployment cert-manager/cert-manager from Helm release cert-manager/other-cm; "
-        "Service cert-manager/cert-manager-webhook from Helm release cert-manager/other-cm"
+        "release mp-cert-manager took over 4 objects (spec.adopt) "
+        "from Helm release cert-manager/other-cm: "
+        "Deployment cert-manager/cert-manager, cert-manager/webhook; "
+        "Service cert-manager/webhook; "
+        "from OLM: CustomResourceDefinition issuers.cert-manager.io"
+    )
+    assert conflicts.adopted_message(_release(), [TAKEN]).startswith(
+        "release mp-cert-manager took over 1 object (spec.adopt) from "
     )
 
 

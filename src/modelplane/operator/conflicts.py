@@ -24,7 +24,7 @@ from modelplane.actions.helm import Helm
 from modelplane.api.status_limits import LOG_MESSAGE
 from modelplane.kube.client import Target
 from modelplane.plan import Plan
-from modelplane.plan.conflicts import Conflict, Ours, adoption
+from modelplane.plan.conflicts import Conflict, Ours, adoption, taken_over
 from modelplane.plan.model import PlannedRelease, ReleaseAction
 from modelplane.untrusted import printable
 
@@ -63,10 +63,9 @@ async def hold_back(
 
 def adopted_message(release: PlannedRelease, adopted: Sequence[Conflict]) -> str:
     """The ``Adopted`` event's words: each object taken over, and from whom."""
+    count = f"{len(adopted)} object{'s' if len(adopted) != 1 else ''}"
     return printable(
-        f"release {release.name} took over {len(adopted)} object"
-        f"{'s' if len(adopted) != 1 else ''} (spec.adopt): "
-        + "; ".join(c.adopted for c in adopted),
+        f"release {release.name} took over {count} (spec.adopt) {taken_over(adopted)}",
         LOG_MESSAGE,
     )
 

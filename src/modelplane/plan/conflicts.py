@@ -535,3 +535,20 @@ def adoption(
             detail = f"{c.detail} ({why})" if c.detail else why
             held.append(c.model_copy(update={"detail": detail}))
     return adopted, held
+
+
+def taken_over(adopted: Sequence[Conflict]) -> str:
+    """What adopting takes over, by former owner and kind, for an event of bounded length.
+
+    ``from Helm release a/b: Deployment ns/x, ns/y; Service ns/z``: an
+    event holds 1 KiB, and a chart's CRDs and workloads all come from one
+    owner.
+    """
+    by_owner: dict[str, dict[str, list[str]]] = {}
+    for c in adopted:
+        kind, _, name = c.object.partition(" ")
+        by_owner.setdefault(c.owner, {}).setdefault(kind, []).append(name)
+    return "; ".join(
+        f"from {owner}: " + "; ".join(f"{kind} {', '.join(names)}" for kind, names in kinds.items())
+        for owner, kinds in by_owner.items()
+    )
