@@ -23,7 +23,7 @@
 // (PartialObjectMetadata[List]), server-side apply, merge patch, create,
 // replace (with the resourceVersion precondition), delete, and the status
 // subresource. /control/stats counts connections, watches, reads and
-// writes per target; /control/compact drops a target's event log, so a
+// writes per target, and requests by verb and resource over all of them; /control/compact drops a target's event log, so a
 // watch from before it gets 410.
 //
 // What it leaves out: authentication and authorization (every request is
@@ -333,6 +333,18 @@ type server struct {
 	targets   []*target
 	logSize   int
 	bookmark  time.Duration
+	// Requests by kind ("LIST core/v1/nodes", "WATCH ...", "GET discovery"),
+	// every target together: what a settled shard still asks, and of what.
+	kinds sync.Map // string -> *atomic.Int64
+}
+
+// count adds one request of this kind to the server's counts by kind.
+func (s *server) count(kind string) {
+	v, ok := s.kinds.Load(kind)
+	if !ok {
+		v, _ = s.kinds.LoadOrStore(kind, new(atomic.Int64))
+	}
+	v.(*atomic.Int64).Add(1)
 }
 
 func (s *server) target(i int) *target {
@@ -527,6 +539,7 @@ func (s *server) serveTarget(t *target, path string, w http.ResponseWriter, r *h
 	}
 	if docs, ok := s.discovery[path]; ok && r.Method == http.MethodGet {
 		t.stats.reads.Add(1)
+		s.count("GET discovery")
 		doc := docs[0]
 		if docs[1] != nil && strings.Contains(r.Header.Get("Accept"), "as=APIGroupDiscoveryList") {
 			doc = docs[1]
@@ -548,15 +561,19 @@ func (s *server) serveTarget(t *target, path string, w http.ResponseWriter, r *h
 	case http.MethodGet:
 		if name != "" {
 			t.stats.reads.Add(1)
+			s.count("GET " + res.key())
 			s.get(t, res, ns, name, w, r)
 		} else if q.Get("watch") == "true" || q.Get("watch") == "1" {
+			s.count("WATCH " + res.key())
 			s.watch(t, res, ns, w, r)
 		} else {
 			t.stats.reads.Add(1)
+			s.count("LIST " + res.key())
 			s.list(t, res, ns, w, r)
 		}
 	case http.MethodPatch, http.MethodPut, http.MethodPost, http.MethodDelete:
 		t.stats.writes.Add(1)
+		s.count(r.Method + " " + res.key())
 		s.write(t, res, ns, name, sub, w, r)
 	default:
 		status(w, 405, "MethodNotAllowed", "the server does not allow this method on the requested resource", nil)
@@ -1177,7 +1194,12 @@ func (s *server) control(w http.ResponseWriter, r *http.Request) {
 				per[strconv.Itoa(i)] = st
 			}
 		}
-		doc := map[string]any{"targets": len(s.targets), "active": active, "total": total}
+		kinds := map[string]int64{}
+		s.kinds.Range(func(k, v any) bool {
+			kinds[k.(string)] = v.(*atomic.Int64).Load()
+			return true
+		})
+		doc := map[string]any{"targets": len(s.targets), "active": active, "total": total, "byKind": kinds}
 		if detail {
 			doc["perTarget"] = per
 		}
