@@ -76,7 +76,7 @@ from modelplane.operator.options import OperatorOptions
 from modelplane.operator.read_history import Ended, ReadHistory
 from modelplane.operator.release_records import ReleaseRecords
 from modelplane.operator.session import CredentialSource, TargetSession
-from modelplane.operator.stack_actions import RELEASE_DRIFT, StackActions
+from modelplane.operator.stack_actions import RELEASE_DRIFT, StackActions, may_write
 from modelplane.operator.stack_teardown import StackTeardown
 from modelplane.operator.stack_text import explain, first_error, without_status
 from modelplane.operator.status import Outcome
@@ -323,15 +323,6 @@ class StackReconciler:
                 direct_read_due=due,
             )
             self._report_connection(target)
-            # Nothing is written to a target another ServingStack holds.
-            blocked = await claim.before_reconcile(
-                target.client, stack, self.emit, body.get("status"), self.claimant
-            )
-            if blocked is not None:
-                return Outcome(
-                    blocked_reason=BlockedReason(blocked.reason), blocked_message=blocked.message
-                )
-
             want = self._wanted(stack)
             # Asked once connected: a new connection stopped the old one's watches.
             running = self.session.cache
@@ -349,6 +340,13 @@ class StackReconciler:
             log.debug(
                 "%s: first read from the %s: %s", self.label, read.source.value, read.why.value
             )
+            # Nothing is written to a target another ServingStack holds: its
+            # claim is read now, or, reading the copy, before a plan that writes.
+            claim_held = False
+            if trust.claim_read_first(read.source):
+                if (blocked := await self._claim(target, stack, body)) is not None:
+                    return blocked
+                claim_held = True
             fresh = read.source is trust.Source.FIRST_LISTS
             if fresh:
                 await self.session.watch(want)
@@ -405,6 +403,10 @@ class StackReconciler:
                 )
                 if self.on_plan is not None:
                     self.on_plan(current)
+                if not claim_held and may_write(current):
+                    if (blocked := await self._claim(target, stack, body)) is not None:
+                        return blocked
+                    claim_held = True
                 if not await self.actions.act(current, target, writes, frozenset(stack.spec.adopt)):
                     # Read after every write, from the target or a copy showing them.
                     seen = acted and from_cache
@@ -452,6 +454,19 @@ class StackReconciler:
             refused=frozenset(failures.refused),
             failure_reasons=dict(failures.reasons),
             retry_after=failures.retry_after(),
+        )
+
+    async def _claim(
+        self, target: Target, stack: ServingStack, body: dict[str, Any]
+    ) -> Outcome | None:
+        """Hold the target's claim; the blocked outcome when another stack holds it."""
+        blocked = await claim.before_reconcile(
+            target.client, stack, self.emit, body.get("status"), self.claimant
+        )
+        if blocked is None:
+            return None
+        return Outcome(
+            blocked_reason=BlockedReason(blocked.reason), blocked_message=blocked.message
         )
 
     def _wanted(self, stack: ServingStack) -> Wanted:

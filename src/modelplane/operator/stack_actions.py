@@ -53,6 +53,25 @@ SUCCEEDED: dict[ReleaseAction, tuple[EventReason, str]] = {
 log = logging.getLogger("modelplane.operator")
 
 
+# The release actions that run helm: the others leave the release as it is.
+IDLE_RELEASE = (ReleaseAction.NONE, ReleaseAction.WAIT)
+
+
+def may_write(p: Plan) -> bool:
+    """Whether ``StackActions.act`` would write anything to the target for this plan.
+
+    Its conditions, less the failed components' backoff: a component that
+    waits out its backoff still counts, so the claim is read before a plan
+    that writes now or later in the same reconcile.
+    """
+    return (
+        any(m.action is ObjectAction.APPLY for m in p.manifests)
+        or any(o.action is ObjectAction.APPLY for o in p.objects)
+        or any(d.restore is not None for d in p.release_drift)
+        or any(r.action not in IDLE_RELEASE for r in p.releases)
+    )
+
+
 @dataclass
 class StackActions:
     """Carries out a round's plan for one stack; keeps the manifest sets it fetched."""
@@ -119,10 +138,7 @@ class StackActions:
                     metrics.record_drift_corrected(self.label, d.component)
                 changed |= restored
         releases = [
-            r
-            for r in p.releases
-            if r.action not in (ReleaseAction.NONE, ReleaseAction.WAIT)
-            and failures.due(r.component)
+            r for r in p.releases if r.action not in IDLE_RELEASE and failures.due(r.component)
         ]
         writes.untracked |= bool(releases)
         # Releases the plan lets go now do not depend on each other.

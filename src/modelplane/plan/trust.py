@@ -115,3 +115,16 @@ def copy_may_show_writes(*, copy_covers: bool, untracked: bool) -> bool:
     helm's are not (``observe.writes.Writes.untracked``).
     """
     return copy_covers and not untracked
+
+
+def claim_read_first(source: Source) -> bool:
+    """Whether a reconcile reads the target's claim before its first read, or only before a write.
+
+    The claim keeps a stack from writing to a target another stack holds
+    (``actions.claim``). A read of the copy writes nothing, so a settled
+    resync leaves the claim unread unless its plan has something to write:
+    at a resync every 300 s that read was a shard's only request to its
+    targets (2,500 a shard: 500 reads a minute). A direct read, at least
+    every --relist, reads it first, as before.
+    """
+    return source is not Source.COPY
