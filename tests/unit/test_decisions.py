@@ -360,6 +360,19 @@ def test_how_long_a_stack_sleeps_after_a_reconcile(
     assert got == sleep
 
 
+@pytest.mark.parametrize(("rand", "sleep"), [(0.0, 300.0), (0.5, 315.0), (0.999, 329.97)])
+def test_a_quiet_resync_is_jittered_late_by_a_tenth_at_most(rand: float, sleep: float) -> None:
+    got = decisions.sleep_after(
+        blocked=False,
+        failed=False,
+        retry_after=None,
+        resync_seconds=300.0,
+        streak=0,
+        rand=lambda: rand,
+    )
+    assert got == pytest.approx(sleep)
+
+
 @pytest.mark.parametrize(
     ("last", "current", "new"),
     [

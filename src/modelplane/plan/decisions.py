@@ -141,6 +141,12 @@ WEBHOOK_RETRY = ACTION_RETRY.capped(60.0)
 BLOCKED_RETRY = Backoff(first=10.0, cap=120.0, jitter=0.1)
 # The shortest sleep until a retry, so a deadline just passed is no spin.
 MIN_RETRY_SECONDS = 1.0
+# A quiet stack's resync comes this share of a period late at most, drawn
+# anew each time: the stacks an operator started together (all of them, at
+# its start) drift apart instead of re-planning in one burst every period,
+# which held the event loop from the changes of every other stack. The
+# mean period grows by half of it.
+RESYNC_JITTER = 0.1
 
 
 def action_retry_delay(attempt: int, fault: Fault) -> float:
@@ -191,7 +197,7 @@ def sleep_after(
         # Nothing says when it may work again: back off, so that a fleet of
         # unreachable targets stays quiet.
         return blocked_retry_delay(streak, resync_seconds, rand)
-    return resync_seconds
+    return resync_seconds * (1.0 + RESYNC_JITTER * rand())
 
 
 # -- what is worth saying ---------------------------------------------------
