@@ -527,9 +527,16 @@ def printable(text: object, limit: int, *, newlines: bool = False) -> str:
     in a log line reads as one); a carriage return is still a space, since
     it can overwrite a line already shown.
     """
+    shown = str(text)
+    # Every status write bounds some hundred strings, almost all printable
+    # and short, on every settled resync: str.isprintable is false for
+    # each character escaped or replaced below (and for non-ASCII spaces,
+    # which are kept), so such a string is its own answer.
+    if len(shown) <= limit and shown.isprintable():
+        return shown
     out: list[str] = []
     size = 0
-    for char in str(text):
+    for char in shown:
         if char == "\n" and newlines:
             piece = char
         elif char in "\n\t\r":

@@ -169,6 +169,33 @@ def test_printable_cuts_to_the_limit_with_a_marker(limit: int, shown: str) -> No
     assert printable("abcdefgh", limit) == shown
 
 
+def test_a_printable_character_is_never_escaped_nor_replaced() -> None:
+    # What lets printable answer a short str.isprintable() string as it is.
+    import sys
+    import unicodedata
+
+    from modelplane.untrusted import _ESCAPED
+
+    for code in range(sys.maxunicode + 1):
+        char = chr(code)
+        if char.isprintable():
+            assert unicodedata.category(char) not in _ESCAPED and char not in "\n\t\r", code
+
+
+@pytest.mark.parametrize(
+    ("text", "limit", "shown"),
+    [
+        ("plain", 5, "plain"),  # at the limit: as it is
+        ("plain", 4, "pla…"),  # past it: cut
+        ("caf\u00e9 \u4e2d", 10, "caf\u00e9 \u4e2d"),  # printable beyond ASCII
+        ("a\u00a0b", 10, "a\u00a0b"),  # a non-ASCII space: kept, by the long way
+        ("a\u200bb", 10, "a\\u200bb"),  # a format character: escaped
+    ],
+)
+def test_printable_short_and_long_ways_agree(text: str, limit: int, shown: str) -> None:
+    assert printable(text, limit) == shown
+
+
 def test_printable_never_splits_an_escape() -> None:
     shown = printable("ab\x1bcdef", 6)
     assert shown == "ab…"
