@@ -59,6 +59,7 @@ FOREIGN_FLAGS = {
     "--shards",  # bench/bench_fleet_healthy.py
     "--settle",  # bench/bench_fleet_healthy.py
     "--trace",  # bench/bench_target_memory.py
+    "--before",  # bench/bench_settled_shard.py
     "--variant",  # mmdebstrap
     "--network",  # podman run
     "--require-hashes",  # pip install (the Dockerfile)
