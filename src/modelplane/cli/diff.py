@@ -81,7 +81,7 @@ from modelplane.observe.releases import ReleaseReadError, deployed_release, rele
 from modelplane.observe.state import Listed, read_listed, to_observed, wanted
 from modelplane.plan import plan
 from modelplane.plan.conflicts import Conflict, adoption
-from modelplane.plan.diff import DeployedRelease, Diff, MirrorFinding, ObjectChange, Reads, diff
+from modelplane.plan.diff import DeployedRelease, Diff, ObjectChange, Reads, diff
 from modelplane.plan.model import (
     ObjectAction,
     Plan,
@@ -367,16 +367,14 @@ async def read_diff(
                 deny,
             )
         mirror = await mirror_findings(opened.client, p, sources, deny)
-        return diff(p, adopting(reads, stack.spec.adopt, mirror), target.server)
+        reads = adopting(reads, stack.spec.adopt).model_copy(update={"mirror": mirror})
+        return diff(p, reads, target.server)
 
 
-def adopting(reads: Reads, adopt: Sequence[str], mirror: list[MirrorFinding]) -> Reads:
-    """``reads`` with the conflicts ``spec.adopt`` takes over set apart (``plan.conflicts``).
-
-    And what the image mirror lacks of each change (``mirror``).
-    """
+def adopting(reads: Reads, adopt: Sequence[str]) -> Reads:
+    """``reads`` with the conflicts ``spec.adopt`` takes over set apart (``plan.conflicts``)."""
     adopted, held = adoption(reads.conflicts, adopt)
-    return reads.model_copy(update={"conflicts": held, "adopted": adopted, "mirror": mirror})
+    return reads.model_copy(update={"conflicts": held, "adopted": adopted})
 
 
 # ---- output -------------------------------------------------------------------------
