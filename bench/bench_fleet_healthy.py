@@ -258,21 +258,41 @@ def _hub_address(hub: Client, name: str) -> Any:
     return (status.get("gateway") or {}).get("address")
 
 
+def move_gateway_address(target: Client, n: int) -> str:
+    """Write the nth of a run of alternating addresses into the Gateway's status, as Envoy would."""
+    ip = f"203.0.113.{n % 250 + 1}" if n % 2 == 0 else f"198.51.100.{n % 250 + 1}"
+    target.patch(
+        GATEWAY.Status,
+        GATEWAY_NAME,
+        {"status": {"addresses": [{"type": "IPAddress", "value": ip}]}},
+        namespace=TARGET_NS,
+        patch_type=PatchType.MERGE,
+    )
+    return ip
+
+
+def serve_servingstacks(env: TestEnv) -> Client:
+    """A client of the hub ``env`` once it serves ServingStacks, in namespace ``NS``."""
+    hub = Client(KubeConfig.from_dict(env.kubeconfig), field_manager="bench")
+    hub.apply(CustomResourceDefinition.from_dict(servingstack_crd()))
+    hub.apply(Namespace.from_dict({"metadata": {"name": NS}}))
+    with env.http_client() as http:
+        _until(
+            "ServingStacks served",
+            lambda: http.get(f"/apis/{API_GROUP}/{API_VERSION}/{PLURAL}").status_code == 200,
+            60,
+        )
+    return hub
+
+
 def _change_latencies(
     hub: Client, fleet: FleetServer, target: int, name: str, changes: int
 ) -> list[float]:
     client = fleet.client(target)
     out = []
     for n in range(changes):
-        ip = f"203.0.113.{n % 250 + 1}" if n % 2 == 0 else f"198.51.100.{n % 250 + 1}"
         t0 = time.monotonic()
-        client.patch(
-            GATEWAY.Status,
-            GATEWAY_NAME,
-            {"status": {"addresses": [{"type": "IPAddress", "value": ip}]}},
-            namespace=TARGET_NS,
-            patch_type=PatchType.MERGE,
-        )
+        ip = move_gateway_address(client, n)
         _until("the address on the hub", lambda ip=ip: _hub_address(hub, name) == ip, 60, 0.01)
         out.append(time.monotonic() - t0)
         time.sleep(0.2)
@@ -315,17 +335,7 @@ def main() -> None:
                 fleets.append(FleetServer(tmp / f"fleet-{s}", sizes[s], seed=seed).start())
                 seed = fleets[-1].seed
             hub_env.start()
-            hub = Client(KubeConfig.from_dict(hub_env.kubeconfig), field_manager="bench")
-            hub.apply(CustomResourceDefinition.from_dict(servingstack_crd()))
-            hub.apply(Namespace.from_dict({"metadata": {"name": NS}}))
-            with hub_env.http_client() as http:
-                _until(
-                    "ServingStacks served",
-                    lambda: (
-                        http.get(f"/apis/{API_GROUP}/{API_VERSION}/{PLURAL}").status_code == 200
-                    ),
-                    60,
-                )
+            hub = serve_servingstacks(hub_env)
             nowhere = Substrate("http://127.0.0.1:9/charts", "http://127.0.0.1:9/manifests", tmp)
             for s in range(args.shards):
                 procs.append(

@@ -90,7 +90,6 @@ from lightkube import Client, KubeConfig
 from lightkube.generic_resource import create_namespaced_resource
 from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
 from lightkube.resources.core_v1 import Namespace, Secret
-from lightkube.types import PatchType
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -100,6 +99,7 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
     [str(ROOT / "src"), *filter(None, [os.environ.get("PYTHONPATH")])]
 )
 
+from bench.bench_fleet_healthy import move_gateway_address  # noqa: E402
 from bench.hostile_targets import FINDING, KINDS  # noqa: E402
 from tests.integration.substrate import Substrate, provide_substrate, run_operator  # noqa: E402
 from tests.testenv import TestEnv  # noqa: E402
@@ -212,15 +212,8 @@ def _follow(hub: Client, target: Client, changes: int, gap: float) -> list[float
     _until("the Gateway on the target", lambda: _has_gateway(target), 120, 0.2)
     out = []
     for n in range(changes):
-        ip = f"203.0.113.{n % 250 + 1}" if n % 2 == 0 else f"198.51.100.{n % 250 + 1}"
         t0 = time.monotonic()
-        target.patch(
-            GATEWAY.Status,
-            GATEWAY_NAME,
-            {"status": {"addresses": [{"type": "IPAddress", "value": ip}]}},
-            namespace=TARGET_NS,
-            patch_type=PatchType.MERGE,
-        )
+        ip = move_gateway_address(target, n)
         _until("the address on the hub", lambda ip=ip: _address(hub) == ip, 120)
         out.append(time.monotonic() - t0)
         time.sleep(gap)

@@ -44,10 +44,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from lightkube import Client, KubeConfig
-from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
-from lightkube.resources.core_v1 import Namespace
-
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
@@ -66,8 +62,8 @@ from bench_fleet_healthy import (  # noqa: E402
     _secret,
     _stack,
     _until,
+    serve_servingstacks,
 )
-from modelplane.api.crd import servingstack_crd  # noqa: E402
 from modelplane.api.models import API_GROUP, API_VERSION, PLURAL  # noqa: E402
 
 Counts = dict[str, float]
@@ -264,17 +260,7 @@ def main() -> None:
         hub = TestEnv(work / "hub")
         try:
             hub.start()
-            client = Client(KubeConfig.from_dict(hub.kubeconfig), field_manager="bench")
-            client.apply(CustomResourceDefinition.from_dict(servingstack_crd()))
-            client.apply(Namespace.from_dict({"metadata": {"name": NS}}))
-            with hub.http_client() as http:
-                _until(
-                    "ServingStacks served",
-                    lambda: (
-                        http.get(f"/apis/{API_GROUP}/{API_VERSION}/{PLURAL}").status_code == 200
-                    ),
-                    60,
-                )
+            serve_servingstacks(hub)
             names = [f"t{i:05d}" for i in range(args.targets)]
             with hub.http_client(timeout=60) as http, _ReadyWatch(hub) as watch:
 

@@ -9,13 +9,10 @@ from typing import Any
 
 import pytest
 
-from modelplane.actions.helm import Helm
-from modelplane.api.models import ServingStack
-from modelplane.credentials.connect import Credentials, CredentialsError
-from modelplane.operator.options import OperatorOptions
-from modelplane.operator.reconciler import StackReconciler
 from modelplane.operator.target_reads import TargetReads, blocked_on_hub, reads_apart
 from modelplane.plan.decisions import BlockedReason
+
+from .test_target_reads import refusing_reconciler, stack_body
 
 
 @pytest.mark.parametrize(
@@ -70,37 +67,17 @@ async def test_a_healthy_target_does_not_wait_behind_the_unreachable_ones() -> N
         pass
 
 
-def _body(status: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "apiVersion": "infrastructure.modelplane.ai/v1alpha1",
-        "kind": "ServingStack",
-        "metadata": {"name": "west", "namespace": "platform", "uid": "u-1", "generation": 1},
-        "spec": {"secrets": [{"type": "Kubeconfig", "name": "west", "key": "kubeconfig"}]},
-        "status": status,
-    }
-
-
 async def test_after_a_restart_a_stack_the_hub_shows_unreachable_reads_apart(
     tmp_path: Path,
 ) -> None:
     # Every shared slot is taken: the reconcile finishes only if it reads
     # from the pool of unreachable targets, as the hub's Ready says it is.
-    async def refused(_stack: ServingStack) -> Credentials:
-        raise CredentialsError(BlockedReason.SECRET_NOT_FOUND, "the Secret west is missing")
-
     reads = TargetReads(10)
-    reconciler = StackReconciler(
-        hub=None,
-        helm=Helm("/nonexistent/helm", tmp_path),
-        options=OperatorOptions(),
-        emit=lambda *_event: None,
-        credentials=refused,
-        target_reads=reads,
-    )
+    reconciler = refusing_reconciler(tmp_path, reads)
     async with contextlib.AsyncExitStack() as held:
         for _ in range(10):
             await held.enter_async_context(reads.slot())
-        body = _body(_ready("False", "TargetUnreachable"))
+        body = stack_body(_ready("False", "TargetUnreachable"))
         outcome = await asyncio.wait_for(reconciler.reconcile(body), 5.0)
     assert outcome.blocked_reason == BlockedReason.SECRET_NOT_FOUND
     # Its last reconcile was not unreachable: the next one reads from the shared pool.

@@ -49,25 +49,23 @@ async def test_no_more_than_the_limit_read_at_once_and_the_rest_are_counted_wait
     assert most == 2 and _waiting() == before
 
 
-def _body() -> dict[str, Any]:
+def stack_body(status: dict[str, Any] | None = None) -> dict[str, Any]:
     return {
         "apiVersion": "infrastructure.modelplane.ai/v1alpha1",
         "kind": "ServingStack",
         "metadata": {"name": "west", "namespace": "platform", "uid": "u-1", "generation": 1},
         "spec": {"secrets": [{"type": "Kubeconfig", "name": "west", "key": "kubeconfig"}]},
+        **({"status": status} if status is not None else {}),
     }
 
 
-async def test_a_reconcile_that_cannot_reach_its_target_gives_its_slot_back(
-    tmp_path: Path,
-) -> None:
-    # A slot kept by a failed reconcile would stall the shard once all of
-    # them were: each reconcile here fails to read the credentials.
+def refusing_reconciler(tmp_path: Path, reads: TargetReads) -> StackReconciler:
+    """A reconciler sharing ``reads`` whose every reconcile fails to read its credentials."""
+
     async def refused(_stack: ServingStack) -> Credentials:
         raise CredentialsError(BlockedReason.SECRET_NOT_FOUND, "the Secret west is missing")
 
-    reads = TargetReads(1)
-    reconciler = StackReconciler(
+    return StackReconciler(
         hub=None,
         helm=Helm("/nonexistent/helm", tmp_path),
         options=OperatorOptions(),
@@ -75,8 +73,17 @@ async def test_a_reconcile_that_cannot_reach_its_target_gives_its_slot_back(
         credentials=refused,
         target_reads=reads,
     )
+
+
+async def test_a_reconcile_that_cannot_reach_its_target_gives_its_slot_back(
+    tmp_path: Path,
+) -> None:
+    # A slot kept by a failed reconcile would stall the shard once all of
+    # them were: each reconcile here fails to read the credentials.
+    reads = TargetReads(1)
+    reconciler = refusing_reconciler(tmp_path, reads)
     for _ in range(3):
-        outcome = await asyncio.wait_for(reconciler.reconcile(_body()), 5.0)
+        outcome = await asyncio.wait_for(reconciler.reconcile(stack_body()), 5.0)
         assert outcome.blocked_reason == BlockedReason.SECRET_NOT_FOUND
     async with asyncio.timeout(1.0), reads.slot():
         pass
