@@ -87,7 +87,7 @@ class StackActions:
     release_records: ReleaseRecords
     # Asked before helm installs or upgrades a release: whether the image
     # mirror holds its images (operator.mirror_preflight); None: not asked.
-    mirror: MirrorPreflight | None
+    mirror: MirrorPreflight | None = None
     # The manifest sets fetched, by URL: a pinned URL's content does not
     # change; safe to lose.
     manifests: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
