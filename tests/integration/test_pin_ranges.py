@@ -15,9 +15,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx2
 import pytest
 from lightkube import Client, KubeConfig
 from lightkube.config.client_adapter import ConnectionParams
+from prometheus_client.parser import text_string_to_metric_families
 from tests.integration import hubs
 from tests.integration.hubs import SS, ensure_namespace, private_env, put_kubeconfig, stack_body
 from tests.testenv import TestEnv, find_binaries
@@ -71,10 +73,16 @@ def out_of_range_events(hub_env: TestEnv) -> list[str]:
     ]
 
 
-def reconciles(target: TestEnv) -> float:
-    # Every reconcile reads the target's claim once; a resync from the
-    # watches' copy reads nothing else, so no other request counts them.
-    return target.client_lease_requests(["GET"])
+def reconciles(port: int, hub_env: TestEnv) -> float:
+    """The operator's own count of its reconciles (a settled resync reads nothing of the target)."""
+    response = hubs.scrape_metrics(port, hub_env.token)
+    response.raise_for_status()
+    return sum(
+        sample.value
+        for family in text_string_to_metric_families(response.text)
+        for sample in family.samples
+        if sample.name == "modelplane_reconciles_total"
+    )
 
 
 def test_operator_reports_an_out_of_range_pin_once_per_change(
@@ -84,6 +92,7 @@ def test_operator_reports_an_out_of_range_pin_once_per_change(
     put_kubeconfig(hub, NS, target.kubeconfig)
     put_stack(hub, "v1.9.0")
     log = tmp_path / "operator.log"
+    metrics_port = hubs.free_port()
     operator = subprocess.Popen(
         [
             sys.executable,
@@ -96,6 +105,10 @@ def test_operator_reports_an_out_of_range_pin_once_per_change(
             NS,
             "--resync",
             "1",
+            "--metrics-port",
+            str(metrics_port),
+            "--health-port",
+            str(hubs.free_port()),
         ],
         stdout=log.open("wb"),
         stderr=subprocess.STDOUT,
@@ -121,8 +134,13 @@ def test_operator_reports_an_out_of_range_pin_once_per_change(
         wait_for("the event", lambda: out_of_range_events(hub_env), deadline=DEADLINE)
 
         # Several resyncs later there is still one event.
-        seen = reconciles(target)
-        wait_for("three more reconciles", lambda: reconciles(target) >= seen + 3, deadline=DEADLINE)
+        seen = reconciles(metrics_port, hub_env)
+        wait_for(
+            "three more reconciles",
+            lambda: reconciles(metrics_port, hub_env) >= seen + 3,
+            deadline=DEADLINE,
+            not_yet=(httpx2.HTTPError,),
+        )
         assert len(out_of_range_events(hub_env)) == 1
 
         # Back in range: the condition clears and nothing is said.
