@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from modelplane.actions.conflict_scan import metadata_of
 from modelplane.plan.conflicts import (
     Conflict,
     ConflictKind,
@@ -430,3 +431,20 @@ def test_what_adopting_leaves_says_why(kind: ConflictKind, why: str) -> None:
 def test_what_an_adoption_takes_over_is_named_with_its_owner() -> None:
     (c,) = adoption([conflict("cert-manager", TAKEN)], {"cert-manager"})[0]
     assert c.adopted == "Thing x from Helm release a/b"
+
+
+@pytest.mark.parametrize(
+    ("answer", "found"),
+    [
+        ({"kind": "ConfigMap", "metadata": {"name": "values", "namespace": "ns"}}, True),
+        ({"kind": "ConfigMap", "metadata": {"name": "other", "namespace": "ns"}}, False),
+        ({"kind": "List", "apiVersion": "v1", "metadata": {}, "items": []}, False),
+        ({"kind": "ConfigMap"}, False),
+        ({"metadata": "not a mapping"}, False),
+        (["not", "an", "object"], False),
+        ("<html></html>", False),
+    ],
+)
+def test_only_an_answer_that_is_the_named_object_shows_it_exists(answer: Any, found: bool) -> None:
+    ref = ObjectRef("v1", "ConfigMap", "ns", "values")
+    assert (metadata_of(answer, ref) is not None) is found

@@ -99,8 +99,21 @@ async def object_metadata(client: AsyncClient, ref: ObjectRef) -> dict[str, Any]
         if err.status == 404:
             return None
         raise
+    return metadata_of(answer, ref)
+
+
+def metadata_of(answer: Any, ref: ObjectRef) -> dict[str, Any] | None:
+    """The metadata of ``answer`` when it is the object ``ref`` names; None when it is not.
+
+    A real API server answers a GET by name with that object. An answer of
+    another name, or with no metadata (a list, an HTML page parsed as
+    something), is a target's odd answer, and shows no such object: it holds
+    nothing back, and what is written next meets the target as it is.
+    """
     meta = answer.get("metadata") if isinstance(answer, dict) else None
-    return meta if isinstance(meta, dict) else {}
+    if not isinstance(meta, dict) or meta.get("name") != ref.name:
+        return None
+    return meta
 
 
 async def live_metadata(
