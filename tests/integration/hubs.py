@@ -25,6 +25,7 @@ from typing import Any
 import httpx2
 import yaml
 from lightkube import Client, KubeConfig
+from lightkube.core.exceptions import ApiError
 from lightkube.generic_resource import create_namespaced_resource
 from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
 from lightkube.resources.core_v1 import ConfigMap, Namespace, Secret
@@ -350,6 +351,35 @@ class Harness:
             self.proc.wait(10)
             self.proc = None
             self.metrics_port = self.health_port = None
+
+    def tear_down(self, deadline: float = 300) -> None:
+        """Delete the stack, if there is one, and wait for its teardown to be over.
+
+        For a target other modules share: the operator (which must be
+        running) uninstalls the releases and gives the claim back before the
+        finalizer comes off, and the namespaces it deleted are waited out, so
+        the next module finds neither their objects nor a namespace that
+        refuses new ones.
+        """
+        try:
+            self.hub.delete(SS, "stack", namespace=self.ns)
+        except ApiError as err:
+            if err.status.code != 404:
+                raise
+        wait_for(
+            "the ServingStack torn down", lambda: stack_gone(self.hub, self.ns), deadline=deadline
+        )
+        wait_for(
+            "the target's deleted namespaces gone",
+            lambda: (
+                not [
+                    n
+                    for n in self.target.list(Namespace)
+                    if n.status and n.status.phase == "Terminating"
+                ]
+            ),
+            deadline=deadline,
+        )
 
     def stop(self) -> None:
         if self.proc is not None:

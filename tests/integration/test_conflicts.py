@@ -15,6 +15,7 @@ configuration is held back, naming it.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -22,9 +23,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx2
 import pytest
 import yaml
 from lightkube import Client
+from lightkube.core.exceptions import ApiError
 from lightkube.generic_resource import create_global_resource
 from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
 from lightkube.resources.apps_v1 import DaemonSet, Deployment
@@ -133,6 +136,16 @@ def clashing(
     h = Harness(hub, hub_env, sim_nodes_target, workload_substrate, tmp_path, "conflicts")
     try:
         yield h
+        # The session's simulated cluster is the other modules' too: the
+        # stack's releases, the adopted release's storage and the foreign
+        # GatewayClass go.
+        h.tear_down()
+        h.substrate_helm(
+            "uninstall", OTHER_RELEASE, "--namespace", OTHER_NAMESPACE, "--ignore-not-found"
+        )
+        # Gone already if the teardown took the Gateway API's CRDs with it.
+        with contextlib.suppress(ApiError, httpx2.HTTPStatusError):
+            h.target.delete(GATEWAY_CLASS, OTHER_CLASS)
     finally:
         h.stop()
 

@@ -120,6 +120,8 @@ def harness(
     h = Harness(hub, hub_env, sim_nodes_target, workload_substrate, tmp_path, "mirror-install")
     try:
         yield h
+        # The session's simulated cluster is the other modules' too.
+        h.tear_down()
     finally:
         h.stop()
 
