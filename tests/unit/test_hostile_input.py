@@ -29,6 +29,7 @@ from modelplane.api.grammar import (
     CHART_VERSION,
     DNS_LABEL,
     DNS_SUBDOMAIN,
+    DURATION,
     HOST_PATH,
     HOSTNAME,
     IMAGE_TAG,
@@ -349,6 +350,12 @@ GRAMMARS: list[tuple[str, list[str], list[str]]] = [
         ["a/b", "a b", "", ".", "..", "..a"],
     ),
     ("secrets.1.namespace", ["identities", "a" * 63], ["a.b", "A", "../kube-system", "", "a" * 64]),
+    (
+        "claimWaitTimeout",
+        ["10m", "0s", "1h30m", "2h", "90s", "1h0m5s", "9999h99999m9999999s"],
+        # Go's ParseDuration reads these; the field takes whole h, m and s only, in order.
+        ["", "10", "1.5h", "10ms", "1d", "30s1m", "-1m", "1m1m", "10 m", "1H", "10m\n"],
+    ),
 ]
 
 
@@ -455,6 +462,7 @@ def _schema_at(path: str) -> dict[str, Any]:
 GRAMMAR_OF = {
     "dynamo.modelExpress": IMAGE_TAG,
     "nvidiaDriverRoot": HOST_PATH,
+    "claimWaitTimeout": DURATION,
     "gateway.hostname": HOSTNAME,
     "gateway.className": DNS_SUBDOMAIN,
     "gateway.listeners.0.name": DNS_SUBDOMAIN,

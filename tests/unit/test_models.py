@@ -40,6 +40,7 @@ STRING_LIMITS: list[tuple[str, int, int]] = [
     ("gateway.clientCAs.0.name", 1, 253),
     ("gateway.clientCAs.0.certificate", 1, 16384),
     ("nvidiaDriverRoot", 1, 512),
+    ("claimWaitTimeout", 2, 19),
     # Every version pin, from the catalog that makes the fields.
     *((c.version_field, 1, 32) for c in COMPONENTS if c.version_field),
 ]
@@ -68,6 +69,7 @@ DEFAULTS: dict[str, Any] = {
     "stack": "Standard",
     "components": "Managed",
     "nvidiaDriverRoot": "/",
+    "claimWaitTimeout": "10m",
     "gateway.className": "envoy",
     **{c.version_field: c.version for c in COMPONENTS if c.version_field},
 }
@@ -112,6 +114,9 @@ def _filler(path: str, size: int) -> str | None:
     """
     if path == "nvidiaDriverRoot":
         return ("/" + "a" * size)[:size]
+    if path == "claimWaitTimeout":
+        # The shortest and the longest duration; past the longest, length alone refuses.
+        return {2: "0s", 19: "9999h99999m9999999s"}.get(size, "1" * size)
     if path.startswith(("versions.", "standard.", "dynamo.")) and path != "dynamo.modelExpress":
         # SemVer, padded with a build identifier; no version is shorter than 1.0.0.
         return ("1.0.0+" + "a" * size)[:size] if size >= 6 else "1.0.0" if size == 5 else None

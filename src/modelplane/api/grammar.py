@@ -138,6 +138,21 @@ HOST_PATH = Grammar(
     "'.' or '..' segment, no trailing '/', letters, digits, '.', '_' and '-' only",
 )
 
+# A duration as Kubernetes fields write one (Go's time.ParseDuration, as
+# metav1.Duration reads it), cut to what a wait needs: whole hours, minutes
+# and seconds in that order, each at most once ("10m", "1h30m", "0s"). Each
+# part ends in its own letter, so a string matches in one way only.
+DURATION = Grammar(
+    "^([0-9]{1,4}h)?([0-9]{1,5}m)?([0-9]{1,7}s)?$",
+    "must be a duration of whole hours, minutes and seconds such as 10m, 1h30m or 0s",
+)
+_DURATION_UNITS = {"h": 3600, "m": 60, "s": 1}
+
+
+def duration_seconds(text: str) -> int:
+    """The seconds a ``DURATION`` string says; 0 for one that says none."""
+    return sum(int(n) * _DURATION_UNITS[unit] for n, unit in re.findall("([0-9]+)([hms])", text))
+
 
 # String types that must match a grammar, in the models and (as the pattern) in the CRD.
 DnsSubdomain = Annotated[
@@ -174,4 +189,10 @@ ImageTag = Annotated[
     str,
     Field(min_length=1, max_length=32, json_schema_extra=IMAGE_TAG.schema),
     AfterValidator(IMAGE_TAG.check),
+]
+# At least one part: an empty string would say no duration at all.
+Duration = Annotated[
+    str,
+    Field(min_length=2, max_length=19, json_schema_extra=DURATION.schema),
+    AfterValidator(DURATION.check),
 ]

@@ -33,12 +33,14 @@ from modelplane.api.grammar import (
     PEM_BLOCK,
     PRIVATE_KEY_MARK,
     DnsSubdomain,
+    Duration,
     Hostname,
     HostPath,
     ImageTag,
     SecretKey,
     SecretNamespace,
     VersionPin,
+    duration_seconds,
 )
 from modelplane.catalog.components import COMPONENTS
 from modelplane.catalog.types import Component
@@ -328,6 +330,12 @@ else:
     DynamoVersions = pins_model("dynamo")
 
 
+# How long the DRA driver's uninstall waits for the pods that hold its claims
+# (spec.claimWaitTimeout): long enough for a serving pod's grace period and
+# a drain, short enough that a forgotten pod does not hold a deletion for hours.
+CLAIM_WAIT_TIMEOUT = "10m"
+
+
 # What spec.adopt may name: the components installed as a Helm release,
 # whose objects Helm's --take-ownership can take over (plan.conflicts).
 ADOPTABLE: tuple[str, ...] = tuple(sorted(c.name for c in COMPONENTS if c.chart is not None))
@@ -381,6 +389,16 @@ class ServingStackSpec(ApiModel):
         "each would take over. A CRD of another owner and a second instance of a component "
         "are never taken over.",
     )
+    # Not in the upstream API reference either: an extension, as adopt is.
+    claim_wait_timeout: Duration = Field(
+        default=CLAIM_WAIT_TIMEOUT,
+        description="Managed mode: how long the NVIDIA DRA driver's release waits before it "
+        "is uninstalled (by deleting this ServingStack, or by a reinstall) while pods hold "
+        "ResourceClaims the driver allocated; a pod whose claim is released with no driver "
+        "left to unprepare it stays Terminating. Once it has passed, the uninstall goes on "
+        "and a Warning event says so. Whole hours, minutes and seconds, such as 10m or "
+        "1h30m; 0s does not wait.",
+    )
 
     # Each rule is checked on the field it is about, so an error names that
     # field's path (spec.secrets, spec.gateway.listeners, ...), as the CRD's
@@ -401,6 +419,10 @@ class ServingStackSpec(ApiModel):
         if len(adopt) != len(set(adopt)):
             raise ValueError(ADOPT_RULE)
         return adopt
+
+    @property
+    def claim_wait_seconds(self) -> int:
+        return duration_seconds(self.claim_wait_timeout)
 
     @property
     def kubeconfig_secret(self) -> SecretRef:
