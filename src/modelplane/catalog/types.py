@@ -349,6 +349,10 @@ class Component:
     # Every image the component runs and where it is set: what an
     # air-gapped install rewrites (see catalog.images).
     images: Images = field(default_factory=Images)
+    # The DRA driver it runs (the ``driver`` of its ResourceSlices and of the
+    # claims it allocates): its release is not uninstalled while pods hold
+    # such claims, as no plugin would be left to unprepare them (plan.claims).
+    dra_driver: str | None = None
 
     @property
     def kind(self) -> Literal["chart", "manifests", "objects"]:

@@ -364,6 +364,7 @@ COMPONENT = Component(
     images=IMAGES,
     # By name: the quota's module takes its version from this one.
     depends_on=("dra-driver-critical-pods-quota",),
+    dra_driver=GPUS.driver,
     requirements=(
         ObjectExists(
             ApiRef("resource.k8s.io", "v1", "deviceclasses"),
