@@ -33,6 +33,9 @@ class ErrorKind(StrEnum):
     OVER_BUDGET = "over-budget"
     ADDRESS_DENIED = "address-denied"
     WEBHOOK_NOT_READY = "webhook-not-ready"
+    # Pods hold claims a DRA driver allocated, so its release is not
+    # uninstalled yet (plan.claims): a wait, until they go or the timeout.
+    CLAIMS_HELD = "claims-held"
     HELM_FAILED = "helm-failed"
     CLAIM_CONTENDED = "claim-contended"
     IDENTITY = "identity"

@@ -89,6 +89,9 @@ class BlockedReason(StrEnum):
     # A release held back before any write: the target runs what it would
     # clash with (plan.conflicts). Stalled: a person removes or adopts it.
     CONFLICTS_FOUND = "ConflictsFound"
+    # The DRA driver's release is not uninstalled (by teardown or a reinstall)
+    # while pods hold claims it allocated, up to spec.claimWaitTimeout (plan.claims).
+    CLAIMS_HELD = "ClaimsHeld"
 
 
 class IdentityFailure(StrEnum):
@@ -319,3 +322,7 @@ class EventReason(StrEnum):
     MIRROR_UNREACHABLE = BlockedReason.MIRROR_UNREACHABLE.value
     # The event names each object and its owner.
     CONFLICTS_FOUND = BlockedReason.CONFLICTS_FOUND.value
+    # The pods named, when the wait starts or they change.
+    CLAIMS_HELD = BlockedReason.CLAIMS_HELD.value
+    # spec.claimWaitTimeout passed with pods holding claims: the uninstall went on.
+    CLAIM_WAIT_TIMEOUT = "ClaimWaitTimeout"

@@ -50,6 +50,8 @@ RECONCILING = [
     B.WEBHOOK_NOT_READY,
     B.TARGET_NAMESPACE_TERMINATING,
     B.CLAIM_CONTENDED,
+    # The pods holding the DRA driver's claims go, or the timeout passes.
+    B.CLAIMS_HELD,
     # Retried: the cause may go (a Secret applied with the stack, a grant
     # still propagating, a target or token service back).
     B.SECRET_NOT_FOUND,

@@ -21,6 +21,7 @@ from lightkube.core.exceptions import ApiError
 from modelplane.actions.apply import WebhookNotReady
 from modelplane.actions.chart_crds import CrdUpgradeRefused
 from modelplane.actions.claim import Emit
+from modelplane.actions.claim_wait import ClaimsHeld
 from modelplane.actions.conflict_scan import ConflictsFound
 from modelplane.actions.helm import HelmError
 from modelplane.api.status_limits import LOG_MESSAGE
@@ -39,6 +40,7 @@ ACTION_ERRORS = (
     HelmError,
     CrdUpgradeRefused,
     ConflictsFound,
+    ClaimsHeld,
     ApiError,
     # Fetching manifests from an upstream release or a mirror.
     httpx2.HTTPError,
@@ -121,7 +123,7 @@ class ComponentFailures:
     def _failed(self, component: str, err: Exception, what: str | None) -> None:
         fault = classify(err)
         reason = decisions.action_reason(fault)
-        waits = reason is BlockedReason.WEBHOOK_NOT_READY
+        waits = reason in decisions.ACTION_WAITS
         # Helm's output and a target's answers are the target's words: made
         # printable and cut before they reach the status, an event or the log.
         message = printable(
@@ -131,7 +133,7 @@ class ComponentFailures:
         changed = decisions.is_new(self.failures.get(component), message)
         self.failures[component] = message
         self.reasons[component] = reason
-        if waits:
+        if reason is BlockedReason.WEBHOOK_NOT_READY:
             self.waiting_on_webhook.add(component)
         else:
             self.waiting_on_webhook.discard(component)

@@ -40,12 +40,13 @@ from modelplane.operator.reconciler import StackReconciler
 from modelplane.operator.rollout import Canaries, MirrorAnswer
 from modelplane.operator.rollout_reads import canaries_for
 from modelplane.operator.runtime import Runtime, stack_label, track
+from modelplane.operator.stack_teardown import waiting_reason
 from modelplane.operator.status import Outcome, desired_status
 from modelplane.operator.upgrade_images import UpgradeImages
 from modelplane.plan import decisions
 from modelplane.plan.rollout import RESUME_ANNOTATION
 from modelplane.untrusted import printable
-from modelplane.vocabulary import BlockedReason, EventReason, TeardownReason
+from modelplane.vocabulary import BlockedReason, EventReason
 
 log = logging.getLogger("modelplane.operator")
 
@@ -343,8 +344,12 @@ def register(registry: kopf.OperatorRegistry, rt: Runtime) -> None:
             raise await _teardown_blocked(rt, body, reason, message, retry, unforeseen) from None
         if waiting:
             # Progress, not a failure: told at INFO when what it waits for changes.
-            if await teardown_condition(rt, body, TeardownReason.WAITING, waiting):
+            waits_for = waiting_reason(waiting)
+            if await teardown_condition(rt, body, waits_for, waiting):
                 log.info("ServingStack %s: teardown %s", stack_label(body), waiting)
+                if waits_for is BlockedReason.CLAIMS_HELD:
+                    # The pods a person may have to delete, named once per change.
+                    event(body, "Warning", EventReason.CLAIMS_HELD, waiting)
             raise _retry(waiting, TEARDOWN_POLL_SECONDS)
         event(body, "Normal", EventReason.TORN_DOWN, "teardown finished")
 

@@ -407,7 +407,8 @@ class StackReconciler:
                     if (blocked := await self._claim(target, stack, body)) is not None:
                         return blocked
                     claim_held = True
-                if not await self.actions.act(current, target, writes, frozenset(stack.spec.adopt)):
+                adopt, timeout = frozenset(stack.spec.adopt), stack.spec.claim_wait_timeout
+                if not await self.actions.act(current, target, writes, adopt, timeout):
                     # Read after every write, from the target or a copy showing them.
                     seen = acted and from_cache
                     break

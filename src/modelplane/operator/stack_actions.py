@@ -18,8 +18,10 @@ from typing import Any
 from modelplane.actions.apply import apply_object, create_namespace, manifest_objects
 from modelplane.actions.chart_crds import applies_chart_crds, apply_chart_crds
 from modelplane.actions.claim import Emit
+from modelplane.actions.claim_wait import ReinstallWaits
 from modelplane.actions.helm import Helm
 from modelplane.actions.restore import restore_object
+from modelplane.api.spec import CLAIM_WAIT_TIMEOUT
 from modelplane.kube.client import Target
 from modelplane.observe.writes import Writes
 from modelplane.operator import conflicts, metrics
@@ -37,6 +39,7 @@ from modelplane.plan.model import (
     PlannedRelease,
     ReleaseAction,
 )
+from modelplane.plan.teardown import dra_driver_of
 from modelplane.vocabulary import EventReason
 from modelplane.wire import stamp
 
@@ -91,14 +94,23 @@ class StackActions:
     # The manifest sets fetched, by URL: a pinned URL's content does not
     # change; safe to lose.
     manifests: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    # Since when a DRA driver's reinstall has waited for the pods holding its claims.
+    reinstall_waits: ReinstallWaits = field(default_factory=ReinstallWaits)
 
     async def act(
-        self, p: Plan, target: Target, writes: Writes, adopt: frozenset[str] = frozenset()
+        self,
+        p: Plan,
+        target: Target,
+        writes: Writes,
+        adopt: frozenset[str] = frozenset(),
+        claim_wait_timeout: str = CLAIM_WAIT_TIMEOUT,
     ) -> bool:
         """Carry out what the plan says now, noting it in ``writes``; True if anything changed.
 
         ``adopt``: the components whose release may take over what it finds
-        (``spec.adopt``, operator.conflicts).
+        (``spec.adopt``, operator.conflicts). ``claim_wait_timeout``: how long
+        a DRA driver's reinstall waits for the pods holding its claims
+        (``spec.claimWaitTimeout``, actions.claim_wait).
         """
         changed = False
         failures = self.component_failures
@@ -144,7 +156,7 @@ class StackActions:
         # Releases the plan lets go now do not depend on each other.
         product = conflicts.ours(p)
         results = await asyncio.gather(
-            *(self._release(r, target, product, adopt) for r in releases)
+            *(self._release(r, target, product, adopt, claim_wait_timeout) for r in releases)
         )
         return changed or any(results)
 
@@ -205,7 +217,12 @@ class StackActions:
             await self._apply(target, stamp(body, m.digest), writes)
 
     async def _release(
-        self, release: PlannedRelease, target: Target, product: Ours, adopt: frozenset[str]
+        self,
+        release: PlannedRelease,
+        target: Target,
+        product: Ours,
+        adopt: frozenset[str],
+        claim_wait_timeout: str,
     ) -> bool:
         succeeded, verb = SUCCEEDED[release.action]
         # Before anything is written, and before helm: a missing image holds the release.
@@ -214,6 +231,8 @@ class StackActions:
             self.mirror.check(release, target, self.emit),
             what=f"the image check before the {verb.lower()} of release {release.name}",
         ):
+            return False
+        if not await self._claims_let_go(release, target, claim_wait_timeout):
             return False
         # Minted (or taken from the cache) per release: helm gets a token
         # fresh enough for its run, never the identity's key.
@@ -270,6 +289,29 @@ class StackActions:
                 f"in {release.namespace} succeeded",
             )
         return ok
+
+    async def _claims_let_go(
+        self, release: PlannedRelease, target: Target, claim_wait_timeout: str
+    ) -> bool:
+        """Whether a reinstall may uninstall the release: a DRA driver's waits for its claims.
+
+        A reinstall starts with ``helm uninstall``; the driver's kubelet
+        plugin goes with it, and pods holding claims it allocated could not
+        be unprepared (plan.claims). The wait is the component's failure
+        (``ClaimsHeld``), retried soon, until the pods are gone or the
+        timeout has passed.
+        """
+        driver = dra_driver_of(release)
+        if release.action is not ReleaseAction.REINSTALL or driver is None:
+            return True
+        check = self.reinstall_waits.check(
+            target.client, release.name, driver, claim_wait_timeout, self.emit
+        )
+        return await self.component_failures.check(
+            release.component,
+            check,
+            what=f"the claims check before the reinstall of {release.name}",
+        )
 
     async def _chart_crds(self, release: PlannedRelease, target: Target, kubeconfig: str) -> None:
         """Apply the CRDs Helm would leave at their first version, before Helm runs."""

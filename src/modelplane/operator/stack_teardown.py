@@ -19,6 +19,7 @@ from pydantic import ValidationError
 from modelplane.actions import claim
 from modelplane.actions.apply import delete_object
 from modelplane.actions.claim import Emit
+from modelplane.actions.claim_wait import uninstall_wait
 from modelplane.actions.helm import Helm, HelmError
 from modelplane.api.models import ServingStack
 from modelplane.kube.client import Target
@@ -39,15 +40,41 @@ from modelplane.plan.teardown import (
     hooks_to_find,
     teardown_steps,
 )
-from modelplane.vocabulary import EventReason
+from modelplane.vocabulary import BlockedReason, EventReason, TeardownReason
 
 log = logging.getLogger("modelplane.operator")
+
+
+class Waiting(str):
+    """What a pass of teardown waits for, as the Teardown condition says it, and its reason."""
+
+    reason: BlockedReason | TeardownReason
+
+    def __new__(
+        cls, message: str, reason: BlockedReason | TeardownReason = TeardownReason.WAITING
+    ) -> Waiting:
+        waiting = super().__new__(cls, message)
+        waiting.reason = reason
+        return waiting
+
+
+def waiting_reason(waiting: str) -> BlockedReason | TeardownReason:
+    """The Teardown condition's reason for what a pass waits for."""
+    return waiting.reason if isinstance(waiting, Waiting) else TeardownReason.WAITING
 
 
 class InvalidSpecError(KnownError):
     """The stored spec does not validate, so there is no plan to tear down by."""
 
     kind = ErrorKind.INVALID
+
+
+@dataclass(frozen=True)
+class _ClaimWait:
+    """How long a DRA driver's uninstall may wait for its claims, and how long it has."""
+
+    timeout: str  # spec.claimWaitTimeout as written
+    waited_seconds: float
 
 
 @dataclass
@@ -69,10 +96,13 @@ class StackTeardown:
         body: dict[str, Any],
         waited_seconds: float,
         on_plan: Callable[[Plan], None] | None = None,
-    ) -> str | None:
+    ) -> Waiting | None:
         """One pass of teardown. Returns what it still waits for, or None when done.
 
         ``on_plan`` is shown the plan torn down by, as a reconcile's are.
+        ``waited_seconds``: since the deletion began, which both the wait for
+        objects to go (``--teardown-wait-seconds``) and a DRA driver's wait
+        for its claims (``spec.claimWaitTimeout``) are measured from.
         """
         try:
             stack = ServingStack.model_validate(without_status(body))
@@ -97,7 +127,8 @@ class StackTeardown:
             found = await find_hooks(target.client, hooks_to_find(current, observed))
             steps = teardown_steps(current, observed, found)
             give_up = waited_seconds > self.options.teardown_wait_seconds
-            waiting = await self._carry_out(steps, target, give_up, tampered)
+            claims = _ClaimWait(stack.spec.claim_wait_timeout, waited_seconds)
+            waiting = await self._carry_out(steps, target, give_up, tampered, claims)
             if waiting is None:
                 await claim.after_teardown(target.client, stack, self.emit, self.claimant)
         finally:
@@ -110,10 +141,26 @@ class StackTeardown:
         target: Target,
         give_up: bool,
         tampered: Sequence[TamperedRelease] = (),
-    ) -> str | None:
-        """Do the steps in order, up to the first whose objects are still there."""
+        claims: _ClaimWait | None = None,
+    ) -> Waiting | None:
+        """Do the steps in order, up to the first whose objects are still there.
+
+        A DRA driver's release waits, before its uninstall, for the pods that
+        hold claims it allocated (actions.claim_wait), as long as ``claims`` says.
+        """
         for step in steps:
             if isinstance(step, UninstallRelease):
+                if step.dra_driver is not None and claims is not None:
+                    held = await uninstall_wait(
+                        target.client,
+                        step.release,
+                        step.dra_driver,
+                        claims.timeout,
+                        claims.waited_seconds,
+                        self.emit,
+                    )
+                    if held is not None:
+                        return Waiting(held, BlockedReason.CLAIMS_HELD)
                 await self._uninstall(step, target, tampered)
                 continue
             if isinstance(step, DeleteHookObjects):
@@ -123,7 +170,7 @@ class StackTeardown:
             if not (step.wait and remaining):
                 continue
             if not give_up:
-                return f"waiting for {', '.join(remaining)} to be deleted"
+                return Waiting(f"waiting for {', '.join(remaining)} to be deleted")
             self.emit(
                 "Warning",
                 EventReason.TEARDOWN_TIMEOUT,

@@ -30,6 +30,7 @@ _BY_KIND = {
     ErrorKind.OVER_BUDGET: BlockedReason.TARGET_COLLECTION_TOO_LARGE,
     ErrorKind.ADDRESS_DENIED: BlockedReason.TARGET_ADDRESS_DENIED,
     ErrorKind.WEBHOOK_NOT_READY: BlockedReason.WEBHOOK_NOT_READY,
+    ErrorKind.CLAIMS_HELD: BlockedReason.CLAIMS_HELD,
     ErrorKind.HELM_FAILED: BlockedReason.HELM_FAILED,
     ErrorKind.CLAIM_CONTENDED: BlockedReason.CLAIM_CONTENDED,
     ErrorKind.INVALID: BlockedReason.INVALID_SPEC,
@@ -66,9 +67,16 @@ def action_reason(fault: Fault) -> BlockedReason:
     """The reason of one component's failed action (an apply, a release, a fetch)."""
     if fault.kind is ErrorKind.WEBHOOK_NOT_READY:
         return BlockedReason.WEBHOOK_NOT_READY
+    if fault.kind is ErrorKind.CLAIMS_HELD:
+        return BlockedReason.CLAIMS_HELD
     if fault.reason in _OWN_REASONS:
         return BlockedReason(fault.reason)
     return BlockedReason.ACTION_FAILED
+
+
+# The reasons of a component's action that waits rather than failed: said
+# once when the wait starts or what it waits for changes, and retried soon.
+ACTION_WAITS = frozenset({BlockedReason.WEBHOOK_NOT_READY, BlockedReason.CLAIMS_HELD})
 
 
 def action_event(fault: Fault) -> EventReason:
@@ -93,7 +101,8 @@ def failures_reason(
     when every failure is the mirror's; a missing image before an
     unreachable mirror, as the one a person can mend. And ``ConflictsFound``
     only when every failure is a release held back for what the cluster
-    runs: a person removes the clash or adopts it.
+    runs: a person removes the clash or adopts it. ``ClaimsHeld`` likewise,
+    when every failure is a DRA driver's reinstall waiting for its claims.
     """
     if set(failed) <= waiting_on_webhook:
         return BlockedReason.WEBHOOK_NOT_READY
@@ -104,6 +113,8 @@ def failures_reason(
         return BlockedReason.MIRROR_UNREACHABLE
     if given and all(r is BlockedReason.CONFLICTS_FOUND for r in given):
         return BlockedReason.CONFLICTS_FOUND
+    if given and all(r is BlockedReason.CLAIMS_HELD for r in given):
+        return BlockedReason.CLAIMS_HELD
     return BlockedReason.ACTION_FAILED
 
 
@@ -133,6 +144,9 @@ ACTION_RETRY = Backoff(first=5.0, cap=300.0)
 # two of its chart's install; a longer wait between tries would only delay
 # Ready by as much once it does.
 WEBHOOK_RETRY = ACTION_RETRY.capped(60.0)
+# Pods holding a DRA driver's claims go when their owner deletes them, and
+# the reinstall should follow soon after: looked at again every 10 s at most.
+CLAIMS_RETRY = ACTION_RETRY.capped(10.0)
 # A blocked stack (credentials missing, target unreachable): after 10 s,
 # twice as long each time it stays blocked, up to 2 minutes (or the resync
 # period if shorter). Without it a hub of 1,000 failing stacks costs 100
@@ -148,10 +162,15 @@ MIN_RETRY_SECONDS = 1.0
 # mean period grows by half of it.
 RESYNC_JITTER = 0.1
 
+_RETRY_BY_KIND = {
+    ErrorKind.WEBHOOK_NOT_READY: WEBHOOK_RETRY,
+    ErrorKind.CLAIMS_HELD: CLAIMS_RETRY,
+}
+
 
 def action_retry_delay(attempt: int, fault: Fault) -> float:
     """Seconds before a component whose action failed ``attempt`` times in a row is tried again."""
-    policy = WEBHOOK_RETRY if fault.kind is ErrorKind.WEBHOOK_NOT_READY else ACTION_RETRY
+    policy = _RETRY_BY_KIND.get(fault.kind, ACTION_RETRY)
     return policy.delay(attempt)
 
 

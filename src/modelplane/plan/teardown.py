@@ -19,8 +19,10 @@ running while a stack deletes, so they can clear finalizers):
    (no digest of ours) stays. The charts' ``crds/`` CRDs are not among
    them: Helm leaves those, and so does the product (docs/operating.md);
 3. Helm releases, dependents before what they depend on, in Managed mode
-   only: a Provided substrate is never uninstalled, even one we installed
-   before a switch from Managed. Each is followed by what its hooks left
+   only (a DRA driver's once no pod holds a claim it allocated, or once
+   ``spec.claimWaitTimeout`` has passed: ``plan.claims``): a Provided
+   substrate is never uninstalled, even one we installed before a switch
+   from Managed. Each is followed by what its hooks left
    (``DeleteHookObjects``): Helm keeps hooks out of the release, so
    ``helm uninstall`` deletes none, and only a hook's delete policy ever
    removes one (gateway-helm's topology injector webhook configuration and
@@ -84,11 +86,16 @@ class DeleteObjects(Frozen):
 
 
 class UninstallRelease(Frozen):
-    """Uninstall one Helm release."""
+    """Uninstall one Helm release.
+
+    ``dra_driver``: the DRA driver the release runs, whose claims the pods
+    holding them must let go of first (``plan.claims``); None for the others.
+    """
 
     step: Literal["uninstall"] = "uninstall"
     release: str
     namespace: str
+    dra_driver: str | None = None
 
 
 class DeleteHookObjects(Frozen):
@@ -204,6 +211,12 @@ def hooks_to_find(plan: Plan, observed: Observed) -> list[HookRef]:
     return out
 
 
+def dra_driver_of(release: PlannedRelease) -> str | None:
+    """The DRA driver the release's component runs, if it is one (``Component.dra_driver``)."""
+    component = BY_NAME.get(release.component)
+    return component.dra_driver if component is not None else None
+
+
 def _hooks_of(release: PlannedRelease) -> tuple[HelmHook, ...]:
     component = BY_NAME.get(release.component)
     chart = component.chart if component is not None else None
@@ -264,7 +277,11 @@ def teardown_steps(
         left = _hooks_left(plan, observed, found)
         for r in _dependents_first(plan.releases):
             if r.name in observed.releases:
-                steps.append(UninstallRelease(release=r.name, namespace=r.namespace))
+                steps.append(
+                    UninstallRelease(
+                        release=r.name, namespace=r.namespace, dra_driver=dra_driver_of(r)
+                    )
+                )
             # After the uninstall, so nothing of the release runs any more.
             # Looked for as the pass began: what the uninstall itself makes
             # and leaves (a post-delete hook that failed) only a later pass sees.
