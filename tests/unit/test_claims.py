@@ -215,6 +215,10 @@ def test_a_reinstall_waits_for_the_pods_then_goes_on_and_starts_afresh(
         check()
     check()  # the pod is gone
     assert events == []
+    # A wait the plan dropped (the release mended otherwise) is forgotten too.
+    waits.since["other"] = 0.0
+    waits.keep_only({"r"})
+    assert "other" not in waits.since
     # The next wait is measured from its own start.
     clock.now += 10_000
     with pytest.raises(ClaimsHeld):

@@ -67,6 +67,11 @@ class ReinstallWaits:
     clock: Callable[[], float] = time.monotonic
     since: dict[str, float] = field(default_factory=dict)
 
+    def keep_only(self, reinstalling: set[str]) -> None:
+        """Forget the waits of releases no longer to be reinstalled: a later one starts afresh."""
+        for release in set(self.since) - reinstalling:
+            del self.since[release]
+
     async def check(
         self, client: AsyncClient, release: str, driver: str, timeout: str, emit: Emit
     ) -> None:

@@ -149,6 +149,9 @@ class StackActions:
                     self.emit("Normal", RELEASE_DRIFT, d.message)
                     metrics.record_drift_corrected(self.label, d.component)
                 changed |= restored
+        self.reinstall_waits.keep_only(
+            {r.name for r in p.releases if r.action is ReleaseAction.REINSTALL}
+        )
         releases = [
             r for r in p.releases if r.action not in IDLE_RELEASE and failures.due(r.component)
         ]
