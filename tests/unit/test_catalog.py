@@ -280,11 +280,22 @@ def test_nfd_worker_tolerates_the_gpu_taint() -> None:
     ]["tolerations"]
 
 
+@pytest.mark.parametrize("name", ["nvidia-dra-driver-gpu", "node-feature-discovery"])
+def test_node_agents_are_rolled_by_the_operator_not_the_chart(name: str) -> None:
+    # OnDelete: helm changes the template and restarts nothing (plan.node_agents).
+    component = c.BY_NAME[name]
+    values = component.values(_spec())
+    strategy = (values.get("kubeletPlugin") or values["worker"])["updateStrategy"]
+    assert strategy["type"] == "OnDelete"
+    assert component.node_agent is not None
+
+
 def test_dra_driver_values_default_root() -> None:
     values = c.BY_NAME["nvidia-dra-driver-gpu"].values(_spec())
     assert values == {
         "gpuResourcesEnabledOverride": True,
         "resources": {"computeDomains": {"enabled": False}},
+        "kubeletPlugin": {"updateStrategy": {"type": "OnDelete"}},
     }
 
 
@@ -293,6 +304,7 @@ def test_dra_driver_values_gke_root() -> None:
     assert values == {
         "gpuResourcesEnabledOverride": True,
         "resources": {"computeDomains": {"enabled": False}},
+        "kubeletPlugin": {"updateStrategy": {"type": "OnDelete"}},
         "nvidiaDriverRoot": GKE_ROOT,
     }
 

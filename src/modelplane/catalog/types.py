@@ -132,6 +132,32 @@ class GpuNodes:
     driver: str  # the DRA driver name on ResourceSlices
 
 
+class NodeProof(StrEnum):
+    """What says a node is served again once its agent's pod was restarted there."""
+
+    # The node's ResourceSlices of the driver are published again, with the
+    # same device names as before; they may lapse while the plugin restarts.
+    SLICES = "slices"
+    # The node keeps the NFD vendor labels the DRA plugin's node affinity
+    # selects on: they must never lapse, not even while the worker restarts.
+    LABELS = "labels"
+
+
+@dataclass(frozen=True)
+class NodeAgent:
+    """A component's DaemonSet that serves the node it runs on, rolled by the operator.
+
+    Its chart's values set the DaemonSet's update strategy to OnDelete, so
+    an upgrade changes the template and restarts nothing; the operator then
+    restarts its pods a node at a time (``plan.node_agents``), each node
+    proven served again (``proof``, read by ``gpus``) before the next.
+    """
+
+    daemon_set: str  # in the component's namespace
+    proof: NodeProof
+    gpus: GpuNodes
+
+
 @dataclass(frozen=True)
 class VersionRange:
     """The versions of a component the product supports.
@@ -353,6 +379,8 @@ class Component:
     # claims it allocates): its release is not uninstalled while pods hold
     # such claims, as no plugin would be left to unprepare them (plan.claims).
     dra_driver: str | None = None
+    # The DaemonSet the operator rolls a node at a time after an upgrade, if any.
+    node_agent: NodeAgent | None = None
 
     @property
     def kind(self) -> Literal["chart", "manifests", "objects"]:

@@ -18,6 +18,8 @@ from modelplane.catalog.types import (
     Finding,
     GpuNodes,
     HelmHook,
+    NodeAgent,
+    NodeProof,
     Values,
     ValuesRead,
     Workloads,
@@ -82,7 +84,10 @@ class GpuNodesLabelled:
 
 # What the chart reads at the pin, of what the product can set (images.md §3).
 # imagePullSecrets wins over global.imagePullSecrets, so the product sets it.
-READS = ValuesRead(VERSION, ("worker.tolerations", "image.repository", "imagePullSecrets"))
+READS = ValuesRead(
+    VERSION,
+    ("worker.tolerations", "worker.updateStrategy", "image.repository", "imagePullSecrets"),
+)
 
 
 # The prune Job that clears NFD's node labels once the release is uninstalled,
@@ -100,12 +105,26 @@ HOOKS = (
 )
 
 
+# A product decision, as for the DRA kubelet plugin: the operator rolls the
+# worker a node at a time and checks, after each, that the node keeps the
+# PCI labels the DRA plugin's node affinity selects on (a worker that drops
+# them takes the plugin off the node). The chart's default is RollingUpdate
+# at maxUnavailable "10%" (values.yaml at 0.19.0, worker.updateStrategy,
+# whose comment says OnDelete needs rollingUpdate set to null, since Helm
+# merges maps; a null deletes the key).
+ON_DELETE: Values = {"type": "OnDelete", "rollingUpdate": None}
+
+# The worker's DaemonSet: <release>-worker (templates/worker.yaml).
+NODE_AGENT = NodeAgent(f"{release_name_of(_CHART)}-worker", NodeProof.LABELS, GPUS)
+
+
 def _values(_spec: ServingStackSpec) -> Values:
     # Without the toleration the worker never labels tainted GPU nodes, the
     # DRA kubelet plugin never schedules there, and claims stay pending.
     return {
         "worker": {
-            "tolerations": [{"key": GPU_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}]
+            "tolerations": [{"key": GPU_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}],
+            "updateStrategy": ON_DELETE,
         }
     }
 
@@ -128,6 +147,7 @@ COMPONENT = Component(
     ),
     values=_values,
     images=IMAGES,
+    node_agent=NODE_AGENT,
     requirements=(
         CRDServes(
             "nodefeatures.nfd.k8s-sigs.io",

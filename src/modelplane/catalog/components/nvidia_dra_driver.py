@@ -41,6 +41,8 @@ from modelplane.catalog.types import (
     CrdPlacement,
     Finding,
     GpuNodes,
+    NodeAgent,
+    NodeProof,
     ObjectExists,
     Values,
     ValuesRead,
@@ -327,8 +329,22 @@ READS = ValuesRead(
         "nvidiaDriverRoot",
         "image.repository",
         "imagePullSecrets",
+        "kubeletPlugin.updateStrategy",
     ),
 )
+
+
+# A product decision: the operator, not the chart, rolls the kubelet plugin.
+# The chart's default (values.yaml at 0.4.1, kubeletPlugin.updateStrategy:
+# RollingUpdate, maxUnavailable "100%") takes the plugin off every GPU node
+# at once, and a plugin that fails leaves every node without one. OnDelete
+# lets helm change the template and restart nothing; the operator restarts
+# the pods a node at a time (plan.node_agents). The chart renders the value
+# whole into the DaemonSet (templates/kubeletplugin.yaml).
+ON_DELETE: Values = {"type": "OnDelete"}
+
+# The kubelet plugin's DaemonSet (the chart names it without the release).
+NODE_AGENT = NodeAgent("dra-driver-nvidia-gpu-kubelet-plugin", NodeProof.SLICES, GPUS)
 
 
 def _values(spec: ServingStackSpec) -> Values:
@@ -337,6 +353,7 @@ def _values(spec: ServingStackSpec) -> Values:
     values: Values = {
         "gpuResourcesEnabledOverride": True,
         "resources": {"computeDomains": {"enabled": False}},
+        "kubeletPlugin": {"updateStrategy": ON_DELETE},
     }
     if spec.nvidia_driver_root != pins.NVIDIA_DRIVER_ROOT:
         values["nvidiaDriverRoot"] = spec.nvidia_driver_root
@@ -362,6 +379,7 @@ COMPONENT = Component(
     ),
     values=_values,
     images=IMAGES,
+    node_agent=NODE_AGENT,
     # By name: the quota's module takes its version from this one.
     depends_on=("dra-driver-critical-pods-quota",),
     dra_driver=GPUS.driver,
