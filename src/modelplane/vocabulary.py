@@ -92,6 +92,9 @@ class BlockedReason(StrEnum):
     # The DRA driver's release is not uninstalled (by teardown or a reinstall)
     # while pods hold claims it allocated, up to spec.claimWaitTimeout (plan.claims).
     CLAIMS_HELD = "ClaimsHeld"
+    # A node agent's roll stopped at a node not served again in time
+    # (plan.node_agents): the other nodes keep the old agent.
+    NODE_AGENT_FAILED = "NodeAgentFailed"
 
 
 class IdentityFailure(StrEnum):
@@ -113,6 +116,8 @@ class ReadyReason(StrEnum):
     PROGRESSING = "Progressing"
     # Managed mode: the Gateway the product installed is not accepted or programmed.
     GATEWAY_NOT_PROGRAMMED = "GatewayNotProgrammed"
+    # Nothing left but node agents rolled a node at a time (plan.node_agents).
+    NODE_AGENTS_ROLLING = "NodeAgentsRolling"
 
 
 class WorkloadReason(StrEnum):
@@ -246,6 +251,7 @@ _RECONCILE_ONLY = frozenset(
         BlockedReason.IMAGE_NOT_IN_MIRROR,
         BlockedReason.MIRROR_UNREACHABLE,
         BlockedReason.CONFLICTS_FOUND,
+        BlockedReason.NODE_AGENT_FAILED,
     }
 )
 
@@ -326,3 +332,9 @@ class EventReason(StrEnum):
     CLAIMS_HELD = BlockedReason.CLAIMS_HELD.value
     # spec.claimWaitTimeout passed with pods holding claims: the uninstall went on.
     CLAIM_WAIT_TIMEOUT = "ClaimWaitTimeout"
+    # A node agent's roll stopped at a node; the event names it.
+    NODE_AGENT_FAILED = BlockedReason.NODE_AGENT_FAILED.value
+    # The operator restarted a node agent's pod on one node (plan.node_agents).
+    NODE_AGENT_RESTARTED = "NodeAgentRestarted"
+    # Every node of a node agent runs its new revision, each served again.
+    NODE_AGENTS_ROLLED = "NodeAgentsRolled"

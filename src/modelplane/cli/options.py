@@ -169,6 +169,25 @@ UpgradeReadyTimeout = Annotated[
     ),
 ]
 
+NodeAgentMaxUnavailable = Annotated[
+    int,
+    typer.Option(
+        "--node-agent-max-unavailable",
+        min=1,
+        help="After an upgrade of a node agent (the DRA kubelet plugin, the NFD worker), "
+        "its pods are restarted a node at a time: at most this many nodes without a Ready "
+        "agent at once.",
+    ),
+]
+NodeAgentTimeout = Annotated[
+    str,
+    typer.Option(
+        "--node-agent-timeout",
+        help="A node whose agent is not Ready, and its node served again (ResourceSlices, "
+        "NFD labels), within this long of its restart (90s, 5m) stops that stack's upgrade.",
+        callback=_checked_duration,
+    ),
+]
 
 # -- what every command that acts on a stack takes -------------------------------
 

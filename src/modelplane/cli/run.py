@@ -29,6 +29,8 @@ from modelplane.cli.options import (
     ManifestsUrlFor,
     MaxConcurrentUpgrades,
     NebiusTokenEndpoint,
+    NodeAgentMaxUnavailable,
+    NodeAgentTimeout,
     RemovedCanarySelector,
     UpgradeReadyTimeout,
     Verbose,
@@ -329,6 +331,8 @@ def run(
     canary_namespace: CanaryNamespaces = None,
     canary_selector: RemovedCanarySelector = None,
     upgrade_ready_timeout: UpgradeReadyTimeout = "10m",
+    node_agent_max_unavailable: NodeAgentMaxUnavailable = 1,
+    node_agent_timeout: NodeAgentTimeout = "5m",
     leader_elect: LeaderElect = False,
     leader_election_namespace: LeaderElectionNamespace = None,
     leader_election_lease: LeaderElectionLease = None,
@@ -390,6 +394,8 @@ def run(
         max_concurrent_upgrades=max_concurrent_upgrades,
         canary_namespaces=canaries,
         upgrade_ready_timeout_seconds=parse_duration(upgrade_ready_timeout),
+        node_agent_max_unavailable=node_agent_max_unavailable,
+        node_agent_timeout_seconds=parse_duration(node_agent_timeout),
     )
     warn_without_helm()
     with contextlib.suppress(KeyboardInterrupt):

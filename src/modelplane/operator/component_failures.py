@@ -29,6 +29,7 @@ from modelplane.kube.answers import describe_error
 from modelplane.kube.errors import classify
 from modelplane.plan import Plan, decisions, progress
 from modelplane.plan.mirror_images import MirrorPreflightError
+from modelplane.plan.node_agents import NodeAgentFailed
 from modelplane.untrusted import printable
 from modelplane.vocabulary import BlockedReason
 
@@ -48,6 +49,8 @@ ACTION_ERRORS = (
     ValueError,
     # A release the mirror preflight held (plan.mirror_images): nothing written.
     MirrorPreflightError,
+    # A node agent's roll stopped at a node (plan.node_agents).
+    NodeAgentFailed,
 )
 
 

@@ -310,6 +310,9 @@ def register(registry: kopf.OperatorRegistry, rt: Runtime) -> None:
                 delay = min(delay, rt.rollout.judge_in(label, datetime.datetime.now(datetime.UTC)))
                 # One held by the mirror looks again once its answer expires.
                 delay = min(delay, turn.retry_in)
+                # A node agent rolling a node at a time looks again soon.
+                if outcome.requeue_after is not None:
+                    delay = min(delay, outcome.requeue_after)
                 failure_log.report(outcome, delay, error)
                 await _sleep(wake.event, stopped, delay)
         finally:

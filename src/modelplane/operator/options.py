@@ -96,6 +96,11 @@ class OperatorOptions(BaseModel):
     # None of their own labels makes a stack one (its owner sets those).
     canary_namespaces: tuple[str, ...] = ()
     upgrade_ready_timeout_seconds: float = Field(default=600.0, gt=0)
+    # Node agents (the DRA kubelet plugin, the NFD worker) are restarted a
+    # node at a time after their upgrade (plan.node_agents): at most this many
+    # nodes without a Ready agent, and each node served again within this long.
+    node_agent_max_unavailable: int = Field(default=1, ge=1)
+    node_agent_timeout_seconds: float = Field(default=300.0, gt=0)
 
     # Each names components by what it gives them: a chart or fetched manifests.
     @field_validator("chart_repository_for", "manifests_url_for")

@@ -72,6 +72,7 @@ from modelplane.observe.writes import Writes
 from modelplane.operator.announced import Announced
 from modelplane.operator.component_failures import ComponentFailures
 from modelplane.operator.mirror_preflight import MirrorPreflight
+from modelplane.operator.node_agents import NodeAgentRolls
 from modelplane.operator.options import OperatorOptions
 from modelplane.operator.read_history import Ended, ReadHistory
 from modelplane.operator.release_records import ReleaseRecords
@@ -189,6 +190,8 @@ class StackReconciler:
     actions: StackActions = field(init=False)
     # Teardown, over the same session, records and events.
     stack_teardown: StackTeardown = field(init=False)
+    # The node agents rolled a node at a time after their upgrade.
+    rolls: NodeAgentRolls = field(init=False)
 
     def __post_init__(self) -> None:
         self.session = TargetSession(
@@ -204,6 +207,7 @@ class StackReconciler:
         if self.mirror is None:
             self.mirror = MirrorPreflight.of(self.options)
         self.release_records = ReleaseRecords(self.emit)
+        self.rolls = NodeAgentRolls.of(self.options, self.emit, self.component_failures)
         self.actions = StackActions(
             self.helm,
             self.options,
@@ -212,6 +216,7 @@ class StackReconciler:
             self.component_failures,
             self.release_records,
             self.mirror,
+            rolls=self.rolls,
         )
         self.stack_teardown = StackTeardown(
             self.helm,
@@ -455,6 +460,8 @@ class StackReconciler:
             refused=frozenset(failures.refused),
             failure_reasons=dict(failures.reasons),
             retry_after=failures.retry_after(),
+            requeue_after=self.rolls.requeue_after,
+            notes=dict(self.rolls.said),
         )
 
     async def _claim(

@@ -27,6 +27,7 @@ from modelplane.observe.writes import Writes
 from modelplane.operator import conflicts, metrics
 from modelplane.operator.component_failures import ComponentFailures
 from modelplane.operator.mirror_preflight import MirrorPreflight
+from modelplane.operator.node_agents import NodeAgentRolls
 from modelplane.operator.options import OperatorOptions
 from modelplane.operator.release_records import ReleaseRecords
 from modelplane.plan import Plan
@@ -96,6 +97,8 @@ class StackActions:
     manifests: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     # Since when a DRA driver's reinstall has waited for the pods holding its claims.
     reinstall_waits: ReinstallWaits = field(default_factory=ReinstallWaits)
+    # The node agents rolled a node at a time after their upgrade; None: not rolled.
+    rolls: NodeAgentRolls | None = None
 
     async def act(
         self,
@@ -161,6 +164,10 @@ class StackActions:
         results = await asyncio.gather(
             *(self._release(r, target, product, adopt, claim_wait_timeout) for r in releases)
         )
+        if self.rolls is not None and await self.rolls.act(p, target):
+            # A pod deleted: its DaemonSet's controller writes what follows.
+            writes.untracked = True
+            changed = True
         return changed or any(results)
 
     async def _images_there(self, o: PlannedObject, p: Plan, target: Target) -> bool:

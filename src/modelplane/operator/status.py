@@ -68,6 +68,10 @@ class Outcome:
     failure_reasons: dict[str, BlockedReason] = field(default_factory=dict)
     # Seconds until the next failed action is due again; None when none is.
     retry_after: float | None = None
+    # Seconds until the next reconcile while a node agent rolls (operator.node_agents).
+    requeue_after: float | None = None
+    # What a rolling node agent's last step said, per component: its message.
+    notes: dict[str, str] = field(default_factory=dict)
     # What is unsafe about this round's connection to the target (an
     # insecure-skip-tls-verify kubeconfig); None when it did not connect.
     connection_warnings: tuple[str, ...] | None = None
@@ -113,7 +117,10 @@ def _progressing(outcome: Outcome) -> tuple[ConditionReason, str] | None:
     if plan is None or not (plan.pending or not plan.requirements_met):
         return None
     pending = plan.pending or ["waiting for requirements"]
-    return ReadyReason.PROGRESSING, "; ".join(pending + _unhealthy_parts(plan))
+    # Upgraded, and only the node agents' restarts a node at a time left.
+    rolling = bool(plan.work) and all(w.roll for w in plan.work)
+    reason = ReadyReason.NODE_AGENTS_ROLLING if rolling else ReadyReason.PROGRESSING
+    return reason, "; ".join(pending + _unhealthy_parts(plan))
 
 
 def _unhealthy(outcome: Outcome) -> tuple[ConditionReason, str] | None:
@@ -225,7 +232,7 @@ def desired_status(outcome: Outcome, generation: int | None) -> dict[str, Any]:
                     c.name, outcome.failures, outcome.waiting_on_webhook
                 )
                 or c.state,
-                "message": outcome.failures.get(c.name, c.message),
+                "message": outcome.failures.get(c.name) or outcome.notes.get(c.name, c.message),
             }
             for c in plan.components
         ]

@@ -60,7 +60,7 @@ def waits(fault: Fault) -> bool:
 # which held a release before anything was written (plan.mirror_images), and
 # the conflict scan's (BlockedReason.CONFLICTS_FOUND, plan.conflicts).
 _HELD_BY_MIRROR = frozenset({BlockedReason.IMAGE_NOT_IN_MIRROR, BlockedReason.MIRROR_UNREACHABLE})
-_OWN_REASONS = _HELD_BY_MIRROR | {BlockedReason.CONFLICTS_FOUND}
+_OWN_REASONS = _HELD_BY_MIRROR | {BlockedReason.CONFLICTS_FOUND, BlockedReason.NODE_AGENT_FAILED}
 
 
 def action_reason(fault: Fault) -> BlockedReason:
@@ -102,7 +102,9 @@ def failures_reason(
     unreachable mirror, as the one a person can mend. And ``ConflictsFound``
     only when every failure is a release held back for what the cluster
     runs: a person removes the clash or adopts it. ``ClaimsHeld`` likewise,
-    when every failure is a DRA driver's reinstall waiting for its claims.
+    when every failure is a DRA driver's reinstall waiting for its claims,
+    and ``NodeAgentFailed`` when every failure is a node agent's roll
+    stopped at a node.
     """
     if set(failed) <= waiting_on_webhook:
         return BlockedReason.WEBHOOK_NOT_READY
@@ -115,6 +117,8 @@ def failures_reason(
         return BlockedReason.CONFLICTS_FOUND
     if given and all(r is BlockedReason.CLAIMS_HELD for r in given):
         return BlockedReason.CLAIMS_HELD
+    if given and all(r is BlockedReason.NODE_AGENT_FAILED for r in given):
+        return BlockedReason.NODE_AGENT_FAILED
     return BlockedReason.ACTION_FAILED
 
 

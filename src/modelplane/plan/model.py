@@ -157,6 +157,8 @@ class Work(Frozen):
 
     component: str
     what: str  # for a person: "release mp-lws: install", "modelplane-system/x: apply"
+    # A node agent rolled a node at a time after its upgrade (plan.node_agents).
+    roll: bool = False
 
 
 def work_left(

@@ -43,8 +43,10 @@ from modelplane.plan.model import (
     ReleaseState,
     RequirementResult,
     RequirementStatus,
+    Work,
     work_left,
 )
+from modelplane.plan.node_agents import agent_daemon_sets, roll_work
 from modelplane.plan.observed import Observed
 from modelplane.plan.release_health import ReleaseReport, release_report
 from modelplane.plan.releases import planned_release
@@ -126,6 +128,11 @@ def plan(
         planned_object(o, CONFIGURATION, observed) for o in configuration_for(spec, product)
     ]
     work = work_left(releases, manifests, objects)
+    if managed:
+        # A node agent upgraded is not done until every node runs it.
+        in_sync = {r.name for r in releases if r.state is ReleaseState.IN_SYNC}
+        seen = agent_daemon_sets(components, in_sync, observed.release_workloads)
+        work += roll_work(seen)
     missing = _missing_pull_secrets(components, releases, objects, product_uses, observed, sources)
     missing_by_component: dict[str, list[pull_secrets.MissingPullSecret]] = {}
     for m in missing:
@@ -146,6 +153,7 @@ def plan(
             managed,
             c.name in unmet_by_component,
             c.name in busy,
+            work,
             spec_version=c.version_for(spec),
             held_at=held.get(c.name),
             warning=out_of_range.get(c.name),
@@ -287,6 +295,7 @@ def _component_plan(
     managed: bool,
     unmet: bool,
     has_work: bool,
+    work: list[Work],
     spec_version: str,
     held_at: str | None = None,
     warning: str | None = None,
@@ -303,7 +312,7 @@ def _component_plan(
             if r.component == component.name and r.status is not RequirementStatus.MET
         )
     elif has_work:
-        state, message = _work_state(component, releases, manifests)
+        state, message = _work_state(component, releases, manifests, work)
     return ComponentPlan(
         name=component.name,
         # Provided applies to the substrate only; the product's own
@@ -325,13 +334,19 @@ def _component_plan(
 
 
 def _work_state(
-    component: Component, releases: list[PlannedRelease], manifests: list[PlannedManifests]
+    component: Component,
+    releases: list[PlannedRelease],
+    manifests: list[PlannedManifests],
+    work: list[Work],
 ) -> tuple[str, str]:
     """How a component with work left (see ``work_left``) says what it is."""
     if component.kind == "chart":
         release = next(r for r in releases if r.component == component.name)
         if release.action is ReleaseAction.WAIT:
             return "Waiting", f"waits for {', '.join(release.waiting_for)}"
+        roll = next((w for w in work if w.component == component.name and w.roll), None)
+        if release.action is ReleaseAction.NONE and roll is not None:
+            return "Rolling", roll.what
         return "Pending", f"{release.action} ({release.state})"
     if component.kind == "manifests":
         planned = next(m for m in manifests if m.component == component.name)
