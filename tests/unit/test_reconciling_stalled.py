@@ -34,6 +34,8 @@ STALLED = [
     B.RELEASE_STORAGE_TAMPERED,
     # A release held back for what the target runs: removed or adopted.
     B.CONFLICTS_FOUND,
+    # A node agent's roll stopped at a node: a person sets a version that works.
+    B.NODE_AGENT_FAILED,
     W.RELEASE_OUTSIDE_NAMESPACE,
     W.POD_CRASH_LOOPING,
     W.IMAGE_PULL_FAILED,
@@ -46,6 +48,7 @@ STALLED = [
 RECONCILING = [
     ReadyReason.PROGRESSING,
     ReadyReason.GATEWAY_NOT_PROGRAMMED,
+    ReadyReason.NODE_AGENTS_ROLLING,
     # Waits: they pass by themselves.
     B.WEBHOOK_NOT_READY,
     B.TARGET_NAMESPACE_TERMINATING,

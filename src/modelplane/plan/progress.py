@@ -51,6 +51,8 @@ STALLS: frozenset[str] = frozenset(
         BlockedReason.RELEASE_STORAGE_TAMPERED,
         # The target runs what a release would clash with: removed or adopted.
         BlockedReason.CONFLICTS_FOUND,
+        # A node agent's roll stopped at a node: a version that works is set.
+        BlockedReason.NODE_AGENT_FAILED,
         WorkloadReason.RELEASE_OUTSIDE_NAMESPACE,
         # kstatus's own Failed for a workload: insufficient progress.
         WorkloadReason.POD_CRASH_LOOPING,
