@@ -95,6 +95,8 @@ class BlockedReason(StrEnum):
     # A node agent's roll stopped at a node not served again in time
     # (plan.node_agents): the other nodes keep the old agent.
     NODE_AGENT_FAILED = "NodeAgentFailed"
+    # Managed KAI did not bind its probe pod within the bound (plan.scheduler_probe).
+    SCHEDULER_NOT_BINDING = "SchedulerNotBinding"
 
 
 class IdentityFailure(StrEnum):
@@ -252,6 +254,7 @@ _RECONCILE_ONLY = frozenset(
         BlockedReason.MIRROR_UNREACHABLE,
         BlockedReason.CONFLICTS_FOUND,
         BlockedReason.NODE_AGENT_FAILED,
+        BlockedReason.SCHEDULER_NOT_BINDING,
     }
 )
 
@@ -338,3 +341,6 @@ class EventReason(StrEnum):
     NODE_AGENT_RESTARTED = "NodeAgentRestarted"
     # Every node of a node agent runs its new revision, each served again.
     NODE_AGENTS_ROLLED = "NodeAgentsRolled"
+    # Once per failure; the scheduler bound its probe pod (plan.scheduler_probe).
+    SCHEDULER_NOT_BINDING = BlockedReason.SCHEDULER_NOT_BINDING.value
+    SCHEDULER_PROVEN = "SchedulerProven"

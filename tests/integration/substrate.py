@@ -1470,6 +1470,10 @@ def run_operator(
         "30",
         "--helm-timeout",
         "60",
+        # No kai-scheduler runs on these targets to bind the probe pod; the
+        # tests of the probe turn it on (test_scheduler_probe.py).
+        "--scheduler-probe-timeout",
+        "off",
         *extra,
     ]
     # The operator finds helm only through MODELPLANE_HELM or PATH; give it the built one.

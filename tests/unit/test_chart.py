@@ -520,8 +520,10 @@ def test_the_charts_rollout_values_reach_the_operators_policy(
             "operator.maxConcurrentUpgrades=3",
             "operator.canaryNamespaces={ring-a,ring-b}",
             "operator.upgradeReadyTimeout=90s",
+            "operator.schedulerProbeTimeout=off",
         ),
     )
+    assert [o.scheduler_probe_seconds for o in seen] == [120.0, 0.0]
     default, staged = (o.rollout_policy() for o in seen)
     assert (default.max_concurrent, default.canary_namespaces) == (1, frozenset())
     assert default.ready_timeout == timedelta(minutes=10)

@@ -275,7 +275,7 @@ def test_a_failed_components_state(component: str, state: ComponentState | None)
 
 
 def test_component_states_keep_their_wire_strings() -> None:
-    assert [str(s) for s in ComponentState] == ["Failed", "WaitingForWebhook"]
+    assert [str(s) for s in ComponentState] == ["Failed", "WaitingForWebhook", "Proving"]
 
 
 @pytest.mark.parametrize(

@@ -72,6 +72,8 @@ RECONCILING = [
     # An image copied into the mirror, the mirror back.
     B.IMAGE_NOT_IN_MIRROR,
     B.MIRROR_UNREACHABLE,
+    # A scheduler mended in place binds the probe pod left for it.
+    B.SCHEDULER_NOT_BINDING,
     W.WORKLOAD_MISSING,
     W.WORKLOAD_SCALED_DOWN,
 ]
@@ -124,6 +126,7 @@ def test_ready_keeps_its_causes_in_the_declared_order() -> None:
         "blocked",
         "failed",
         "progressing",
+        "proving",
         "unhealthy",
         "not serving",
     ]

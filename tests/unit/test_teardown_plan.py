@@ -114,12 +114,13 @@ def test_delete_steps_carry_what_the_api_needs_to_find_the_object(
         "kind": "Gateway",
         "metadata": {"name": "inference-gateway", "namespace": "modelplane-system"},
     }
-    # Queues are cluster-scoped: no namespace to look them up in.
-    assert bodies["Queue"] == {
-        "apiVersion": "scheduling.run.ai/v2",
-        "kind": "Queue",
-        "metadata": {"name": "modelplane"},
-    }
+    # Queues are cluster-scoped: no namespace to look them up in. Both
+    # leaves (the engines' and the scheduler probe's) go before their parent.
+    queues = [ref.body() for ref in first.objects if ref.kind == "Queue"]
+    assert queues == [
+        {"apiVersion": "scheduling.run.ai/v2", "kind": "Queue", "metadata": {"name": name}}
+        for name in ("modelplane", "modelplane-probe")
+    ]
 
 
 def test_every_release_goes_after_the_releases_that_depend_on_it(

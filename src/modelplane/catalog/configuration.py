@@ -35,6 +35,10 @@ CA_KEY = "ca.crt"
 # take workloads, so the root exists to own the hierarchy.
 KAI_ROOT_QUEUE = "modelplane-root"
 KAI_QUEUE = "modelplane"
+# The leaf queue of the scheduler probe (plan.scheduler_probe): its own, so a
+# probe never competes with the engines' queue, and its annotation records
+# the KAI version last proven on this cluster.
+KAI_PROBE_QUEUE = "modelplane-probe"
 MODELEXPRESS_NAME = "modelexpress-server"
 MODELEXPRESS_NAMESPACE = modelexpress_crds.SERVER_NAMESPACE
 MODELEXPRESS_PORT = 8001
@@ -373,10 +377,25 @@ def _queue(name: str, parent: str | None) -> dict[str, Any]:
     return _obj(QUEUES.group_version, "Queue", name, namespace=None, spec=spec)
 
 
+def _probe_queue(spec: ServingStackSpec) -> list[ConfigObject]:
+    """The scheduler probe's queue, where the product installs KAI and so probes it."""
+    from modelplane.pins import ComponentsMode
+
+    if spec.components is not ComponentsMode.MANAGED:
+        return []
+    return [
+        ConfigObject(
+            _queue(KAI_PROBE_QUEUE, KAI_ROOT_QUEUE),
+            needs=(QUEUES,),
+            teardown_wave=TeardownWave.FIRST,
+        )
+    ]
+
+
 def dynamo_objects(
     spec: ServingStackSpec, images: ProductImages | None = None
 ) -> list[ConfigObject]:
-    """The KAI Queue hierarchy and the ModelExpress server."""
+    """The KAI Queue hierarchy (with the scheduler probe's queue) and the ModelExpress server."""
     from modelplane.pins import Stack
 
     if spec.stack is not Stack.DYNAMO:
@@ -400,6 +419,7 @@ def dynamo_objects(
         ConfigObject(
             _queue(KAI_QUEUE, KAI_ROOT_QUEUE), needs=(QUEUES,), teardown_wave=TeardownWave.FIRST
         ),
+        *_probe_queue(spec),
         ConfigObject(_obj("v1", "ServiceAccount", MODELEXPRESS_NAME, namespace=mx_ns)),
         ConfigObject(
             _obj(

@@ -189,6 +189,32 @@ NodeAgentTimeout = Annotated[
     ),
 ]
 
+# The words that turn the scheduler probe off.
+_PROBE_OFF = frozenset({"0", "off"})
+
+
+def _checked_probe(value: str | None) -> str | None:
+    if value is not None and value.strip() not in _PROBE_OFF:
+        parse_duration(value)
+    return value
+
+
+def probe_seconds(value: str) -> float:
+    """--scheduler-probe-timeout in seconds; 0 when the probe is off."""
+    return 0.0 if value.strip() in _PROBE_OFF else parse_duration(value)
+
+
+SchedulerProbeTimeout = Annotated[
+    str,
+    typer.Option(
+        "--scheduler-probe-timeout",
+        help="Once Managed KAI is installed or upgraded, its scheduler must bind a probe pod "
+        "within this long (90s, 2m) or its upgrade fails; 0 or off turns the probe off.",
+        callback=_checked_probe,
+    ),
+]
+
+
 # -- what every command that acts on a stack takes -------------------------------
 
 StackFile = Annotated[Path, typer.Option("-f", "--file", help="The ServingStack manifest.")]

@@ -32,11 +32,13 @@ from modelplane.cli.options import (
     NodeAgentMaxUnavailable,
     NodeAgentTimeout,
     RemovedCanarySelector,
+    SchedulerProbeTimeout,
     UpgradeReadyTimeout,
     Verbose,
     canary_namespaces,
     deny_ranges,
     parse_duration,
+    probe_seconds,
     source_options,
 )
 from modelplane.cli.output import fail
@@ -333,6 +335,7 @@ def run(
     upgrade_ready_timeout: UpgradeReadyTimeout = "10m",
     node_agent_max_unavailable: NodeAgentMaxUnavailable = 1,
     node_agent_timeout: NodeAgentTimeout = "5m",
+    scheduler_probe_timeout: SchedulerProbeTimeout = "2m",
     leader_elect: LeaderElect = False,
     leader_election_namespace: LeaderElectionNamespace = None,
     leader_election_lease: LeaderElectionLease = None,
@@ -396,6 +399,7 @@ def run(
         upgrade_ready_timeout_seconds=parse_duration(upgrade_ready_timeout),
         node_agent_max_unavailable=node_agent_max_unavailable,
         node_agent_timeout_seconds=parse_duration(node_agent_timeout),
+        scheduler_probe_seconds=probe_seconds(scheduler_probe_timeout),
     )
     warn_without_helm()
     with contextlib.suppress(KeyboardInterrupt):

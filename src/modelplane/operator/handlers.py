@@ -313,6 +313,8 @@ def register(registry: kopf.OperatorRegistry, rt: Runtime) -> None:
                 # A node agent rolling a node at a time looks again soon.
                 if outcome.requeue_after is not None:
                     delay = min(delay, outcome.requeue_after)
+                # A scheduler probe out is looked at again soon (plan.scheduler_probe).
+                delay = min(delay, outcome.check_in or delay)
                 failure_log.report(outcome, delay, error)
                 await _sleep(wake.event, stopped, delay)
         finally:

@@ -101,6 +101,9 @@ class OperatorOptions(BaseModel):
     # nodes without a Ready agent, and each node served again within this long.
     node_agent_max_unavailable: int = Field(default=1, ge=1)
     node_agent_timeout_seconds: float = Field(default=300.0, gt=0)
+    # How long a Managed KAI scheduler has to bind its probe pod once it is
+    # installed or upgraded (plan.scheduler_probe); 0 turns the probe off.
+    scheduler_probe_seconds: float = Field(default=120.0, ge=0)
 
     # Each names components by what it gives them: a chart or fetched manifests.
     @field_validator("chart_repository_for", "manifests_url_for")
@@ -118,6 +121,9 @@ class OperatorOptions(BaseModel):
             canary_namespaces=frozenset(self.canary_namespaces),
             ready_timeout=timedelta(seconds=self.upgrade_ready_timeout_seconds),
         )
+
+    def scheduler_probe_bound(self) -> timedelta:
+        return timedelta(seconds=self.scheduler_probe_seconds)
 
     def endpoints(self) -> Endpoints:
         return Endpoints(

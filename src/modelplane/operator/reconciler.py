@@ -76,6 +76,7 @@ from modelplane.operator.node_agents import NodeAgentRolls
 from modelplane.operator.options import OperatorOptions
 from modelplane.operator.read_history import Ended, ReadHistory
 from modelplane.operator.release_records import ReleaseRecords
+from modelplane.operator.scheduler_probe import SchedulerProbe
 from modelplane.operator.session import CredentialSource, TargetSession
 from modelplane.operator.stack_actions import RELEASE_DRIFT, StackActions, may_write
 from modelplane.operator.stack_teardown import StackTeardown
@@ -192,6 +193,8 @@ class StackReconciler:
     stack_teardown: StackTeardown = field(init=False)
     # The node agents rolled a node at a time after their upgrade.
     rolls: NodeAgentRolls = field(init=False)
+    # Whether Managed KAI binds a pod once installed (operator.scheduler_probe).
+    probe: SchedulerProbe = field(init=False)
 
     def __post_init__(self) -> None:
         self.session = TargetSession(
@@ -225,6 +228,9 @@ class StackReconciler:
             self.session,
             self.release_records,
             self.claimant,
+        )
+        self.probe = SchedulerProbe(
+            self.emit, self.options.scheduler_probe_bound(), self.options.image_mirrors
         )
 
     @property
@@ -428,6 +434,9 @@ class StackReconciler:
                     and await cache.shows(writes.objects, within=LIST_WAIT_SECONDS)
                 )
             self.reads.end(acted=acted, writes_seen=seen)
+            if current is not None:
+                # A component with work left is not settled at any version.
+                await self.probe.run(target.client, current, current.components_with_work)
         except Exception as err:
             fault = classify(err)
             if fault.kind is ErrorKind.UNEXPECTED:
@@ -453,7 +462,7 @@ class StackReconciler:
             self._report_release_drift(current)
             self._report_refused_revisions(current)
         failures = self.component_failures
-        return Outcome(
+        outcome = Outcome(
             plan=current,
             failures=dict(failures.failures),
             waiting_on_webhook=frozenset(failures.waiting_on_webhook),
@@ -463,6 +472,7 @@ class StackReconciler:
             requeue_after=self.rolls.requeue_after,
             notes=dict(self.rolls.said),
         )
+        return self.probe.into(outcome) if current is not None else outcome
 
     async def _claim(
         self, target: Target, stack: ServingStack, body: dict[str, Any]

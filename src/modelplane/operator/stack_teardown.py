@@ -28,8 +28,10 @@ from modelplane.observe.hooks import find_hooks
 from modelplane.observe.state import read_listed, to_observed, wanted
 from modelplane.operator.options import OperatorOptions
 from modelplane.operator.release_records import ReleaseRecords, StorageTamperedError
+from modelplane.operator.scheduler_probe import remove_pod
 from modelplane.operator.session import TargetSession
 from modelplane.operator.stack_text import first_error, without_status
+from modelplane.pins import ComponentsMode, Stack
 from modelplane.plan import Plan, plan
 from modelplane.plan.release_trust import TamperedRelease
 from modelplane.plan.teardown import (
@@ -77,6 +79,12 @@ class _ClaimWait:
     waited_seconds: float
 
 
+def _probed(stack: ServingStack) -> bool:
+    """Whether the stack's target may hold a scheduler probe pod (operator.scheduler_probe)."""
+    spec = stack.spec
+    return spec.stack is Stack.DYNAMO and spec.components is ComponentsMode.MANAGED
+
+
 @dataclass
 class StackTeardown:
     """One stack's teardown; what it works through is the reconciler's, shared."""
@@ -113,6 +121,9 @@ class StackTeardown:
         try:
             if not await claim.before_teardown(target.client, stack, self.emit, self.claimant):
                 return None  # another stack's target: this one installed nothing there
+            # Before the queue it names goes; only where the probe runs (Managed KAI).
+            if _probed(stack) and await remove_pod(target.client):
+                log.info("teardown: deleted the scheduler probe pod")
 
             want = wanted(stack.spec)
             # helm uninstall deletes all that the newest revision lists: only

@@ -78,6 +78,11 @@ class Outcome:
     # status.releases: what the operator's helm wrote of each release
     # (operator.release_records); None leaves the hub's as it is.
     releases: list[dict[str, Any]] | None = None
+    # Components whose scheduler probe is out, within its bound, and what it
+    # waits for (operator.scheduler_probe): not Ready yet, and not failed.
+    proving: dict[str, str] = field(default_factory=dict)
+    # Seconds until the probe is worth looking at again; None: no probe out.
+    check_in: float | None = None
 
 
 def condition(
@@ -123,6 +128,14 @@ def _progressing(outcome: Outcome) -> tuple[ConditionReason, str] | None:
     return reason, "; ".join(pending + _unhealthy_parts(plan))
 
 
+def _proving(outcome: Outcome) -> tuple[ConditionReason, str] | None:
+    """A scheduler probe out: installed, and not yet seen to schedule (plan.scheduler_probe)."""
+    if not outcome.proving:
+        return None
+    waits = [f"{name}: {message}" for name, message in sorted(outcome.proving.items())]
+    return ReadyReason.PROGRESSING, "; ".join(waits + _unhealthy_parts(outcome.plan))
+
+
 def _unhealthy(outcome: Outcome) -> tuple[ConditionReason, str] | None:
     """A release's workload not available: the worst one's reason, each one named.
 
@@ -152,6 +165,7 @@ READY_CAUSES: tuple[tuple[str, Cause], ...] = (
     ("blocked", _blocked),
     ("failed", _failed),
     ("progressing", _progressing),
+    ("proving", _proving),
     ("unhealthy", _unhealthy),
     ("not serving", _not_serving),
 )
@@ -229,10 +243,12 @@ def desired_status(outcome: Outcome, generation: int | None) -> dict[str, Any]:
                 "mode": c.mode,
                 "version": c.version,
                 "state": decisions.component_state(
-                    c.name, outcome.failures, outcome.waiting_on_webhook
+                    c.name, outcome.failures, outcome.waiting_on_webhook, outcome.proving
                 )
                 or c.state,
-                "message": outcome.failures.get(c.name) or outcome.notes.get(c.name, c.message),
+                "message": outcome.failures.get(c.name)
+                or outcome.proving.get(c.name)
+                or outcome.notes.get(c.name, c.message),
             }
             for c in plan.components
         ]

@@ -119,6 +119,9 @@ def failures_reason(
         return BlockedReason.CLAIMS_HELD
     if given and all(r is BlockedReason.NODE_AGENT_FAILED for r in given):
         return BlockedReason.NODE_AGENT_FAILED
+    # A scheduler that binds nothing is no action of ours that failed.
+    if given and all(r is BlockedReason.SCHEDULER_NOT_BINDING for r in given):
+        return BlockedReason.SCHEDULER_NOT_BINDING
     return BlockedReason.ACTION_FAILED
 
 
@@ -127,14 +130,19 @@ class ComponentState(StrEnum):
 
     FAILED = "Failed"
     WAITING_FOR_WEBHOOK = "WaitingForWebhook"
+    # Installed; its scheduler probe is out (plan.scheduler_probe).
+    PROVING = "Proving"
 
 
 def component_state(
-    component: str, failed: Mapping[str, object], waiting_on_webhook: frozenset[str]
+    component: str,
+    failed: Mapping[str, object],
+    waiting_on_webhook: frozenset[str],
+    proving: Mapping[str, object] | None = None,
 ) -> ComponentState | None:
     """The state that overrides the plan's for ``component``; None when it did not fail."""
     if component not in failed:
-        return None
+        return ComponentState.PROVING if component in (proving or {}) else None
     if component in waiting_on_webhook:
         return ComponentState.WAITING_FOR_WEBHOOK
     return ComponentState.FAILED

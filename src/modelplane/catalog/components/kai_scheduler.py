@@ -32,6 +32,9 @@ if TYPE_CHECKING:
 VERSION = "v0.16.8"
 
 SCHEDULER_NAME = "kai-scheduler"
+# The pod label that puts a pod in a Queue (upstream-facts §13: DefaultQueueLabel,
+# the chart's podgrouper.queueLabelKey at v0.16.8).
+QUEUE_LABEL = "kai.scheduler/queue"
 WORKLOADS = Workloads(
     "the KAI operator and scheduler", ("kai-scheduler/operator", "kai-scheduler/scheduler")
 )
