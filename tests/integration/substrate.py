@@ -144,7 +144,7 @@ def provide_substrate(client: Client, stack: catalog.Stack = catalog.Stack.STAND
 
 
 # Versions besides the pins, for upgrade tests.
-EXTRA_VERSIONS = {"kube-prometheus-stack": ["84.5.0"]}
+EXTRA_VERSIONS = {"kube-prometheus-stack": ["84.5.0"], "kai-scheduler": ["v0.16.9"]}
 # Where each real chart keeps its CRDs (the catalog's, from upstream-facts.md).
 CRD_PLACEMENT: dict[str, CrdPlacement] = {
     c.chart.chart: c.chart.crds for c in catalog.COMPONENTS if c.chart is not None
