@@ -37,6 +37,7 @@ from modelplane.kube.client import METADATA_LIST, Target, collection_path, get_j
 from modelplane.observe.state import PODS
 from modelplane.operator.component_failures import ComponentFailures
 from modelplane.operator.options import OperatorOptions
+from modelplane.operator.status import Outcome
 from modelplane.plan import Plan
 from modelplane.plan.node_agents import (
     REVISION_LABEL,
@@ -195,6 +196,12 @@ class NodeAgentRolls:
         """Seconds until the stack should look again; None when nothing rolls."""
         failed = self.failures.failures
         return REQUEUE_SECONDS if any(c not in failed for c in self.said) else None
+
+    def into(self, outcome: Outcome) -> Outcome:
+        """``outcome`` with what the rolls said of each component, and when to look again."""
+        outcome.requeue_after = self.requeue_after
+        outcome.notes = {**outcome.notes, **self.said}
+        return outcome
 
     async def act(self, p: Plan, target: Target) -> bool:
         """One step of each node agent the plan says rolls; True if a pod was deleted."""

@@ -469,9 +469,8 @@ class StackReconciler:
             refused=frozenset(failures.refused),
             failure_reasons=dict(failures.reasons),
             retry_after=failures.retry_after(),
-            requeue_after=self.rolls.requeue_after,
-            notes=dict(self.rolls.said),
         )
+        outcome = self.rolls.into(outcome)
         return self.probe.into(outcome) if current is not None else outcome
 
     async def _claim(
