@@ -54,18 +54,27 @@ def _stacks(c: Component) -> str:
     return f"{stacks}, {c.enabled_when}" if c.enabled_when else stacks
 
 
+def _disruption(c: Component) -> str:
+    """Its classes, the headline first: ``node agent, control``."""
+    kinds = sorted({d.kind for d in c.disruptions}, key=lambda k: k.rank)
+    return ", ".join(k.words for k in kinds)
+
+
 def components_table() -> str:
     """docs/catalog.md's "What it installs" table: one row per substrate component, in order."""
     lines = [
-        "| component | chart | version | namespace | stack |",
-        "| --- | --- | --- | --- | --- |",
+        "| component | chart | version | namespace | stack | disruption |",
+        "| --- | --- | --- | --- | --- | --- |",
     ]
     for c in COMPONENTS:
         if c.role != "substrate":
             continue
         # Objects the product writes itself have no version of their own.
         version = "" if c.kind == "objects" else c.version
-        lines.append(f"| {c.name} | {_source(c)} | {version} | {c.namespace} | {_stacks(c)} |")
+        lines.append(
+            f"| {c.name} | {_source(c)} | {version} | {c.namespace} | {_stacks(c)} "
+            f"| {_disruption(c)} |"
+        )
     return "\n".join(lines) + "\n"
 
 

@@ -247,6 +247,54 @@ class ValuesRead:
         )
 
 
+class DisruptionClass(StrEnum):
+    """What an upgrade of one part of a component disrupts, most disruptive first.
+
+    Ranked by how far a failed upgrade of the part reaches into serving: a
+    node agent on every GPU node (no claim prepared, a pod holding one
+    stuck terminating), the proxies every request goes through, the
+    placement of new pods, and last the controllers nothing running waits on.
+    """
+
+    NODE_AGENT = "NodeAgent"
+    TRAFFIC = "Traffic"
+    SCHEDULER = "Scheduler"
+    CONTROL = "Control"
+
+    @property
+    def rank(self) -> int:
+        """0 for the most disruptive."""
+        return list(DisruptionClass).index(self)
+
+    @property
+    def words(self) -> str:
+        """For a person: ``node agent``."""
+        return _DISRUPTION_WORDS[self]
+
+
+_DISRUPTION_WORDS = {
+    DisruptionClass.NODE_AGENT: "node agent",
+    DisruptionClass.TRAFFIC: "traffic",
+    DisruptionClass.SCHEDULER: "scheduler",
+    DisruptionClass.CONTROL: "control",
+}
+
+
+@dataclass(frozen=True)
+class Disruption:
+    """One part of a component and what an upgrade of it does to what runs."""
+
+    kind: DisruptionClass
+    effect: str  # "restarts the kubelet plugin on every GPU node"
+
+    def __str__(self) -> str:
+        return f"{self.kind.words}: {self.effect}"
+
+
+# What an upgrade of a component with no part that serves does.
+CONTROL_ONLY = (Disruption(DisruptionClass.CONTROL, "restarts its controllers"),)
+
+
 def release_name_of(chart: str) -> str:
     """The release the product installs ``chart`` as: mp-<chart>, stable across version bumps
     and never the name a cluster owner's own release of the chart would have."""
@@ -381,6 +429,16 @@ class Component:
     dra_driver: str | None = None
     # The DaemonSet the operator rolls a node at a time after an upgrade, if any.
     node_agent: NodeAgent | None = None
+    # What an upgrade disrupts, one entry per part of another class (NFD's
+    # worker is a node agent, its master control). Parts, not one class:
+    # diff and the hub say what each does, and a roll one node at a time
+    # needs to know which part is the node agent. ``disruption`` is the
+    # headline. An upgrade (a version change) is taken to touch every part.
+    disruptions: tuple[Disruption, ...] = CONTROL_ONLY
+
+    def __post_init__(self) -> None:
+        if not self.disruptions:
+            raise ValueError(f"{self.name}: an upgrade disrupts something; name at least one part")
 
     @property
     def kind(self) -> Literal["chart", "manifests", "objects"]:
@@ -416,6 +474,17 @@ class Component:
         namespace, whose objects may say anything, is never read.
         """
         return tuple(dict.fromkeys(n for n in (self.namespace, *self.also_installed_in) if n))
+
+    @property
+    def disruption(self) -> DisruptionClass:
+        """The most disruptive class of its parts."""
+        return min((d.kind for d in self.disruptions), key=lambda k: k.rank)
+
+    @property
+    def disrupts(self) -> str:
+        """What its upgrade disrupts, most disruptive part first, for a person."""
+        parts = sorted(self.disruptions, key=lambda d: d.kind.rank)
+        return "; ".join(str(d) for d in parts)
 
     def version_for(self, spec: ServingStackSpec) -> str:
         if self.version_field is None:

@@ -16,7 +16,15 @@ from modelplane.catalog.components._common import (
     ENVOY_OCI,
 )
 from modelplane.catalog.images import Images, ImageSite, PullSecrets, Repository, Runs
-from modelplane.catalog.types import ChartSource, Component, Values, ValuesRead, Workloads
+from modelplane.catalog.types import (
+    ChartSource,
+    Component,
+    Disruption,
+    DisruptionClass,
+    Values,
+    ValuesRead,
+    Workloads,
+)
 
 if TYPE_CHECKING:
     from modelplane.api.spec import ServingStackSpec
@@ -82,6 +90,16 @@ COMPONENT = Component(
     version=VERSION,
     order=80,
     stacks=BOTH,
+    # Not traffic: its upgrade rolls no proxy (their external processor is
+    # injected when a proxy pod is created).
+    disruptions=(
+        Disruption(
+            DisruptionClass.CONTROL,
+            "restarts the AI Gateway controller, Envoy Gateway's extension server: route "
+            "changes wait for it, and running proxies keep the external processor it injected "
+            "until they next roll",
+        ),
+    ),
     chart=ChartSource("ai-gateway-helm", ENVOY_OCI, reads=(READS,)),
     values=_values,
     images=IMAGES,

@@ -3,7 +3,15 @@
 from __future__ import annotations
 
 from modelplane.catalog.components._common import AI_GATEWAY_NAMESPACE, BOTH, ENVOY_OCI
-from modelplane.catalog.types import ChartSource, Component, CrdPlacement, CRDServes, ValuesRead
+from modelplane.catalog.types import (
+    ChartSource,
+    Component,
+    CrdPlacement,
+    CRDServes,
+    Disruption,
+    DisruptionClass,
+    ValuesRead,
+)
 
 # The AI Gateway release: these CRDs and the controller (ai_gateway) share it.
 VERSION = "v1.1.0"
@@ -19,6 +27,9 @@ COMPONENT = Component(
     version=VERSION,
     order=70,
     stacks=BOTH,
+    disruptions=(
+        Disruption(DisruptionClass.CONTROL, "updates the AI Gateway CRDs; nothing restarts"),
+    ),
     chart=ChartSource(
         "ai-gateway-crds-helm", ENVOY_OCI, crds=CrdPlacement.TEMPLATES, reads=(READS,)
     ),

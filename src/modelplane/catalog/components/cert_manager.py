@@ -12,6 +12,8 @@ from modelplane.catalog.types import (
     Component,
     CrdPlacement,
     CRDServes,
+    Disruption,
+    DisruptionClass,
     HelmHook,
     Values,
     ValuesRead,
@@ -123,6 +125,13 @@ COMPONENT = Component(
     version_field="versions.certManager",
     version_description="cert-manager chart version.",
     stacks=BOTH,
+    disruptions=(
+        Disruption(
+            DisruptionClass.CONTROL,
+            "restarts cert-manager's controller, webhook and cainjector; issued certificates "
+            "keep serving",
+        ),
+    ),
     chart=ChartSource(_CHART, JETSTACK, crds=CrdPlacement.TEMPLATES, reads=(READS,), hooks=HOOKS),
     values=_values,
     images=IMAGES,

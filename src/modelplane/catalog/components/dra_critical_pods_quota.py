@@ -11,7 +11,11 @@ from modelplane.catalog.components._common import (
     NVIDIA_DRA_NAMESPACE,
     SYSTEM_CRITICAL_CLASSES,
 )
-from modelplane.catalog.types import Component
+from modelplane.catalog.types import (
+    Component,
+    Disruption,
+    DisruptionClass,
+)
 
 if TYPE_CHECKING:
     from modelplane.api.spec import ServingStackSpec
@@ -57,6 +61,7 @@ COMPONENT = Component(
     version=nvidia_dra_driver.VERSION,
     order=40,
     stacks=BOTH,
+    disruptions=(Disruption(DisruptionClass.CONTROL, "updates a ResourceQuota; nothing restarts"),),
     objects=_objects,
     enabled=_needed,
     enabled_when="when `nvidiaDriverRoot` is not `/`",

@@ -27,6 +27,8 @@ from modelplane.catalog.types import (
     Component,
     CrdPlacement,
     CRDServes,
+    Disruption,
+    DisruptionClass,
     HelmHook,
     Values,
     ValuesRead,
@@ -189,6 +191,14 @@ COMPONENT = Component(
         "v1.8 cannot route to an InferencePool",
     ),
     stacks=BOTH,
+    disruptions=(
+        Disruption(
+            DisruptionClass.TRAFFIC,
+            "rolls the Envoy proxies that carry the Gateway's traffic (a new version brings a "
+            "new proxy image)",
+        ),
+        Disruption(DisruptionClass.CONTROL, "restarts the Envoy Gateway controller"),
+    ),
     chart=ChartSource(
         _CHART,
         ENVOY_OCI,

@@ -3,7 +3,13 @@
 from __future__ import annotations
 
 from modelplane.catalog.components._common import BOTH, INFERENCE_POOL
-from modelplane.catalog.types import Component, CRDServes, ManifestSource
+from modelplane.catalog.types import (
+    Component,
+    CRDServes,
+    Disruption,
+    DisruptionClass,
+    ManifestSource,
+)
 
 # The Inference Extension release whose manifests carry InferencePool v1;
 # upstream Modelplane vendors this one.
@@ -16,6 +22,9 @@ COMPONENT = Component(
     version=VERSION,
     order=90,
     stacks=BOTH,
+    disruptions=(
+        Disruption(DisruptionClass.CONTROL, "updates the InferencePool CRDs; nothing restarts"),
+    ),
     manifests=ManifestSource(
         "https://github.com/kubernetes-sigs/gateway-api-inference-extension/releases/download",
         "{version}/manifests.yaml",

@@ -11,6 +11,8 @@ from modelplane.catalog.types import (
     Component,
     CrdPlacement,
     CRDServes,
+    Disruption,
+    DisruptionClass,
     ValuesRead,
     VersionRange,
     Workloads,
@@ -75,6 +77,13 @@ COMPONENT = Component(
         "prepending them (grove#753), so MODELPLANE_LEADER_ADDRESS cannot be aliased to them",
     ),
     stacks=DYNAMO,
+    disruptions=(
+        Disruption(
+            DisruptionClass.SCHEDULER,
+            "restarts the Grove operator: no PodCliqueSet is created, scaled or gang-scheduled "
+            "while it is away",
+        ),
+    ),
     chart=ChartSource(
         "grove-charts",
         "oci://ghcr.io/ai-dynamo/grove",

@@ -21,6 +21,8 @@ from modelplane.catalog.types import (
     Component,
     CrdPlacement,
     CRDServes,
+    Disruption,
+    DisruptionClass,
     Finding,
     ValuesRead,
     Workloads,
@@ -138,6 +140,12 @@ COMPONENT = Component(
     version_field="dynamo.kaiScheduler",
     version_description="KAI Scheduler chart version.",
     stacks=DYNAMO,
+    disruptions=(
+        Disruption(
+            DisruptionClass.SCHEDULER,
+            "restarts the KAI scheduler: no pod asking for kai-scheduler is bound while it is away",
+        ),
+    ),
     chart=ChartSource(
         "kai-scheduler",
         "oci://ghcr.io/kai-scheduler/kai-scheduler",

@@ -29,6 +29,8 @@ from modelplane.catalog.types import (
     Component,
     CrdPlacement,
     CRDServes,
+    Disruption,
+    DisruptionClass,
     Finding,
     HelmHook,
     Values,
@@ -386,6 +388,14 @@ COMPONENT = Component(
     version_field="versions.prometheus",
     version_description="kube-prometheus-stack chart version.",
     stacks=BOTH,
+    # node-exporter runs on every node, but nothing that serves waits on it.
+    disruptions=(
+        Disruption(
+            DisruptionClass.CONTROL,
+            "restarts Prometheus, its operator, kube-state-metrics and node-exporter: a gap in "
+            "metrics, no workload touched",
+        ),
+    ),
     chart=ChartSource(
         "kube-prometheus-stack",
         "https://prometheus-community.github.io/helm-charts",

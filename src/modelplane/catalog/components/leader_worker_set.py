@@ -10,6 +10,8 @@ from modelplane.catalog.types import (
     Component,
     CrdPlacement,
     CRDServes,
+    Disruption,
+    DisruptionClass,
     ValuesRead,
     Workloads,
 )
@@ -37,6 +39,13 @@ COMPONENT = Component(
     version_field="standard.leaderWorkerSet",
     version_description="LeaderWorkerSet chart version.",
     stacks=STANDARD,
+    disruptions=(
+        Disruption(
+            DisruptionClass.SCHEDULER,
+            "restarts the LeaderWorkerSet controller: no group is created, scaled or recreated "
+            "while it is away",
+        ),
+    ),
     chart=ChartSource(
         "lws", "oci://registry.k8s.io/lws/charts", crds=CrdPlacement.CRDS_DIR, reads=(READS,)
     ),

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from modelplane.catalog.components._common import DYNAMO
 from modelplane.catalog.images import Images, ImageSite, ProductObject, PullSecrets
-from modelplane.catalog.types import Component, CRDServes, ManifestSource
+from modelplane.catalog.types import (
+    Component,
+    CRDServes,
+    Disruption,
+    DisruptionClass,
+    ManifestSource,
+)
 
 # The ModelExpress release: the server's image tag and the tag its CRDs are read at.
 VERSION = "0.4.1"
@@ -38,6 +44,11 @@ COMPONENT = Component(
     role="config",
     images=IMAGES,
     stacks=DYNAMO,
+    disruptions=(
+        Disruption(
+            DisruptionClass.CONTROL, "updates the ModelExpress CRDs and restarts its server"
+        ),
+    ),
     # ModelExpress publishes no release asset for its CRDs; the tagged source
     # file is the upstream copy (upstream-facts §14).
     manifests=ManifestSource(

@@ -15,6 +15,8 @@ from modelplane.catalog.types import (
     Component,
     CrdPlacement,
     CRDServes,
+    Disruption,
+    DisruptionClass,
     Finding,
     GpuNodes,
     HelmHook,
@@ -138,6 +140,14 @@ COMPONENT = Component(
     version_field="versions.nodeFeatureDiscovery",
     version_description="Node Feature Discovery chart version.",
     stacks=BOTH,
+    disruptions=(
+        Disruption(
+            DisruptionClass.NODE_AGENT,
+            "restarts the NFD worker on every node, which relabels it: the DRA kubelet plugin "
+            "selects GPU nodes by those labels",
+        ),
+        Disruption(DisruptionClass.CONTROL, "restarts the NFD master and its garbage collector"),
+    ),
     chart=ChartSource(
         _CHART,
         "https://kubernetes-sigs.github.io/node-feature-discovery/charts",

@@ -39,6 +39,8 @@ from modelplane.catalog.types import (
     ChartSource,
     Component,
     CrdPlacement,
+    Disruption,
+    DisruptionClass,
     Finding,
     GpuNodes,
     NodeAgent,
@@ -369,6 +371,14 @@ COMPONENT = Component(
     version_field="versions.nvidiaDraDriver",
     version_description="NVIDIA DRA driver chart version.",
     stacks=BOTH,
+    # ComputeDomains are off, so the chart runs no controller: the plugin is all.
+    disruptions=(
+        Disruption(
+            DisruptionClass.NODE_AGENT,
+            "restarts the kubelet plugin on every GPU node: no GPU claim is prepared there "
+            "while it is away",
+        ),
+    ),
     chart=ChartSource(
         "dra-driver-nvidia-gpu",
         "oci://registry.k8s.io/dra-driver-nvidia/charts",

@@ -13,6 +13,8 @@ from modelplane.catalog.types import (
     Component,
     CrdPlacement,
     CRDServes,
+    Disruption,
+    DisruptionClass,
     Values,
     ValuesRead,
     Workloads,
@@ -87,6 +89,11 @@ COMPONENT = Component(
     version_field="versions.trustManager",
     version_description="trust-manager chart version.",
     stacks=BOTH,
+    disruptions=(
+        Disruption(
+            DisruptionClass.CONTROL, "restarts trust-manager; the published CA bundle stays"
+        ),
+    ),
     chart=ChartSource("trust-manager", JETSTACK, crds=CrdPlacement.TEMPLATES, reads=(READS,)),
     values=_values,
     images=IMAGES,
