@@ -449,6 +449,8 @@ def print_text(d: Diff, console: Console) -> None:
             else r.new_version
         )
         head = f"release {r.namespace}/{r.release} ({r.chart}): {r.change} {versions}"
+        if r.disruption:
+            head += f" ({'; '.join(str(p) for p in r.disruption)})"
         if r.action is ReleaseAction.ROLLBACK:
             head += " (after a rollback of the pending revision)"
         console.print(Text(_line(head), style="bold"))
@@ -497,6 +499,9 @@ def print_text(d: Diff, console: Console) -> None:
         ]
         shown = ", ".join(f"{n} {what}{'s' if n != 1 else ''}" for n, what in counts if n)
         console.print(Text(f"Would change: {shown}.", style="bold"))
+        if d.disrupts:
+            disrupts = ", ".join(k.words for k in d.disrupts)
+            console.print(Text(f"The upgrades disrupt: {disrupts}.", style="bold"))
         if d.destructive:
             console.print(
                 Text("Some changes are destructive: read the lines marked so.", style="bold red")

@@ -20,7 +20,9 @@ from typing import Any
 import yaml
 from pydantic import Field, computed_field
 
+from modelplane.catalog.components import BY_NAME
 from modelplane.catalog.configuration import Hold
+from modelplane.catalog.types import DisruptionClass
 from modelplane.plan.chart_crds import chart_crd_change, crd_groups
 from modelplane.plan.conflicts import Conflict
 from modelplane.plan.crds import CrdAction
@@ -113,6 +115,35 @@ class ObjectChangeKind(StrEnum):
     UPDATE = "update"
 
 
+class DisruptedPart(Frozen):
+    """One part of a component an upgrade restarts, and what that does to what runs."""
+
+    kind: DisruptionClass
+    effect: str
+
+    def __str__(self) -> str:
+        return f"{self.kind.words}: {self.effect}"
+
+
+def disrupted_parts(component: str, change: ReleaseChangeKind) -> list[DisruptedPart]:
+    """What of ``component`` the change restarts, the most disruptive part first.
+
+    An install restarts nothing that runs; an upgrade or a reinstall is
+    taken to touch every part (catalog ``Component.disruptions``). A
+    component the catalog does not know names nothing.
+    """
+    known = BY_NAME.get(component)
+    if change is ReleaseChangeKind.INSTALL or known is None:
+        return []
+    parts = sorted(known.disruptions, key=lambda d: d.kind.rank)
+    return [DisruptedPart(kind=d.kind, effect=d.effect) for d in parts]
+
+
+def disrupted_classes(parts: list[DisruptedPart]) -> list[DisruptionClass]:
+    """The classes of ``parts``, each once, the most disruptive first."""
+    return sorted({p.kind for p in parts}, key=lambda k: k.rank)
+
+
 class ReleaseChange(Frozen):
     component: str
     release: str
@@ -130,6 +161,8 @@ class ReleaseChange(Frozen):
     crds: list[str] = Field(default_factory=list)
     # What the change would destroy or cannot do in place, each for a person.
     destructive: list[str] = Field(default_factory=list)
+    # The parts of the component an upgrade restarts (none for an install).
+    disruption: list[DisruptedPart] = Field(default_factory=list)
     problem: str | None = None
 
 
@@ -199,6 +232,12 @@ class Diff(Frozen):
     def destructive(self) -> bool:
         """Whether a change would destroy something, or fail half-way."""
         return any(r.destructive for r in self.releases)
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def disrupts(self) -> list[DisruptionClass]:
+        """The disruption classes the upgrades touch, the most disruptive first."""
+        return disrupted_classes([p for r in self.releases for p in r.disruption])
 
 
 # Fields the API server refuses to change on a live object: an upgrade that
@@ -376,6 +415,7 @@ def diff(plan: Plan, reads: Reads, server: str) -> Diff:
                 ),
                 crds=crds,
                 destructive=destructive,
+                disruption=disrupted_parts(r.component, change),
                 problem=printable(problem, MAX_LINE) if problem else None,
             )
         )
