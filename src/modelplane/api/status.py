@@ -5,6 +5,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from modelplane.api.base import ApiModel
+from modelplane.catalog.types import DisruptionClass
 from modelplane.pins import ComponentsMode
 
 
@@ -39,6 +40,12 @@ class RolloutStatus(ApiModel):
     started_at: str | None = Field(default=None, description="When its upgrade started.")
     paused_by: str | None = Field(
         default=None, description="The stack whose failed upgrade pauses the rollout."
+    )
+    disruption: list[DisruptionClass] = Field(
+        default_factory=list,
+        description="What its upgrade disrupts, by the disruption class of each part of the "
+        "components it upgrades, the most disruptive first: NodeAgent, Traffic, Scheduler, "
+        "Control. Set while the stack is behind its desired versions.",
     )
 
 

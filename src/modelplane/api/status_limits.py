@@ -55,6 +55,8 @@ STRINGS: MappingProxyType[str, int] = MappingProxyType(
         "rollout.phase": 16,
         "rollout.startedAt": 64,
         "rollout.pausedBy": 317,
+        # A catalog DisruptionClass (NodeAgent).
+        "rollout.disruption[]": 16,
         # A Helm release name (53 at most, Helm's own limit) and a namespace.
         "releases[].name": 53,
         "releases[].namespace": 63,
@@ -78,6 +80,8 @@ LISTS: MappingProxyType[str, int] = MappingProxyType(
         "target.devices": 16,
         # One per catalog release (test_status_limits checks the catalog fits).
         "releases": 64,
+        # Each disruption class once.
+        "rollout.disruption": 4,
     }
 )
 

@@ -248,14 +248,13 @@ class ValuesRead:
 
 
 class DisruptionClass(StrEnum):
-    """What an upgrade of one part of a component disrupts, most disruptive first.
+    """What an upgrade of one part of a component disrupts, the most disruptive first."""
 
-    Ranked by how far a failed upgrade of the part reaches into serving: a
-    node agent on every GPU node (no claim prepared, a pod holding one
-    stuck terminating), the proxies every request goes through, the
-    placement of new pods, and last the controllers nothing running waits on.
-    """
-
+    # (The docstring is the CRD's description of status.rollout.disruption's items.)
+    # Ranked by how far a failed upgrade of the part reaches into serving: a
+    # node agent on every GPU node (no claim prepared, a pod holding one
+    # stuck terminating), the proxies every request goes through, the
+    # placement of new pods, and last the controllers nothing running waits on.
     NODE_AGENT = "NodeAgent"
     TRAFFIC = "Traffic"
     SCHEDULER = "Scheduler"

@@ -351,6 +351,7 @@ class Rollout:
                     "phase": str(Phase.UPGRADING),
                     "startedAt": _stamp(turn.started),
                     "pausedBy": None,
+                    "disruption": _disruption(rollout.upgrades(turn.desired, turn.installed)),
                 },
             ),
         }
@@ -415,6 +416,7 @@ class Rollout:
                 "phase": str(phase),
                 "startedAt": _stamp(turn.started) if phase is not Phase.UP_TO_DATE else None,
                 "pausedBy": turn.paused_by if phase is Phase.PENDING else None,
+                "disruption": _disruption(wants) if phase is not Phase.UP_TO_DATE else None,
             },
         )
         return status
@@ -511,7 +513,7 @@ def _message(
         return f"{message}{runs}"
     if phase is Phase.UPGRADING:
         moving = [
-            f"{name} {installed.get(name)} -> {version}"
+            rollout.upgrade_said(name, installed.get(name), version)
             for name, version in sorted(turn.desired.items())
             if installed.get(name) is not None and installed.get(name) != version
         ]
@@ -531,7 +533,15 @@ def _message(
     return f"{message}{runs}"
 
 
-def _rollout_status(current: Any, wanted: dict[str, str | None]) -> dict[str, str | None]:
+def _disruption(wants: frozenset[rollout.Upgrade]) -> list[str] | None:
+    """``status.rollout.disruption`` for the upgrades a stack wants; None (left out) for none."""
+    return [str(k) for k in rollout.disrupted(wants)] or None
+
+
+RolloutField = str | list[str] | None
+
+
+def _rollout_status(current: Any, wanted: dict[str, RolloutField]) -> dict[str, RolloutField]:
     """``status.rollout`` as a merge patch: null only for what the hub has and must lose.
 
     A null the hub does not hold would make the status differ from the

@@ -28,7 +28,8 @@ from enum import StrEnum
 from typing import Any
 
 from modelplane.api.spec import ServingStackSpec
-from modelplane.catalog.components import installed_for
+from modelplane.catalog.components import BY_NAME, installed_for
+from modelplane.catalog.types import DisruptionClass
 from modelplane.pins import ComponentsMode
 from modelplane.plan import mirror_images
 from modelplane.plan.model import Plan
@@ -390,3 +391,20 @@ def _time(value: Any) -> datetime | None:
 def desired_versions(spec: ServingStackSpec) -> dict[str, str]:
     """The version each component the product installs should run, from spec and defaults."""
     return {c.name: c.version_for(spec) for c in installed_for(spec)}
+
+
+def disrupted(upgrades: Iterable[Upgrade]) -> list[DisruptionClass]:
+    """The disruption classes the upgrades touch, each once, the most disruptive first.
+
+    Every part of each component upgraded (catalog ``Component.disruptions``):
+    what ``status.rollout.disruption`` says.
+    """
+    kinds = {d.kind for name, _ in upgrades if name in BY_NAME for d in BY_NAME[name].disruptions}
+    return sorted(kinds, key=lambda k: k.rank)
+
+
+def upgrade_said(name: str, installed: str | None, desired: str) -> str:
+    """One upgrade for the ``UpToDate`` message: its versions and what it disrupts."""
+    known = BY_NAME.get(name)
+    said = f"{name} {installed} -> {desired}"
+    return f"{said} ({known.disrupts})" if known is not None else said
