@@ -186,9 +186,17 @@ def _proxy_kubernetes(objects: list[ConfigObject]) -> dict[str, Any]:
     return kubernetes
 
 
+# What the EnvoyProxy sets of the proxy Deployment whatever the images: its rollout.
+ROLLOUT = {
+    "replicas": 2,
+    "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}},
+}
+
+
 def test_the_envoy_proxy_is_untouched_without_a_mirror(make_stack: StackFactory) -> None:
     kubernetes = _proxy_kubernetes(configuration_for(_spec(make_stack)))
-    assert kubernetes == {"envoyService": {"externalTrafficPolicy": "Cluster"}}
+    assert kubernetes["envoyService"] == {"externalTrafficPolicy": "Cluster"}
+    assert kubernetes["envoyDeployment"] == ROLLOUT
 
 
 def test_the_envoy_proxy_gets_the_mirrored_image_and_pull_secrets(
@@ -198,6 +206,7 @@ def test_the_envoy_proxy_gets_the_mirrored_image_and_pull_secrets(
     images = ProductImages({envoy_gateway.ENVOY_PROXY: moved}, ("pull",))
     kubernetes = _proxy_kubernetes(configuration_for(_spec(make_stack), images))
     assert kubernetes["envoyDeployment"] == {
+        **ROLLOUT,
         "container": {"image": moved},
         "pod": {"imagePullSecrets": PULL},
     }
@@ -210,7 +219,7 @@ def test_pull_secrets_alone_leave_the_proxy_image_to_envoy_gateway(
     kubernetes = _proxy_kubernetes(
         configuration_for(_spec(make_stack), ProductImages(pull_secrets=("pull",)))
     )
-    assert kubernetes["envoyDeployment"] == {"pod": {"imagePullSecrets": PULL}}
+    assert kubernetes["envoyDeployment"] == {**ROLLOUT, "pod": {"imagePullSecrets": PULL}}
 
 
 def _modelexpress_pod(objects: list[Any]) -> dict[str, Any]:
@@ -301,7 +310,7 @@ def test_with_rules_only_the_components_they_move_take_the_pull_secrets(
     # Secret means nothing there, and is not asked for in its namespace.
     assert "imagePullSecrets" not in _values(p, "node-feature-discovery")
     assert "imagePullSecrets" not in _modelexpress_pod(p.objects)
-    assert "envoyDeployment" not in _proxy_kubernetes(p.objects)
+    assert _proxy_kubernetes(p.objects)["envoyDeployment"] == ROLLOUT
 
 
 def test_without_rules_every_component_takes_the_pull_secrets(make_stack: StackFactory) -> None:

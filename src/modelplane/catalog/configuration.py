@@ -173,23 +173,46 @@ def _pull_secrets(names: tuple[str, ...]) -> list[dict[str, str]]:
     return [{"name": name} for name in names]
 
 
-def _envoy_proxy_kubernetes(images: ProductImages) -> dict[str, Any]:
-    # EG defaults to Local, which some cloud load balancers reject.
-    kubernetes: dict[str, Any] = {"envoyService": {"externalTrafficPolicy": "Cluster"}}
-    # Only with a mirror or pull Secrets, so an install without either keeps
-    # its object (and digest). This EnvoyProxy replaces Envoy Gateway's
-    # default one (no mergeType), so here is the only place the proxy image
-    # can be moved (images.md §5, the merge trap).
-    deployment: dict[str, Any] = {}
+# The proxies carry every inference request, and Envoy Gateway rolls them
+# whenever their pod changes (its upgrade brings a new proxy image). Two, so
+# a drain or an eviction leaves one serving; a roll that surges a new pod and
+# waits for it Ready before an old one goes, so no moment has none, whatever
+# Envoy Gateway's default (a bare RollingUpdate, 25%/25%, in v1.8:
+# api/v1alpha1/kubernetes_helpers.go, DefaultKubernetesDeploymentStrategy);
+# and a budget that lets a drain take one at a time (with one replica any
+# budget that keeps it would block drains for good).
+ENVOY_PROXY_REPLICAS = 2
+ENVOY_PROXY_MAX_SURGE = 1
+
+
+def _envoy_proxy_deployment(images: ProductImages) -> dict[str, Any]:
+    """The proxy Deployment's settings: its rollout, and the image a mirror moves."""
+    deployment: dict[str, Any] = {
+        "replicas": ENVOY_PROXY_REPLICAS,
+        "strategy": {
+            "type": "RollingUpdate",
+            "rollingUpdate": {"maxUnavailable": 0, "maxSurge": ENVOY_PROXY_MAX_SURGE},
+        },
+    }
+    # This EnvoyProxy replaces Envoy Gateway's default one (no mergeType), so
+    # here is the only place the proxy image can be moved (images.md §5, the
+    # merge trap). Only with a mirror or pull Secrets.
     proxy = images.moved.get(envoy_gateway.ENVOY_PROXY)
     if proxy is not None:
         deployment["container"] = {"image": proxy}
     secrets = images.secrets_for(envoy_gateway.ENVOY_PROXY)
     if secrets:
         deployment["pod"] = {"imagePullSecrets": _pull_secrets(secrets)}
-    if deployment:
-        kubernetes["envoyDeployment"] = deployment
-    return kubernetes
+    return deployment
+
+
+def _envoy_proxy_kubernetes(images: ProductImages) -> dict[str, Any]:
+    return {
+        # EG defaults to Local, which some cloud load balancers reject.
+        "envoyService": {"externalTrafficPolicy": "Cluster"},
+        "envoyDeployment": _envoy_proxy_deployment(images),
+        "envoyPDB": {"maxUnavailable": 1},
+    }
 
 
 def gateway_objects(
