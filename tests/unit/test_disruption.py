@@ -100,3 +100,12 @@ def test_a_component_with_no_part_is_refused() -> None:
 def test_the_dra_driver_says_what_its_upgrade_does_on_gpu_nodes() -> None:
     said = BY_NAME["nvidia-dra-driver-gpu"].disrupts
     assert said.startswith("node agent: restarts the kubelet plugin on every GPU node")
+
+
+@pytest.mark.parametrize("component", COMPONENTS, ids=lambda c: c.name)
+def test_a_component_the_operator_rolls_by_node_has_a_node_agent_part(
+    component: Component,
+) -> None:
+    """The roll (Component.node_agent) and what diff says (its parts) name the same thing."""
+    has_part = NODE_AGENT in {d.kind for d in component.disruptions}
+    assert has_part == (component.node_agent is not None)

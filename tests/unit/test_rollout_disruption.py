@@ -54,7 +54,8 @@ def test_the_classes_an_upgrade_touches(
         (
             DRA,
             "nvidia-dra-driver-gpu 0.4.1 -> 0.4.2 (node agent: restarts the kubelet plugin on "
-            "every GPU node: no GPU claim is prepared there while it is away)",
+            "every GPU node, a node at a time (the operator's roll): no GPU claim is prepared "
+            "on a node while it is away)",
         ),
         ("gpu-operator", "gpu-operator 0.4.1 -> 0.4.2"),
     ],

@@ -143,8 +143,8 @@ COMPONENT = Component(
     disruptions=(
         Disruption(
             DisruptionClass.NODE_AGENT,
-            "restarts the NFD worker on every node, which relabels it: the DRA kubelet plugin "
-            "selects GPU nodes by those labels",
+            "restarts the NFD worker on every node, a node at a time (the operator's roll), "
+            "which relabels it: the DRA kubelet plugin selects GPU nodes by those labels",
         ),
         Disruption(DisruptionClass.CONTROL, "restarts the NFD master and its garbage collector"),
     ),

@@ -375,8 +375,8 @@ COMPONENT = Component(
     disruptions=(
         Disruption(
             DisruptionClass.NODE_AGENT,
-            "restarts the kubelet plugin on every GPU node: no GPU claim is prepared there "
-            "while it is away",
+            "restarts the kubelet plugin on every GPU node, a node at a time (the "
+            "operator's roll): no GPU claim is prepared on a node while it is away",
         ),
     ),
     chart=ChartSource(
