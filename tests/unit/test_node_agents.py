@@ -42,6 +42,17 @@ def new(
     return NodeState(node, (pod,), proof, before=GPUS, restarted=at)
 
 
+def silent(node: str) -> NodeState:
+    """A node not restarted yet whose plugin pod is Ready and publishes no slice."""
+    return NodeState(node, old(node).pods, frozenset())
+
+
+def back(node: str, proof: frozenset[str] = GPUS, at: datetime = EARLY) -> NodeState:
+    """A node restarted while it published nothing, its new pod Ready, showing ``proof``."""
+    pod = AgentPod(f"n-{node}", node, "new", True, created=at)
+    return NodeState(node, (pod,), proof, before=frozenset(), restarted=at)
+
+
 def gone(node: str, at: datetime = EARLY) -> NodeState:
     """A node restarted: its old pod deleted, no new pod yet."""
     return NodeState(node, (), frozenset(), before=GPUS, restarted=at)
@@ -71,6 +82,10 @@ CASES = [
     ((old("a"), old("b", ready=False)), 1, StepKind.RESTART, "b", ""),
     ((old("a"), old("b", ready=False), new("c", ready=False)), 2, StepKind.RESTART, "b", ""),
     ((old("a"), new("b", ready=False), new("c", ready=False)), 2, StepKind.WAIT, "b", ""),
+    # A plugin Ready that publishes nothing (a failed roll's node) serves no
+    # GPU: it counts, and goes first.
+    ((old("a"), silent("b")), 1, StepKind.RESTART, "b", ""),
+    ((old("a"), silent("b"), old("c")), 2, StepKind.RESTART, "b", ""),
     # Past the timeout: stopped there, naming why.
     ((new("a", ready=False, at=LONG_AGO), old("b")), 1, StepKind.FAILED, "a", "not Ready"),
     (

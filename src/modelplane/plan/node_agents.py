@@ -162,6 +162,11 @@ def _proof_problem(roll: Roll, node: NodeState) -> str | None:
     return f"its {'devices' if slices else 'labels'} changed: {', '.join(changes)}"
 
 
+def _shows_served(roll: Roll, node: NodeState) -> bool:
+    """Whether a node not restarted yet shows its proof: a GPU node's plugin publishes slices."""
+    return roll.proof is not NodeProof.SLICES or bool(node.proof)
+
+
 def _lapsed(roll: Roll, node: NodeState) -> str | None:
     """NFD labels that must never lapse and did: a failure at once, however early."""
     if roll.proof is not NodeProof.LABELS or node.before is None:
@@ -189,8 +194,9 @@ def _judge(roll: Roll, node: NodeState) -> _Judged:
         return replace(j, failure=lapsed)
     restarting = node.restarted is not None or any(p.deleting for p in node.pods)
     if current is None and old is not None and not restarting:
-        # Not started on this node: served as it was, if its pod is Ready.
-        return replace(j, serving=old.ready)
+        # Not started on this node: served as it was, if its pod is Ready and
+        # the node shows it (a plugin Ready that publishes nothing serves no GPU).
+        return replace(j, serving=old.ready and _shows_served(roll, node))
     started = min(
         (t for t in (node.restarted, current.created if current else None) if t is not None),
         default=None,
