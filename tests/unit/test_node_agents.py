@@ -86,6 +86,9 @@ CASES = [
     # GPU: it counts, and goes first.
     ((old("a"), silent("b")), 1, StepKind.RESTART, "b", ""),
     ((old("a"), silent("b"), old("c")), 2, StepKind.RESTART, "b", ""),
+    # Restarted while it published nothing: served once it publishes, not before.
+    ((back("a"), old("b")), 1, StepKind.RESTART, "b", ""),
+    ((back("a", proof=frozenset()), old("b")), 1, StepKind.WAIT, "a", "not published"),
     # Past the timeout: stopped there, naming why.
     ((new("a", ready=False, at=LONG_AGO), old("b")), 1, StepKind.FAILED, "a", "not Ready"),
     (

@@ -7,13 +7,15 @@ nothing. The operator then restarts its pods itself, one step per
 reconcile (``next_step``): delete the pod of one node still on an old
 revision, wait until that node is served again (its new pod Ready at the
 current revision, and the proof its component names: the node's
-ResourceSlices republished with the same devices, or NFD's labels kept),
-then the next. Never more than ``max_unavailable`` nodes are without a
-Ready agent, counting those that were so before the roll. A node where
-pods holding allocated DRA claims are terminating is not restarted while
-they are (Kubernetes #137122: such a pod hangs until a plugin answers on
-its node). A node not served again within ``timeout`` stops the roll there
-(``Failed``), naming it: the other nodes keep the old agent.
+ResourceSlices republished with the same devices, or any on a node that
+published none before, or NFD's labels kept), then the next. Never more
+than ``max_unavailable`` nodes are without a Ready agent, counting those
+that were so before the roll (a DRA plugin Ready on a node that publishes
+no slice serves no GPU: it counts). A node where pods holding allocated
+DRA claims are terminating is not restarted while they are (Kubernetes
+#137122: such a pod hangs until a plugin answers on its node). A node
+not served again within ``timeout`` stops the roll there (``Failed``),
+naming it: the other nodes keep the old agent.
 
 Nothing here reads the cluster or a clock: ``operator.node_agents`` reads
 the DaemonSet's current revision, its pods, each node's proof and the
@@ -140,17 +142,16 @@ def _seconds(span: timedelta) -> str:
 
 def _proof_problem(roll: Roll, node: NodeState) -> str | None:
     """What the node's proof lacks now, against what it showed before; None when served."""
-    slices = roll.proof is NodeProof.SLICES
-    if node.before is None:
-        # Not known (the operator restarted since): slices shown are the best
-        # sign left; a node that never had any labels is not asked for them.
-        if slices and not node.proof and node.restarted is not None:
-            return "its ResourceSlices are not published again"
-        return None
-    if node.proof == node.before:
+    if roll.proof is NodeProof.SLICES and not node.proof:
+        # Whatever it showed before: a plugin whose node publishes no slice serves nothing.
+        return "its ResourceSlices are not published again"
+    if not node.before or node.proof == node.before:
+        # Not known (the operator restarted since), or nothing before: what
+        # shows now is the best sign left, and a node that never had any NFD
+        # labels is not asked for them.
         return None
     if not node.proof:
-        return "its ResourceSlices are not published again" if slices else "lost its NFD labels"
+        return "lost its NFD labels"
     changes = [
         f"{verb} {_words(sorted(names))}"
         for verb, names in (
@@ -159,7 +160,8 @@ def _proof_problem(roll: Roll, node: NodeState) -> str | None:
         )
         if names
     ]
-    return f"its {'devices' if slices else 'labels'} changed: {', '.join(changes)}"
+    what = "devices" if roll.proof is NodeProof.SLICES else "labels"
+    return f"its {what} changed: {', '.join(changes)}"
 
 
 def _shows_served(roll: Roll, node: NodeState) -> bool:
