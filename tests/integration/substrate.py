@@ -143,8 +143,14 @@ def provide_substrate(client: Client, stack: catalog.Stack = catalog.Stack.STAND
     )
 
 
-# Versions besides the pins, for upgrade tests.
-EXTRA_VERSIONS = {"kube-prometheus-stack": ["84.5.0"], "kai-scheduler": ["v0.16.9"]}
+# Versions besides the pins, for upgrade tests. The DRA driver's run a
+# kubelet plugin image of their own version (its stand-in's appVersion
+# follows the chart's), so an upgrade changes the plugin DaemonSet's template.
+EXTRA_VERSIONS = {
+    "kube-prometheus-stack": ["84.5.0"],
+    "nvidia-dra-driver-gpu": ["0.4.2", "0.4.3"],
+    "kai-scheduler": ["v0.16.9"],
+}
 # Where each real chart keeps its CRDs (the catalog's, from upstream-facts.md).
 CRD_PLACEMENT: dict[str, CrdPlacement] = {
     c.chart.chart: c.chart.crds for c in catalog.COMPONENTS if c.chart is not None
@@ -346,6 +352,10 @@ class PodWorkload:
     service_account: str | None = None
     hook: str | None = None
     when: str | None = None
+    # A DaemonSet's: the values key its chart renders whole as spec.updateStrategy.
+    update_strategy: str | None = None
+    # YAML of the pod's affinity, as the real chart renders it.
+    affinity: str | None = None
 
 
 @dataclass(frozen=True)
@@ -357,6 +367,8 @@ class StandIn:
     helpers: str = ""  # _helpers.tpl: how the chart builds a reference
     workloads: tuple[PodWorkload, ...] = ()
     extra: str = ""  # more template text (a ServiceAccount, a ConfigMap)
+    # The chart's appVersion is its version (the DRA driver's), not ``app_version``.
+    app_version_follows_chart: bool = False
 
 
 def _lines(block: str, indent: int) -> list[str]:
@@ -405,6 +417,8 @@ def _pod_workload(w: PodWorkload) -> str:
         pod.append(f"serviceAccountName: {w.service_account}")
     if w.pull_secrets is not None:
         pod.append(f"imagePullSecrets: {{{{ {w.pull_secrets} }}}}")
+    if w.affinity:
+        pod += ["affinity:", *_lines(w.affinity, 2)]
     pod += _containers("initContainers", w.init_containers)
     pod += _containers("containers", w.containers)
     out = []
@@ -429,6 +443,8 @@ def _pod_workload(w: PodWorkload) -> str:
         out.append("  backoffLimit: 0")
     else:
         out.append(f"  selector: {{matchLabels: {labels}}}")
+    if w.update_strategy:
+        out.append(f"  updateStrategy: {{{{- toYaml {w.update_strategy} | nindent 4 }}}}")
     out += ["  template:", f"    metadata: {{labels: {labels}}}", "    spec:"]
     out += _lines("\n".join(pod), 6)
     if w.when:
@@ -868,6 +884,16 @@ _DRA_SECRETS = "$.Values.imagePullSecrets | default list | toJson"
 # The driver hands its own image to the pods it starts at run time.
 _DRA_ENV = f'list (dict "name" "IMAGE_NAME" "value" ({_DRA_IMAGE})) | toJson'
 
+# GPU nodes only: one of the terms of the real chart's node affinity
+# (rendered-standard.yaml at 0.4.1), NFD's PCI label of a 3D controller,
+# which the simulated GPU nodes carry.
+_DRA_PLUGIN_AFFINITY = f"""nodeAffinity:
+  requiredDuringSchedulingIgnoredDuringExecution:
+    nodeSelectorTerms:
+    - matchExpressions:
+      - {{key: {catalog.GPUS.nfd_label_prefix}0302_10de.present, operator: In, values: ["true"]}}
+"""
+
 DRA_DRIVER = StandIn(
     app_version="0.4.1",
     values={
@@ -877,7 +903,12 @@ DRA_DRIVER = StandIn(
         },
         "imagePullSecrets": [],
         "resources": {"gpus": {"enabled": True}, "computeDomains": {"enabled": True}},
+        # The chart's default (values.yaml at 0.4.1), rendered whole.
+        "kubeletPlugin": {
+            "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "100%"}}
+        },
     },
+    app_version_follows_chart=True,
     workloads=(
         PodWorkload(
             "Deployment",
@@ -900,6 +931,8 @@ DRA_DRIVER = StandIn(
             ),
             _DRA_SECRETS,
             init_containers=(Container("init-container", _DRA_IMAGE),),
+            update_strategy=".Values.kubeletPlugin.updateStrategy",
+            affinity=_DRA_PLUGIN_AFFINITY,
         ),
     ),
 )
@@ -1308,7 +1341,7 @@ def write_chart(
         "description": f"fixture stand-in for {name}",
     }
     if standin is not None:
-        meta["appVersion"] = standin.app_version
+        meta["appVersion"] = version if standin.app_version_follows_chart else standin.app_version
     (chart / "Chart.yaml").write_text(yaml.safe_dump(meta))
     values = standin.values if standin is not None else {}
     (chart / "values.yaml").write_text(yaml.safe_dump(values) if values else "{}\n")
