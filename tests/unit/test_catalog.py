@@ -286,7 +286,8 @@ def test_node_agents_are_rolled_by_the_operator_not_the_chart(name: str) -> None
     component = c.BY_NAME[name]
     values = component.values(_spec())
     strategy = (values.get("kubeletPlugin") or values["worker"])["updateStrategy"]
-    assert strategy["type"] == "OnDelete"
+    # The null drops the chart's default rollingUpdate, which Helm would merge in.
+    assert strategy == {"type": "OnDelete", "rollingUpdate": None}
     assert component.node_agent is not None
 
 
@@ -295,7 +296,7 @@ def test_dra_driver_values_default_root() -> None:
     assert values == {
         "gpuResourcesEnabledOverride": True,
         "resources": {"computeDomains": {"enabled": False}},
-        "kubeletPlugin": {"updateStrategy": {"type": "OnDelete"}},
+        "kubeletPlugin": {"updateStrategy": {"type": "OnDelete", "rollingUpdate": None}},
     }
 
 
@@ -304,7 +305,7 @@ def test_dra_driver_values_gke_root() -> None:
     assert values == {
         "gpuResourcesEnabledOverride": True,
         "resources": {"computeDomains": {"enabled": False}},
-        "kubeletPlugin": {"updateStrategy": {"type": "OnDelete"}},
+        "kubeletPlugin": {"updateStrategy": {"type": "OnDelete", "rollingUpdate": None}},
         "nvidiaDriverRoot": GKE_ROOT,
     }
 

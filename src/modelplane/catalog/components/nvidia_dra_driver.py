@@ -342,8 +342,10 @@ READS = ValuesRead(
 # at once, and a plugin that fails leaves every node without one. OnDelete
 # lets helm change the template and restart nothing; the operator restarts
 # the pods a node at a time (plan.node_agents). The chart renders the value
-# whole into the DaemonSet (templates/kubeletplugin.yaml).
-ON_DELETE: Values = {"type": "OnDelete"}
+# whole into the DaemonSet (templates/kubeletplugin.yaml). The null drops
+# the default's rollingUpdate, which Helm would otherwise merge in beside
+# OnDelete, as NFD's values.yaml says of its own worker.updateStrategy.
+ON_DELETE: Values = {"type": "OnDelete", "rollingUpdate": None}
 
 # The kubelet plugin's DaemonSet (the chart names it without the release).
 NODE_AGENT = NodeAgent("dra-driver-nvidia-gpu-kubelet-plugin", NodeProof.SLICES, GPUS)
