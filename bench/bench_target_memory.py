@@ -21,12 +21,13 @@ import sys
 import tempfile
 import tracemalloc
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from lightkube.config.kubeconfig import KubeConfig  # noqa: E402
-from tests.testenv.fleet import FleetServer  # noqa: E402
+from tests.testenv.fleet import FleetServer, crds_for  # noqa: E402
 
 from modelplane.api.models import ServingStackSpec  # noqa: E402
 from modelplane.kube.client import OpenCount, Target, open_target  # noqa: E402
@@ -77,12 +78,40 @@ async def _measure(fleet: FleetServer, n: int, trace: int) -> None:
         f"{len(reflectors) / n:.1f} reflectors holding {held / n / 1024:.0f} KiB of objects; "
         f"{stats['Conns'] / n:.1f} connections and {stats['Watches'] / n:.1f} watches each"
     )
+    _print_copies(caches, n)
     if trace:
         _print_growth(before, tracemalloc.take_snapshot(), n, trace)
     for cache in caches:
         await cache.close()
     for target in targets:
         await target.close()
+
+
+def _deep_size(obj: Any, seen: set[int]) -> int:
+    """The memory of ``obj`` and what it holds, what ``seen`` holds already left out."""
+    if id(obj) in seen:
+        return 0
+    seen.add(id(obj))
+    size = sys.getsizeof(obj)
+    if isinstance(obj, dict):
+        size += sum(_deep_size(k, seen) + _deep_size(v, seen) for k, v in obj.items())
+    elif isinstance(obj, list | tuple):
+        size += sum(_deep_size(v, seen) for v in obj)
+    return size
+
+
+def _print_copies(caches: list[WatchCache], n: int) -> None:
+    """What the reflectors' copies take by resource, per target; what targets share counts once."""
+    seen: set[int] = set()
+    by_resource: dict[str, int] = {}
+    for cache in caches:
+        for key, reflector in cache.reflectors.items():
+            size = _deep_size(reflector.items, seen)
+            by_resource[key.api.resource] = by_resource.get(key.api.resource, 0) + size
+    total = sum(by_resource.values())
+    print(f"the copies: {total / n / 1024:.1f} KiB per target, by resource:")
+    for resource, size in sorted(by_resource.items(), key=lambda i: -i[1]):
+        print(f"  {size / n / 1024:7.1f} KiB  {resource}")
 
 
 def _print_growth(
@@ -103,6 +132,12 @@ def main() -> None:
     parser.add_argument("--targets", type=int, default=50)
     parser.add_argument("--seed", type=Path, help="a seed file to reuse")
     parser.add_argument(
+        "--crds",
+        choices=("real", "fixture"),
+        default="real",
+        help="the targets' CRDs: the upstream ones (when ../shared is there) or the fixtures",
+    )
+    parser.add_argument(
         "--trace",
         type=int,
         default=0,
@@ -112,7 +147,9 @@ def main() -> None:
     args = parser.parse_args()
     with (
         tempfile.TemporaryDirectory(prefix="mp-target-memory-") as tmp,
-        FleetServer(Path(tmp) / "fleet", args.targets, seed=args.seed) as fleet,
+        FleetServer(
+            Path(tmp) / "fleet", args.targets, seed=args.seed, crds=crds_for(args.crds)
+        ) as fleet,
     ):
         asyncio.run(_measure(fleet, args.targets, args.trace))
 

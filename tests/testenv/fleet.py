@@ -10,6 +10,11 @@ GPU DeviceClass) and GPU nodes built from the H200 profile, each Ready with
 its ResourceSlice as kwok and the DRA driver leave them; its discovery
 documents (aggregated and legacy) and every object of every listable
 resource are dumped. Events are left out: the API server's own noise.
+
+With ``crds`` (``real_crds()``: the upstream CRDs of ``../shared/fixtures``)
+the seed server is given the real CRDs a Standard target carries, schemas
+and all, instead of the project's small stand-ins: what a real target's CRD
+watch lists, and what the operator's memory per target is measured with.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import base64
 import json
 import subprocess
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +32,9 @@ from lightkube import Client, KubeConfig
 from lightkube.generic_resource import create_global_resource
 from lightkube.resources.core_v1 import Node
 from lightkube.types import PatchType
+from tests.shared_fixtures import upstream_dir
 from tests.testenv.env import TestEnv
+from tests.testenv.kube import apply_crds
 from tests.testenv.nodes import h200, node, resource_slice
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -44,11 +52,47 @@ def fleet_binary() -> Path:
     return Path(out.stdout.strip().splitlines()[-1])
 
 
-def healthy_target(client: Client, gpu_nodes: int = 2) -> None:
-    """What a healthy Provided Standard target holds: CRDs, DeviceClass, Ready GPU nodes."""
+# The upstream CRD folders a Provided Standard target carries
+# (tests/integration/simcluster.py ``PROVIDED_STANDARD``, as sim_target has them).
+REAL_CRD_FOLDERS = (
+    "cert-manager",
+    "kube-prometheus-stack",
+    "node-feature-discovery",
+    "nvidia-dra-driver-gpu",
+    "envoy-gateway",
+    "envoy-ai-gateway",
+    "gateway-api-inference-extension",
+    "trust-manager",
+    "leaderworkerset",
+)
+
+
+def real_crds() -> tuple[list[Path], str]:
+    """The upstream CRD folders of a Standard target, or none and why not."""
+    root = upstream_dir()
+    if not root.is_dir():
+        return [], f"no upstream fixtures at {root}: the targets carry the fixture CRDs"
+    return [root / f for f in REAL_CRD_FOLDERS], f"the targets carry the upstream CRDs of {root}"
+
+
+def crds_for(choice: str) -> list[Path]:
+    """A bench's ``--crds`` choice: ``real`` (when the fixtures are there) or ``fixture``."""
+    if choice == "fixture":
+        return []
+    folders, why = real_crds()
+    print(why, flush=True)
+    return folders
+
+
+def healthy_target(client: Client, gpu_nodes: int = 2, *, substrate: bool = True) -> None:
+    """What a healthy Provided Standard target holds: CRDs, DeviceClass, Ready GPU nodes.
+
+    ``substrate=False``: the CRDs and DeviceClass are there already (the real ones).
+    """
     from tests.integration.substrate import provide_substrate
 
-    provide_substrate(client)
+    if substrate:
+        provide_substrate(client)
     gpu = h200()
     for i in range(gpu_nodes):
         name = f"gpu-{i}"
@@ -140,12 +184,23 @@ def wait_for_discovery(env: TestEnv, deadline: float = 60.0) -> None:
             time.sleep(0.1)
 
 
-def write_seed(path: Path, work: Path) -> Path:
-    """A seed from a real API server started under ``work``, written to ``path``."""
+def write_seed(path: Path, work: Path, crds: Sequence[Path] = ()) -> Path:
+    """A seed from a real API server started under ``work``, written to ``path``.
+
+    ``crds``: folders of the CRDs (and DeviceClasses) the target carries
+    instead of the fixture ones.
+    """
+    # Its DeviceClass resource first: the one ``apply_crds`` would make
+    # from the file is of another signature, which lightkube then refuses.
+    import tests.integration.substrate  # noqa: F401
+
     env = TestEnv(work / "seed-target")
     env.start()
     try:
-        healthy_target(Client(KubeConfig.from_dict(env.kubeconfig), field_manager="seed"))
+        if crds:
+            apply_crds(env, crds)
+        client = Client(KubeConfig.from_dict(env.kubeconfig), field_manager="seed")
+        healthy_target(client, substrate=not crds)
         wait_for_discovery(env)
         path.write_text(json.dumps(dump(env)))
     finally:
@@ -154,12 +209,23 @@ def write_seed(path: Path, work: Path) -> Path:
 
 
 class FleetServer:
-    """The fleet server for ``targets`` targets, run from ``directory``."""
+    """The fleet server for ``targets`` targets, run from ``directory``.
 
-    def __init__(self, directory: Path, targets: int, *, seed: Path | None = None) -> None:
+    ``crds``: the CRD folders a seed written here gives every target (``real_crds()``).
+    """
+
+    def __init__(
+        self,
+        directory: Path,
+        targets: int,
+        *,
+        seed: Path | None = None,
+        crds: Sequence[Path] = (),
+    ) -> None:
         self.directory = directory
         self.targets = targets
         self.seed = seed
+        self.crds = list(crds)
         self.proc: subprocess.Popen[bytes] | None = None
         self.address = ""
 
@@ -167,7 +233,7 @@ class FleetServer:
         self.directory.mkdir(parents=True, exist_ok=True)
         binary = fleet_binary()
         if self.seed is None:
-            self.seed = write_seed(self.directory / "seed.json", self.directory)
+            self.seed = write_seed(self.directory / "seed.json", self.directory, self.crds)
         (self.directory / "address").unlink(missing_ok=True)
         self.proc = subprocess.Popen(
             [
