@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import gc
 import json
+import weakref
 from dataclasses import replace
 from typing import Any
 
 import httpx2
+import pytest
 
 from modelplane.api.spec import ServingStackSpec
+from modelplane.kube.interned import interned
 from modelplane.kube.reflector import WatchKey
 from modelplane.observe.gpu_watch import fingerprint, outline
 from modelplane.observe.state import Listed, ReleaseWatch, to_observed, wanted
@@ -118,6 +122,50 @@ def test_a_crd_outline_keeps_what_observe_reads_of_the_products_own() -> None:
 def test_a_crd_outline_of_garbage_is_an_outline_not_an_error() -> None:
     for garbage in ({}, {"metadata": "x", "spec": []}, {"spec": {"versions": "v1"}}):
         assert crd_plurals([crd_outline(garbage)]) == {}
+
+
+def test_the_outlines_of_one_crd_on_two_targets_share_all_but_the_resource_version() -> None:
+    one, other = _crd({"app": "a"}, {}), _crd({"app": "a"}, {})
+    other["metadata"]["resourceVersion"] = "7"
+    a, b = crd_outline(one), crd_outline(other)
+    assert a["spec"] is b["spec"] and a["status"] is b["status"]
+    assert a["metadata"]["labels"] is b["metadata"]["labels"]
+    assert (a["metadata"]["resourceVersion"], b["metadata"]["resourceVersion"]) == ("42", "7")
+    assert crd_plurals([a]) == crd_plurals([one])
+
+
+def test_a_crd_changed_on_one_target_is_outlined_apart_from_the_others() -> None:
+    changed = _crd({}, {})
+    changed["spec"]["versions"][1]["served"] = True
+    a, b = crd_outline(_crd({}, {})), crd_outline(changed)
+    assert a["spec"] is not b["spec"]
+    assert len(crd_plurals([b])) == 2 and len(crd_plurals([a])) == 1
+
+
+@pytest.mark.parametrize(
+    ("part", "same"),
+    [
+        ({"a": 1, "b": [1, 2]}, {"b": [1, 2], "a": 1}),
+        ({"names": {"kind": "K"}}, {"names": {"kind": "K"}}),
+    ],
+)
+def test_equal_parts_are_kept_once_in_any_key_order(
+    part: dict[str, Any], same: dict[str, Any]
+) -> None:
+    assert interned(dict(part)) is interned(dict(same))
+
+
+def test_an_interned_part_goes_when_no_copy_holds_it() -> None:
+    kept = interned({"only": "here"})
+    ref = weakref.ref(kept)
+    del kept
+    gc.collect()
+    assert ref() is None
+
+
+def test_a_part_that_is_no_json_is_not_interned() -> None:
+    part = {"x": object()}
+    assert interned(part) is part
 
 
 def _node() -> dict[str, Any]:

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import sys
 from collections.abc import Callable, Iterable
 from functools import partial
 from typing import Any
@@ -27,6 +28,7 @@ from modelplane.kube.client import (
     TargetError,
 )
 from modelplane.kube.discovery import APIS, PLURALS, discover, served
+from modelplane.kube.interned import interned
 from modelplane.kube.reflector import (
     WATCH_TIMEOUT_SECONDS,
     Link,
@@ -169,10 +171,18 @@ def crd_outline(crd: dict[str, Any]) -> dict[str, Any]:
         as_dict(crd.get("spec")),
         as_dict(crd.get("status")),
     )
-    metadata = pick(meta, ("name", "resourceVersion", "labels"))
+    # Its name, labels and digest, and its spec and status as outlined,
+    # are those of every target of a stack at the same versions: kept once
+    # for all of them (``kube.interned``). Only the resourceVersion is the
+    # target's own.
+    metadata = pick(meta, ("name", "resourceVersion"))
+    if isinstance(metadata.get("name"), str):
+        metadata["name"] = sys.intern(metadata["name"])
+    if isinstance(meta.get("labels"), dict):
+        metadata["labels"] = interned(meta["labels"])
     annotations = as_dict(meta.get("annotations"))
     if DIGEST_ANNOTATION in annotations:
-        metadata["annotations"] = {DIGEST_ANNOTATION: annotations[DIGEST_ANNOTATION]}
+        metadata["annotations"] = interned({DIGEST_ANNOTATION: annotations[DIGEST_ANNOTATION]})
     outline_spec = pick(spec, ("group", "names", "scope"))
     versions = spec.get("versions")
     if isinstance(versions, list):
@@ -185,7 +195,11 @@ def crd_outline(crd: dict[str, Any]) -> dict[str, Any]:
         if isinstance(conditions, list)
         else {}
     )
-    return {"metadata": metadata, "spec": outline_spec, "status": outline_status}
+    return {
+        "metadata": metadata,
+        "spec": interned(outline_spec),
+        "status": interned(outline_status),
+    }
 
 
 def _established(status: dict[str, Any]) -> bool:
