@@ -218,6 +218,23 @@ def _load_json_slowly(text: str | bytes, limits: Limits) -> Any:
         raise UntrustedInputError(f"not JSON: {type(err).__name__}") from err
 
 
+def load_json_as(text: str | bytes, limits: Limits, decoder: msgspec.json.Decoder[Any]) -> Any:
+    """Parse JSON within ``limits``, building only what ``decoder``'s type names, as plain values.
+
+    What the type does not name (a CRD's schema) is read past and never
+    built. Text of another shape is parsed whole, as ``load_json`` does:
+    the caller gets what it would have, only not smaller.
+    """
+    _size_check(text, limits)
+    _built_check(text, limits)
+    try:
+        doc = msgspec.to_builtins(decoder.decode(text))
+    except (msgspec.DecodeError, RecursionError):  # a ValidationError too
+        return load_json(text, limits)
+    check_depth(doc, limits.max_depth)
+    return doc
+
+
 def decode_base64(text: str | bytes, max_bytes: int) -> bytes:
     """Standard base64 decoded, refusing text that would decode to more than ``max_bytes``.
 

@@ -61,6 +61,9 @@ _ANSWER_LIMITS = Limits(max_bytes=MAX_ANSWER_BYTES, max_depth=256)
 # An answer past this is parsed in a worker thread: a MiB takes a few ms,
 # and the event loop renews the leader Lease meanwhile.
 PARSE_ON_LOOP_BYTES = 1024 * 1024
+# How an answer's text is parsed within its limits: ``load_json``, or one
+# that builds only what its reader keeps (``untrusted.load_json_as``).
+Decode = Callable[[bytes, Limits], Any]
 
 # What a Target says when its kubeconfig turns certificate checks off: the
 # connection is allowed (its own credential is the kubeconfig author's to
@@ -284,13 +287,15 @@ async def get_answer(
     params: dict[str, str] | None = None,
     accept: str = "application/json",
     meter: Meter | None = None,
+    decode: Decode | None = None,
 ) -> Any:
     """GET ``path`` and decode the JSON answer; ``ApiStatusError`` for an error status.
 
     Transport errors are raised as they are: a watch tells an outage by them.
     ``meter`` counts the answer's bytes, and what their parse would build,
     against a collection's budget as they arrive; without one, the answer
-    is bounded by ``MAX_ANSWER_BUILT``.
+    is bounded by ``MAX_ANSWER_BUILT``. ``decode`` parses it instead of
+    ``load_json`` (within the same limits): one that builds less of it.
     """
     # The meter's budget is the tighter bound; the transport's stays as a backstop.
     built = 2**62 if meter is not None else MAX_ANSWER_BUILT
@@ -323,10 +328,11 @@ async def get_answer(
     # Let go of the buffer before the parse, which holds the text and the
     # objects at once: a page's peak is then the fewer copies of it.
     del body
+    parse = decode or load_json
     try:
         if len(data) > PARSE_ON_LOOP_BYTES:
-            return await asyncio.to_thread(load_json, data, _ANSWER_LIMITS)
-        return load_json(data, _ANSWER_LIMITS)
+            return await asyncio.to_thread(parse, data, _ANSWER_LIMITS)
+        return parse(data, _ANSWER_LIMITS)
     except UntrustedInputError as err:
         raise TargetError(f"GET {path}: the answer is not readable JSON ({err})") from err
 
@@ -416,6 +422,7 @@ async def list_pages(
     *,
     outline: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
     holdings: Holdings | None = None,
+    decode: Decode | None = None,
     **options: Unpack[ListOptions],
 ) -> Collection:
     """One paginated LIST of a resource, as plain JSON: no model decoding, no resource class.
@@ -427,7 +434,7 @@ async def list_pages(
     ``OverBudget`` is raised as soon as they pass it. ``outline`` keeps of
     each object only what is read of it, a page at a time; ``holdings``
     holds what is kept (see ``Meter``), and the collection's ``built`` is
-    the caller's to give back.
+    the caller's to give back. ``decode``: how each page is parsed (``get_answer``).
     """
     namespace, labels, fields = (
         options.get("namespace"),
@@ -440,7 +447,7 @@ async def list_pages(
         budget = budget_for(api, metadata_only=accept == METADATA_LIST)
     meter = Meter(describe_collection(api, namespace, labels, fields), budget, holdings)
     try:
-        return await _pages(http, api, meter, namespace, labels, fields, accept, outline)
+        return await _pages(http, api, meter, namespace, labels, fields, accept, outline, decode)
     except BaseException:
         meter.release()
         raise
@@ -455,6 +462,7 @@ async def _pages(
     fields: str | None,
     accept: str,
     outline: Callable[[dict[str, Any]], dict[str, Any]] | None,
+    decode: Decode | None,
 ) -> Collection:
     budget = meter.budget
     path = collection_path(api, namespace)
@@ -469,7 +477,9 @@ async def _pages(
         pages += 1
         if pages > budget.items // PAGE_SIZE + _SPARE_PAGES:
             raise OverBudget(meter.collection, f"more than {pages - 1} pages", budget)
-        answer = await get_answer(http, path, params=params, accept=accept, meter=meter)
+        answer = await get_answer(
+            http, path, params=params, accept=accept, meter=meter, decode=decode
+        )
         page, metadata = _page(answer, path)
         del answer
         meter.listed(len(page))

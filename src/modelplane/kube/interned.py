@@ -45,4 +45,3 @@ def interned(part: dict[str, Any]) -> dict[str, Any]:
         found = Shared(part)
         _PARTS[key] = found
     return found
-

@@ -63,6 +63,7 @@ from modelplane.kube.client import (
     METADATA_LIST,
     METADATA_OBJECT,
     ApiStatusError,
+    Decode,
     OverBudget,
     OverTotal,
     collection_path,
@@ -236,13 +237,15 @@ class Reflector:
         rand: Callable[[], float] = random.random,
         outline: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
         holdings: Holdings | None = None,
+        decode: Decode = load_json,
     ) -> None:
         self.key, self._http, self._link, self._changed = key, http, link, changed
+        # Parses its pages and events: one may build only what ``outline`` keeps.
+        self._decode = decode
         # What of each object is kept (all of it by default): the budget
         # still weighs what the target sent.
         self.outline = outline or _whole
-        self._label = label
-        self._watch_timeout = watch_timeout
+        self._label, self._watch_timeout = label, watch_timeout
         self._clock, self._sleep, self._rand = clock, sleep, rand
         # What the copy may hold, over the LIST's pages and the watch's life.
         self.budget = budget or budget_for(key.api, metadata_only=key.metadata_only)
@@ -265,11 +268,7 @@ class Reflector:
         # worth waiting for, where a collection that failed is in its
         # backoff and is not.
         self.listing = True
-        self.lists = 0
-        self.watches = 0
-        self.bookmarks = 0
-        self.expired = 0
-        self.refusals = 0
+        self.lists = self.watches = self.bookmarks = self.expired = self.refusals = 0
         self._retry = asyncio.Event()
         self._listed_at = 0.0
         self._armed_at: float | None = None
@@ -474,6 +473,7 @@ class Reflector:
                 budget=self.budget,
                 outline=None if self.outline is _whole else self.outline,
                 holdings=self.holdings,
+                decode=self._decode,
             )
         except ApiStatusError as err:
             raise Gone() if err.status == 410 else Refused(err.status) from err
@@ -530,7 +530,7 @@ class Reflector:
                 if not line.strip():
                     continue
                 try:
-                    event = load_json(line, _EVENT_LIMITS)
+                    event = self._decode(line, _EVENT_LIMITS)
                 except UntrustedInputError as err:
                     raise Unreadable(f"a line that is not an event ({err})") from None
                 if not isinstance(event, dict) or not isinstance(event.get("object") or {}, dict):

@@ -35,6 +35,7 @@ from modelplane.kube.reflector import (
     Reflector,
     WatchKey,
 )
+from modelplane.observe.crd_reads import decode_crds
 from modelplane.observe.gpu_watch import outline, part_of
 from modelplane.observe.parts import Parts
 from modelplane.observe.state import (
@@ -52,7 +53,7 @@ from modelplane.observe.state import (
     release_secret_selector,
 )
 from modelplane.observe.writes import Written, at_or_after, covers
-from modelplane.untrusted import as_dict, pick
+from modelplane.untrusted import as_dict, load_json, pick
 from modelplane.wire import DIGEST_ANNOTATION, ApiRef
 
 log = logging.getLogger("modelplane.operator.watch")
@@ -325,6 +326,8 @@ class WatchCache:
                 watch_timeout=self._watch_timeout,
                 outline=self._outline(key),
                 holdings=self.holdings,
+                # Only what the outline reads of a CRD is built (``crd_reads``).
+                decode=decode_crds if key.api == CRDS else load_json,
             )
             self.reflectors[key] = reflector
             if self._started:
