@@ -15,10 +15,13 @@ lightkube 1.0 has no public call for a GET with its own ``Accept`` header.
 
 from __future__ import annotations
 
+import hashlib
+import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx2
+import msgspec
 from lightkube import AsyncClient
 
 from modelplane.kube.address import AddressDenied
@@ -88,7 +91,31 @@ async def discover(http: httpx2.AsyncClient) -> Served:
     for resources in served.apis.values():
         for versions in resources.values():
             versions.sort()
-    return served
+    return shared(served)
+
+
+# What targets serving the same APIs were told, kept once for all of them.
+_SERVED: weakref.WeakValueDictionary[bytes, Served] = weakref.WeakValueDictionary()
+
+
+def shared(served: Served) -> Served:
+    """The one kept ``Served`` equal to ``served`` (``served`` itself the first time).
+
+    Every target of a stack at the same versions, on the same Kubernetes
+    release, serves the same APIs: a shard's discoveries are mostly one
+    answer, kept once (as ``kube.interned`` keeps parts of objects). Read
+    it, never change it: its readers copy what they keep (``learn``,
+    ``TargetClient.plurals``).
+    """
+    text = msgspec.json.encode(
+        [served.apis, sorted([*key, plural] for key, plural in served.plurals.items())],
+        order="sorted",
+    )
+    key = hashlib.sha256(text).digest()
+    found = _SERVED.get(key)
+    if found is None:
+        _SERVED[key] = found = served
+    return found
 
 
 async def served(client: AsyncClient) -> Served:
