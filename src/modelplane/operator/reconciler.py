@@ -400,8 +400,10 @@ class StackReconciler:
                 # The silent failures the spec cannot check, in both modes:
                 # a provided substrate is only reported, a managed one's
                 # failures are the product's own (GPUsAvailable, Ready).
+                # The APIs as discovery shared them (``kube.discovery.shared``),
+                # not the observation's copy: the facts keep them till the next.
                 facts, summary = await self._cluster_facts(
-                    target, stack, observed.apis, direct and not facts_read
+                    target, stack, listed.apis, direct and not facts_read
                 )
                 facts_read = facts_read or direct
                 await slot.aclose()
