@@ -18,9 +18,8 @@ from modelplane.api.models import ServingStack
 from modelplane.api.spec import LISTENER_PORTS_RULE, ServingStackSpec, client_ca_warnings
 from modelplane.catalog.configuration import CLIENT_CAS_CONFIGMAP
 from modelplane.cli.inputs import InputError, load_yaml, parse
-from modelplane.operator.options import OperatorOptions
-from modelplane.operator.reconciler import StackReconciler
-from modelplane.plan import plan
+from modelplane.operator.plan_warnings import PlanWarnings
+from modelplane.plan import Plan, plan
 from modelplane.plan.model import ObjectAction
 
 from .conftest import manifest
@@ -370,17 +369,16 @@ def test_a_huge_api_version_or_kind_is_not_echoed(field: str) -> None:
 
 def test_the_operator_says_a_client_ca_warning_once_per_change() -> None:
     events: list[tuple[str, str, str]] = []
-    reconciler = StackReconciler(
-        hub=None,  # type: ignore[arg-type]
-        helm=None,  # type: ignore[arg-type]
-        options=OperatorOptions(),
-        emit=lambda *event: events.append(event),
-    )
+    warnings = PlanWarnings()
+
+    def report(p: Plan) -> None:
+        warnings.report(p, lambda *event: events.append(event))
+
     leaf = plan(ServingStack.model_validate(_ca_doc(FLEET_A, LEAF)))
     for _ in range(3):  # three resyncs
-        reconciler._report_client_cas(leaf)
+        report(leaf)
     assert [(t, r) for t, r, _ in events] == [("Warning", "ClientCAWarning")]
     assert "fleet-1" in events[0][2] and "not a CA" in events[0][2]
-    reconciler._report_client_cas(plan(ServingStack.model_validate(_ca_doc(FLEET_A))))
-    reconciler._report_client_cas(leaf)  # back: said again
+    report(plan(ServingStack.model_validate(_ca_doc(FLEET_A))))
+    report(leaf)  # back: said again
     assert len(events) == 2

@@ -221,20 +221,24 @@ def test_status_has_a_condition_and_the_component_message() -> None:
 
 def test_a_warning_event_once_per_change_not_per_resync() -> None:
     events: list[tuple[str, str, str]] = []
-    reconciler = StackReconciler(
+    warnings = StackReconciler(
         hub=None,  # type: ignore[arg-type]
         helm=None,  # type: ignore[arg-type]
         options=OperatorOptions(),
         emit=lambda *event: events.append(event),
-    )
+    ).plan_warnings
+
+    def report(p: Plan) -> None:
+        warnings.report(p, lambda *event: events.append(event))
+
     v19 = plan(stack({"versions": {"envoyGateway": "v1.9.0"}}))
     for _ in range(3):  # three resyncs
-        reconciler._report_versions(v19)
+        report(v19)
     assert events == [("Warning", "VersionOutOfRange", warnings_of(v19)[EG])]
-    reconciler._report_versions(plan(stack({"versions": {"envoyGateway": "v1.9.1"}})))
+    report(plan(stack({"versions": {"envoyGateway": "v1.9.1"}})))
     assert len(events) == 2 and "v1.9.1" in events[1][2]
-    reconciler._report_versions(plan(stack({})))
-    reconciler._report_versions(v19)  # back out of range: said again
+    report(plan(stack({})))
+    report(v19)  # back out of range: said again
     assert len(events) == 3 and "v1.9.0" in events[2][2]
 
 

@@ -74,11 +74,12 @@ from modelplane.operator.component_failures import ComponentFailures
 from modelplane.operator.mirror_preflight import MirrorPreflight
 from modelplane.operator.node_agents import NodeAgentRolls
 from modelplane.operator.options import OperatorOptions
+from modelplane.operator.plan_warnings import PlanWarnings
 from modelplane.operator.read_history import Ended, ReadHistory
 from modelplane.operator.release_records import ReleaseRecords
 from modelplane.operator.scheduler_probe import SchedulerProbe
 from modelplane.operator.session import CredentialSource, TargetSession
-from modelplane.operator.stack_actions import RELEASE_DRIFT, StackActions, may_write
+from modelplane.operator.stack_actions import StackActions, may_write
 from modelplane.operator.stack_teardown import StackTeardown
 from modelplane.operator.stack_text import explain, first_error, without_status
 from modelplane.operator.status import Outcome
@@ -87,7 +88,6 @@ from modelplane.pins import ComponentsMode
 from modelplane.plan import Plan, decisions, plan, trust
 from modelplane.plan.capacity import TargetSummary
 from modelplane.plan.decisions import BlockedReason
-from modelplane.plan.health import Reason
 from modelplane.plan.observed import Observed
 from modelplane.plan.release_health import DriftMode
 from modelplane.plan.release_trust import TamperedRelease
@@ -102,8 +102,6 @@ log = logging.getLogger("modelplane.operator")
 MAX_ROUNDS = 6
 
 INVALID_SPEC = BlockedReason.INVALID_SPEC
-# A release revision refused: it installs workloads outside its namespace.
-RELEASE_REFUSED = EventReason.RELEASE_REVISION_REFUSED
 # A Warning event: the target connection is allowed but unsafe (Target.warnings).
 INSECURE_TARGET = EventReason.INSECURE_TARGET
 
@@ -116,11 +114,9 @@ class StackReconciler:
     options: OperatorOptions
     emit: Emit
     clock: Callable[[], float] = time.monotonic
-    # The out-of-range pins last reported by event, so a resync that finds
-    # the same ones stays quiet; safe to lose (a restart reports them once).
-    version_warnings: Announced = field(default_factory=Announced)
-    # The clientCAs warnings last reported by event, likewise.
-    client_ca_warnings: Announced = field(default_factory=Announced)
+    # The plan's warnings said by event, so a resync that finds the same
+    # ones stays quiet; safe to lose (a restart says them once).
+    plan_warnings: PlanWarnings = field(default_factory=PlanWarnings)
     # Target.warnings said so far: each gets one Warning event when it appears.
     connection_warnings: Announced = field(default_factory=Announced)
     # This round's, for the TargetVerified condition; None until it connected.
@@ -163,10 +159,6 @@ class StackReconciler:
     dry_runs: DryRuns = field(default_factory=DryRuns)
     release_watches: tuple[ReleaseWatch, ...] = ()
     release_collections: tuple[ReleaseCollection, ...] = ()
-    # The release drift last reported by event (--release-drift=warn).
-    release_drift_reported: Announced = field(default_factory=Announced)
-    # The refused release revisions last reported by event.
-    refused_reported: Announced = field(default_factory=Announced)
     # Without a hub: where the target's credentials come from, and who
     # claims it (``claim.LocalRun``); None for the stack's own Secrets and
     # the stack itself.
@@ -459,10 +451,7 @@ class StackReconciler:
                 await self.session.close()
         if current is not None:
             self.component_failures.forget_finished(current)
-            self._report_versions(current)
-            self._report_client_cas(current)
-            self._report_release_drift(current)
-            self._report_refused_revisions(current)
+            self.plan_warnings.report(current, self.emit)
         failures = self.component_failures
         outcome = Outcome(
             plan=current,
@@ -572,28 +561,6 @@ class StackReconciler:
         for message in self.connection_warnings.new(target.warnings):
             self.emit("Warning", INSECURE_TARGET, message)
         self.round_connection_warnings = tuple(sorted(frozenset(target.warnings)))
-
-    def _report_versions(self, p: Plan) -> None:
-        """One Warning event per out-of-range pin, when it appears, not on every resync."""
-        for message in self.version_warnings.new(w.message for w in p.version_warnings):
-            self.emit("Warning", EventReason.VERSION_OUT_OF_RANGE, message)
-
-    def _report_release_drift(self, p: Plan) -> None:
-        """One Warning event per drift only reported (--release-drift=warn), when it appears."""
-        messages = (d.message for d in p.release_drift if d.restore is None)
-        for message in self.release_drift_reported.new(messages):
-            self.emit("Warning", RELEASE_DRIFT, message)
-
-    def _report_refused_revisions(self, p: Plan) -> None:
-        """One Warning event per refused release revision, when it appears."""
-        messages = (h.message for h in p.health if h.reason is Reason.RELEASE_OUTSIDE_NAMESPACE)
-        for message in self.refused_reported.new(messages):
-            self.emit("Warning", RELEASE_REFUSED, message)
-
-    def _report_client_cas(self, p: Plan) -> None:
-        """One Warning event per doubtful clientCAs entry, when it appears."""
-        for message in self.client_ca_warnings.new(p.client_ca_warnings):
-            self.emit("Warning", EventReason.CLIENT_CA_WARNING, message)
 
     # -- teardown ------------------------------------------------------------
 
