@@ -194,6 +194,7 @@ DEFAULTED_SCALARS: tuple[tuple[str, ...], ...] = (
     ("stack",),
     ("components",),
     ("nvidiaDriverRoot",),
+    ("claimWaitTimeout",),
     ("versions", "certManager"),
     ("versions", "envoyGateway"),
     ("versions", "nodeFeatureDiscovery"),
