@@ -158,7 +158,7 @@ async def _target(env: TestEnv) -> AsyncIterator[Target]:
 async def _carry(actions: _Actions, release: PlannedRelease, target: Target) -> bool:
     """One release carried out as a round's plan carries it: the product's own, nothing adopted."""
     return await actions._release(
-        release, target, frozenset({(release.name, release.namespace)}), frozenset()
+        release, target, frozenset({(release.name, release.namespace)}), frozenset(), "0s"
     )
 
 
