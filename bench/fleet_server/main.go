@@ -11,7 +11,9 @@
 // kubeconfig's server (https://127.0.0.1:<port>/t/<i>) names one target and
 // 10,000 of them cost one listening socket. Each target starts as a copy of
 // one seed (discovery documents and objects dumped from a real, healthy
-// kube-apiserver by seed.py) and keeps its own objects, resourceVersions,
+// kube-apiserver by tests/testenv/fleet.py: a Provided target, or a Managed
+// one with its Helm releases installed for real, tests/testenv/fleet_managed.py)
+// and keeps its own objects, resourceVersions,
 // event log and watches in memory; the seed's objects are shared until a
 // target writes to a resource, which is then copied for it alone.
 //
@@ -23,7 +25,9 @@
 // (PartialObjectMetadata[List]), server-side apply, merge patch, create,
 // replace (with the resourceVersion precondition), delete, and the status
 // subresource. /control/stats counts connections, watches, reads and
-// writes per target, and requests by verb and resource over all of them; /control/compact drops a target's event log, so a
+// writes per target, and requests by verb and resource over all of them (a
+// dry run counted as a write, as apiserver_request_total counts it, and named
+// apart); /control/compact drops a target's event log, so a
 // watch from before it gets 410.
 //
 // What it leaves out: authentication and authorization (every request is
@@ -573,7 +577,12 @@ func (s *server) serveTarget(t *target, path string, w http.ResponseWriter, r *h
 		}
 	case http.MethodPatch, http.MethodPut, http.MethodPost, http.MethodDelete:
 		t.stats.writes.Add(1)
-		s.count(r.Method + " " + res.key())
+		if q.Get("dryRun") != "" {
+			// Counted with the writes, as apiserver_request_total does, but told apart.
+			s.count(r.Method + " " + res.key() + " (dry run)")
+		} else {
+			s.count(r.Method + " " + res.key())
+		}
 		s.write(t, res, ns, name, sub, w, r)
 	default:
 		status(w, 405, "MethodNotAllowed", "the server does not allow this method on the requested resource", nil)
