@@ -10,6 +10,13 @@ dry run and no-op, the claim's Lease, the status subresource) go to both.
 What the operator reads of the answers is compared: status codes, media
 types, kinds, resourceVersion and continue semantics, event types, Status
 reasons, managedFields entries.
+
+A Managed target adds its releases: a real API server is given one
+release installed and upgraded by helm, the fleet server is seeded from it
+(as tests/testenv/fleet_managed.py seeds the benchmark's Managed targets),
+and the release namespace's Secret LIST and watch by Helm's selector, the
+release objects' metadata and a watch of one by name are compared; the
+copied storage is held to the operator's record of it (``Verified``).
 """
 
 from __future__ import annotations
@@ -23,8 +30,23 @@ from typing import Any
 import httpx2
 import pytest
 from lightkube import Client, KubeConfig
+from tests.integration.substrate import Helm, write_chart
 from tests.testenv import TestEnv
 from tests.testenv.fleet import AGGREGATED, FleetServer, dump, healthy_target
+from tests.testenv.fleet_managed import without_claim
+
+from modelplane.catalog import components as catalog
+from modelplane.observe.release_storage import StoredDigests, storage_facts
+from modelplane.observe.releases import stored_release
+from modelplane.observe.state import release_secret_selector
+from modelplane.observe.storage_name import storage_name
+from modelplane.operator.release_records import record_of
+from modelplane.plan.release_trust import (
+    StorageState,
+    StorageVerdict,
+    manifest_digest,
+    storage_state,
+)
 
 METADATA_LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
 METADATA_OBJECT = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
@@ -356,3 +378,185 @@ def test_the_status_subresource_answers_as_the_real_one(servers: dict[str, httpx
         assert doc["status"]["capacity"]["cpu"] == "7", name
         seen[name] = (doc["metadata"]["labels"].get("x"), doc["spec"].get("unschedulable"))
     assert seen["real"] == seen["fleet"]
+
+
+# ---- a Managed target: its releases' storage and objects ---------------------------
+
+MANAGED = catalog.BY_NAME["cert-manager"]
+assert MANAGED.chart is not None
+CHART, RELEASE, RELEASE_NS = MANAGED.chart.chart, MANAGED.release_name, MANAGED.namespace
+
+
+@pytest.fixture(scope="module")
+def managed_real(helm: Helm, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestEnv]:
+    """A real API server with one fixture chart installed by helm, and upgraded once.
+
+    Two revisions, as Helm leaves them: v1 superseded, v2 deployed, each a
+    Secret of type helm.sh/release.v1 with Helm's labels, and the chart's
+    ConfigMap and CRDs with Helm's managedFields.
+    """
+    tmp = tmp_path_factory.mktemp("fleet-managed")
+    env = TestEnv(tmp / "real")
+    env.start()
+    try:
+        chart = write_chart(tmp / "charts", CHART, MANAGED.version)
+        where = ("--namespace", RELEASE_NS, "--kubeconfig", str(env.kubeconfig_path))
+        helm.run("install", RELEASE, str(chart), "--create-namespace", *where)
+        helm.run("upgrade", RELEASE, str(chart), "--set", "revision=2", *where)
+        yield env
+    finally:
+        env.stop()
+
+
+@pytest.fixture(scope="module")
+def managed_servers(
+    managed_real: TestEnv, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, httpx2.Client]]:
+    """A client of each: the real server, and a fleet target seeded from it."""
+    tmp = tmp_path_factory.mktemp("fleet-managed-server")
+    seed = tmp / "seed.json"
+    seed.write_text(json.dumps(without_claim(dump(managed_real))))
+    with FleetServer(tmp / "fleet", 1, seed=seed) as fleet:
+        clients = {
+            "real": managed_real.http_client(),
+            "fleet": httpx2.Client(
+                base_url=fleet.server(0),
+                verify=ssl.create_default_context(cadata=fleet.ca_pem.decode()),
+                headers={"Authorization": "Bearer fleet-token"},
+                timeout=10.0,
+            ),
+        }
+        yield clients
+        for http in clients.values():
+            http.close()
+
+
+def _release_secrets(http: httpx2.Client, **params: str) -> httpx2.Response:
+    return http.get(
+        f"/api/v1/namespaces/{RELEASE_NS}/secrets",
+        params={"labelSelector": release_secret_selector(RELEASE_NS), **params},
+    )
+
+
+def test_a_copied_release_storage_is_the_operators_as_the_real_one(
+    managed_servers: dict[str, httpx2.Client],
+) -> None:
+    real, fleet = _both(managed_servers, _release_secrets)
+    assert _shape(real) == _shape(fleet)
+    found = {}
+    for name, answer in (("real", real), ("fleet", fleet)):
+        items = answer.json()["items"]
+        found[name] = [
+            (
+                i["metadata"]["name"],
+                i["type"],
+                i["metadata"]["labels"],
+                i["data"]["release"],
+            )
+            for i in items
+        ]
+    names = [f[0] for f in found["real"]]
+    assert names == [storage_name(RELEASE, 1), storage_name(RELEASE, 2)]
+    assert found["real"] == found["fleet"]
+    assert {f[1] for f in found["fleet"]} == {"helm.sh/release.v1"}
+    # The record of the revision helm wrote holds the copy to it: Verified,
+    # nothing taken for a forgery, on the copy as on the original.
+    newest = real.json()["items"][1]
+    record = record_of(RELEASE, RELEASE_NS, 2, manifest_digest(stored_release(newest, "v2")))
+    for answer in (real, fleet):
+        facts = storage_facts(answer.json()["items"], RELEASE, RELEASE_NS, record, StoredDigests())
+        assert storage_state(facts) == StorageVerdict(state=StorageState.VERIFIED)
+    # One revision by name, as the operator reads the one helm just wrote.
+    one = {"fieldSelector": f"metadata.name={storage_name(RELEASE, 2)}"}
+    real, fleet = _both(managed_servers, lambda h: _release_secrets(h, **one))
+    for answer in (real, fleet):
+        items = answer.json()["items"]
+        assert [i["metadata"]["name"] for i in items] == [storage_name(RELEASE, 2)]
+        assert items[0]["data"] == newest["data"]
+
+
+def test_a_release_secrets_watch_answers_as_the_real_one(
+    managed_servers: dict[str, httpx2.Client],
+) -> None:
+    path = f"/api/v1/namespaces/{RELEASE_NS}/secrets"
+    forged = storage_name(RELEASE, 3)
+    labels = {"owner": "helm", "name": RELEASE, "version": "3", "status": "deployed"}
+    got = {}
+    for name, http in managed_servers.items():
+        rv = _release_secrets(http).json()["metadata"]["resourceVersion"]
+        body = {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": forged, "namespace": RELEASE_NS, "labels": labels},
+            "type": "helm.sh/release.v1",
+            "data": {"release": ""},
+        }
+        assert http.post(path, json=body).status_code == 201
+        # Out of the selector: Helm would no longer read it as a revision.
+        moved = http.patch(
+            f"{path}/{forged}",
+            content=json.dumps({"metadata": {"labels": {"name": "someone-else"}}}),
+            headers={"Content-Type": "application/merge-patch+json"},
+        )
+        assert moved.status_code == 200
+        assert http.delete(f"{path}/{forged}").status_code == 200
+        params = {
+            "labelSelector": release_secret_selector(RELEASE_NS),
+            "resourceVersion": rv,
+            "timeoutSeconds": "2",
+        }
+        code, events = _events(http, path, params)
+        got[name] = (code, [(e["type"], e["object"]["metadata"]["name"]) for e in events])
+    assert got["real"] == got["fleet"] == (200, [("ADDED", forged), ("DELETED", forged)])
+
+
+def test_a_release_objects_metadata_answers_as_the_real_one(
+    managed_servers: dict[str, httpx2.Client],
+) -> None:
+    """What drift is judged by: the objects' metadata, Helm's managedFields among it."""
+
+    def owners(answer: httpx2.Response) -> list[tuple[str, list[tuple[str, str]]]]:
+        return [
+            (
+                i["metadata"]["name"],
+                [(m["manager"], m["operation"]) for m in i["metadata"].get("managedFields") or []],
+            )
+            for i in answer.json()["items"]
+        ]
+
+    for path in (
+        f"/api/v1/namespaces/{RELEASE_NS}/configmaps",
+        "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+    ):
+        real, fleet = _both(
+            managed_servers, lambda h, p=path: h.get(p, headers={"Accept": METADATA_LIST})
+        )
+        assert _shape(real) == _shape(fleet)
+        assert owners(real) == owners(fleet)
+        assert any(("helm", "Update") in o for _, o in owners(real)), owners(real)
+    # One object by name, followed: an edit is a MODIFIED, metadata only.
+    values = f"{RELEASE}-values"
+    path = f"/api/v1/namespaces/{RELEASE_NS}/configmaps"
+    for name, http in managed_servers.items():
+        rv = http.get(path).json()["metadata"]["resourceVersion"]
+        edited = http.patch(
+            f"{path}/{values}",
+            content=json.dumps({"data": {"edited": "by hand"}}),
+            headers={"Content-Type": "application/merge-patch+json"},
+        )
+        assert edited.status_code == 200
+        with http.stream(
+            "GET",
+            path,
+            params={
+                "watch": "true",
+                "resourceVersion": rv,
+                "fieldSelector": f"metadata.name={values}",
+                "timeoutSeconds": "1",
+            },
+            headers={"Accept": METADATA_OBJECT},
+        ) as answer:
+            lines = [json.loads(x) for x in answer.iter_lines() if x.strip()]
+        assert [(e["type"], e["object"]["kind"]) for e in lines] == [
+            ("MODIFIED", "PartialObjectMetadata")
+        ], (name, lines)
