@@ -41,6 +41,7 @@ import unicodedata
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import msgspec
@@ -530,6 +531,21 @@ def _yaml_problem(err: yaml.YAMLError) -> str:
 # line and paragraph separators (U+2028, U+2029): editors, browsers and
 # JavaScript's JSON readers break a line at those.
 _ESCAPED = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"})
+
+
+def timestamp(value: object) -> datetime | None:
+    """An RFC 3339 time as the API server writes it; None for anything else.
+
+    Bounded before it is parsed: a hostile object may put anything there.
+    A time without a zone is taken as UTC, as the API server means it.
+    """
+    if not isinstance(value, str) or len(value) > 64:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
 
 
 def printable(text: object, limit: int, *, newlines: bool = False) -> str:

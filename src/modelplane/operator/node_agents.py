@@ -50,7 +50,7 @@ from modelplane.plan.node_agents import (
     message,
     next_step,
 )
-from modelplane.untrusted import printable
+from modelplane.untrusted import printable, timestamp
 from modelplane.vocabulary import EventReason
 from modelplane.wire import ApiRef
 
@@ -67,15 +67,6 @@ Memory = dict[str, Any]
 
 def _map(value: object) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
-
-
-def _time(value: object) -> datetime | None:
-    if not isinstance(value, str):
-        return None
-    try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
 
 
 def selector_of(ds: Mapping[str, Any]) -> str:
@@ -117,7 +108,7 @@ def agent_pod(pod: Mapping[str, Any]) -> AgentPod | None:
         node=node,
         revision=str(_map(meta.get("labels")).get(REVISION_LABEL, "")),
         ready=ready,
-        created=_time(meta.get("creationTimestamp")),
+        created=timestamp(meta.get("creationTimestamp")),
         deleting=meta.get("deletionTimestamp") is not None,
     )
 
@@ -155,7 +146,7 @@ def terminating_claims(pods: list[dict[str, Any]]) -> tuple[tuple[str, ...], dat
         if not _map(pod.get("spec")).get("resourceClaims") or meta.get("deletionTimestamp") is None:
             continue
         names.append(f"{meta.get('namespace')}/{meta.get('name')}")
-        deadline = _time(meta.get("deletionTimestamp"))
+        deadline = timestamp(meta.get("deletionTimestamp"))
         grace = meta.get("deletionGracePeriodSeconds")
         if deadline is not None:
             since.append(deadline - timedelta(seconds=grace if isinstance(grace, int) else 0))

@@ -33,6 +33,7 @@ from modelplane.catalog.types import DisruptionClass
 from modelplane.pins import ComponentsMode
 from modelplane.plan import mirror_images
 from modelplane.plan.model import Plan
+from modelplane.untrusted import timestamp
 from modelplane.vocabulary import BlockedReason, ConditionType, UpToDateReason
 
 UP_TO_DATE = ConditionType.UP_TO_DATE
@@ -359,7 +360,7 @@ def phase_of(status: Mapping[str, Any] | None) -> Phase:
 
 def started_at(status: Mapping[str, Any] | None) -> datetime | None:
     """When the stack's upgrade started, as its status records it."""
-    return _time(((status or {}).get("rollout") or {}).get("startedAt"))
+    return timestamp(((status or {}).get("rollout") or {}).get("startedAt"))
 
 
 def waiting_since(status: Mapping[str, Any] | None) -> datetime | None:
@@ -375,17 +376,8 @@ def waiting_since(status: Mapping[str, Any] | None) -> datetime | None:
             and entry.get("type") == UP_TO_DATE
             and entry.get("reason") in WAITING_REASONS
         ):
-            return _time(entry.get("lastTransitionTime"))
+            return timestamp(entry.get("lastTransitionTime"))
     return None
-
-
-def _time(value: Any) -> datetime | None:
-    if not isinstance(value, str):
-        return None
-    try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
 
 
 def desired_versions(spec: ServingStackSpec) -> dict[str, str]:

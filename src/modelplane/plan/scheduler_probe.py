@@ -24,6 +24,7 @@ from typing import Any
 
 from modelplane.catalog.components import kai_scheduler
 from modelplane.catalog.configuration import KAI_PROBE_QUEUE, NS
+from modelplane.untrusted import timestamp
 from modelplane.wire import MANAGED_BY, MANAGED_BY_LABEL
 
 # The probe pod, one per cluster: read back by name (one GET), never listed.
@@ -219,14 +220,5 @@ def read_pod(body: dict[str, Any] | None) -> ProbePod:
     return ProbePod(
         PodState.BOUND if bound else PodState.PENDING,
         version if isinstance(version, str) else None,
-        _time(annotations.get(STARTED_ANNOTATION)),
+        timestamp(annotations.get(STARTED_ANNOTATION)),
     )
-
-
-def _time(value: Any) -> datetime | None:
-    if not isinstance(value, str):
-        return None
-    try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None

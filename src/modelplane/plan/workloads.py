@@ -9,7 +9,7 @@ it keeps with ``printable`` at the status limits. What the values mean is
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
@@ -17,7 +17,7 @@ from pydantic import Field
 
 from modelplane.api.status_limits import string_limit
 from modelplane.plan.frozen import Frozen
-from modelplane.untrusted import printable
+from modelplane.untrusted import printable, timestamp
 
 # A name as it lands in a component's status; a namespace is a DNS label.
 MAX_NAME = string_limit("components[].name")
@@ -81,17 +81,6 @@ def _text(value: object, limit: int) -> str:
     return printable(value, limit) if isinstance(value, str) else ""
 
 
-def _time(value: object) -> datetime | None:
-    """An RFC 3339 time as the API server writes it; None for anything else."""
-    if not isinstance(value, str) or len(value) > 64:
-        return None
-    try:
-        parsed = datetime.fromisoformat(value)
-    except ValueError:
-        return None
-    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
-
-
 class WorkloadKey(Frozen):
     kind: Kind
     namespace: str
@@ -121,7 +110,7 @@ class Condition(Frozen):
             status=_text(item.get("status"), 16),
             reason=_text(item.get("reason"), MAX_REASON),
             message=_text(item.get("message"), MAX_PART),
-            last_transition=_time(item.get("lastTransitionTime")),
+            last_transition=timestamp(item.get("lastTransitionTime")),
         )
 
 
@@ -211,7 +200,7 @@ class WorkloadStatus(Frozen):
             generation=_generation(meta.get("generation")),
             observed_generation=_generation(status.get("observedGeneration")),
             deleting=meta.get("deletionTimestamp") is not None,
-            created=_time(meta.get("creationTimestamp")),
+            created=timestamp(meta.get("creationTimestamp")),
             desired=as_count(desired),
             replicas=as_count(status.get("replicas")),
             updated=as_count(status.get("updatedReplicas")),
@@ -276,7 +265,7 @@ class PodSignal(Frozen):
             name=printable(name, MAX_NAME),
             phase=_text(status.get("phase"), 32),
             ready=find_condition(conditions, "Ready", "True") is not None,
-            created=_time(meta.get("creationTimestamp")),
+            created=timestamp(meta.get("creationTimestamp")),
             unschedulable=unschedulable,
             unschedulable_since=scheduled.last_transition if unschedulable and scheduled else None,
             scheduler_message=scheduled.message if unschedulable and scheduled else "",
