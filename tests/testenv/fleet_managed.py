@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -76,6 +75,7 @@ def _install(hub: TestEnv, target: TestEnv, substrate: Substrate, work: Path) ->
         stack_body,
     )
     from tests.integration.substrate import run_operator
+    from tests.waiting import wait_for
 
     hub_client = Client(KubeConfig.from_dict(hub.kubeconfig), field_manager="seed")
     install_servingstack_crd(hub_client, hub, deadline=60)
@@ -85,14 +85,19 @@ def _install(hub: TestEnv, target: TestEnv, substrate: Substrate, work: Path) ->
     hub_client.apply(SS.from_dict(body), field_manager="seed", force=True)
     log = work / "seed-operator.log"
     proc = run_operator(hub.kubeconfig_path, substrate, SEED_NAMESPACE, log)
+
+    def ready() -> bool:
+        if proc.poll() is not None:
+            raise RuntimeError("the operator exited: " + log.read_text()[-3000:])
+        return _ready(hub_client.get(SS, SEED_STACK, namespace=SEED_NAMESPACE).to_dict())
+
     try:
-        deadline = time.monotonic() + 600
-        while not _ready(hub_client.get(SS, SEED_STACK, namespace=SEED_NAMESPACE).to_dict()):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(
-                    "the seed's Managed stack never got Ready: " + log.read_text()[-3000:]
-                )
-            time.sleep(1)
+        wait_for(
+            "the seed's Managed stack Ready",
+            ready,
+            deadline=600,
+            detail=lambda: log.read_text()[-3000:],
+        )
     finally:
         proc.terminate()
         try:

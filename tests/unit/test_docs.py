@@ -60,6 +60,7 @@ FOREIGN_FLAGS = {
     "--settle",  # bench/bench_fleet_healthy.py
     "--trace",  # bench/bench_target_memory.py
     "--before",  # bench/bench_settled_shard.py
+    "--small",  # bench/bench_managed_fleet.py
     "--variant",  # mmdebstrap
     "--network",  # podman run
     "--require-hashes",  # pip install (the Dockerfile)
