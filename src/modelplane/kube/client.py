@@ -36,6 +36,7 @@ from modelplane.kube.budget import Budget, Holdings, budget_for
 from modelplane.kube.deadline import Deadlines
 from modelplane.kube.handshakes import limit_handshakes
 from modelplane.kube.http2 import use_fair_http2
+from modelplane.kube.large_lists import LargeList
 from modelplane.kube.meter import Meter
 from modelplane.kube.target_errors import ApiStatusError as ApiStatusError
 from modelplane.kube.target_errors import OverBudget as OverBudget
@@ -447,7 +448,11 @@ async def list_pages(
         budget = budget_for(api, metadata_only=accept == METADATA_LIST)
     meter = Meter(describe_collection(api, namespace, labels, fields), budget, holdings)
     try:
-        return await _pages(http, api, meter, namespace, labels, fields, accept, outline, decode)
+        # Every CRD or Node of a target: a few such LISTs in the process at once.
+        async with LargeList(budget):
+            return await _pages(
+                http, api, meter, namespace, labels, fields, accept, outline, decode
+            )
     except BaseException:
         meter.release()
         raise
