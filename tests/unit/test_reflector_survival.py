@@ -21,6 +21,7 @@ import pytest
 from tests.hostile_server import Answer, HostileServer
 from tests.scripted import Script, list_answer
 
+from modelplane.backoff import Backoff
 from modelplane.kube import client as client_module
 from modelplane.kube.reflector import REARM_BACKOFF, WATCH_BACKOFF, Link, Reflector, WatchKey
 from modelplane.wire import ApiRef
@@ -204,3 +205,48 @@ async def test_a_reflector_says_when_its_list_is_worth_waiting_for() -> None:
     # the one after that failure; then a watch is open and nothing is listing.
     assert listing == [True, True, False], listing
     assert not reflector.listing and reflector.synced
+
+
+async def test_a_collection_not_served_is_listed_again_when_told(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A 404 waits for a CRD to serve the API (``retry_now``), not for its
+    # backoff: here an hour, so only being told lists it again.
+    monkeypatch.setattr("modelplane.kube.reflector.WATCH_BACKOFF", Backoff(first=3600, cap=3600))
+    lists = 0
+
+    async def served_second(params: dict[str, str], answer: Answer) -> None:
+        nonlocal lists
+        if params.get("watch") == "true":
+            await asyncio.Event().wait()  # a watch that stays open
+        lists += 1
+        if lists == 1:
+            await answer.start(404)
+            await answer.send(b'{"kind": "Status", "code": 404}')
+        else:
+            await answer.send(EMPTY_LIST)
+        await answer.end()
+
+    told: list[str] = []
+    moved = asyncio.Event()
+
+    def changed(_key: WatchKey, kind: str, _name: str | None) -> None:
+        told.append(kind)
+        moved.set()
+
+    async with HostileServer(served_second) as server, server.client() as http:
+        reflector = Reflector(http, KEY, Link(http, "test"), changed, rand=lambda: 0.0)
+        task = asyncio.create_task(reflector.run())
+        try:
+            async with asyncio.timeout(GUARD):
+                while told != ["GONE"]:
+                    moved.clear()
+                    await moved.wait()
+                reflector.retry_now()
+                while told != ["GONE", "LIST"]:
+                    moved.clear()
+                    await moved.wait()
+            assert reflector.served and reflector.synced
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)

@@ -269,14 +269,15 @@ class Reflector:
         # backoff and is not.
         self.listing = True
         self.lists = self.watches = self.bookmarks = self.expired = self.refusals = 0
-        self._retry = asyncio.Event()
+        self._retry: asyncio.Event | None = None  # only while a 404 waits: not one a watch
         self._listed_at = 0.0
         self._armed_at: float | None = None
         self._healthy_after = HEALTHY_WATCH_SECONDS
 
     def retry_now(self) -> None:
         """Try again at once a collection whose API was not served (a CRD changed)."""
-        self._retry.set()
+        if self._retry is not None:
+            self._retry.set()
 
     async def run(self) -> None:
         """LIST and WATCH until cancelled: every error is waited out, none ends the reflector."""
@@ -362,9 +363,10 @@ class Reflector:
                     self._forget()
                     self.served, self.synced = False, True
                     self._changed(self.key, "GONE", None)
-                    self._retry.clear()
+                    self._retry = asyncio.Event()
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(self._retry.wait(), failures.fail())
+                    self._retry = None
                     continue
                 if err.code == 429 and settling.count < CRD_STORAGE_TRIES:
                     # A CRD's storage still starting (after an install, or
