@@ -15,6 +15,7 @@ from modelplane.api.spec import ServingStackSpec
 from modelplane.kube.interned import interned
 from modelplane.kube.reflector import WatchKey
 from modelplane.observe.gpu_watch import fingerprint, outline
+from modelplane.observe.own_outline import own_outline
 from modelplane.observe.state import Listed, ReleaseWatch, to_observed, wanted
 from modelplane.observe.watches import CRDS, NODES_KEY, WatchCache, crd_outline, crd_plurals
 from modelplane.pins import ComponentsMode
@@ -286,14 +287,16 @@ def _cache(spec: ServingStackSpec, *releases: ReleaseWatch) -> WatchCache:
     return WatchCache(httpx2.AsyncClient(), want, lambda: None)
 
 
-def test_the_crd_and_gpu_watches_keep_outlines_and_the_rest_whole_objects() -> None:
+def test_the_crd_gpu_and_own_watches_keep_outlines_and_the_rest_whole_objects() -> None:
     cache = _cache(PROVIDED)
     node = _node()
     assert cache.reflectors[WatchKey(CRDS)].outline(_crd({}, {})) == crd_outline(_crd({}, {}))
     assert cache.reflectors[NODES_KEY].outline(node) == outline("nodes", node)
     cache.learn({("gateway.networking.k8s.io/v1", "Gateway"): "gateways"})
     kept = [r for k, r in cache.reflectors.items() if k.api.resource == "gateways"]
-    assert kept and all(r.outline(node) is node for r in kept)
+    assert kept and all(r.outline(node) == own_outline(node) for r in kept)
+    whole = [r for k, r in cache.reflectors.items() if k.labels is None and k.api != CRDS]
+    assert whole and all(r.outline(node) is node for r in whole if r.key not in cache._gpu_keys)
 
 
 def test_the_nodes_stay_whole_where_a_release_daemonset_is_placed_on_them() -> None:

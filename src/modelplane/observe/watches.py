@@ -37,6 +37,7 @@ from modelplane.kube.reflector import (
 )
 from modelplane.observe.crd_reads import decode_crds
 from modelplane.observe.gpu_watch import outline, part_of
+from modelplane.observe.own_outline import own_outline
 from modelplane.observe.parts import Parts
 from modelplane.observe.state import (
     CRD_API_VERSION,
@@ -313,6 +314,8 @@ class WatchCache:
             return crd_outline
         if key in self._signal_only:
             return partial(outline, key.api.resource)
+        if key.labels == OURS:
+            return own_outline
         return None
 
     def _add_reflectors(self) -> None:
