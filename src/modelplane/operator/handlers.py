@@ -316,6 +316,10 @@ def register(registry: kopf.OperatorRegistry, rt: Runtime) -> None:
                 # A scheduler probe out is looked at again soon (plan.scheduler_probe).
                 delay = min(delay, outcome.check_in or delay)
                 failure_log.report(outcome, delay, error)
+                # The round's plan, its status and its error are not kept
+                # while the stack sleeps: the next round makes its own, and a
+                # Plan is most of a stack's pydantic objects.
+                del outcome, desired, error
                 await _sleep(wake.event, stopped, delay)
         finally:
             if rt.rollout.wakers.get(label) == wake.event.set:
