@@ -11,7 +11,7 @@ from typing import Any
 
 import httpx2
 
-from modelplane.kube.discovery import APIS
+from modelplane.kube.discovery import APIS, Served
 from modelplane.observe.state import Listed, to_observed, wanted
 from modelplane.observe.watches import WatchCache, pull_secret_key, watch_keys
 
@@ -62,7 +62,7 @@ def test_the_cache_answers_the_secrets_its_watches_hold() -> None:
             "cert-manager/regcred": _secret("cert-manager")
         }
         apis: APIS = {"": {"secrets": ["v1"], "configmaps": ["v1"]}}
-        cache._apis, cache._apis_generation = apis, cache.api_generation
+        cache._served, cache._apis_generation = Served(apis), cache.api_generation
         listed = await cache.listed(None)  # type: ignore[arg-type]
         assert listed is not None
         assert to_observed(listed).pull_secrets == {"regcred": ["cert-manager"]}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 from dataclasses import replace
 from typing import Any
 
@@ -10,7 +11,7 @@ import httpx2
 import pytest
 
 from modelplane.api.spec import ServingStackSpec
-from modelplane.kube.discovery import PLURALS
+from modelplane.kube.discovery import PLURALS, Served, shared
 from modelplane.kube.reflector import WatchKey
 from modelplane.observe import watches
 from modelplane.observe.state import (
@@ -118,7 +119,7 @@ def test_no_answer_until_every_watch_has_listed() -> None:
             "gateway.networking.k8s.io": {"gateways": ["v1"]},
             "": {"secrets": ["v1"], "configmaps": ["v1"]},
         }
-        cache._apis, cache._apis_generation = apis, cache.api_generation
+        cache._served, cache._apis_generation = Served(apis), cache.api_generation
         listed = await cache.listed(None)  # type: ignore[arg-type]
         assert listed is not None
         assert to_observed(listed).gateway_addresses == ["203.0.113.9"]
@@ -247,7 +248,8 @@ def test_the_cache_answers_a_release_workload_with_its_pods() -> None:
             reflector.synced = True
         pods = next(k for k in cache.reflectors if k.api.resource == "pods")
         cache.reflectors[pods].items = {"dra/p": {"metadata": {"name": "p"}}}
-        cache._apis, cache._apis_generation = {"": {"secrets": ["v1"]}}, cache.api_generation
+        cache._served = Served({"": {"secrets": ["v1"]}})
+        cache._apis_generation = cache.api_generation
         listed = await cache.listed(None)  # type: ignore[arg-type]
         assert listed is not None
         assert listed.release_objects == {plugin: []}
@@ -381,5 +383,29 @@ def test_a_relist_that_outlasts_the_wait_leaves_the_read_to_the_reconcile() -> N
         gateways.listing = True
         assert not await cache.current(0.3)
         assert await cache.listed(None, within=0.1) is None  # type: ignore[arg-type]
+
+    asyncio.run(run())
+
+
+def test_the_discovery_answer_listed_from_stays_the_shared_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # kube.discovery.shared holds each answer weakly: a cache that kept
+    # only its APIs let it go, and every target kept an answer of its own.
+    apis = {"": {"secrets": ["v1"], "configmaps": ["v1"]}}
+
+    async def discovered(_client: object) -> Served:
+        return shared(Served({g: {r: list(v) for r, v in rs.items()} for g, rs in apis.items()}))
+
+    monkeypatch.setattr("modelplane.observe.watches.served", discovered)
+
+    async def run() -> None:
+        one, two = _cache(), _cache()
+        for cache in (one, two):
+            for reflector in cache.reflectors.values():
+                reflector.synced = True
+            await cache.listed(None)  # type: ignore[arg-type]
+            gc.collect()
+        assert one._served is not None and one._served is two._served
 
     asyncio.run(run())

@@ -27,7 +27,7 @@ from modelplane.kube.client import (
     TargetClient,
     TargetError,
 )
-from modelplane.kube.discovery import APIS, PLURALS, discover, served
+from modelplane.kube.discovery import APIS, PLURALS, Served, discover, served
 from modelplane.kube.interned import interned
 from modelplane.kube.reflector import (
     WATCH_TIMEOUT_SECONDS,
@@ -286,7 +286,10 @@ class WatchCache:
         # Bumped by every CRD event and every relist: the served APIs may
         # have changed, and discovery is read again before the cache answers.
         self.api_generation = 0
-        self._apis: APIS | None = None
+        # The discovery answer itself, not only its APIs: holding it keeps the
+        # one answer every target shares (``kube.discovery.shared``, held
+        # weakly) alive; held by no one, the next target's became another.
+        self._served: Served | None = None
         self._apis_generation = -1
         # What of each GPU collection (and of the Nodes, for DaemonSet
         # placement) the checks read, as last seen: a Node's status changes
@@ -475,21 +478,20 @@ class WatchCache:
         """
         if not await self.current(within):
             return None
-        apis = self._apis
-        if apis is None or self._apis_generation != self.api_generation:
+        found = self._served
+        if found is None or self._apis_generation != self.api_generation:
             generation = self.api_generation
             found = await served(client)
-            apis = found.apis
             self.learn(found.plurals)
             # Kept only once discovery shows every CRD the watch says is
             # served: discovery lags a new CRD by a moment, and a copy taken
             # in that moment would hide the API until the next CRD event.
-            if self._consistent(apis):
-                self._apis, self._apis_generation = apis, generation
+            if self._consistent(found.apis):
+                self._served, self._apis_generation = found, generation
         elif isinstance(client, TargetClient):
             # What an apply in this reconcile needs, without a discovery of its own.
             client.plurals.update(self.plurals)
-        return self._fill(apis)
+        return self._fill(found.apis)
 
     def _consistent(self, apis: APIS) -> bool:
         for crd in self.reflectors[WatchKey(CRDS)].items.values():
