@@ -20,6 +20,24 @@ REPO = Path(__file__).resolve().parents[1]
 FAST_YAML: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
+# The upstream CRD folders (under ``upstream_dir()``) a cluster owner running
+# the Standard stack's substrate would carry: Envoy Gateway's own Gateway
+# API bundle (experimental channel), as its chart installs it, not the
+# standard channel beside it. The simulated GPU cluster and the simulated
+# fleet's targets carry these.
+PROVIDED_STANDARD = (
+    "cert-manager",
+    "kube-prometheus-stack",
+    "node-feature-discovery",
+    "nvidia-dra-driver-gpu",
+    "envoy-gateway",
+    "envoy-ai-gateway",
+    "gateway-api-inference-extension",
+    "trust-manager",
+    "leaderworkerset",
+)
+
+
 def upstream_dir() -> Path:
     env = os.environ.get("MODELPLANE_UPSTREAM_FIXTURES")
     return Path(env) if env else REPO.parent / "shared" / "fixtures" / "upstream"

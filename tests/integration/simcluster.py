@@ -29,7 +29,7 @@ from lightkube import Client
 from lightkube.core.exceptions import ApiError
 from lightkube.resources.core_v1 import Namespace, Secret
 from tests.integration.substrate import Substrate
-from tests.shared_fixtures import upstream_dir
+from tests.shared_fixtures import PROVIDED_STANDARD, upstream_dir
 from tests.testenv import TestbinMissingError, TestEnv, find_binaries
 from tests.testenv.controllers import KUBE_CONTROLLERS, find_controller
 from tests.testenv.nodes import (
@@ -40,24 +40,10 @@ from tests.testenv.nodes import (
 )
 from tests.testenv.simcluster import SimCluster
 
+from modelplane.catalog.components._common import GPU_DEVICE_CLASS, GPU_TAINT_KEY
 from modelplane.catalog.configuration import CLUSTER_CA, GATEWAY_NAME, NS, SERVING_CERT
 
 REPO = Path(__file__).resolve().parents[2]
-
-# What a cluster owner running the Standard stack's substrate would carry.
-# Envoy Gateway's own Gateway API bundle (experimental channel), as its chart
-# installs it, not the standard channel beside it.
-PROVIDED_STANDARD = (
-    "cert-manager",
-    "kube-prometheus-stack",
-    "node-feature-discovery",
-    "nvidia-dra-driver-gpu",
-    "envoy-gateway",
-    "envoy-ai-gateway",
-    "gateway-api-inference-extension",
-    "trust-manager",
-    "leaderworkerset",
-)
 
 
 def upstream_crds(folders: Sequence[str] = PROVIDED_STANDARD) -> list[Path]:
@@ -244,3 +230,36 @@ def delete_issued_secrets(target: Client) -> None:
 def envoy_objects(target: Client, kind: type[Any]) -> list[Any]:
     """The Deployments or Services Envoy Gateway created for the operator's Gateway."""
     return list(target.list(kind, namespace=ENVOY_NS, labels={OWNING_GATEWAY: GATEWAY_NAME}))
+
+
+def gpu_claim_and_pod(
+    namespace: str, pod: str, *, node: str | None = None, finalizers: Sequence[str] = ()
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A ResourceClaim ``gpu`` for one GPU of the DRA driver's class, and a pod holding it.
+
+    The real kube-scheduler allocates the claim from a GPU node's
+    ResourceSlices (``node`` pins which) and reserves it for the pod.
+    """
+    claim = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": "gpu", "namespace": namespace},
+        "spec": {
+            "devices": {
+                "requests": [{"name": "gpu", "exactly": {"deviceClassName": GPU_DEVICE_CLASS}}]
+            }
+        },
+    }
+    spec: dict[str, Any] = {
+        "resourceClaims": [{"name": "gpu", "resourceClaimName": "gpu"}],
+        "containers": [
+            {"name": "serve", "image": "serve:1", "resources": {"claims": [{"name": "gpu"}]}}
+        ],
+        "tolerations": [{"key": GPU_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}],
+    }
+    if node is not None:
+        spec["nodeSelector"] = {"kubernetes.io/hostname": node}
+    meta: dict[str, Any] = {"name": pod, "namespace": namespace}
+    if finalizers:
+        meta["finalizers"] = list(finalizers)
+    return claim, {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}

@@ -22,7 +22,6 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
 
 import pytest
 from lightkube import Client
@@ -37,13 +36,13 @@ from tests.integration.kubelet_plugin import (
     PluginWatch,
     image_tag,
 )
-from tests.integration.simcluster import simulated
+from tests.integration.simcluster import gpu_claim_and_pod, simulated
 from tests.integration.substrate import EXTRA_VERSIONS, Substrate
 from tests.testenv import TestEnv
 from tests.testenv.nodes import NodeLayout
 from tests.waiting import gone, wait_for
 
-from modelplane.catalog.components._common import GPU_DEVICE_CLASS, GPU_TAINT_KEY, GPUS
+from modelplane.catalog.components._common import GPUS
 from modelplane.vocabulary import BlockedReason
 
 LAYOUT = NodeLayout.parse("gpu=4,cpu=1")
@@ -144,33 +143,6 @@ def test_a_plugin_failing_on_a_node_stops_the_roll_there(cluster: Cluster) -> No
     assert c.watch.seen > 0
 
 
-def _claim_and_pod(node: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    claim = {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaim",
-        "metadata": {"name": "gpu", "namespace": TENANT},
-        "spec": {
-            "devices": {
-                "requests": [{"name": "gpu", "exactly": {"deviceClassName": GPU_DEVICE_CLASS}}]
-            }
-        },
-    }
-    pod = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": "worker-0", "namespace": TENANT, "finalizers": [HOLD]},
-        "spec": {
-            "nodeSelector": {"kubernetes.io/hostname": node},
-            "resourceClaims": [{"name": "gpu", "resourceClaimName": "gpu"}],
-            "containers": [
-                {"name": "serve", "image": "serve:1", "resources": {"claims": [{"name": "gpu"}]}}
-            ],
-            "tolerations": [{"key": GPU_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}],
-        },
-    }
-    return claim, pod
-
-
 def _reserved(target: Client) -> bool:
     status = target.get(CLAIMS, "gpu", namespace=TENANT).to_dict().get("status") or {}
     results = ((status.get("allocation") or {}).get("devices") or {}).get("results") or []
@@ -180,7 +152,7 @@ def _reserved(target: Client) -> bool:
 def _terminating_claim_pod(target: Client) -> None:
     """A pod holding a claim the real scheduler allocated on CLAIM_NODE, left Terminating."""
     target.apply(Namespace.from_dict({"metadata": {"name": TENANT}}))
-    claim, pod = _claim_and_pod(CLAIM_NODE)
+    claim, pod = gpu_claim_and_pod(TENANT, "worker-0", node=CLAIM_NODE, finalizers=[HOLD])
     target.create(CLAIMS.from_dict(claim))
     target.create(Pod.from_dict(pod))
     wait_for("the claim allocated and reserved", lambda: _reserved(target), deadline=60)

@@ -30,7 +30,7 @@ from tests.integration.hubs import (
     put_stack,
     stack_body,
 )
-from tests.integration.simcluster import simulated
+from tests.integration.simcluster import gpu_claim_and_pod, simulated
 from tests.integration.substrate import Substrate
 from tests.testenv import TestEnv, find_binaries
 from tests.waiting import wait_for
@@ -38,7 +38,7 @@ from tests.waiting import wait_for
 from modelplane.actions.helm import Helm
 from modelplane.api.models import ServingStack
 from modelplane.catalog.components import BY_NAME
-from modelplane.catalog.components._common import GPU_DEVICE_CLASS, GPU_TAINT_KEY, GPUS
+from modelplane.catalog.components._common import GPUS
 from modelplane.observe.writes import Writes
 from modelplane.operator.options import OperatorOptions
 from modelplane.operator.reconciler import StackReconciler
@@ -59,32 +59,6 @@ def gpu_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestEnv]:
     """One GPU node and one CPU node, this module's alone."""
     with simulated(tmp_path_factory.mktemp("sim-claims"), nodes="gpu=1,cpu=1") as env:
         yield env
-
-
-def _claim_and_pod() -> tuple[dict[str, Any], dict[str, Any]]:
-    claim = {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaim",
-        "metadata": {"name": "gpu", "namespace": TENANT},
-        "spec": {
-            "devices": {
-                "requests": [{"name": "gpu", "exactly": {"deviceClassName": GPU_DEVICE_CLASS}}]
-            }
-        },
-    }
-    pod = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": POD, "namespace": TENANT},
-        "spec": {
-            "resourceClaims": [{"name": "gpu", "resourceClaimName": "gpu"}],
-            "containers": [
-                {"name": "serve", "image": "serve:1", "resources": {"claims": [{"name": "gpu"}]}}
-            ],
-            "tolerations": [{"key": GPU_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}],
-        },
-    }
-    return claim, pod
 
 
 def _reserved_for(target: Client) -> list[str]:
@@ -152,7 +126,7 @@ async def test_teardown_waits_for_the_pod_holding_a_claim_and_names_it(
     try:
         await _install_the_driver(reconciler, body)
         target.apply(Namespace.from_dict({"metadata": {"name": TENANT}}))
-        claim, pod = _claim_and_pod()
+        claim, pod = gpu_claim_and_pod(TENANT, POD)
         target.create(CLAIMS.from_dict(claim))
         target.create(Pod.from_dict(pod))
         # The real scheduler allocates the GPU the driver published and reserves it.

@@ -32,7 +32,7 @@ from lightkube import Client, KubeConfig
 from lightkube.generic_resource import create_global_resource
 from lightkube.resources.core_v1 import Node
 from lightkube.types import PatchType
-from tests.shared_fixtures import upstream_dir
+from tests.shared_fixtures import PROVIDED_STANDARD, upstream_dir
 from tests.testenv.env import TestEnv
 from tests.testenv.kube import apply_crds
 from tests.testenv.nodes import h200, node, resource_slice
@@ -52,27 +52,12 @@ def fleet_binary() -> Path:
     return Path(out.stdout.strip().splitlines()[-1])
 
 
-# The upstream CRD folders a Provided Standard target carries
-# (tests/integration/simcluster.py ``PROVIDED_STANDARD``, as sim_target has them).
-REAL_CRD_FOLDERS = (
-    "cert-manager",
-    "kube-prometheus-stack",
-    "node-feature-discovery",
-    "nvidia-dra-driver-gpu",
-    "envoy-gateway",
-    "envoy-ai-gateway",
-    "gateway-api-inference-extension",
-    "trust-manager",
-    "leaderworkerset",
-)
-
-
 def real_crds() -> tuple[list[Path], str]:
     """The upstream CRD folders of a Standard target, or none and why not."""
     root = upstream_dir()
     if not root.is_dir():
         return [], f"no upstream fixtures at {root}: the targets carry the fixture CRDs"
-    return [root / f for f in REAL_CRD_FOLDERS], f"the targets carry the upstream CRDs of {root}"
+    return [root / f for f in PROVIDED_STANDARD], f"the targets carry the upstream CRDs of {root}"
 
 
 def crds_for(choice: str) -> list[Path]:
