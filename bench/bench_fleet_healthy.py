@@ -3,7 +3,9 @@
 The targets are the simulated fleet (tests/testenv/fleet.py, bench/fleet_server):
 one process per shard answers for all of its targets, each at its own server URL, seeded with
 what a real, healthy Provided Standard target serves. The hub is a real
-kube-apiserver from the testbin. Every ServingStack is Provided mode, labelled
+kube-apiserver from the testbin. With ``--crds real`` (the default when
+``../shared/fixtures/upstream`` is there) every target carries the upstream
+CRDs of a real Standard target, 6.2 MB of JSON each. Every ServingStack is Provided mode, labelled
 with its shard; shard s runs ``modelplane run --selector bench.modelplane.ai/shard=s``
 at the default resync.
 
@@ -61,7 +63,7 @@ sys.path.insert(0, str(ROOT))
 from tests.integration.substrate import Substrate, run_operator  # noqa: E402
 from tests.testenv import TestEnv  # noqa: E402
 from tests.testenv.env import _free_port  # noqa: E402
-from tests.testenv.fleet import FleetServer  # noqa: E402
+from tests.testenv.fleet import FleetServer, crds_for  # noqa: E402
 
 from modelplane.api.crd import servingstack_crd  # noqa: E402
 from modelplane.api.models import API_GROUP, API_VERSION, KIND, PLURAL  # noqa: E402
@@ -309,6 +311,12 @@ def main() -> None:
     parser.add_argument("--ready-timeout", type=float, default=3600.0)
     parser.add_argument("--seed", type=Path, help="a seed file to reuse (tests/testenv/fleet.py)")
     parser.add_argument("--keep", type=Path, help="work here and keep the logs")
+    parser.add_argument(
+        "--crds",
+        choices=("real", "fixture"),
+        default="real",
+        help="the targets' CRDs: the upstream ones (when ../shared is there) or the fixtures",
+    )
     parser.add_argument("operator_args", nargs="*", help="more arguments to modelplane run")
     args = parser.parse_args()
     nofile = _raise_nofile()
@@ -330,9 +338,10 @@ def main() -> None:
         hub_env = TestEnv(tmp / "hub")
         procs: list[subprocess.Popen[bytes]] = []
         try:
-            seed = args.seed
+            seed, crds = args.seed, crds_for(args.crds)
             for s in range(args.shards):
-                fleets.append(FleetServer(tmp / f"fleet-{s}", sizes[s], seed=seed).start())
+                fleet = FleetServer(tmp / f"fleet-{s}", sizes[s], seed=seed, crds=crds)
+                fleets.append(fleet.start())
                 seed = fleets[-1].seed
             hub_env.start()
             hub = serve_servingstacks(hub_env)
