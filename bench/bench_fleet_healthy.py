@@ -44,7 +44,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -63,7 +63,7 @@ sys.path.insert(0, str(ROOT))
 from tests.integration.substrate import Substrate, run_operator  # noqa: E402
 from tests.testenv import TestEnv  # noqa: E402
 from tests.testenv.env import _free_port  # noqa: E402
-from tests.testenv.fleet import FleetServer, crds_for  # noqa: E402
+from tests.testenv.fleet import FleetServer, add_crds_option, crds_for  # noqa: E402
 
 from modelplane.api.crd import servingstack_crd  # noqa: E402
 from modelplane.api.models import API_GROUP, API_VERSION, KIND, PLURAL  # noqa: E402
@@ -99,6 +99,23 @@ def _create(http: httpx2.Client, path: str, body: dict[str, Any], tries: int = 1
             return
         time.sleep(2**attempt)
     raise RuntimeError(f"POST {path}: no answer after {tries} tries")
+
+
+def create_stacks(
+    http: httpx2.Client, stacks: Sequence[tuple[str, dict[str, Any], dict[str, Any]]]
+) -> None:
+    """Create each stack's kubeconfig Secret, then the stack: (name, kubeconfig, stack body).
+
+    Eight at a time, as fast as the hub takes them; each POST retried as ``_create`` says.
+    """
+
+    def create(one: tuple[str, dict[str, Any], dict[str, Any]]) -> None:
+        name, kubeconfig, body = one
+        _create(http, f"/api/v1/namespaces/{NS}/secrets", _secret(name, kubeconfig))
+        _create(http, f"/apis/{API_GROUP}/{API_VERSION}/namespaces/{NS}/{PLURAL}", body)
+
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(create, stacks))
 
 
 def _raise_nofile() -> int:
@@ -311,12 +328,7 @@ def main() -> None:
     parser.add_argument("--ready-timeout", type=float, default=3600.0)
     parser.add_argument("--seed", type=Path, help="a seed file to reuse (tests/testenv/fleet.py)")
     parser.add_argument("--keep", type=Path, help="work here and keep the logs")
-    parser.add_argument(
-        "--crds",
-        choices=("real", "fixture"),
-        default="real",
-        help="the targets' CRDs: the upstream ones (when ../shared is there) or the fixtures",
-    )
+    add_crds_option(parser)
     parser.add_argument("operator_args", nargs="*", help="more arguments to modelplane run")
     args = parser.parse_args()
     nofile = _raise_nofile()
@@ -376,22 +388,17 @@ def main() -> None:
             # The fleet's Secrets and stacks, created as fast as the hub takes them.
             t0 = time.monotonic()
             with hub_env.http_client(timeout=60) as http, _ReadyWatch(hub_env) as watch:
-
-                def create(i: int) -> None:
-                    name = names[i]
-                    _create(
-                        http,
-                        f"/api/v1/namespaces/{NS}/secrets",
-                        _secret(name, fleets[where[name][0]].kubeconfig(where[name][1])),
-                    )
-                    _create(
-                        http,
-                        f"/apis/{API_GROUP}/{API_VERSION}/namespaces/{NS}/{PLURAL}",
-                        _stack(name, shard_of[name]),
-                    )
-
-                with ThreadPoolExecutor(8) as pool:
-                    list(pool.map(create, range(args.targets)))
+                create_stacks(
+                    http,
+                    [
+                        (
+                            name,
+                            fleets[where[name][0]].kubeconfig(where[name][1]),
+                            _stack(name, shard_of[name]),
+                        )
+                        for name in names
+                    ],
+                )
                 created = time.monotonic() - t0
                 print(f"created {args.targets} Secrets and ServingStacks in {created:.0f} s")
                 ready_at: dict[int, float] = {}

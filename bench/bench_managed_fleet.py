@@ -34,7 +34,6 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -54,12 +53,11 @@ from bench_fleet_healthy import (  # noqa: E402
     SHARD_LABEL,
     _change_latencies,
     _cpu_seconds,
-    _create,
     _raise_nofile,
     _ReadyWatch,
     _rss_mib,
-    _secret,
     _until,
+    create_stacks,
     serve_servingstacks,
 )
 from bench_settled_shard import (  # noqa: E402
@@ -73,7 +71,7 @@ from bench_settled_shard import (  # noqa: E402
     _stop,
 )
 from bench_shard_memory import _label  # noqa: E402
-from modelplane.api.models import API_GROUP, API_VERSION, KIND, PLURAL  # noqa: E402
+from modelplane.api.models import API_GROUP, API_VERSION, KIND  # noqa: E402
 
 
 @dataclass
@@ -236,18 +234,13 @@ def main() -> None:
             http = stack.enter_context(hub_env.http_client(timeout=60))
             watch = stack.enter_context(_ReadyWatch(hub_env))
 
-            def create(i: int) -> None:
-                _create(
-                    http, f"/api/v1/namespaces/{NS}/secrets", _secret(names[i], fleet.kubeconfig(i))
-                )
-                _create(
-                    http,
-                    f"/apis/{API_GROUP}/{API_VERSION}/namespaces/{NS}/{PLURAL}",
-                    _stack(names[i], 0 if i < args.small else 1),
-                )
-
-            with ThreadPoolExecutor(8) as pool:
-                list(pool.map(create, range(args.targets)))
+            create_stacks(
+                http,
+                [
+                    (name, fleet.kubeconfig(i), _stack(name, 0 if i < args.small else 1))
+                    for i, name in enumerate(names)
+                ],
+            )
 
             def ready(count: int) -> Callable[[], bool]:
                 return lambda: all(watch.ready.get(n) for n in names[:count])

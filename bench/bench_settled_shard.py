@@ -40,7 +40,6 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -56,15 +55,13 @@ from bench_fleet_healthy import (  # noqa: E402
     NS,
     SHARD_LABEL,
     _cpu_seconds,
-    _create,
     _raise_nofile,
     _ReadyWatch,
-    _secret,
     _stack,
     _until,
+    create_stacks,
     serve_servingstacks,
 )
-from modelplane.api.models import API_GROUP, API_VERSION, PLURAL  # noqa: E402
 
 Counts = dict[str, float]
 
@@ -263,21 +260,13 @@ def main() -> None:
             serve_servingstacks(hub)
             names = [f"t{i:05d}" for i in range(args.targets)]
             with hub.http_client(timeout=60) as http, _ReadyWatch(hub) as watch:
-
-                def create(i: int) -> None:
-                    _create(
-                        http,
-                        f"/api/v1/namespaces/{NS}/secrets",
-                        _secret(names[i], fleet.kubeconfig(i)),
-                    )
-                    _create(
-                        http,
-                        f"/apis/{API_GROUP}/{API_VERSION}/namespaces/{NS}/{PLURAL}",
-                        _stack(names[i], 0),
-                    )
-
-                with ThreadPoolExecutor(8) as pool:
-                    list(pool.map(create, range(args.targets)))
+                create_stacks(
+                    http,
+                    [
+                        (names[i], fleet.kubeconfig(i), _stack(names[i], 0))
+                        for i in range(args.targets)
+                    ],
+                )
                 figures = []
 
                 def all_ready() -> bool:

@@ -46,18 +46,17 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from tests.integration.substrate import find_binaries  # noqa: E402
 from tests.testenv import TestEnv  # noqa: E402
-from tests.testenv.fleet import FleetServer, crds_for  # noqa: E402
+from tests.testenv.fleet import FleetServer, add_crds_option, crds_for  # noqa: E402
 
 from bench_fleet_healthy import (  # noqa: E402
     NS,
     SHARD_LABEL,
-    _create,
     _raise_nofile,
     _ReadyWatch,
     _rss_mib,
-    _secret,
     _stack,
     _until,
+    create_stacks,
     serve_servingstacks,
 )
 from bench_settled_shard import _export, _settle, _stop  # noqa: E402
@@ -185,12 +184,7 @@ def main() -> None:
     parser.add_argument("--ready-timeout", type=float, default=1800.0)
     parser.add_argument("--seed", type=Path, help="a seed file to reuse (tests/testenv/fleet.py)")
     parser.add_argument("--keep", type=Path, help="work here and keep the logs")
-    parser.add_argument(
-        "--crds",
-        choices=("real", "fixture"),
-        default="real",
-        help="the targets' CRDs: the upstream ones (when ../shared is there) or the fixtures",
-    )
+    add_crds_option(parser)
     parser.add_argument(
         "--trace", type=int, default=0, metavar="FRAMES", help="snapshot the Python heap"
     )
@@ -212,21 +206,10 @@ def main() -> None:
             serve_servingstacks(hub)
             names = [f"t{i:05d}" for i in range(2 * half)]
             with hub.http_client(timeout=60) as http, _ReadyWatch(hub) as watch:
-
-                def create(i: int) -> None:
-                    _create(
-                        http,
-                        f"/api/v1/namespaces/{NS}/secrets",
-                        _secret(names[i], fleet.kubeconfig(i)),
-                    )
-                    _create(
-                        http,
-                        f"/apis/{API_GROUP}/{API_VERSION}/namespaces/{NS}/{PLURAL}",
-                        _stack(names[i], 0),
-                    )
-
-                with ThreadPoolExecutor(8) as pool:
-                    list(pool.map(create, range(2 * half)))
+                create_stacks(
+                    http,
+                    [(names[i], fleet.kubeconfig(i), _stack(names[i], 0)) for i in range(2 * half)],
+                )
 
                 def ready(count: int) -> bool:
                     got = dict(watch.ready)

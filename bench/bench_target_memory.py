@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from lightkube.config.kubeconfig import KubeConfig  # noqa: E402
-from tests.testenv.fleet import FleetServer, crds_for  # noqa: E402
+from tests.testenv.fleet import FleetServer, add_crds_option, crds_for  # noqa: E402
 
 from modelplane.api.models import ServingStackSpec  # noqa: E402
 from modelplane.kube.client import OpenCount, Target, open_target  # noqa: E402
@@ -131,12 +131,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--targets", type=int, default=50)
     parser.add_argument("--seed", type=Path, help="a seed file to reuse")
-    parser.add_argument(
-        "--crds",
-        choices=("real", "fixture"),
-        default="real",
-        help="the targets' CRDs: the upstream ones (when ../shared is there) or the fixtures",
-    )
+    add_crds_option(parser)
     parser.add_argument(
         "--trace",
         type=int,

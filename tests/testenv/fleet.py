@@ -19,6 +19,7 @@ watch lists, and what the operator's memory per target is measured with.
 
 from __future__ import annotations
 
+import argparse
 import base64
 import json
 import subprocess
@@ -58,6 +59,16 @@ def real_crds() -> tuple[list[Path], str]:
     if not root.is_dir():
         return [], f"no upstream fixtures at {root}: the targets carry the fixture CRDs"
     return [root / f for f in PROVIDED_STANDARD], f"the targets carry the upstream CRDs of {root}"
+
+
+def add_crds_option(parser: argparse.ArgumentParser) -> None:
+    """A bench's ``--crds`` option, read by ``crds_for``."""
+    parser.add_argument(
+        "--crds",
+        choices=("real", "fixture"),
+        default="real",
+        help="the targets' CRDs: the upstream ones (when ../shared is there) or the fixtures",
+    )
 
 
 def crds_for(choice: str) -> list[Path]:
