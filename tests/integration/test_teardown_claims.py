@@ -42,7 +42,6 @@ from modelplane.catalog.components._common import GPUS
 from modelplane.observe.writes import Writes
 from modelplane.operator.options import OperatorOptions
 from modelplane.operator.reconciler import StackReconciler
-from modelplane.operator.stack_teardown import waiting_reason
 from modelplane.plan import plan
 from modelplane.plan.model import ReleaseAction
 from modelplane.vocabulary import BlockedReason
@@ -134,8 +133,8 @@ async def test_teardown_waits_for_the_pod_holding_a_claim_and_names_it(
         assert _reserved_for(target) == [POD]
 
         waiting = await reconciler.teardown(body, waited_seconds=0)
-        assert waiting is not None and waiting_reason(waiting) is BlockedReason.CLAIMS_HELD
-        assert f"{TENANT}/{POD}" in waiting and "1 pod hold" in waiting
+        assert waiting is not None and waiting.reason is BlockedReason.CLAIMS_HELD
+        assert f"{TENANT}/{POD}" in waiting.message and "1 pod hold" in waiting.message
         assert _driver_installed(target)
         assert not [e for e in events if e[1] in ("Uninstalled", "ClaimWaitTimeout")]
 

@@ -75,6 +75,7 @@ from modelplane.operator import (
     OperatorOptions,
     Outcome,
     StackReconciler,
+    Waiting,
     configure_logging,
     desired_status,
 )
@@ -396,7 +397,7 @@ async def _delete(run: Run, helm: TargetHelm, progress: Progress) -> Verdict:
             # the operator's teardown retries them. Anything else ends the run.
             if classify(err).kind not in TEARDOWN_WAITS:
                 raise
-            waiting = f"waiting: {describe_error(err)}"
+            waiting = Waiting(f"waiting: {describe_error(err)}")
         if skipped:
             # Another owner's target: nothing of it was ours to delete.
             return Verdict(False, skipped[0])
@@ -409,7 +410,7 @@ async def _delete(run: Run, helm: TargetHelm, progress: Progress) -> Verdict:
                 if line.phase is Phase.REMOVING
             )
             return Verdict(True, "teardown finished and the claim on the target is released")
-        progress.note(waiting)
+        progress.note(waiting.message)
         await asyncio.sleep(TEARDOWN_POLL_SECONDS)
 
 

@@ -12,6 +12,7 @@ from modelplane.operator.logs import configure as configure_logging
 from modelplane.operator.options import OperatorOptions
 from modelplane.operator.reconciler import StackReconciler
 from modelplane.operator.shard import normalize_selector
+from modelplane.operator.stack_teardown import Waiting
 from modelplane.operator.status import READY, Outcome, desired_status
 
 
@@ -29,6 +30,7 @@ __all__ = [
     "OperatorOptions",
     "Outcome",
     "StackReconciler",
+    "Waiting",
     "configure_logging",
     "default_namespace",
     "desired_status",

@@ -40,7 +40,6 @@ from modelplane.operator.reconciler import StackReconciler
 from modelplane.operator.rollout import Canaries, MirrorAnswer
 from modelplane.operator.rollout_reads import canaries_for
 from modelplane.operator.runtime import Runtime, stack_label, track
-from modelplane.operator.stack_teardown import waiting_reason
 from modelplane.operator.status import Outcome, desired_status
 from modelplane.operator.upgrade_images import UpgradeImages
 from modelplane.plan import decisions
@@ -351,15 +350,15 @@ def register(registry: kopf.OperatorRegistry, rt: Runtime) -> None:
             message = teardown_message(fault, err)
             unforeseen = err if fault.kind is ErrorKind.UNEXPECTED else None
             raise await _teardown_blocked(rt, body, reason, message, retry, unforeseen) from None
-        if waiting:
+        if waiting is not None:
             # Progress, not a failure: told at INFO when what it waits for changes.
-            waits_for = waiting_reason(waiting)
-            if await teardown_condition(rt, body, waits_for, waiting):
-                log.info("ServingStack %s: teardown %s", stack_label(body), waiting)
-                if waits_for is BlockedReason.CLAIMS_HELD:
+            said = waiting.message
+            if await teardown_condition(rt, body, waiting.reason, said):
+                log.info("ServingStack %s: teardown %s", stack_label(body), said)
+                if waiting.reason is BlockedReason.CLAIMS_HELD:
                     # The pods a person may have to delete, named once per change.
-                    event(body, "Warning", EventReason.CLAIMS_HELD, waiting)
-            raise _retry(waiting, TEARDOWN_POLL_SECONDS)
+                    event(body, "Warning", EventReason.CLAIMS_HELD, said)
+            raise _retry(said, TEARDOWN_POLL_SECONDS)
         event(body, "Normal", EventReason.TORN_DOWN, "teardown finished")
 
 

@@ -80,7 +80,7 @@ from modelplane.operator.release_records import ReleaseRecords
 from modelplane.operator.scheduler_probe import SchedulerProbe
 from modelplane.operator.session import CredentialSource, TargetSession
 from modelplane.operator.stack_actions import StackActions, may_write
-from modelplane.operator.stack_teardown import StackTeardown
+from modelplane.operator.stack_teardown import StackTeardown, Waiting
 from modelplane.operator.stack_text import explain, first_error, without_status
 from modelplane.operator.status import Outcome
 from modelplane.operator.target_reads import TargetReads, blocked_on_hub, reads_apart
@@ -564,6 +564,6 @@ class StackReconciler:
 
     # -- teardown ------------------------------------------------------------
 
-    async def teardown(self, body: dict[str, Any], waited_seconds: float) -> str | None:
+    async def teardown(self, body: dict[str, Any], waited_seconds: float) -> Waiting | None:
         """One pass of teardown (``operator.stack_teardown``): what it waits for, or None."""
         return await self.stack_teardown.run(body, waited_seconds, self.on_plan)

@@ -47,22 +47,15 @@ from modelplane.vocabulary import BlockedReason, EventReason, TeardownReason
 log = logging.getLogger("modelplane.operator")
 
 
-class Waiting(str):
+@dataclass(frozen=True)
+class Waiting:
     """What a pass of teardown waits for, as the Teardown condition says it, and its reason."""
 
-    reason: BlockedReason | TeardownReason
+    message: str
+    reason: BlockedReason | TeardownReason = TeardownReason.WAITING
 
-    def __new__(
-        cls, message: str, reason: BlockedReason | TeardownReason = TeardownReason.WAITING
-    ) -> Waiting:
-        waiting = super().__new__(cls, message)
-        waiting.reason = reason
-        return waiting
-
-
-def waiting_reason(waiting: str) -> BlockedReason | TeardownReason:
-    """The Teardown condition's reason for what a pass waits for."""
-    return waiting.reason if isinstance(waiting, Waiting) else TeardownReason.WAITING
+    def __str__(self) -> str:
+        return self.message
 
 
 class InvalidSpecError(KnownError):
