@@ -10,6 +10,7 @@ from modelplane.catalog.types import (
     Component,
     Disruption,
     DisruptionClass,
+    NodeAgent,
 )
 from modelplane.pins import Stack
 
@@ -17,6 +18,8 @@ NODE_AGENT = DisruptionClass.NODE_AGENT
 TRAFFIC = DisruptionClass.TRAFFIC
 SCHEDULER = DisruptionClass.SCHEDULER
 CONTROL = DisruptionClass.CONTROL
+# A node-agent part names what the operator rolls: any agent will do here.
+_AGENT = BY_NAME["nvidia-dra-driver-gpu"].node_agent
 
 # Every component, and the classes of its parts, the headline first. A new
 # component fails test_every_component_is_classed until it is added here.
@@ -71,7 +74,10 @@ def _component(*parts: Disruption) -> Component:
     [
         pytest.param(CONTROL_ONLY, CONTROL, "control: restarts its controllers", id="the default"),
         pytest.param(
-            (Disruption(CONTROL, "restarts the master"), Disruption(NODE_AGENT, "rolls it")),
+            (
+                Disruption(CONTROL, "restarts the master"),
+                Disruption(NODE_AGENT, "rolls it", _AGENT),
+            ),
             NODE_AGENT,
             "node agent: rolls it; control: restarts the master",
             id="the worst part first, whatever the record's order",
@@ -102,10 +108,34 @@ def test_the_dra_driver_says_what_its_upgrade_does_on_gpu_nodes() -> None:
     assert said.startswith("node agent: restarts the kubelet plugin on every GPU node")
 
 
-@pytest.mark.parametrize("component", COMPONENTS, ids=lambda c: c.name)
-def test_a_component_the_operator_rolls_by_node_has_a_node_agent_part(
-    component: Component,
+@pytest.mark.parametrize(
+    ("kind", "agent", "valid"),
+    [
+        (NODE_AGENT, _AGENT, True),
+        (NODE_AGENT, None, True),  # rolled by its chart or its own controller
+        (CONTROL, _AGENT, False),  # rolled by node, and said to disrupt only control
+        (CONTROL, None, True),
+    ],
+)
+def test_only_a_node_agent_part_is_rolled_by_node(
+    kind: DisruptionClass, agent: NodeAgent | None, valid: bool
 ) -> None:
-    """The roll (Component.node_agent) and what diff says (its parts) name the same thing."""
-    has_part = NODE_AGENT in {d.kind for d in component.disruptions}
-    assert has_part == (component.node_agent is not None)
+    if valid:
+        assert Disruption(kind, "restarts it", agent).agent is agent
+    else:
+        with pytest.raises(ValueError, match="only a node-agent part"):
+            Disruption(kind, "restarts it", agent)
+
+
+@pytest.mark.parametrize("component", COMPONENTS, ids=lambda c: c.name)
+def test_the_product_rolls_every_node_agent_it_installs(component: Component) -> None:
+    """A shipped node-agent part is rolled a node at a time: none left to its chart."""
+    parts = [d for d in component.disruptions if d.kind is NODE_AGENT]
+    assert all(d.agent is not None for d in parts)
+    assert component.node_agent == (parts[0].agent if parts else None)
+
+
+def test_a_component_rolls_one_daemon_set_at_most() -> None:
+    agent = Disruption(NODE_AGENT, "rolls it", _AGENT)
+    with pytest.raises(ValueError, match="at most one node-agent part"):
+        _component(agent, agent)

@@ -281,10 +281,21 @@ _DISRUPTION_WORDS = {
 
 @dataclass(frozen=True)
 class Disruption:
-    """One part of a component and what an upgrade of it does to what runs."""
+    """One part of a component and what an upgrade of it does to what runs.
+
+    A node-agent part the operator rolls a node at a time names its
+    DaemonSet (``agent``): what diff says and what the roll does are one
+    record. One without is rolled by its chart or its own controller (the
+    GPU Operator's driver upgrades, say).
+    """
 
     kind: DisruptionClass
     effect: str  # "restarts the kubelet plugin on every GPU node"
+    agent: NodeAgent | None = None
+
+    def __post_init__(self) -> None:
+        if self.agent is not None and self.kind is not DisruptionClass.NODE_AGENT:
+            raise ValueError(f"{self.effect!r}: only a node-agent part is rolled by node")
 
     def __str__(self) -> str:
         return f"{self.kind.words}: {self.effect}"
@@ -426,8 +437,6 @@ class Component:
     # claims it allocates): its release is not uninstalled while pods hold
     # such claims, as no plugin would be left to unprepare them (plan.claims).
     dra_driver: str | None = None
-    # The DaemonSet the operator rolls a node at a time after an upgrade, if any.
-    node_agent: NodeAgent | None = None
     # What an upgrade disrupts, one entry per part of another class (NFD's
     # worker is a node agent, its master control). Parts, not one class:
     # diff and the hub say what each does, and a roll one node at a time
@@ -438,6 +447,9 @@ class Component:
     def __post_init__(self) -> None:
         if not self.disruptions:
             raise ValueError(f"{self.name}: an upgrade disrupts something; name at least one part")
+        if sum(d.agent is not None for d in self.disruptions) > 1:
+            # The operator rolls one DaemonSet a component (plan.node_agents).
+            raise ValueError(f"{self.name}: at most one node-agent part")
 
     @property
     def kind(self) -> Literal["chart", "manifests", "objects"]:
@@ -473,6 +485,11 @@ class Component:
         namespace, whose objects may say anything, is never read.
         """
         return tuple(dict.fromkeys(n for n in (self.namespace, *self.also_installed_in) if n))
+
+    @property
+    def node_agent(self) -> NodeAgent | None:
+        """The DaemonSet the operator rolls a node at a time after an upgrade, if any."""
+        return next((d.agent for d in self.disruptions if d.agent is not None), None)
 
     @property
     def disruption(self) -> DisruptionClass:

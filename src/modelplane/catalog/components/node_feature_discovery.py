@@ -145,6 +145,7 @@ COMPONENT = Component(
             DisruptionClass.NODE_AGENT,
             "restarts the NFD worker on every node, a node at a time (the operator's roll), "
             "which relabels it: the DRA kubelet plugin selects GPU nodes by those labels",
+            NODE_AGENT,
         ),
         Disruption(DisruptionClass.CONTROL, "restarts the NFD master and its garbage collector"),
     ),
@@ -157,7 +158,6 @@ COMPONENT = Component(
     ),
     values=_values,
     images=IMAGES,
-    node_agent=NODE_AGENT,
     requirements=(
         CRDServes(
             "nodefeatures.nfd.k8s-sigs.io",

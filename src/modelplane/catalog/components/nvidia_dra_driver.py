@@ -379,6 +379,7 @@ COMPONENT = Component(
             DisruptionClass.NODE_AGENT,
             "restarts the kubelet plugin on every GPU node, a node at a time (the "
             "operator's roll): no GPU claim is prepared on a node while it is away",
+            NODE_AGENT,
         ),
     ),
     chart=ChartSource(
@@ -391,7 +392,6 @@ COMPONENT = Component(
     ),
     values=_values,
     images=IMAGES,
-    node_agent=NODE_AGENT,
     # By name: the quota's module takes its version from this one.
     depends_on=("dra-driver-critical-pods-quota",),
     dra_driver=GPUS.driver,
