@@ -287,7 +287,7 @@ def _cache(spec: ServingStackSpec, *releases: ReleaseWatch) -> WatchCache:
     return WatchCache(httpx2.AsyncClient(), want, lambda: None)
 
 
-def test_the_crd_gpu_and_own_watches_keep_outlines_and_the_rest_whole_objects() -> None:
+def test_the_crd_gpu_and_own_watches_keep_outlines() -> None:
     cache = _cache(PROVIDED)
     node = _node()
     assert cache.reflectors[WatchKey(CRDS)].outline(_crd({}, {})) == crd_outline(_crd({}, {}))
@@ -295,8 +295,15 @@ def test_the_crd_gpu_and_own_watches_keep_outlines_and_the_rest_whole_objects() 
     cache.learn({("gateway.networking.k8s.io/v1", "Gateway"): "gateways"})
     kept = [r for k, r in cache.reflectors.items() if k.api.resource == "gateways"]
     assert kept and all(r.outline(node) == own_outline(node) for r in kept)
-    whole = [r for k, r in cache.reflectors.items() if k.labels is None and k.api != CRDS]
-    assert whole and all(r.outline(node) is node for r in whole if r.key not in cache._gpu_keys)
+
+
+def test_a_provided_target_keeps_no_collection_whole() -> None:
+    cache = _cache(PROVIDED)
+    # Every kind the product applies served, as discovery would say.
+    cache.learn({(v, k): k.lower() + "s" for v, k, _ in cache.want.kinds})
+    node = _node()
+    assert len(cache.reflectors) > len(cache.want.kinds)
+    assert [k for k, r in cache.reflectors.items() if r.outline(node) is node] == []
 
 
 def test_the_nodes_stay_whole_where_a_release_daemonset_is_placed_on_them() -> None:

@@ -37,6 +37,7 @@ from modelplane.kube.reflector import (
 )
 from modelplane.observe.crd_reads import decode_crds
 from modelplane.observe.gpu_watch import outline, part_of
+from modelplane.observe.named_outline import named_outline
 from modelplane.observe.own_outline import own_outline
 from modelplane.observe.parts import Parts
 from modelplane.observe.state import (
@@ -279,6 +280,10 @@ class WatchCache:
         self._signal_only = self._gpu_keys - watch_keys(
             dataclasses.replace(want, gpu_listings=()), {}
         )
+        # The kinds a requirement names, read for nothing but their names.
+        self._named_only = frozenset(WatchKey(api) for api, _ in want.objects) - watch_keys(
+            dataclasses.replace(want, objects=frozenset()), {}
+        )
         self._add_reflectors()
         # Set, and replaced, at every change a reflector tells: what a wait
         # for a relist wakes on.
@@ -319,6 +324,8 @@ class WatchCache:
             return partial(outline, key.api.resource)
         if key.labels == OURS:
             return own_outline
+        if key in self._named_only:
+            return named_outline
         return None
 
     def _add_reflectors(self) -> None:
