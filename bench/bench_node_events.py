@@ -95,6 +95,22 @@ def node_part_before(obj: dict[str, Any]) -> tuple[Any, ...]:
     )
 
 
+def node_outline_before(obj: dict[str, Any]) -> dict[str, Any]:
+    """What the Nodes' copy kept of each before it kept its part's digest alone."""
+    meta, spec, status = (
+        as_dict(obj.get("metadata")),
+        as_dict(obj.get("spec")),
+        as_dict(obj.get("status")),
+    )
+    metadata = {k: meta[k] for k in ("name", "resourceVersion", "labels") if k in meta}
+    allocatable = as_dict(status.get("allocatable"))
+    return {
+        "metadata": metadata,
+        "spec": {k: spec[k] for k in ("taints", "unschedulable") if k in spec},
+        "status": {"allocatable": {k: v for k, v in allocatable.items() if "/" in str(k)}},
+    }
+
+
 class Before(WatchCache):
     """The cache's Node path as it was: every event compared the whole collection's parts.
 
@@ -105,6 +121,9 @@ class Before(WatchCache):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._seen: dict[WatchKey, list[tuple[Any, ...]]] = {}
+
+    def _outline(self, key: WatchKey) -> Callable[[dict[str, Any]], dict[str, Any]] | None:
+        return node_outline_before if key == NODES_KEY else super()._outline(key)
 
     def _on_change(self, key: WatchKey, kind: str, name: str | None = None) -> None:
         if key != NODES_KEY:

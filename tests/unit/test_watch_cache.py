@@ -267,19 +267,22 @@ def test_the_gpu_checks_listings_are_watched_and_their_changes_counted() -> None
     plugin = next(k for k in cache.reflectors if k.api.resource == "daemonsets")
     assert plugin.namespace, plugin
     body: dict[str, Any] = {"metadata": {"name": "p", "namespace": "dra"}, "spec": {}}
-    cache.reflectors[plugin].items = {"p": body}
+    # The copies hold what the watches keep of each object: its outline.
+    kept = cache.reflectors[plugin].outline
+    cache.reflectors[plugin].items = {"p": kept(body)}
     cache._on_change(plugin, "LIST")
     generation, wakes = cache.facts_generation, len(woken)
     # A status condition's heartbeat: nothing the checks read.
-    cache.reflectors[plugin].items = {"p": {**body, "status": {"conditions": []}}}
+    cache.reflectors[plugin].items = {"p": kept({**body, "status": {"conditions": []}})}
     cache._on_change(plugin, "MODIFIED")
     assert (cache.facts_generation, len(woken)) == (generation, wakes)
     # A cordon is read: the facts are read again.
     nodes = cache.reflectors[NODES_KEY]
-    nodes.items = {"gpu-0": {"metadata": {"name": "gpu-0"}, "spec": {}}}
+    node = {"metadata": {"name": "gpu-0"}, "spec": {}}
+    nodes.items = {"gpu-0": nodes.outline(node)}
     cache._on_change(NODES_KEY, "LIST")
     generation, wakes = cache.facts_generation, len(woken)
-    nodes.items = {"gpu-0": {"metadata": {"name": "gpu-0"}, "spec": {"unschedulable": True}}}
+    nodes.items = {"gpu-0": nodes.outline({**node, "spec": {"unschedulable": True}})}
     cache._on_change(NODES_KEY, "MODIFIED")
     assert (cache.facts_generation, len(woken)) == (generation + 1, wakes + 1)
 

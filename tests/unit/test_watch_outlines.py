@@ -14,11 +14,13 @@ import pytest
 from modelplane.api.spec import ServingStackSpec
 from modelplane.kube.interned import interned
 from modelplane.kube.reflector import WatchKey
-from modelplane.observe.gpu_watch import fingerprint, outline
+from modelplane.observe.gpu_watch import kept_digest, kept_part, outline, part_of
 from modelplane.observe.own_outline import own_outline
+from modelplane.observe.parts import digest_of
 from modelplane.observe.state import Listed, ReleaseWatch, to_observed, wanted
 from modelplane.observe.watches import CRDS, NODES_KEY, WatchCache, crd_outline, crd_plurals
 from modelplane.pins import ComponentsMode
+from modelplane.untrusted import pick
 from modelplane.wire import DIGEST_ANNOTATION, MANAGED_BY, MANAGED_BY_LABEL, ApiRef
 
 PROVIDED = ServingStackSpec.model_validate(
@@ -238,29 +240,33 @@ def _slice() -> dict[str, Any]:
     }
 
 
-def test_a_gpu_outline_fingerprints_as_the_object_does_and_holds_less() -> None:
+def _judged(resource: str, obj: dict[str, Any]) -> int:
+    """What the cache judges a watched GPU object by, from what its copy keeps of it."""
+    return digest_of(kept_part, [outline(resource, obj)], kept_digest)
+
+
+def test_a_gpu_outline_is_judged_as_the_object_is_and_holds_less() -> None:
     for resource, obj in (
         ("nodes", _node()),
         ("daemonsets", _daemon_set()),
         ("resourceslices", _slice()),
     ):
         kept = outline(resource, obj)
-        assert fingerprint(resource, [kept]) == fingerprint(resource, [obj]), resource
-        assert "managedFields" not in kept["metadata"], resource
+        assert _judged(resource, obj) == digest_of(part_of(resource), [obj]), resource
+        identity = pick(obj["metadata"], ("name", "namespace", "resourceVersion"))
+        assert kept["metadata"] == identity, resource
         assert _size(kept) * 2 < _size(obj), (resource, _size(kept), _size(obj))
 
 
 def test_a_gpu_outline_tells_the_changes_the_checks_read() -> None:
     node = _node()
     uncordoned = {**node, "spec": {**node["spec"], "unschedulable": False}}
-    assert fingerprint("nodes", [outline("nodes", node)]) != fingerprint(
-        "nodes", [outline("nodes", uncordoned)]
-    )
+    assert _judged("nodes", node) != _judged("nodes", uncordoned)
+    beat = {**node, "status": {**node["status"], "conditions": []}}
+    assert _judged("nodes", node) == _judged("nodes", beat)
     ds = _daemon_set()
     available = {**ds, "status": {**ds["status"], "numberAvailable": 2}}
-    assert fingerprint("daemonsets", [outline("daemonsets", ds)]) != fingerprint(
-        "daemonsets", [outline("daemonsets", available)]
-    )
+    assert _judged("daemonsets", ds) != _judged("daemonsets", available)
     # Where the kubelet plugin may run (catalog.placement) is read too.
     pod = ds["spec"]["template"]["spec"]
     for changed in (
@@ -269,17 +275,15 @@ def test_a_gpu_outline_tells_the_changes_the_checks_read() -> None:
         {**pod, "tolerations": []},
     ):
         moved = {**ds, "spec": {"template": {"spec": changed}}}
-        assert fingerprint("daemonsets", [outline("daemonsets", ds)]) != fingerprint(
-            "daemonsets", [outline("daemonsets", moved)]
-        ), changed
-    kept = outline("daemonsets", ds)["spec"]["template"]["spec"]
-    assert kept["affinity"] == {
-        "nodeAffinity": {
-            "requiredDuringSchedulingIgnoredDuringExecution": pod["affinity"]["nodeAffinity"][
-                "requiredDuringSchedulingIgnoredDuringExecution"
-            ]
-        }
+        assert _judged("daemonsets", ds) != _judged("daemonsets", moved), changed
+    # Not the preferred affinity, which places nothing.
+    preferred = {
+        **pod["affinity"]["nodeAffinity"],
+        "preferredDuringSchedulingIgnoredDuringExecution": [],
     }
+    unpreferred = {**pod, "affinity": {**pod["affinity"], "nodeAffinity": preferred}}
+    same = {**ds, "spec": {"template": {"spec": unpreferred}}}
+    assert _judged("daemonsets", ds) == _judged("daemonsets", same)
 
 
 def _cache(spec: ServingStackSpec, *releases: ReleaseWatch) -> WatchCache:

@@ -17,7 +17,7 @@ import pytest
 
 from modelplane.api.spec import ServingStackSpec
 from modelplane.kube.reflector import WatchKey
-from modelplane.observe.gpu_watch import fingerprint, part_of
+from modelplane.observe.gpu_watch import fingerprint, kept_digest, kept_part, outline, part_of
 from modelplane.observe.parts import Parts, canonical, digest_of
 from modelplane.observe.state import ReleaseCollection, wanted
 from modelplane.observe.watches import (
@@ -87,6 +87,8 @@ def test_each_event_is_judged_as_the_whole_collection_would_be(seed: int, resour
     build = BUILDERS[resource]
     items: dict[str, dict[str, Any]] = {}
     parts = Parts(part_of(resource))
+    # As the cache judges them: from the digests the watch's copy keeps.
+    kept = Parts(kept_part, digest=kept_digest)
     outcomes: set[bool] = set()
     for rv in range(200):
         key = rand.choice("abcde")
@@ -98,6 +100,9 @@ def test_each_event_is_judged_as_the_whole_collection_would_be(seed: int, resour
             items[key] = build(key, rv, labels=labels, taint=taint, beat=beat)
         changed = parts.update(key, items.get(key))
         assert changed == (fingerprint(resource, items.values()) != before)
+        obj = items.get(key)
+        assert kept.update(key, None if obj is None else outline(resource, obj)) is changed
+        assert kept.digest == parts.digest
         outcomes.add(changed)
         assert parts.digest == digest_of(part_of(resource), items.values())
     assert outcomes == {True, False}
@@ -150,15 +155,17 @@ def test_a_heartbeat_reads_its_node_alone_and_wakes_nothing() -> None:
     woken: list[str] = []
     cache = _cache(woken)
     nodes = cache.reflectors[NODES_KEY]
-    nodes.items = {"/gpu-0": _node("gpu-0", 1, labels=80), "/gpu-1": _node("gpu-1", 1)}
+    # What the watch keeps of each Node: its outline.
+    kept = nodes.outline
+    nodes.items = {"/gpu-0": kept(_node("gpu-0", 1, labels=80)), "/gpu-1": kept(_node("gpu-1", 1))}
     cache._on_change(NODES_KEY, "LIST", None)
     generation, wakes = cache.facts_generation, len(woken)
     # Every other Node is out of reach: reading one fails the test.
     nodes.items["/gpu-1"] = Untouchable()
-    nodes.items["/gpu-0"] = _node("gpu-0", 2, labels=80, beat=10)
+    nodes.items["/gpu-0"] = kept(_node("gpu-0", 2, labels=80, beat=10))
     cache._on_change(NODES_KEY, "MODIFIED", "/gpu-0")
     assert (cache.facts_generation, len(woken)) == (generation, wakes)
-    nodes.items["/gpu-0"] = _node("gpu-0", 3, labels=80, beat=20, taint=True)
+    nodes.items["/gpu-0"] = kept(_node("gpu-0", 3, labels=80, beat=20, taint=True))
     cache._on_change(NODES_KEY, "MODIFIED", "/gpu-0")
     assert (cache.facts_generation, len(woken)) == (generation + 1, wakes + 1)
     del nodes.items["/gpu-0"]

@@ -15,14 +15,15 @@ facts again (one LIST per listing), and a quiet resync reads none.
 What is compared is only what the checks read (``part_of``), object by
 object (``observe.parts``): a Node's status changes with every heartbeat
 (conditions, the lease's renew time), and a ResourceQuota's ``status.used``
-with every pod, and neither may wake a stack. The watches keep only that
-of each object (``outline``): a real Node carries its images and a few KiB
-of status, and a fleet of targets would hold every one of them to compare
-a handful of fields.
+with every pod, and neither may wake a stack. The watches keep only the
+digest of that part of each object (``outline``): a real Node carries its
+images, a few KiB of status and as much again of NFD labels, and a fleet
+of targets would hold every one of them to compare a handful of fields.
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -30,7 +31,7 @@ from modelplane.api.spec import ServingStackSpec
 from modelplane.catalog.components import components_for
 from modelplane.catalog.facts import RESOURCE_QUOTAS as QUOTAS
 from modelplane.catalog.facts import Listing
-from modelplane.observe.parts import canonical
+from modelplane.observe.parts import canonical, part_digest
 from modelplane.plan.capacity import gpu_check
 from modelplane.untrusted import as_dict, pick
 
@@ -106,40 +107,37 @@ def _spec_only(obj: dict[str, Any]) -> tuple[Any, ...]:
 _BY_RESOURCE = {"nodes": _node, "daemonsets": _daemon_set}
 
 
-def outline(resource: str, obj: dict[str, Any]) -> dict[str, Any]:
-    """The part of one object of a watched GPU collection that ``fingerprint`` reads.
+# Where an outline keeps the digest of its object's part.
+PART = "part"
 
-    ``fingerprint`` of the outlines is ``fingerprint`` of the objects: the
-    rest is never read, and is not kept.
+
+def outline(resource: str, obj: dict[str, Any]) -> dict[str, Any]:
+    """What the watch of a GPU collection keeps of one object: who it is, and its part's digest.
+
+    Nothing reads these copies but ``observe.parts``, which compares each
+    object's part by its digest (``part_digest``): the digest is all of the
+    part that is kept (``kept_part``), not a Node's labels (80 NFD labels,
+    some KiB, on a real GPU node) or a ResourceSlice's devices. Its name and
+    namespace are what the copy keys it by, with its resourceVersion.
     """
-    meta, spec, status = (
-        as_dict(obj.get("metadata")),
-        as_dict(obj.get("spec")),
-        as_dict(obj.get("status")),
-    )
-    metadata = pick(meta, ("namespace", "name", "resourceVersion"))
-    if resource == "nodes":
-        if "labels" in meta:
-            metadata["labels"] = meta["labels"]
-        node_spec = pick(spec, ("taints", "unschedulable"))
-        allocatable = as_dict(status.get("allocatable"))
-        extended = {k: v for k, v in allocatable.items() if "/" in str(k)}
-        return {"metadata": metadata, "spec": node_spec, "status": {"allocatable": extended}}
-    if resource == "daemonsets":
-        pod = as_dict(as_dict(spec.get("template")).get("spec"))
-        containers = [c for c in pod.get("containers") or [] if isinstance(c, dict)]
-        pod_spec: dict[str, Any] = {"containers": [{"image": c.get("image")} for c in containers]}
-        pod_spec.update(pick(pod, ("tolerations", "nodeSelector")))
-        required = _required_affinity(pod)
-        if required is not None:
-            node_affinity = {"requiredDuringSchedulingIgnoredDuringExecution": required}
-            pod_spec["affinity"] = {"nodeAffinity": node_affinity}
-        return {
-            "metadata": metadata,
-            "spec": {"template": {"spec": pod_spec}},
-            "status": pick(status, ("desiredNumberScheduled", "numberAvailable")),
-        }
-    return {"metadata": metadata, "spec": obj.get("spec")}
+    metadata = pick(as_dict(obj.get("metadata")), ("namespace", "name", "resourceVersion"))
+    for shared in ("name", "namespace"):
+        if isinstance(metadata.get(shared), str):
+            # The driver's namespace and DaemonSets are named the same on
+            # every target: kept once.
+            metadata[shared] = sys.intern(metadata[shared])
+    return {"metadata": metadata, PART: part_digest(part_of(resource)(obj))}
+
+
+def kept_part(kept: dict[str, Any]) -> int | None:
+    """The digest of its object's part an ``outline`` keeps, to be judged by as it is."""
+    digest = kept.get(PART)
+    return digest if isinstance(digest, int) else None
+
+
+def kept_digest(digest: int) -> int:
+    """What ``observe.parts.Parts`` digests a ``kept_part`` by: nothing more, it is one."""
+    return digest
 
 
 def part_of(resource: str) -> Callable[[dict[str, Any]], tuple[Any, ...]]:

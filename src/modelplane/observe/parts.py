@@ -24,6 +24,9 @@ import msgspec
 # The part of one object that is read, in a comparable form (``canonical``
 # is what is digested); None: nothing of this object is read.
 PartOf = Callable[[dict[str, Any]], object]
+# What a part is digested by: ``part_digest``, or nothing more where the
+# copy keeps the digest itself (``observe.gpu_watch.outline``).
+DigestOf = Callable[[Any], int]
 
 # Digests are added modulo this: a multiset's sum, which does not cancel
 # out two equal parts the way an XOR would.
@@ -55,10 +58,12 @@ def part_digest(part: object) -> int:
     return int.from_bytes(hashlib.blake2b(canonical(part), digest_size=16).digest())
 
 
-def digest_of(part_of: PartOf, items: Iterable[dict[str, Any]]) -> int:
+def digest_of(
+    part_of: PartOf, items: Iterable[dict[str, Any]], digest: DigestOf = part_digest
+) -> int:
     """The digest of a whole collection, read object by object: what ``Parts`` keeps."""
     parts = (part_of(obj) for obj in items)
-    return sum(part_digest(p) for p in parts if p is not None) % _MODULUS
+    return sum(digest(p) for p in parts if p is not None) % _MODULUS
 
 
 class Parts:
@@ -70,14 +75,15 @@ class Parts:
     replaced by a different one always changes the whole.
     """
 
-    def __init__(self, part_of: PartOf) -> None:
+    def __init__(self, part_of: PartOf, *, digest: DigestOf = part_digest) -> None:
         self._part_of = part_of
+        self._digest_part = digest
         self._digests: dict[str, int] = {}
         self.digest = 0
 
     def _digest(self, obj: dict[str, Any] | None) -> int | None:
         part = None if obj is None else self._part_of(obj)
-        return None if part is None else part_digest(part)
+        return None if part is None else self._digest_part(part)
 
     def update(self, key: str, obj: dict[str, Any] | None) -> bool:
         """Note the object under ``key`` as it is now (None: deleted); whether its part changed."""

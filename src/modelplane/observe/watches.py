@@ -36,7 +36,7 @@ from modelplane.kube.reflector import (
     WatchKey,
 )
 from modelplane.observe.crd_reads import decode_crds
-from modelplane.observe.gpu_watch import outline, part_of
+from modelplane.observe.gpu_watch import kept_digest, kept_part, outline, part_of
 from modelplane.observe.named_outline import named_outline
 from modelplane.observe.own_outline import own_outline
 from modelplane.observe.parts import Parts
@@ -300,8 +300,12 @@ class WatchCache:
         # placement) the checks read, as last seen: a Node's status changes
         # with every heartbeat, and must not wake the stack each time.
         # Kept object by object: an event costs the object it tells of.
+        # Those watched only to tell of a change keep each part's digest alone.
         self._parts: dict[WatchKey, Parts] = {
-            key: Parts(part_of(key.api.resource)) for key in {NODES_KEY, *self._gpu_keys}
+            key: Parts(kept_part, digest=kept_digest)
+            if key in self._signal_only
+            else Parts(part_of(key.api.resource))
+            for key in {NODES_KEY, *self._gpu_keys}
         }
         # Bumped whenever that changed: the reconciler reads the advisories'
         # facts again when it differs from the one they were read at.
