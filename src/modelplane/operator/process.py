@@ -19,7 +19,7 @@ from lightkube.core.exceptions import ApiError
 from modelplane.actions.helm import Helm, TargetHelm
 from modelplane.api.models import API_GROUP, PLURAL
 from modelplane.kube.answers import describe_error
-from modelplane.operator import metrics
+from modelplane.operator import kopf_bodies, metrics
 from modelplane.operator.handlers import FINALIZER, QuietTeardownRetries, register
 from modelplane.operator.hub import (
     CHECK_RETRY_SECONDS,
@@ -130,6 +130,8 @@ async def run(options: OperatorOptions) -> None:
             except (ApiError, httpx2.HTTPError) as err:
                 raise kopf.TemporaryError(describe_error(err), delay=CHECK_RETRY_SECONDS) from err
 
+        # The stacks' bodies kopf keeps, without what nobody reads of them.
+        kopf_bodies.install()
         try:
             await kopf.operator(
                 registry=registry,
