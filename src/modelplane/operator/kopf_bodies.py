@@ -10,7 +10,7 @@ and annotations, and the operator reads the spec, the status and the rest
 of the metadata. Parsed, those are 10.6 KiB a stack of the 25 the body
 takes, 26 MiB on a shard of 2,500 (issue 42, measured over a bench hub's
 504 reconciled stacks). Controllers in Go drop the same field as it enters
-their caches (controller-runtime's ``cache.TransformStripManagedFields``);
+their caches (a transform set on client-go's informer, ``SetTransform``);
 kopf 1.45 has no such hook, so the events are stripped as kopf's watch
 yields them, before anything of kopf queues or keeps them. Dropping the
 field from a copy read locally changes nothing on the hub: kopf patches,
@@ -21,8 +21,9 @@ PATCH(kopf): ``install`` replaces ``kopf._cogs.clients.watching.infinite_watch``
 watch it starts. ``_RELIED_ON`` names what this rests on, checked when this
 module is imported, so that a kopf that renames one fails at start, not as a
 silent loss of the saving. Goes when kopf takes a transform of its watched
-objects, or when the API server can be asked to leave the field out (as
-proposed in kubernetes/kubernetes#122418).
+objects, or when the API server can be asked to leave the field out (the
+proposal in kubernetes/enhancements,
+keps/sig-api-machinery/2211-strip-managed-fields-server-side).
 """
 
 from __future__ import annotations
