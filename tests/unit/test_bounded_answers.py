@@ -22,10 +22,18 @@ from lightkube.resources.coordination_v1 import Lease
 from tests.hostile_server import Answer, HostileServer
 
 from modelplane.backoff import Backoff
-from modelplane.kube.bounded import DEFAULT_BOUND, AnswerTooLarge
+from modelplane.kube.bounded import (
+    BOUND,
+    DEFAULT_BOUND,
+    UNBOUNDED,
+    AnswerBound,
+    AnswerTooLarge,
+    BoundedStream,
+)
 from modelplane.kube.client import Target, open_target
 from modelplane.kube.errors import ErrorKind, classify
 from modelplane.kube.reflector import Link
+from modelplane.kube.transport import GuardedTransport
 
 MiB = 1 << 20
 LEASE = {
@@ -137,3 +145,24 @@ async def test_the_lost_targets_probe_reads_no_body() -> None:
 def test_an_answer_too_large_is_an_answer_not_an_outage() -> None:
     # The target answered, with more than is read of one answer: not "unreachable".
     assert classify(AnswerTooLarge("GET /x: too large")).kind is ErrorKind.ANSWERED
+
+
+@pytest.mark.parametrize(
+    ("extensions", "counted"),
+    [
+        ({}, True),
+        ({BOUND: AnswerBound(bytes=MiB, built=MiB)}, True),
+        # A watch: bounded by its lines, its answer is passed as it is.
+        ({BOUND: UNBOUNDED}, False),
+    ],
+    ids=["default", "its own bound", "unbounded"],
+)
+async def test_only_a_bounded_answer_is_counted(
+    extensions: dict[str, object], counted: bool
+) -> None:
+    inner = httpx2.MockTransport(lambda request: httpx2.Response(200, content=b"{}"))
+    guard = GuardedTransport((), inner)
+    request = httpx2.Request("GET", "https://127.0.0.1/api", extensions=extensions)
+    response = await guard.handle_async_request(request)
+    assert isinstance(response.stream, BoundedStream) is counted
+    assert await response.aread() == b"{}"

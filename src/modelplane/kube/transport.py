@@ -38,7 +38,7 @@ import httpx2
 
 from modelplane.kube.address import IPAddress, IPNetwork, Resolver, literal, resolve, vet
 from modelplane.kube.answers import MAX_MESSAGE, describe_answer, status_of
-from modelplane.kube.bounded import BoundedStream, bound_of, refuse_coded
+from modelplane.kube.bounded import UNBOUNDED, BoundedStream, bound_of, refuse_coded
 
 # An error answer is read whole only up to this size: a Status is far smaller.
 MAX_ERROR_BODY = 64 * 1024
@@ -108,7 +108,12 @@ class GuardedTransport(AddressGuard):
             await response.aclose()
             raise
         assert isinstance(response.stream, httpx2.AsyncByteStream)
-        response.stream = BoundedStream(response.stream, bound_of(request), request)
+        bound = bound_of(request)
+        if bound is not UNBOUNDED:
+            # An unbounded answer (a watch, bounded by its lines) is passed
+            # as it is: counting it bounds nothing, and a layer more costs
+            # each open watch its frames for as long as it is open.
+            response.stream = BoundedStream(response.stream, bound, request)
         return response
 
 
