@@ -150,17 +150,36 @@ class _Bounded(httpx2.AsyncByteStream):
         assert isinstance(inner, httpx2.AsyncByteStream), "an async transport's answer"
         self._inner, self._deadline, self._request = inner, deadline, request
 
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        pieces = self._inner.__aiter__()
-        while True:
-            try:
-                async with asyncio.timeout_at(self._deadline):
-                    piece = await pieces.__anext__()
-            except StopAsyncIteration:
-                return
-            except TimeoutError as err:
-                raise _exceeded(self._request) from err
-            yield piece
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        return _Pieces(self._inner.__aiter__(), self._deadline, self._request)
 
     async def aclose(self) -> None:
         await self._inner.aclose()
+
+
+class _Pieces:
+    """The pieces of a ``_Bounded`` body, as they are read.
+
+    An iterator, not an async generator: a WATCH's body is iterated for
+    minutes, and a live async generator costs its frame and a weak
+    reference the event loop keeps (``sys.set_asyncgen_hooks``), for each of
+    the nine open watches of every target.
+    """
+
+    __slots__ = ("_deadline", "_pieces", "_request")
+
+    def __init__(
+        self, pieces: AsyncIterator[bytes], deadline: float, request: httpx2.Request
+    ) -> None:
+        self._pieces, self._deadline, self._request = pieces, deadline, request
+
+    def __aiter__(self) -> _Pieces:
+        return self
+
+    async def __anext__(self) -> bytes:
+        # StopAsyncIteration, the body's end, passes through as it is.
+        try:
+            async with asyncio.timeout_at(self._deadline):
+                return await self._pieces.__anext__()
+        except TimeoutError as err:
+            raise _exceeded(self._request) from err
