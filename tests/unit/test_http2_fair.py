@@ -70,6 +70,31 @@ async def test_a_stream_is_answered_while_idle_watches_wait_on_the_connection() 
             await reading[1]
 
 
+async def test_a_stream_waiting_behind_a_read_times_out_on_its_own() -> None:
+    # The watch reads for the connection; the LIST waits for what that read
+    # brings it, and its own read timeout ends its wait: the watch, the
+    # connection and a later request are left as they are.
+    peer = H2Peer()
+    conn = connection(peer)
+    async with asyncio.timeout(GUARD):
+        opening = asyncio.create_task(conn.handle_async_request(request("/watch", read=None)))
+        watch_id = await peer.requests.get()
+        peer.answer(watch_id, b"", end=False)
+        watch = await opening
+        reading = asyncio.create_task(watch.aread())
+        await peer.starved.wait()
+        with pytest.raises(httpcore2.ReadTimeout):
+            await conn.handle_async_request(request("/list", read=0.01))
+        assert not conn._waiters
+        listing = asyncio.create_task(_open(conn, "/list"))
+        await peer.requests.get()  # the LIST that timed out
+        list_id = await peer.requests.get()
+        peer.answer(list_id, b"[]")
+        assert await (await listing).aread() == b"[]"
+        peer.data(watch_id, b"event", end=True)
+        assert await reading == b"event"
+
+
 async def test_a_response_closed_early_resets_its_stream_and_returns_its_window() -> None:
     peer = H2Peer()
     conn = connection(peer)

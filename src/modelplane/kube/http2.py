@@ -209,8 +209,9 @@ class FairHTTP2Connection(_h2.AsyncHTTP2Connection):
         self._draining = _DrainingStateMachine()
         self._h2_state.state_machine = self._draining
         self._reading = False
-        # What each stream waiting for its events waits on, by stream id.
-        self._waiters: dict[int, asyncio.Future[None]] = {}
+        # What each stream waiting for its events waits on, by stream id:
+        # True once woken, False once its read timeout passed.
+        self._waiters: dict[int, asyncio.Future[bool]] = {}
         # Waited on for anything read at all (a window update).
         self._dispatched: asyncio.Event | None = None
         self._permits: AsyncSemaphore | None = None
@@ -368,7 +369,7 @@ class FairHTTP2Connection(_h2.AsyncHTTP2Connection):
         self._wake_flow()
         waiting = next((w for w in self._waiters.values() if not w.done()), None)
         if waiting is not None:
-            waiting.set_result(None)
+            waiting.set_result(True)
 
     def _wake_flow(self) -> None:
         """Wake what waits for any read at all (a window to send in)."""
@@ -377,14 +378,29 @@ class FairHTTP2Connection(_h2.AsyncHTTP2Connection):
             self._dispatched = None
 
     async def _await_events(self, request: httpcore2.Request, stream_id: int) -> None:
-        """Wait until a read brought this stream something, or it is its turn to read."""
-        waiter = asyncio.get_running_loop().create_future()
+        """Wait until a read brought this stream something, or it is its turn to read.
+
+        Within the request's read timeout, as ``_within`` waits, but with
+        a timer that resolves the waiter rather than cancels the task: an
+        idle watch waits here for minutes, and a timeout context and one
+        coroutine less are what each of a target's open watches holds less.
+        """
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[bool] = loop.create_future()
         self._waiters[stream_id] = waiter
+        timeout = _timeouts(request).get("read")
+        timer = None if timeout is None else loop.call_later(timeout, _expire, waiter)
         try:
-            await _within(request, waiter)
+            woken = await waiter
         finally:
+            if timer is not None:
+                timer.cancel()
             if self._waiters.get(stream_id) is waiter:
                 del self._waiters[stream_id]
+        if not woken:
+            # This stream's own read timeout, as if it had read the network
+            # itself; the connection and its other streams are left as they are.
+            raise httpcore2.ReadTimeout(f"no answer within {timeout} s")
 
     async def _await_dispatch(self, request: httpcore2.Request) -> None:
         """Wait until the reading task has dispatched what it read, or stopped reading."""
@@ -393,9 +409,14 @@ class FairHTTP2Connection(_h2.AsyncHTTP2Connection):
         await _within(request, self._dispatched.wait())
 
 
-def _resolve(waiter: asyncio.Future[None]) -> None:
+def _resolve(waiter: asyncio.Future[bool]) -> None:
     if not waiter.done():
-        waiter.set_result(None)
+        waiter.set_result(True)
+
+
+def _expire(waiter: asyncio.Future[bool]) -> None:
+    if not waiter.done():
+        waiter.set_result(False)
 
 
 def _timeouts(request: httpcore2.Request) -> dict[str, float | None]:
