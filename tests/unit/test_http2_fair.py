@@ -124,6 +124,39 @@ async def test_a_graceful_goaway_drains_the_streams_the_server_took() -> None:
     assert not conn.is_available()
 
 
+async def test_a_request_given_its_connection_at_once_sets_up_no_event() -> None:
+    pooled = http2._PoolRequest(request())
+    conn = connection(H2Peer())
+    pooled.assign_to_connection(conn)
+    assert await pooled.wait_for_connection(timeout=None) is conn
+    # httpcore2's own made an asyncio.Event here, and kept it with the answer.
+    assert not pooled._connection_acquired._backend
+
+
+async def test_a_request_that_waits_is_given_its_connection() -> None:
+    pooled = http2._PoolRequest(request())
+    conn = connection(H2Peer())
+    async with asyncio.timeout(GUARD):
+        waiting = asyncio.create_task(pooled.wait_for_connection(timeout=None))
+        await asyncio.sleep(0)  # the request is waiting: its event is set up
+        pooled.assign_to_connection(conn)
+        assert await waiting is conn
+        # Taken back by the pool (a connection that was no longer free), it waits again.
+        pooled.clear_connection()
+        waiting = asyncio.create_task(pooled.wait_for_connection(timeout=None))
+        await asyncio.sleep(0)
+        assert not waiting.done()
+        pooled.assign_to_connection(conn)
+        assert await waiting is conn
+
+
+async def test_a_request_waits_for_its_connection_within_the_pool_timeout() -> None:
+    pooled = http2._PoolRequest(request())
+    async with asyncio.timeout(GUARD):
+        with pytest.raises(httpcore2.PoolTimeout):
+            await pooled.wait_for_connection(timeout=0.01)
+
+
 def test_every_name_the_module_relies_on_is_there() -> None:
     assert missing_names(http2._RELIED_ON) == []
 
