@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import gzip
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import httpx2
 import pytest
@@ -29,6 +29,7 @@ from modelplane.kube.bounded import (
     AnswerBound,
     AnswerTooLarge,
     BoundedStream,
+    body_of,
 )
 from modelplane.kube.client import Target, open_target
 from modelplane.kube.errors import ErrorKind, classify
@@ -166,3 +167,27 @@ async def test_only_a_bounded_answer_is_counted(
     response = await guard.handle_async_request(request)
     assert isinstance(response.stream, BoundedStream) is counted
     assert await response.aread() == b"{}"
+
+
+class _Sent(httpx2.AsyncByteStream):
+    """A body that arrives in pieces, not read yet."""
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        for piece in (b'{"type": ', b'"ADDED"}\n'):
+            yield piece
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        lambda: httpx2.Response(200, stream=_Sent()),
+        # Built from its bytes, as a test's transport answers: read already.
+        lambda: httpx2.Response(200, content=b'{"type": "ADDED"}\n'),
+    ],
+    ids=["streamed", "read whole"],
+)
+async def test_body_of_gives_the_answer_as_it_was_sent(
+    answer: Callable[[], httpx2.Response],
+) -> None:
+    pieces = [piece async for piece in body_of(answer())]
+    assert b"".join(pieces) == b'{"type": "ADDED"}\n'

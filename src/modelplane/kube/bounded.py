@@ -125,3 +125,19 @@ class BoundedStream(httpx2.AsyncByteStream):
 
     async def aclose(self) -> None:
         await self._inner.aclose()
+
+
+def body_of(response: httpx2.Response) -> AsyncIterator[bytes]:
+    """An answer's body as it arrives, as it was sent.
+
+    The guarded transport asks for no coding and refuses a success answer
+    coded anyway, so there is nothing to decode: ``aiter_raw`` rather than
+    ``aiter_bytes``, a decoder, a chunker and an async generator less, held
+    for as long as a watch is open. An answer already read whole (one built
+    from its bytes) is given as it was read, which ``aiter_raw`` refuses.
+    """
+    try:
+        response.content  # noqa: B018 (raises for an answer not read)
+    except httpx2.ResponseNotRead:
+        return response.aiter_raw()
+    return response.aiter_bytes()

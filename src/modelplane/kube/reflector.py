@@ -55,7 +55,7 @@ import msgspec
 
 from modelplane.backoff import Attempts, Backoff
 from modelplane.kube.answers import describe_error
-from modelplane.kube.bounded import BOUND, UNBOUNDED
+from modelplane.kube.bounded import BOUND, UNBOUNDED, body_of
 from modelplane.kube.budget import Budget, Holdings, budget_for
 from modelplane.kube.client import (
     CRD_STORAGE_TRIES,
@@ -528,7 +528,7 @@ class Reflector:
                 raise Gone()
             if response.status_code >= 300:
                 raise Refused(response.status_code)
-            async for line in _lines(response.aiter_bytes(), MAX_WATCH_LINE):
+            async for line in _lines(body_of(response), MAX_WATCH_LINE):
                 if not line.strip():
                     continue
                 try:
