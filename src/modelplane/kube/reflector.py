@@ -48,10 +48,8 @@ import random
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
 
 import httpx2
-import msgspec
 
 from modelplane.backoff import Attempts, Backoff
 from modelplane.kube.answers import describe_error
@@ -65,12 +63,12 @@ from modelplane.kube.client import (
     ApiStatusError,
     Decode,
     OverBudget,
-    OverTotal,
     collection_path,
     describe_collection,
     list_pages,
 )
-from modelplane.untrusted import Limits, UntrustedInputError, json_cost, load_json
+from modelplane.kube.collection_copy import CollectionCopy, Outline, object_name_key, whole
+from modelplane.untrusted import Limits, UntrustedInputError, load_json
 from modelplane.wire import ApiRef
 
 log = logging.getLogger("modelplane.operator.watch")
@@ -219,7 +217,7 @@ class Link:
                 await self._probe
 
 
-class Reflector:
+class Reflector(CollectionCopy):
     """Keeps ``items`` equal to one collection; tells ``changed`` the object changed, or None."""
 
     def __init__(
@@ -235,30 +233,21 @@ class Reflector:
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         rand: Callable[[], float] = random.random,
-        outline: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+        outline: Outline | None = None,
         holdings: Holdings | None = None,
         decode: Decode = load_json,
     ) -> None:
+        super().__init__(
+            describe_collection(key.api, key.namespace, key.labels, key.fields),
+            budget or budget_for(key.api, metadata_only=key.metadata_only),
+            holdings,
+            outline,
+        )
         self.key, self._http, self._link, self._changed = key, http, link, changed
         # Parses its pages and events: one may build only what ``outline`` keeps.
         self._decode = decode
-        # What of each object is kept (all of it by default): the budget
-        # still weighs what the target sent.
-        self.outline = outline or _whole
         self._label, self._watch_timeout = label, watch_timeout
         self._clock, self._sleep, self._rand = clock, sleep, rand
-        # What the copy may hold, over the LIST's pages and the watch's life.
-        self.budget = budget or budget_for(key.api, metadata_only=key.metadata_only)
-        self._collection = describe_collection(key.api, key.namespace, key.labels, key.fields)
-        self.items: dict[str, dict[str, Any]] = {}
-        # Each object's weight on the wire, and their sum, against the budget.
-        self._sizes: dict[str, int] = {}
-        self.held = 0
-        # Each object's estimated memory (``json_cost``) and their sum,
-        # against the budget and, when given, held in ``holdings``.
-        self.holdings = holdings
-        self._built: dict[str, int] = {}
-        self.built = 0
         # True while ``items`` is known current: after a LIST, until the watch breaks.
         self.synced = False
         # False after a 404: the API is not served (``items`` is then empty).
@@ -424,42 +413,6 @@ class Reflector:
         self._forget()
         self.synced = False
 
-    def _forget(self) -> None:
-        if self.holdings is not None:
-            self.holdings.give(self.built)
-        self.items, self._sizes, self.held = {}, {}, 0
-        self._built, self.built = {}, 0
-
-    def _keep(self, key: str, obj: dict[str, Any], size: int, built: int) -> None:
-        """Keep ``obj`` under ``key`` in the copy, if the copy stays within its budget and total."""
-        held = self.held - self._sizes.get(key, 0) + size
-        grown = built - self._built.get(key, 0)
-        count = len(self.items) + (key not in self.items)
-        passed = self.budget.exceeded(count, held, self.built + grown)
-        if passed is not None:
-            raise OverBudget(self._collection, passed, self.budget)
-        if self.holdings is not None:
-            passed = self.holdings.take(grown)
-            if passed is not None:
-                raise OverTotal(self._collection, passed, self.budget)
-        self.items[key], self._sizes[key], self.held = obj, size, held
-        self._built[key] = built
-        self.built += grown
-
-    def _drop(self, key: str) -> None:
-        self.items.pop(key, None)
-        self.held -= self._sizes.pop(key, 0)
-        built = self._built.pop(key, 0)
-        self.built -= built
-        if self.holdings is not None:
-            self.holdings.give(built)
-
-    def _weigh(self, line: bytes, kept: dict[str, Any]) -> int:
-        """What ``kept``, read from ``line``, is estimated to take in memory."""
-        if self.outline is _whole:
-            return json_cost(line)
-        return json_cost(msgspec.json.encode(kept))
-
     async def _list(self) -> str:
         # The copy is not read while a LIST replaces it (it is not synced):
         # dropped first, so a reflector never holds two of them.
@@ -473,23 +426,13 @@ class Reflector:
                 fields=self.key.fields,
                 accept=METADATA_LIST if self.key.metadata_only else "application/json",
                 budget=self.budget,
-                outline=None if self.outline is _whole else self.outline,
+                outline=None if self.outline is whole else self.outline,
                 holdings=self.holdings,
                 decode=self._decode,
             )
         except ApiStatusError as err:
             raise Gone() if err.status == 410 else Refused(err.status) from err
-        self.items = {object_name_key(item): item for item in found.items}
-        # Each object's share of what the pages weighed, and of what their
-        # objects take (held in ``holdings`` by the LIST already): a watch
-        # event that replaces it later weighs in by its own line.
-        count = max(len(self.items), 1)
-        share = found.bytes // count
-        self._sizes = dict.fromkeys(self.items, share)
-        self.held = share * len(self.items)
-        self._built = dict.fromkeys(self.items, found.built // count)
-        # The remainder of the division stays held until the copy is dropped.
-        self.built = found.built
+        self._replace(found)
         self.served, self.synced = True, True
         if self.lists and self._label:
             RESTARTS[self._label] += 1
@@ -587,14 +530,3 @@ async def _lines(chunks: AsyncIterator[bytes], limit: int) -> AsyncIterator[byte
             raise Unreadable(f"a line longer than {limit} bytes")
     if buffer:
         yield bytes(buffer)
-
-
-def _whole(obj: dict[str, Any]) -> dict[str, Any]:
-    return obj
-
-
-def object_name_key(obj: dict[str, Any]) -> str:
-    metadata = obj.get("metadata")
-    if not isinstance(metadata, dict):
-        return "/"
-    return f"{metadata.get('namespace') or ''}/{metadata.get('name') or ''}"

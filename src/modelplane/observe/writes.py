@@ -23,7 +23,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from modelplane.kube.reflector import WatchKey, object_name_key
+from modelplane.kube.collection_copy import object_name_key
+from modelplane.kube.reflector import WatchKey
 from modelplane.plan.selector import selects
 from modelplane.untrusted import as_dict
 
@@ -44,7 +45,7 @@ class Written:
 
     @property
     def key(self) -> str:
-        """Its key in a reflector's copy (``kube.reflector.object_name_key``)."""
+        """Its key in a reflector's copy (``kube.collection_copy.object_name_key``)."""
         return object_name_key({"metadata": {"namespace": self.namespace, "name": self.name}})
 
 

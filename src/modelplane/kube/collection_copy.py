@@ -1,0 +1,112 @@
+"""A reflector's copy of one collection, and what it holds against its budget and holdings.
+
+The copy is replaced whole by a LIST and changed an object at a time by the
+watch's events (``kube.reflector``). What each object weighed on the wire
+and what its parse is estimated to build are kept beside it, so an event
+that replaces or deletes one gives back its own share: the copy stays
+within its ``Budget`` over the watch's life, and what it builds stays held
+in the target's ``Holdings``. Past either, ``OverBudget`` or ``OverTotal``
+is raised and the reflector drops the copy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import msgspec
+
+from modelplane.kube.budget import Budget, Holdings
+from modelplane.kube.client import Collection, OverBudget, OverTotal
+from modelplane.untrusted import json_cost
+
+Outline = Callable[[dict[str, Any]], dict[str, Any]]
+
+
+def whole(obj: dict[str, Any]) -> dict[str, Any]:
+    """The outline that keeps all of an object."""
+    return obj
+
+
+def object_name_key(obj: dict[str, Any]) -> str:
+    metadata = obj.get("metadata")
+    if not isinstance(metadata, dict):
+        return "/"
+    return f"{metadata.get('namespace') or ''}/{metadata.get('name') or ''}"
+
+
+class CollectionCopy:
+    """``items``: a collection's objects by ``namespace/name``, within its budget and holdings."""
+
+    def __init__(
+        self,
+        collection: str,
+        budget: Budget,
+        holdings: Holdings | None,
+        outline: Outline | None,
+    ) -> None:
+        # What of each object is kept (all of it by default): the budget
+        # still weighs what the target sent.
+        self.outline = outline or whole
+        # What the copy may hold, over the LIST's pages and the watch's life.
+        self.budget = budget
+        self._collection = collection
+        self.items: dict[str, dict[str, Any]] = {}
+        # Each object's weight on the wire, and their sum, against the budget.
+        self._sizes: dict[str, int] = {}
+        self.held = 0
+        # Each object's estimated memory (``json_cost``) and their sum,
+        # against the budget and, when given, held in ``holdings``.
+        self.holdings = holdings
+        self._built: dict[str, int] = {}
+        self.built = 0
+
+    def _forget(self) -> None:
+        if self.holdings is not None:
+            self.holdings.give(self.built)
+        self.items, self._sizes, self.held = {}, {}, 0
+        self._built, self.built = {}, 0
+
+    def _replace(self, found: Collection) -> None:
+        """Hold a LIST's objects, whose memory ``holdings`` holds already (the LIST took it)."""
+        self.items = {object_name_key(item): item for item in found.items}
+        # Each object's share of what the pages weighed, and of what their
+        # objects take: a watch event that replaces it later weighs in by
+        # its own line.
+        count = max(len(self.items), 1)
+        share = found.bytes // count
+        self._sizes = dict.fromkeys(self.items, share)
+        self.held = share * len(self.items)
+        self._built = dict.fromkeys(self.items, found.built // count)
+        # The remainder of the division stays held until the copy is dropped.
+        self.built = found.built
+
+    def _keep(self, key: str, obj: dict[str, Any], size: int, built: int) -> None:
+        """Keep ``obj`` under ``key`` in the copy, if the copy stays within its budget and total."""
+        held = self.held - self._sizes.get(key, 0) + size
+        grown = built - self._built.get(key, 0)
+        count = len(self.items) + (key not in self.items)
+        passed = self.budget.exceeded(count, held, self.built + grown)
+        if passed is not None:
+            raise OverBudget(self._collection, passed, self.budget)
+        if self.holdings is not None:
+            passed = self.holdings.take(grown)
+            if passed is not None:
+                raise OverTotal(self._collection, passed, self.budget)
+        self.items[key], self._sizes[key], self.held = obj, size, held
+        self._built[key] = built
+        self.built += grown
+
+    def _drop(self, key: str) -> None:
+        self.items.pop(key, None)
+        self.held -= self._sizes.pop(key, 0)
+        built = self._built.pop(key, 0)
+        self.built -= built
+        if self.holdings is not None:
+            self.holdings.give(built)
+
+    def _weigh(self, line: bytes, kept: dict[str, Any]) -> int:
+        """What ``kept``, read from ``line``, is estimated to take in memory."""
+        if self.outline is whole:
+            return json_cost(line)
+        return json_cost(msgspec.json.encode(kept))
