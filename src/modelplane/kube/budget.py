@@ -118,6 +118,8 @@ class Holdings:
     when one would pass its limit; ``give`` returns it.
     """
 
+    __slots__ = ("held", "limit", "parent", "what")
+
     def __init__(self, what: str, limit: int, parent: Holdings | None = None) -> None:
         self.what, self.limit, self.parent = what, limit, parent
         self.held = 0

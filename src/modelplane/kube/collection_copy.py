@@ -38,6 +38,19 @@ def object_name_key(obj: dict[str, Any]) -> str:
 class CollectionCopy:
     """``items``: a collection's objects by ``namespace/name``, within its budget and holdings."""
 
+    # One a watch of every target: no attribute dict each (``Reflector`` too).
+    __slots__ = (
+        "_built",
+        "_collection",
+        "_sizes",
+        "budget",
+        "built",
+        "held",
+        "holdings",
+        "items",
+        "outline",
+    )
+
     def __init__(
         self,
         collection: str,

@@ -109,7 +109,7 @@ BUDGET_BACKOFF = Backoff(first=5.0, cap=300.0, jitter=0.5)
 RESTARTS: collections.Counter[str] = collections.Counter()
 
 
-@dataclass(frozen=True, order=True)
+@dataclass(frozen=True, order=True, slots=True)
 class WatchKey:
     """One watched collection: a resource, optionally one namespace, label and field selectors.
 
@@ -157,6 +157,8 @@ class Refused(Exception):
 
 class Link:
     """Whether a target answers; while it does not, one probe stands in for every watch."""
+
+    __slots__ = ("_every", "_http", "_label", "_probe", "_rand", "_sleep", "up")
 
     def __init__(
         self,
@@ -219,6 +221,33 @@ class Link:
 
 class Reflector(CollectionCopy):
     """Keeps ``items`` equal to one collection; tells ``changed`` the object changed, or None."""
+
+    # Past 30 attributes an instance's dict shares no keys with the others:
+    # it was 1.5 KiB a reflector, one for each watch of every target.
+    __slots__ = (
+        "_armed_at",
+        "_changed",
+        "_clock",
+        "_decode",
+        "_healthy_after",
+        "_http",
+        "_label",
+        "_link",
+        "_listed_at",
+        "_rand",
+        "_retry",
+        "_sleep",
+        "_watch_timeout",
+        "bookmarks",
+        "expired",
+        "key",
+        "listing",
+        "lists",
+        "refusals",
+        "served",
+        "synced",
+        "watches",
+    )
 
     def __init__(
         self,

@@ -75,6 +75,8 @@ class Parts:
     replaced by a different one always changes the whole.
     """
 
+    __slots__ = ("_digest_part", "_digests", "_part_of", "digest")
+
     def __init__(self, part_of: PartOf, *, digest: DigestOf = part_digest) -> None:
         self._part_of = part_of
         self._digest_part = digest
