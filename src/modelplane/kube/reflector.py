@@ -471,6 +471,24 @@ class Reflector(CollectionCopy):
 
     async def _watch(self, rv: str) -> str:
         """One WATCH from ``rv``; returns the last resourceVersion seen when the server ends it."""
+        # Sent rather than opened with ``http.stream``, whose context manager,
+        # generator and arguments lived as long as the watch: for minutes,
+        # for each watch of every target.
+        response = await self._http.send(self._watch_request(rv), stream=True)
+        try:
+            if response.status_code == 410:
+                raise Gone()
+            if response.status_code >= 300:
+                raise Refused(response.status_code)
+            async for line in _lines(body_of(response), MAX_WATCH_LINE):
+                if line.strip():
+                    rv = self._apply(line, rv)
+        finally:
+            await response.aclose()
+        return rv
+
+    def _watch_request(self, rv: str) -> httpx2.Request:
+        """The WATCH from ``rv``, noted as armed now."""
         seconds = int(self._watch_timeout * random.uniform(1.0, 2.0))
         params = {
             **self.key.params(),
@@ -479,59 +497,53 @@ class Reflector(CollectionCopy):
             "resourceVersion": rv,
             "timeoutSeconds": str(seconds),
         }
-        # A read timeout past the server's own: a connection that went quiet
-        # without closing (a lost network path) is given up, not waited on forever.
-        timeout = httpx2.Timeout(10.0, read=seconds + 30.0)
-        path = collection_path(self.key.api, self.key.namespace)
         self._armed_at = self._clock()
         self._healthy_after = min(HEALTHY_WATCH_SECONDS, seconds / 2)
         self.watches += 1
         accept = METADATA_OBJECT if self.key.metadata_only else "application/json"
-        # A watch's stream lives for minutes: bounded by its lines, not whole.
-        async with self._http.stream(
+        return self._http.build_request(
             "GET",
-            path,
+            collection_path(self.key.api, self.key.namespace),
             params=params,
-            timeout=timeout,
+            # A read timeout past the server's own: a connection that went quiet
+            # without closing (a lost network path) is given up, not waited on forever.
+            timeout=httpx2.Timeout(10.0, read=seconds + 30.0),
             headers={"Accept": accept},
+            # A watch's stream lives for minutes: bounded by its lines, not whole.
             extensions={BOUND: UNBOUNDED},
-        ) as response:
-            if response.status_code == 410:
-                raise Gone()
-            if response.status_code >= 300:
-                raise Refused(response.status_code)
-            async for line in _lines(body_of(response), MAX_WATCH_LINE):
-                if not line.strip():
-                    continue
-                try:
-                    event = self._decode(line, _EVENT_LIMITS)
-                except UntrustedInputError as err:
-                    raise Unreadable(f"a line that is not an event ({err})") from None
-                if not isinstance(event, dict) or not isinstance(event.get("object") or {}, dict):
-                    raise Unreadable("a line that is not an event (not an object)")
-                kind, obj = event.get("type"), event.get("object") or {}
-                if kind == "ERROR":
-                    code = obj.get("code")
-                    code = code if isinstance(code, int) and 100 <= code < 600 else 500
-                    raise Gone() if code == 410 else Refused(code)
-                if kind not in _EVENT_TYPES:
-                    # A List or any other document answered to a watch: kept as
-                    # an object, it would be a body with no metadata to plan from.
-                    raise Unreadable("a line that is not an event (no known type)")
-                metadata = obj.get("metadata") or {}
-                if not isinstance(metadata, dict):
-                    raise Unreadable("a line that is not an event (metadata not an object)")
-                rv = str(metadata.get("resourceVersion") or rv)
-                if kind == "BOOKMARK":
-                    self.bookmarks += 1
-                    continue
-                name = object_name_key(obj)
-                if kind == "DELETED":
-                    self._drop(name)
-                else:
-                    kept = self.outline(obj)
-                    self._keep(name, kept, len(line), self._weigh(line, kept))
-                self._changed(self.key, str(kind), name)
+        )
+
+    def _apply(self, line: bytes, rv: str) -> str:
+        """One watch event's change to the copy; the resourceVersion it brings, else ``rv``."""
+        try:
+            event = self._decode(line, _EVENT_LIMITS)
+        except UntrustedInputError as err:
+            raise Unreadable(f"a line that is not an event ({err})") from None
+        if not isinstance(event, dict) or not isinstance(event.get("object") or {}, dict):
+            raise Unreadable("a line that is not an event (not an object)")
+        kind, obj = event.get("type"), event.get("object") or {}
+        if kind == "ERROR":
+            code = obj.get("code")
+            code = code if isinstance(code, int) and 100 <= code < 600 else 500
+            raise Gone() if code == 410 else Refused(code)
+        if kind not in _EVENT_TYPES:
+            # A List or any other document answered to a watch: kept as
+            # an object, it would be a body with no metadata to plan from.
+            raise Unreadable("a line that is not an event (no known type)")
+        metadata = obj.get("metadata") or {}
+        if not isinstance(metadata, dict):
+            raise Unreadable("a line that is not an event (metadata not an object)")
+        rv = str(metadata.get("resourceVersion") or rv)
+        if kind == "BOOKMARK":
+            self.bookmarks += 1
+            return rv
+        name = object_name_key(obj)
+        if kind == "DELETED":
+            self._drop(name)
+        else:
+            kept = self.outline(obj)
+            self._keep(name, kept, len(line), self._weigh(line, kept))
+        self._changed(self.key, str(kind), name)
         return rv
 
 
