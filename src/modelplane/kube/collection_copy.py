@@ -42,6 +42,7 @@ class CollectionCopy:
     __slots__ = (
         "_built",
         "_collection",
+        "_listed",
         "_sizes",
         "budget",
         "built",
@@ -73,12 +74,18 @@ class CollectionCopy:
         self.holdings = holdings
         self._built: dict[str, int] = {}
         self.built = 0
+        # The weight and memory of each object the last LIST read, which
+        # ``_sizes`` and ``_built`` hold only for the objects an event kept
+        # since: the same two numbers for every object of a large collection
+        # were two dicts as long as it, on each watch of every target.
+        self._listed = (0, 0)
 
     def _forget(self) -> None:
         if self.holdings is not None:
             self.holdings.give(self.built)
         self.items, self._sizes, self.held = {}, {}, 0
         self._built, self.built = {}, 0
+        self._listed = (0, 0)
 
     def _replace(self, found: Collection) -> None:
         """Hold a LIST's objects, whose memory ``holdings`` holds already (the LIST took it)."""
@@ -87,17 +94,23 @@ class CollectionCopy:
         # objects take: a watch event that replaces it later weighs in by
         # its own line.
         count = max(len(self.items), 1)
-        share = found.bytes // count
-        self._sizes = dict.fromkeys(self.items, share)
-        self.held = share * len(self.items)
-        self._built = dict.fromkeys(self.items, found.built // count)
+        self._listed = (found.bytes // count, found.built // count)
+        self._sizes, self._built = {}, {}
+        self.held = self._listed[0] * len(self.items)
         # The remainder of the division stays held until the copy is dropped.
         self.built = found.built
 
+    def _weights(self, key: str) -> tuple[int, int]:
+        """What the object under ``key`` weighs on the wire and in memory (0 for none)."""
+        if key in self._sizes:
+            return self._sizes[key], self._built[key]
+        return self._listed if key in self.items else (0, 0)
+
     def _keep(self, key: str, obj: dict[str, Any], size: int, built: int) -> None:
         """Keep ``obj`` under ``key`` in the copy, if the copy stays within its budget and total."""
-        held = self.held - self._sizes.get(key, 0) + size
-        grown = built - self._built.get(key, 0)
+        old_size, old_built = self._weights(key)
+        held = self.held - old_size + size
+        grown = built - old_built
         count = len(self.items) + (key not in self.items)
         passed = self.budget.exceeded(count, held, self.built + grown)
         if passed is not None:
@@ -111,9 +124,11 @@ class CollectionCopy:
         self.built += grown
 
     def _drop(self, key: str) -> None:
+        size, built = self._weights(key)
         self.items.pop(key, None)
-        self.held -= self._sizes.pop(key, 0)
-        built = self._built.pop(key, 0)
+        self._sizes.pop(key, None)
+        self._built.pop(key, None)
+        self.held -= size
         self.built -= built
         if self.holdings is not None:
             self.holdings.give(built)
