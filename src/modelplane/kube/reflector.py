@@ -306,17 +306,6 @@ class Reflector(CollectionCopy):
         settling = Attempts(CRD_STORAGE_WAIT)
         runs = (failures, rearms, refusals, outages)
         failing = refused = False
-
-        def ran_its_course() -> bool:
-            # Only a watch that stayed open ends a run of failures: a LIST
-            # that succeeds does not, or a server that refuses every watch
-            # right after its LIST would be listed at the first delay forever.
-            if not self._ran_its_course():
-                return False
-            for run in runs:
-                run.reset()
-            return True
-
         while True:
             try:
                 await self._link.up.wait()
@@ -332,7 +321,7 @@ class Reflector(CollectionCopy):
                 self._changed(self.key, "LIST", None)
                 while True:
                     rv = await self._watch(rv)
-                    if not ran_its_course():
+                    if not self._ran_its_course(runs):
                         # Ended soon after it started, with whatever it sent
                         # (one bookmark, one event): re-armed at once, that is
                         # a loop of requests.
@@ -343,7 +332,7 @@ class Reflector(CollectionCopy):
                 self._forget()
                 self.synced = False
                 self.refusals += 1
-                ran_its_course()
+                self._ran_its_course(runs)
                 if not refused:
                     log.warning("target of %s: watch of %s refused: %s", self._label, self.key, err)
                     refused = True
@@ -353,7 +342,7 @@ class Reflector(CollectionCopy):
             except Unreadable as err:
                 self.synced = False
                 self.expired += 1
-                ran_its_course()
+                self._ran_its_course(runs)
                 log.warning(
                     "target of %s: watch of %s sent %s; listing again", self._label, self.key, err
                 )
@@ -365,7 +354,7 @@ class Reflector(CollectionCopy):
                 # server at fault; the backoff keeps that from spinning.
                 self.synced = False
                 self.expired += 1
-                ran_its_course()
+                self._ran_its_course(runs)
                 log.info(
                     "target of %s: watch of %s expired (410 Gone); listing again",
                     self._label,
@@ -375,7 +364,7 @@ class Reflector(CollectionCopy):
                     await self._sleep(failures.fail())
             except Refused as err:
                 self.synced = False
-                ran_its_course()
+                self._ran_its_course(runs)
                 if err.code == 404:
                     # Not served (yet): try again when a CRD changes, or later.
                     self._forget()
@@ -403,7 +392,7 @@ class Reflector(CollectionCopy):
                 await self._sleep(failures.fail())
             except httpx2.TransportError as err:
                 self.synced = False
-                ran_its_course()
+                self._ran_its_course(runs)
                 delay = outages.fail()
                 if self._link.lost(err):
                     # The reconcile finds out and says the target is unreachable.
@@ -420,7 +409,7 @@ class Reflector(CollectionCopy):
                 # this collection waits and tries again, and only it.
                 self._forget()
                 self.synced = False
-                ran_its_course()
+                self._ran_its_course(runs)
                 if not failing:
                     log.warning(
                         "target of %s: watch of %s failed (%s); retrying with backoff",
@@ -432,10 +421,21 @@ class Reflector(CollectionCopy):
                     self._changed(self.key, "FAILED", None)
                 await self._sleep(failures.fail())
 
-    def _ran_its_course(self) -> bool:
-        """Whether the last watch stayed open long enough to count as a good one (once)."""
+    def _ran_its_course(self, runs: tuple[Attempts, ...]) -> bool:
+        """Whether the last watch stayed open long enough to count as a good one (once).
+
+        Only a watch that stayed open ends the runs of failures (``runs``
+        start again): a LIST that succeeds does not, or a server that
+        refuses every watch right after its LIST would be listed at the
+        first delay forever. A method, not a closure in ``run``: that was a
+        function and its cells kept for each watch of every target.
+        """
         armed, self._armed_at = self._armed_at, None
-        return armed is not None and self._clock() - armed >= self._healthy_after
+        if armed is None or self._clock() - armed < self._healthy_after:
+            return False
+        for run in runs:
+            run.reset()
+        return True
 
     def release(self) -> None:
         """Drop the copy and give back what it held (the reflector is done with)."""
