@@ -193,6 +193,8 @@ def slope(small: Settled, large: Settled) -> None:
         f"writes {writes:.3f}/min"
     )
     at = 1000
+    if large.targets >= at:
+        return  # measured, above
     print(
         f"extrapolated to {at} Managed targets a shard (not measured): RSS "
         f"{large.rss + rss * (at - large.targets):.0f} MiB, CPU "
