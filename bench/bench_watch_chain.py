@@ -4,8 +4,8 @@ Opens --targets targets of the simulated fleet (tests/testenv/fleet.py) the
 way the operator does (``kube.client.open_target``: the deadline, guard and
 bound wrappers over httpx2, httpcore2 and the fair HTTP/2 connection), reads
 once on each so that its connection is up, then opens --watches idle watch
-streams on each, read as a reflector reads them (``http.stream`` with a
-watch's timeouts and ``UNBOUNDED``, its body iterated). It prints what
+streams on each, sent and read as a reflector does (``send`` with a
+watch's timeouts and ``UNBOUNDED``, its body iterated raw). It prints what
 the open streams hold, per stream, by the library that allocated it and by
 site, traced with tracemalloc: the chain alone, no objects kept, no
 reflector.
@@ -54,17 +54,21 @@ async def _hold(
         "timeoutSeconds": "1800",
     }
     timeout = httpx2.Timeout(10.0, read=1830.0)
-    async with http.stream(
+    request = http.build_request(
         "GET",
         path,
         params=params,
         timeout=timeout,
         headers={"Accept": "application/json"},
         extensions={BOUND: UNBOUNDED},
-    ) as response:
+    )
+    response = await http.send(request, stream=True)
+    try:
         opened()
         async for _chunk in response.aiter_raw() if raw else response.aiter_bytes():
             pass
+    finally:
+        await response.aclose()
 
 
 async def _open(
