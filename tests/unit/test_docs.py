@@ -61,6 +61,7 @@ FOREIGN_FLAGS = {
     "--trace",  # bench/bench_target_memory.py
     "--before",  # bench/bench_settled_shard.py
     "--small",  # bench/bench_managed_fleet.py
+    "--watches",  # bench/bench_watch_chain.py
     "--variant",  # mmdebstrap
     "--network",  # podman run
     "--require-hashes",  # pip install (the Dockerfile)
