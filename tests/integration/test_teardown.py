@@ -33,6 +33,7 @@ from modelplane.actions.helm import Helm
 from modelplane.catalog.configuration import GATEWAY_NAME, NS
 from modelplane.operator.options import OperatorOptions
 from modelplane.operator.reconciler import StackReconciler
+from modelplane.operator.stack_teardown import Waiting
 from modelplane.plan.model import ObjectAction
 
 GATEWAY = create_namespaced_resource("gateway.networking.k8s.io", "v1", "Gateway", "gateways")
@@ -117,7 +118,7 @@ async def test_teardown_waits_for_each_wave_then_gives_up_and_goes_on(
         _hold(client, GATEWAY, GATEWAY_NAME, NS, held=True)
 
         waiting = await reconciler.teardown(body, waited_seconds=0)
-        assert waiting == f"waiting for Gateway {GATEWAY_NAME} to be deleted"
+        assert waiting == Waiting(f"waiting for Gateway {GATEWAY_NAME} to be deleted")
         assert _deleting(client, GATEWAY, GATEWAY_NAME, NS)
         # The next wave waits for the Gateway: its class is untouched.
         assert not _deleting(client, GATEWAY_CLASS, "envoy")
@@ -127,7 +128,7 @@ async def test_teardown_waits_for_each_wave_then_gives_up_and_goes_on(
         _hold(client, GATEWAY_CLASS, "envoy", None, held=True)
         _hold(client, GATEWAY, GATEWAY_NAME, NS, held=False)
         waiting = await reconciler.teardown(body, waited_seconds=1)
-        assert waiting == "waiting for GatewayClass envoy to be deleted"
+        assert waiting == Waiting("waiting for GatewayClass envoy to be deleted")
         assert not _exists(client, GATEWAY, GATEWAY_NAME, NS)
         assert not _deleting(client, ENVOY_PROXY, "inference-gateway", NS)
         assert not [e for e in events if e[1] == "TeardownTimeout"]
