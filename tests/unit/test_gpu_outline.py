@@ -19,7 +19,7 @@ import pytest
 from tests.shared_fixtures import real_chart, yaml_docs
 from tests.testenv.nodes import HardwareMissingError, h200, node, resource_slice
 
-from modelplane.kube.reflector import object_name_key
+from modelplane.kube.collection_copy import object_name_key
 from modelplane.observe.gpu_watch import (
     PART,
     fingerprint,
