@@ -13,7 +13,10 @@ quiet too, it is read again. What one more target costs is the slope
 between the two, so that what the process holds whatever its stacks (the
 interpreter, its modules, the hub's watch) is not counted in it.
 
-Prints, per code: RSS at each size and MiB per 1,000 targets. With
+With ``--steps K`` the second half comes in K steps, each Ready and quiet
+before the next: whether what a target costs depends on how many come in
+at once. Prints, per code: RSS at each size, MiB per 1,000 targets and the
+peak RSS (VmHWM) up to each size. With
 ``--trace FRAMES`` the operators run under bench/heap_window.py, tracing
 their Python allocations while the second half comes in: the sites of what
 those targets added and still hold are printed, in KiB per target. Traced,
@@ -69,6 +72,7 @@ class Size:
 
     rss: float
     snapshot: tracemalloc.Snapshot | None
+    peak: float = 0.0
 
 
 def _start_operator(
@@ -144,10 +148,14 @@ def measure(
             small = Size(_rss_mib(proc.pid), None)
             if trace:
                 proc.send_signal(signal.SIGUSR1)  # bench/heap_window.py: tracing from now
-            _label(http, names[half:], 0)
-            time.sleep(args.settle)
-            _settle(fleet, lambda: ready(len(names)), args.settle, args.ready_timeout)
-            large = Size(_rss_mib(proc.pid), None)
+            small.peak = _peak_mib(proc.pid)
+            step = -(-half // args.steps)
+            for start in range(half, len(names), step):
+                _label(http, names[start : start + step], 0)
+                time.sleep(args.settle)
+                end = min(start + step, len(names))
+                _settle(fleet, lambda end=end: ready(end), args.settle, args.ready_timeout)
+            large = Size(_rss_mib(proc.pid), None, _peak_mib(proc.pid))
             if trace:
                 proc.send_signal(signal.SIGUSR1)  # the snapshot: what the second half added
                 _until("the heap snapshot", snap.exists, 600)
@@ -157,11 +165,20 @@ def measure(
             _stop(proc)
 
 
+def _peak_mib(pid: int) -> float:
+    """The process's largest RSS so far (VmHWM)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
 def report(name: str, small: Size, large: Size, half: int, depth: int) -> None:
     per_target = (large.rss - small.rss) / half
     print(
         f"{name}: RSS {small.rss:.0f} MiB at {half} targets, {large.rss:.0f} MiB at {2 * half}: "
-        f"{per_target * 1000:.0f} MiB per 1,000 targets ({per_target * 1024:.0f} KiB a target)"
+        f"{per_target * 1000:.0f} MiB per 1,000 targets ({per_target * 1024:.0f} KiB a target); "
+        f"peak RSS {small.peak:.0f} MiB up to {half}, {large.peak:.0f} MiB up to {2 * half}"
     )
     if large.snapshot is None:
         return
@@ -184,6 +201,9 @@ def main() -> None:
     parser.add_argument("--ready-timeout", type=float, default=1800.0)
     parser.add_argument("--seed", type=Path, help="a seed file to reuse (tests/testenv/fleet.py)")
     parser.add_argument("--keep", type=Path, help="work here and keep the logs")
+    parser.add_argument(
+        "--steps", type=int, default=1, help="the second half in this many steps, each settled"
+    )
     add_crds_option(parser)
     parser.add_argument(
         "--trace", type=int, default=0, metavar="FRAMES", help="snapshot the Python heap"
