@@ -49,9 +49,12 @@ class Backoff:
         return Backoff(self.first, cap, self.factor, self.jitter)
 
 
-@dataclass
+@dataclass(slots=True)
 class Attempts:
-    """One run of failures under a policy: ``fail`` counts one and gives the next delay."""
+    """One run of failures under a policy: ``fail`` counts one and gives the next delay.
+
+    Slotted: every reflector keeps five, nine reflectors a target.
+    """
 
     policy: Backoff
     count: int = 0
