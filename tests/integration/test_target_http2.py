@@ -45,6 +45,19 @@ async def target_and_namespace(hub_env: TestEnv) -> AsyncIterator[tuple[Target, 
     await target.close()
 
 
+def _h2_states(http: httpx2.AsyncClient) -> list[Any]:
+    """The h2 state of each HTTP/2 connection in ``http``'s pool, under the transport's wrappers."""
+    transport: Any = http._transport
+    while not hasattr(transport, "_pool"):
+        transport = getattr(transport, "_inner", None) or transport._transport
+    states = []
+    for connection in transport._pool.connections:
+        inner = getattr(connection, "_connection", None)
+        if inner is not None and hasattr(inner, "_h2_state"):
+            states.append(inner._h2_state)
+    return states
+
+
 def _local_port(response: httpx2.Response) -> int:
     stream = response.extensions["network_stream"]
     return int(stream.get_extra_info("client_addr")[1])
@@ -124,6 +137,25 @@ async def test_responses_closed_early_give_the_connection_its_window_back(
     assert listed.status_code == 200
     assert listed.http_version == "HTTP/2"
     assert len(listed.json()["items"]) == 3
+
+
+async def test_a_connection_keeps_no_header_tables(
+    target_and_namespace: tuple[Target, str],
+) -> None:
+    # HPACK's tables are state a watch's headers, sent once in minutes, do
+    # not need: the server is asked to keep none for its answers, and our
+    # encoder keeps none for our requests.
+    target, ns = target_and_namespace
+    http = target.client.http
+    for _ in range(20):
+        answer = await http.get(f"/api/v1/namespaces/{ns}/configmaps")
+        assert answer.status_code == 200, answer.text
+    states = _h2_states(http)
+    assert states, "no HTTP/2 connection in the pool"
+    for state in states:
+        assert state.decoder.max_allowed_table_size == 0
+        assert len(state.decoder.header_table.dynamic_entries) == 0
+        assert len(state.encoder.header_table.dynamic_entries) == 0
 
 
 async def test_a_401_over_http2_is_read_and_the_next_request_still_answered(

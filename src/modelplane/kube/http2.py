@@ -85,6 +85,14 @@ this was written against. Where each fix came from, and what would let it go:
   as long as the answer is open: 0.8 KiB for each open watch. Here it is set
   up only for a request that waits for a connection. Goes when httpcore2
   makes a request's event only when the request waits.
+- No header tables (``_send_connection_init``): found by a census of a
+  shard's live objects at 1,000 targets (docs/sizing.md). httpcore2 keeps
+  HPACK's default 4 KiB tables both ways on every connection, 9 KiB a
+  target as Python objects, for headers a watch sends once in minutes.
+  Here the connection asks the server for none (SETTINGS_HEADER_TABLE_SIZE
+  0) and its encoder keeps none (``_TablelessEncoder``: h2 sets the
+  encoder's table to what each of the server's SETTINGS allows). Goes
+  when httpcore2 takes its HTTP/2 settings from its caller.
 - Graceful GOAWAY (``_DrainingStateMachine``, ``is_available``): found by
   kube-apiserver's 401 over HTTP/2; h2 closes on any GOAWAY
   (python-hyper/h2#1181). Goes when h2 drains on a NO_ERROR GOAWAY and
@@ -102,8 +110,10 @@ from typing import Any
 import h2.connection
 import h2.events
 import h2.exceptions
+import hpack
 import httpcore2
 from h2.errors import ErrorCodes
+from h2.settings import SettingCodes
 from httpcore2._async import connection_pool as _pool
 from httpcore2._async import http2 as _h2
 from httpcore2._async.interfaces import AsyncConnectionInterface
@@ -209,6 +219,31 @@ class _DrainingStateMachine(h2.connection.H2ConnectionStateMachine):
         return super().process_input(input_)
 
 
+class _TablelessEncoder(hpack.Encoder):
+    """An HPACK encoder that keeps no dynamic table, whatever size the server allows.
+
+    h2 sets its encoder's table to the size each SETTINGS of the server's
+    allows (kube-apiserver's say 4096); an encoder may use less (RFC 7541,
+    section 4.2), and this one uses none: the first header block tells the
+    server so.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        # As hpack's own setter does: the table goes to 0, and the next
+        # header block says so.
+        self.header_table.maxsize = 0
+        self.table_size_changes.append(0)
+
+    @property
+    def header_table_size(self) -> int:
+        return int(self.header_table.maxsize)
+
+    @header_table_size.setter
+    def header_table_size(self, _allowed: int) -> None:
+        pass
+
+
 class FairHTTP2Connection(_h2.AsyncHTTP2Connection):
     """httpcore2's HTTP/2 connection, where a stream never waits behind another's read."""
 
@@ -224,6 +259,18 @@ class FairHTTP2Connection(_h2.AsyncHTTP2Connection):
         self._dispatched: asyncio.Event | None = None
         self._permits: AsyncSemaphore | None = None
         self._idle_frames = 0
+
+    @override
+    async def _send_connection_init(self, request: httpcore2.Request) -> None:
+        await super()._send_connection_init(request)
+        # No header compression tables: a watch's headers cross once in
+        # minutes, and the two 4 KiB tables (what the server sent, what we
+        # sent) held 9 KiB a target as Python objects. The server is told
+        # to keep none for its answers (it drops ours once it has our
+        # SETTINGS); our encoder keeps none for our requests.
+        self._h2_state.update_settings({SettingCodes.HEADER_TABLE_SIZE: 0})
+        self._h2_state.encoder = _TablelessEncoder()
+        await self._write_outgoing_data(request)
 
     @override
     async def handle_async_request(self, request: httpcore2.Request) -> httpcore2.Response:
@@ -500,6 +547,8 @@ _RELIED_ON: dict[object, tuple[str, ...]] = {
         "_read_exception",
         "_connection_error",
         "_read_incoming_data",
+        "_send_connection_init",
+        "_write_outgoing_data",
         "aclose",
         # Set at the first request: the permits are made as ``_Permits``.
         "_max_streams",
@@ -517,7 +566,7 @@ _RELIED_ON: dict[object, tuple[str, ...]] = {
     ),
     AsyncEvent: ("set", "wait"),
     h2.connection.H2ConnectionStateMachine: ("process_input", "state"),
-    h2.connection.H2Connection: ("state_machine",),
+    h2.connection.H2Connection: ("state_machine", "update_settings", "encoder"),
 }
 
 
