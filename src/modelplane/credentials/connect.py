@@ -258,7 +258,9 @@ async def connect(
             deny=deny,
             timeout=timeout,
             kubeconfig=vetted.text,
-            kubeconfig_doc=vetted.doc,
+            # Only an identity's token is put into it (``helm_kubeconfig``);
+            # kept for each open target, the parse is some 3 KiB.
+            kubeconfig_doc=vetted.doc if source is not None else None,
             identity=source,
         )
     except AddressDenied as err:
