@@ -60,6 +60,7 @@ from bench_fleet_healthy import (  # noqa: E402
     _stack,
     _until,
     create_stacks,
+    forget_statuses,
     serve_servingstacks,
 )
 from bench_settled_shard import _export, _settle, _stop  # noqa: E402
@@ -128,6 +129,7 @@ def measure(
     hub: TestEnv,
     fleet: FleetServer,
     ready: Callable[[int], bool],
+    any_ready: Callable[[], bool],
     names: list[str],
     work: Path,
     args: argparse.Namespace,
@@ -140,6 +142,8 @@ def measure(
     trace = (snap, args.trace) if args.trace else None
     with hub.http_client(timeout=60) as http:
         _label(http, names[half:], 1)
+        # Ready from the code measured before this one would be taken for this one's.
+        forget_statuses(http, names, lambda: not any_ready())
         proc = _start_operator(src, hub, log, f"{SHARD_LABEL}=0", trace)
         try:
             _until("operator up", lambda: "authentication has finished" in log.read_text(), 180)
@@ -235,8 +239,11 @@ def main() -> None:
                     got = dict(watch.ready)
                     return all(got.get(n) for n in names[:count])
 
+                def any_ready() -> bool:
+                    return any(dict(watch.ready).values())
+
                 results = [
-                    (name, measure(name, src, hub, fleet, ready, names, work, args))
+                    (name, measure(name, src, hub, fleet, ready, any_ready, names, work, args))
                     for name, src in codes
                 ]
             for name, (small, large) in results:
