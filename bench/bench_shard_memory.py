@@ -16,7 +16,9 @@ interpreter, its modules, the hub's watch) is not counted in it.
 With ``--steps K`` the second half comes in K steps, each Ready and quiet
 before the next: whether what a target costs depends on how many come in
 at once. Prints, per code: RSS at each size, MiB per 1,000 targets and the
-peak RSS (VmHWM) up to each size. With
+peak RSS (VmHWM) up to each size. With ``--census`` the operators run under
+bench/live_census.py, and what each holds at the larger size is printed by
+type and by holder (untraced: the RSS stays the figure). With
 ``--trace FRAMES`` the operators run under bench/heap_window.py, tracing
 their Python allocations while the second half comes in: the sites of what
 those targets added and still hold are printed, in KiB per target. Traced,
@@ -24,6 +26,7 @@ RSS is not the figure (tracing costs memory and time of its own).
 
     python bench/bench_shard_memory.py --targets 1000 --before HEAD~3
     python bench/bench_shard_memory.py --targets 400 --trace 1
+    python bench/bench_shard_memory.py --targets 1000 --census
 """
 
 from __future__ import annotations
@@ -74,14 +77,23 @@ class Size:
     rss: float
     snapshot: tracemalloc.Snapshot | None
     peak: float = 0.0
+    census: str = ""
 
 
 def _start_operator(
-    src: Path, hub: TestEnv, log: Path, selector: str, trace: tuple[Path, int] | None
+    src: Path,
+    hub: TestEnv,
+    log: Path,
+    selector: str,
+    trace: tuple[Path, int] | None,
+    census: Path | None,
 ) -> subprocess.Popen[bytes]:
-    runner = (
-        [str(ROOT / "bench" / "heap_window.py"), str(trace[0]), str(trace[1])] if trace else ["-m"]
-    )
+    if trace:
+        runner = [str(ROOT / "bench" / "heap_window.py"), str(trace[0]), str(trace[1])]
+    elif census:
+        runner = [str(ROOT / "bench" / "live_census.py"), str(census)]
+    else:
+        runner = ["-m"]
     args = [
         sys.executable,
         *runner,
@@ -140,11 +152,12 @@ def measure(
     log = work / f"op-{tag}.log"
     snap = work / f"heap-{tag}.snap"
     trace = (snap, args.trace) if args.trace else None
+    census = work / f"census-{tag}.txt" if args.census and not trace else None
     with hub.http_client(timeout=60) as http:
         _label(http, names[half:], 1)
         # Ready from the code measured before this one would be taken for this one's.
         forget_statuses(http, names, lambda: not any_ready())
-        proc = _start_operator(src, hub, log, f"{SHARD_LABEL}=0", trace)
+        proc = _start_operator(src, hub, log, f"{SHARD_LABEL}=0", trace, census)
         try:
             _until("operator up", lambda: "authentication has finished" in log.read_text(), 180)
             time.sleep(args.settle)
@@ -164,6 +177,10 @@ def measure(
                 proc.send_signal(signal.SIGUSR1)  # the snapshot: what the second half added
                 _until("the heap snapshot", snap.exists, 600)
                 large.snapshot = tracemalloc.Snapshot.load(str(snap))
+            if census:
+                proc.send_signal(signal.SIGUSR2)  # bench/live_census.py: what it holds now
+                _until("the census", census.exists, 600)
+                large.census = census.read_text()
             return small, large
         finally:
             _stop(proc)
@@ -184,6 +201,10 @@ def report(name: str, small: Size, large: Size, half: int, depth: int) -> None:
         f"{per_target * 1000:.0f} MiB per 1,000 targets ({per_target * 1024:.0f} KiB a target); "
         f"peak RSS {small.peak:.0f} MiB up to {half}, {large.peak:.0f} MiB up to {2 * half}"
     )
+    if large.census:
+        print(f"    census of the operator at {2 * half} targets (bench/live_census.py):")
+    for line in large.census.splitlines():
+        print(f"      {line}")
     if large.snapshot is None:
         return
     stats = large.snapshot.statistics("traceback" if depth > 1 else "lineno")
@@ -205,6 +226,9 @@ def main() -> None:
     parser.add_argument("--ready-timeout", type=float, default=1800.0)
     parser.add_argument("--seed", type=Path, help="a seed file to reuse (tests/testenv/fleet.py)")
     parser.add_argument("--keep", type=Path, help="work here and keep the logs")
+    parser.add_argument(
+        "--census", action="store_true", help="at the larger size, what the operator holds"
+    )
     parser.add_argument(
         "--steps", type=int, default=1, help="the second half in this many steps, each settled"
     )
