@@ -38,6 +38,8 @@ from modelplane.kube.handshakes import limit_handshakes
 from modelplane.kube.http2 import use_fair_http2
 from modelplane.kube.large_lists import LargeList
 from modelplane.kube.meter import Meter
+from modelplane.kube.plurals import NONE as NO_PLURALS
+from modelplane.kube.plurals import Plurals
 from modelplane.kube.target_errors import ApiStatusError as ApiStatusError
 from modelplane.kube.target_errors import OverBudget as OverBudget
 from modelplane.kube.target_errors import OverTotal as OverTotal
@@ -130,7 +132,8 @@ class TargetClient(AsyncClient):
         # (apiVersion, kind) -> plural, as this server's discovery said
         # (``kube.resources.plural_of``); a connection's lifetime is one
         # reconcile or one set of watches, so a CRD changed since is seen.
-        self.plurals: dict[tuple[str, str], str] = {}
+        # Replaced, never changed: what it holds is shared (``kube.plurals``).
+        self.plurals: Plurals = NO_PLURALS
 
     async def close(self) -> None:
         try:

@@ -27,6 +27,7 @@ from lightkube import AsyncClient
 from modelplane.kube.address import AddressDenied
 from modelplane.kube.answers import describe_error
 from modelplane.kube.client import ApiStatusError, TargetClient, TargetError, get_answer, raw_http
+from modelplane.kube.plurals import merged
 
 APIS = dict[str, dict[str, list[str]]]
 # (apiVersion, kind) -> the resource name the server serves the kind under.
@@ -104,8 +105,8 @@ def shared(served: Served) -> Served:
     Every target of a stack at the same versions, on the same Kubernetes
     release, serves the same APIs: a shard's discoveries are mostly one
     answer, kept once (as ``kube.interned`` keeps parts of objects). Read
-    it, never change it: its readers copy what they keep (``learn``,
-    ``TargetClient.plurals``).
+    it, never change it: its readers merge what they keep into maps of their
+    own (``kube.plurals.merged``).
     """
     text = msgspec.json.encode(
         [served.apis, sorted([*key, plural] for key, plural in served.plurals.items())],
@@ -131,7 +132,7 @@ async def served(client: AsyncClient) -> Served:
     except httpx2.TransportError as err:
         raise TargetError(f"cannot reach the API server: {describe_error(err)}") from err
     assert isinstance(client, TargetClient)  # raw_http refuses any other
-    client.plurals.update(found.plurals)
+    client.plurals = merged(client.plurals, found.plurals)
     return found
 
 

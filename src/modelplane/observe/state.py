@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, TypeVar
@@ -41,7 +41,8 @@ from modelplane.catalog.configuration import (
 from modelplane.catalog.facts import Listing
 from modelplane.catalog.types import ObjectExists
 from modelplane.kube.client import METADATA_LIST, ApiStatusError, list_objects, waiting_out_429
-from modelplane.kube.discovery import APIS, PLURALS, Served, served
+from modelplane.kube.discovery import APIS, Served, served
+from modelplane.kube.plurals import Kind
 from modelplane.kube.resources import unless_missing
 from modelplane.observe.gpu_watch import gpu_listings
 from modelplane.observe.storage_name import parse_storage_name
@@ -118,7 +119,7 @@ def _kinds(spec: ServingStackSpec) -> set[tuple[str, str, str]]:
     return kinds
 
 
-def api_of(api_version: str, kind: str, plurals: PLURALS) -> ApiRef | None:
+def api_of(api_version: str, kind: str, plurals: Mapping[Kind, str]) -> ApiRef | None:
     """The resource ``kind`` is served as, by discovery's ``plurals``; None when not served."""
     plural = plurals.get((api_version, kind))
     if plural is None:

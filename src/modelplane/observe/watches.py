@@ -13,7 +13,7 @@ import contextlib
 import dataclasses
 import logging
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from functools import partial
 from typing import Any
 
@@ -29,6 +29,8 @@ from modelplane.kube.client import (
 )
 from modelplane.kube.discovery import APIS, PLURALS, Served, discover, served
 from modelplane.kube.interned import interned
+from modelplane.kube.plurals import NONE as NO_PLURALS
+from modelplane.kube.plurals import Kind, Plurals, merged
 from modelplane.kube.reflector import (
     WATCH_TIMEOUT_SECONDS,
     Link,
@@ -64,7 +66,7 @@ CRDS = ApiRef("apiextensions.k8s.io", "v1", "customresourcedefinitions")
 CONFIGMAPS = ApiRef("", "v1", "configmaps")
 
 
-def watch_keys(want: Wanted, plurals: PLURALS) -> frozenset[WatchKey]:
+def watch_keys(want: Wanted, plurals: Mapping[Kind, str]) -> frozenset[WatchKey]:
     """The collections to watch so that ``Listed`` for ``want`` can be answered from them.
 
     A kind is watched once ``plurals`` (discovery, or the CRDs) says what it
@@ -271,7 +273,8 @@ class WatchCache:
         self.link = Link(http, label)
         # What this target's reflectors hold together, within the shard's total.
         self.holdings: Holdings = holdings or target_holdings(label)
-        self.plurals: PLURALS = {}
+        # Replaced, never changed: what it holds is shared (``kube.plurals``).
+        self.plurals: Plurals = NO_PLURALS
         self.reflectors: dict[WatchKey, Reflector] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._discovering: asyncio.Task[None] | None = None
@@ -350,9 +353,9 @@ class WatchCache:
             if self._started:
                 self._tasks.append(asyncio.create_task(reflector.run()))
 
-    def learn(self, plurals: PLURALS) -> None:
+    def learn(self, plurals: Mapping[Kind, str]) -> None:
         """Note what kinds are served as; the kinds newly known are watched from now on."""
-        self.plurals.update(plurals)
+        self.plurals = merged(self.plurals, plurals)
         self._add_reflectors()
 
     def start(self) -> None:
@@ -501,7 +504,7 @@ class WatchCache:
                 self._served, self._apis_generation = found, generation
         elif isinstance(client, TargetClient):
             # What an apply in this reconcile needs, without a discovery of its own.
-            client.plurals.update(self.plurals)
+            client.plurals = merged(client.plurals, self.plurals)
         return self._fill(found.apis)
 
     def _consistent(self, apis: APIS) -> bool:
