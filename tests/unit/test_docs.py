@@ -62,6 +62,9 @@ FOREIGN_FLAGS = {
     "--before",  # bench/bench_settled_shard.py
     "--small",  # bench/bench_managed_fleet.py
     "--watches",  # bench/bench_watch_chain.py
+    "--stagger",  # bench/bench_fleet_healthy.py
+    "--census",  # bench/bench_shard_memory.py
+    "--steps",  # bench/bench_shard_memory.py
     "--variant",  # mmdebstrap
     "--network",  # podman run
     "--require-hashes",  # pip install (the Dockerfile)
