@@ -83,3 +83,18 @@ def test_an_object_past_the_budget_leaves_the_copy_as_it_was() -> None:
     with pytest.raises(OverBudget, match="more than"):
         copy._keep("/a", {}, 2 * MiB, 10)
     assert (copy.held, copy.built, holdings.held) == (3 * SHARE[0], LIST_BUILT, LIST_BUILT)
+
+
+def test_two_targets_copies_of_the_same_objects_share_their_keys() -> None:
+    # Each target's LIST parses its own strings; the keys the copies keep
+    # them under are one string, however many targets carry the object.
+    one, _ = _copy()
+    two, _ = _copy()
+    # Built at run time, as a parse builds them: not one constant of the test's.
+    name = "".join(["gateways.gateway", ".networking.k8s.io"])
+    for copy in (one, two):
+        found = [{"metadata": {"name": "".join([name])}}]
+        copy._replace(Collection(found, "2", bytes=10, built=10))
+    [key_one], [key_two] = list(one.items), list(two.items)
+    assert key_one == "/gateways.gateway.networking.k8s.io"
+    assert key_one is key_two

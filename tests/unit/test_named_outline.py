@@ -19,7 +19,8 @@ from tests.shared_fixtures import upstream_dir, yaml_docs
 from modelplane.api.spec import ServingStackSpec
 from modelplane.catalog.components import components_for
 from modelplane.catalog.types import ObjectExists
-from modelplane.kube.reflector import WatchKey, object_name_key
+from modelplane.kube.collection_copy import object_name_key
+from modelplane.kube.reflector import WatchKey
 from modelplane.observe.named_outline import named_outline
 from modelplane.observe.state import Listed, to_observed, wanted
 from modelplane.observe.watches import WatchCache
