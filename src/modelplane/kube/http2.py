@@ -89,10 +89,8 @@ this was written against. Where each fix came from, and what would let it go:
   shard's live objects at 1,000 targets (docs/sizing.md). httpcore2 keeps
   HPACK's default 4 KiB tables both ways on every connection, 9 KiB a
   target as Python objects, for headers a watch sends once in minutes.
-  Here the connection asks the server for none (SETTINGS_HEADER_TABLE_SIZE
-  0) and its encoder keeps none (``_TablelessEncoder``: h2 sets the
-  encoder's table to what each of the server's SETTINGS allows). Goes
-  when httpcore2 takes its HTTP/2 settings from its caller.
+  Here the connection asks for none (``kube.header_tables``). Goes when
+  httpcore2 takes its HTTP/2 settings from its caller.
 - Graceful GOAWAY (``_DrainingStateMachine``, ``is_available``): found by
   kube-apiserver's 401 over HTTP/2; h2 closes on any GOAWAY
   (python-hyper/h2#1181). Goes when h2 drains on a NO_ERROR GOAWAY and
@@ -110,15 +108,15 @@ from typing import Any
 import h2.connection
 import h2.events
 import h2.exceptions
-import hpack
 import httpcore2
 from h2.errors import ErrorCodes
-from h2.settings import SettingCodes
 from httpcore2._async import connection_pool as _pool
 from httpcore2._async import http2 as _h2
 from httpcore2._async.interfaces import AsyncConnectionInterface
 from httpcore2._synchronization import AsyncEvent, AsyncSemaphore
 from typing_extensions import override
+
+from modelplane.kube.header_tables import keep_no_header_tables
 
 # What _write_outgoing_data reads of a request is its write timeout; closing
 # a response has no request at hand, so it writes as this one.
@@ -219,31 +217,6 @@ class _DrainingStateMachine(h2.connection.H2ConnectionStateMachine):
         return super().process_input(input_)
 
 
-class _TablelessEncoder(hpack.Encoder):
-    """An HPACK encoder that keeps no dynamic table, whatever size the server allows.
-
-    h2 sets its encoder's table to the size each SETTINGS of the server's
-    allows (kube-apiserver's say 4096); an encoder may use less (RFC 7541,
-    section 4.2), and this one uses none: the first header block tells the
-    server so.
-    """
-
-    def __init__(self) -> None:
-        super().__init__()
-        # As hpack's own setter does: the table goes to 0, and the next
-        # header block says so.
-        self.header_table.maxsize = 0
-        self.table_size_changes.append(0)
-
-    @property
-    def header_table_size(self) -> int:
-        return int(self.header_table.maxsize)
-
-    @header_table_size.setter
-    def header_table_size(self, _allowed: int) -> None:
-        pass
-
-
 class FairHTTP2Connection(_h2.AsyncHTTP2Connection):
     """httpcore2's HTTP/2 connection, where a stream never waits behind another's read."""
 
@@ -263,13 +236,7 @@ class FairHTTP2Connection(_h2.AsyncHTTP2Connection):
     @override
     async def _send_connection_init(self, request: httpcore2.Request) -> None:
         await super()._send_connection_init(request)
-        # No header compression tables: a watch's headers cross once in
-        # minutes, and the two 4 KiB tables (what the server sent, what we
-        # sent) held 9 KiB a target as Python objects. The server is told
-        # to keep none for its answers (it drops ours once it has our
-        # SETTINGS); our encoder keeps none for our requests.
-        self._h2_state.update_settings({SettingCodes.HEADER_TABLE_SIZE: 0})
-        self._h2_state.encoder = _TablelessEncoder()
+        keep_no_header_tables(self._h2_state)
         await self._write_outgoing_data(request)
 
     @override
