@@ -1,64 +1,80 @@
-"""The plurals maps targets keep: one per distinct content, replaced rather than changed."""
+"""A kind's plural: the core group's from Kubernetes' models, every other from discovery."""
 
 from __future__ import annotations
 
-import gc
-import weakref
+from typing import Any
 
+import httpx2
 import pytest
+from lightkube.config.client_adapter import ConnectionParams
+from lightkube.config.kubeconfig import KubeConfig
 
-from modelplane.kube.plurals import NONE, merged
+from modelplane.kube.client import TargetClient
+from modelplane.kube.resources import KindNotServed, plural_of
 
-GATEWAY = ("gateway.networking.k8s.io/v1", "Gateway")
-ROUTE = ("gateway.networking.k8s.io/v1", "HTTPRoute")
+CONFIG: dict[str, Any] = {
+    "apiVersion": "v1",
+    "kind": "Config",
+    "current-context": "t",
+    "contexts": [{"name": "t", "context": {"cluster": "c", "user": "u"}}],
+    "clusters": [{"name": "c", "cluster": {"server": "http://203.0.113.10:6443"}}],
+    "users": [{"name": "u", "user": {"token": "t"}}],
+}
+# A server whose discovery serves Gateways only (besides the core group).
+DISCOVERY = {
+    "/api": {"kind": "APIVersions", "versions": ["v1"]},
+    "/api/v1": {"kind": "APIResourceList", "groupVersion": "v1", "resources": []},
+    "/apis": {
+        "kind": "APIGroupList",
+        "groups": [
+            {
+                "name": "gateway.networking.k8s.io",
+                "versions": [{"groupVersion": "gateway.networking.k8s.io/v1", "version": "v1"}],
+            }
+        ],
+    },
+    "/apis/gateway.networking.k8s.io/v1": {
+        "kind": "APIResourceList",
+        "groupVersion": "gateway.networking.k8s.io/v1",
+        "resources": [{"name": "gateways", "kind": "Gateway", "namespaced": True}],
+    },
+}
+
+
+def _client(paths: list[str]) -> TargetClient:
+    def answer(request: httpx2.Request) -> httpx2.Response:
+        paths.append(request.url.path)
+        return httpx2.Response(200, json=DISCOVERY.get(request.url.path, {}))
+
+    params = ConnectionParams(transport=httpx2.MockTransport(answer))  # type: ignore[arg-type]
+    return TargetClient(KubeConfig.from_dict(CONFIG).get(), params)
 
 
 @pytest.mark.parametrize(
-    ("held", "more", "expected", "same_object"),
+    ("kind", "plural"),
     [
-        # Nothing new: the map held is kept, not copied.
-        ({GATEWAY: "gateways"}, {}, {GATEWAY: "gateways"}, True),
-        ({GATEWAY: "gateways"}, {GATEWAY: "gateways"}, {GATEWAY: "gateways"}, True),
-        # A kind learned: a new map with both.
-        (
-            {GATEWAY: "gateways"},
-            {ROUTE: "httproutes"},
-            {GATEWAY: "gateways", ROUTE: "httproutes"},
-            False,
-        ),
-        # A CRD whose plural changed: the new plural wins.
-        ({GATEWAY: "gateways"}, {GATEWAY: "gws"}, {GATEWAY: "gws"}, False),
-        ({}, {GATEWAY: "gateways"}, {GATEWAY: "gateways"}, False),
+        ("Namespace", "namespaces"),
+        ("ConfigMap", "configmaps"),
+        ("ServiceAccount", "serviceaccounts"),
     ],
 )
-def test_merged_adds_what_is_new_and_keeps_the_map_when_nothing_is(
-    held: dict[tuple[str, str], str],
-    more: dict[tuple[str, str], str],
-    expected: dict[tuple[str, str], str],
-    same_object: bool,
-) -> None:
-    start = merged(NONE, held) if held else NONE
-    got = merged(start, more)
-    assert dict(got) == expected
-    assert (got is start) is same_object
+async def test_a_core_kind_needs_no_discovery(kind: str, plural: str) -> None:
+    paths: list[str] = []
+    client = _client(paths)
+    try:
+        assert await plural_of(client, "v1", kind) == plural
+    finally:
+        await client.close()
+    assert paths == []
 
 
-def test_targets_that_learn_the_same_plurals_share_one_map() -> None:
-    one = merged(merged(NONE, {GATEWAY: "gateways"}), {ROUTE: "httproutes"})
-    # Learned in the other order, by another target.
-    two = merged(merged(NONE, {ROUTE: "httproutes"}), {GATEWAY: "gateways"})
-    assert one is two
-
-
-def test_a_map_no_target_holds_is_not_kept() -> None:
-    first = merged(NONE, {("example.com/v1", "Gone"): "gones"})
-    held = weakref.ref(first)
-    del first
-    gc.collect()
-    assert held() is None
-
-
-def test_a_kept_map_cannot_be_changed() -> None:
-    shared = merged(NONE, {GATEWAY: "gateways"})
-    with pytest.raises(TypeError):
-        shared[ROUTE] = "httproutes"  # type: ignore[index]
+async def test_any_other_group_is_read_from_discovery() -> None:
+    paths: list[str] = []
+    client = _client(paths)
+    try:
+        assert await plural_of(client, "gateway.networking.k8s.io/v1", "Gateway") == "gateways"
+        assert paths and paths[0] == "/api"
+        with pytest.raises(KindNotServed):
+            await plural_of(client, "gateway.networking.k8s.io/v1", "HTTPRoute")
+    finally:
+        await client.close()
