@@ -13,6 +13,10 @@ and the small tuples it stops tracking included):
   slot's value goes under its name as an attribute's does.
   Data is counted once, under the first holder the walk meets.
 
+First it writes the RSS, then hands glibc's free pages back
+(``malloc_trim(0)``) and writes the RSS again and how long that took: the
+difference is free memory glibc held, not anything the process holds.
+
 Unlike a tracemalloc trace (bench/heap_window.py) it costs nothing until
 the signal, so the process's RSS beside it is the figure; unlike a trace
 it says what holds the memory, not what allocated it, and it does not see
@@ -23,11 +27,13 @@ The walk holds the event loop for tens of seconds at 1,000 targets.
 from __future__ import annotations
 
 import collections
+import ctypes
 import gc
 import os
 import runpy
 import signal
 import sys
+import time
 import types
 from typing import Any
 
@@ -123,9 +129,35 @@ def census() -> tuple[collections.Counter[str], collections.Counter[str], dict[s
     return by_type, by_holder, counts
 
 
+def _rss_kib() -> int:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+def _trimmed() -> str:
+    """RSS before and after glibc gives back the free pages of its heaps."""
+    before = _rss_kib()
+    try:
+        trim = ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):
+        return f"rss: {before / 1024:.1f} MiB (no glibc malloc_trim)"
+    start = time.perf_counter()
+    trim(0)
+    took = (time.perf_counter() - start) * 1000
+    return (
+        f"rss: {before / 1024:.1f} MiB, after malloc_trim(0) {_rss_kib() / 1024:.1f} MiB"
+        f" (the trim took {took:.1f} ms)"
+    )
+
+
 def _on_signal(_signum: int, _frame: types.FrameType | None) -> None:
+    trimmed = _trimmed()
     by_type, by_holder, counts = census()
     with open(_out + ".part", "w") as out:
+        print(trimmed, file=out)
         print(f"all: {sum(by_type.values()) / 2**20:.1f} MiB", file=out)
         for name, size in by_type.most_common(40):
             print(f"type {size / 2**20:9.2f} MiB  {name}", file=out)
