@@ -19,7 +19,7 @@ from lightkube.core.exceptions import ApiError
 from modelplane.actions.helm import Helm, TargetHelm
 from modelplane.api.models import API_GROUP, PLURAL
 from modelplane.kube.answers import describe_error
-from modelplane.operator import kopf_bodies, metrics
+from modelplane.operator import heap, kopf_bodies, metrics
 from modelplane.operator.handlers import FINALIZER, QuietTeardownRetries, register
 from modelplane.operator.hub import (
     CHECK_RETRY_SECONDS,
@@ -132,6 +132,7 @@ async def run(options: OperatorOptions) -> None:
 
         # The stacks' bodies kopf keeps, without what nobody reads of them.
         kopf_bodies.install()
+        giving_back = asyncio.create_task(heap.keep_giving_back(heap.glibc_trim()))
         try:
             await kopf.operator(
                 registry=registry,
@@ -145,6 +146,7 @@ async def run(options: OperatorOptions) -> None:
             # kopf has cancelled every daemon, and each helm run with it; a
             # run kopf gave up waiting for must not outlive the operator.
             rt.helm.kill_running()
+            giving_back.cancel()
             if holding is not None and elector is not None:
                 # kopf has stopped every daemon and handler: nothing acts for
                 # us any more, so the Lease can go to a standby at once.
