@@ -19,7 +19,8 @@ from hyperframe.frame import GoAwayFrame
 from tests.h2_peer import H2Peer, connection, request
 
 from modelplane.kube import http2
-from modelplane.kube.http2 import FairHTTP2Connection, missing_names
+from modelplane.kube.http2 import FairHTTP2Connection
+from modelplane.kube.relied_on import missing_names
 
 # What a test waits, at most, for an event that should come at once: a
 # guard against a hang, never a measure.

@@ -117,6 +117,7 @@ from httpcore2._synchronization import AsyncEvent, AsyncSemaphore
 from typing_extensions import override
 
 from modelplane.kube.header_tables import keep_no_header_tables
+from modelplane.kube.relied_on import missing_names
 
 # What _write_outgoing_data reads of a request is its write timeout; closing
 # a response has no request at hand, so it writes as this one.
@@ -535,33 +536,6 @@ _RELIED_ON: dict[object, tuple[str, ...]] = {
     h2.connection.H2ConnectionStateMachine: ("process_input", "state"),
     h2.connection.H2Connection: ("state_machine", "update_settings", "encoder"),
 }
-
-
-def missing_names(relied_on: dict[object, tuple[str, ...]]) -> list[str]:
-    """The names of ``relied_on`` its owner does not define, nor mention in its code.
-
-    An attribute set in a method is not on the class: it counts as present
-    when one of the class's functions names it (``co_names``).
-    """
-    missing = []
-    for owner, names in relied_on.items():
-        mentioned = _mentioned(owner)
-        for name in names:
-            if not hasattr(owner, name) and name not in mentioned:
-                missing.append(f"{getattr(owner, '__name__', owner)}.{name}")
-    return missing
-
-
-def _mentioned(owner: object) -> set[str]:
-    if not isinstance(owner, type):
-        return set()
-    names: set[str] = set()
-    for klass in owner.__mro__:
-        for value in vars(klass).values():
-            code = getattr(value, "__code__", None)
-            if code is not None:
-                names.update(code.co_names)
-    return names
 
 
 def _check_relied_on() -> None:
