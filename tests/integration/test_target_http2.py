@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import collections
 import copy
 import json
 import os
@@ -45,13 +46,18 @@ async def target_and_namespace(hub_env: TestEnv) -> AsyncIterator[tuple[Target, 
     await target.close()
 
 
-def _h2_states(http: httpx2.AsyncClient) -> list[Any]:
-    """The h2 state of each HTTP/2 connection in ``http``'s pool, under the transport's wrappers."""
+def _pool(http: httpx2.AsyncClient) -> Any:
+    """httpcore2's pool under ``http``'s transport wrappers."""
     transport: Any = http._transport
     while not hasattr(transport, "_pool"):
         transport = getattr(transport, "_inner", None) or transport._transport
+    return transport._pool
+
+
+def _h2_states(http: httpx2.AsyncClient) -> list[Any]:
+    """The h2 state of each HTTP/2 connection in ``http``'s pool, under the transport's wrappers."""
     states = []
-    for connection in transport._pool.connections:
+    for connection in _pool(http).connections:
         inner = getattr(connection, "_connection", None)
         if inner is not None and hasattr(inner, "_h2_state"):
             states.append(inner._h2_state)
@@ -156,6 +162,26 @@ async def test_a_connection_keeps_no_header_tables(
         assert state.decoder.max_allowed_table_size == 0
         assert len(state.decoder.header_table.dynamic_entries) == 0
         assert len(state.encoder.header_table.dynamic_entries) == 0
+
+
+async def test_a_connection_keeps_its_settings_in_lists(
+    target_and_namespace: tuple[Target, str],
+) -> None:
+    # h2 keeps each setting's values in a deque of 760 bytes: in lists here,
+    # those the server's SETTINGS added included, and still read right.
+    target, ns = target_and_namespace
+    http = target.client.http
+    for _ in range(5):
+        answer = await http.get(f"/api/v1/namespaces/{ns}/configmaps")
+        assert answer.status_code == 200, answer.text
+    states = _h2_states(http)
+    assert states, "no HTTP/2 connection in the pool"
+    for state in states:
+        for settings in (state.local_settings, state.remote_settings):
+            kept = settings._settings
+            assert kept and not any(isinstance(v, collections.deque) for v in kept.values())
+        assert state.local_settings.header_table_size == 0
+        assert state.remote_settings.max_concurrent_streams > 1
 
 
 async def test_a_401_over_http2_is_read_and_the_next_request_still_answered(

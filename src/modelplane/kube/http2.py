@@ -91,6 +91,11 @@ this was written against. Where each fix came from, and what would let it go:
   target as Python objects, for headers a watch sends once in minutes.
   Here the connection asks for none (``kube.header_tables``). Goes when
   httpcore2 takes its HTTP/2 settings from its caller.
+- Settings in lists (``_send_connection_init``,
+  ``_receive_remote_settings_change``): found by a count of a shard's
+  deques by holder (docs/sizing.md). h2 keeps each setting's values in a
+  deque, 760 bytes however few, 13 a connection: 9.9 KiB a target. Here in
+  lists (``kube.h2_settings``). Goes when h2 keeps them in less.
 - Graceful GOAWAY (``_DrainingStateMachine``, ``is_available``): found by
   kube-apiserver's 401 over HTTP/2; h2 closes on any GOAWAY
   (python-hyper/h2#1181). Goes when h2 drains on a NO_ERROR GOAWAY and
@@ -108,6 +113,7 @@ from typing import Any
 import h2.connection
 import h2.events
 import h2.exceptions
+import h2.settings
 import httpcore2
 from h2.errors import ErrorCodes
 from httpcore2._async import connection_pool as _pool
@@ -116,6 +122,7 @@ from httpcore2._async.interfaces import AsyncConnectionInterface
 from httpcore2._synchronization import AsyncEvent, AsyncSemaphore
 from typing_extensions import override
 
+from modelplane.kube import h2_settings
 from modelplane.kube.header_tables import keep_no_header_tables
 from modelplane.kube.relied_on import missing_names
 
@@ -238,15 +245,24 @@ class FairHTTP2Connection(_h2.AsyncHTTP2Connection):
     async def _send_connection_init(self, request: httpcore2.Request) -> None:
         await super()._send_connection_init(request)
         keep_no_header_tables(self._h2_state)
+        h2_settings.compact(self._h2_state.local_settings)
+        h2_settings.compact(self._h2_state.remote_settings)
         await self._write_outgoing_data(request)
+
+    @override
+    async def _receive_remote_settings_change(self, event: h2.events.RemoteSettingsChanged) -> None:
+        await super()._receive_remote_settings_change(event)
+        # h2 made a deque for each setting the server named that it had not.
+        h2_settings.compact(self._h2_state.remote_settings)
 
     @override
     async def handle_async_request(self, request: httpcore2.Request) -> httpcore2.Response:
         token = _PERMIT_TIMEOUT.set(_timeouts(request).get("pool"))
         try:
-            return await super().handle_async_request(request)
+            response = await super().handle_async_request(request)
         finally:
             _PERMIT_TIMEOUT.reset(token)
+        return response
 
     # httpcore2 makes its stream permits at the first request, just after
     # starting at one stream, and before taking back those over that one:
@@ -516,6 +532,7 @@ _RELIED_ON: dict[object, tuple[str, ...]] = {
         "_connection_error",
         "_read_incoming_data",
         "_send_connection_init",
+        "_receive_remote_settings_change",
         "_write_outgoing_data",
         "aclose",
         # Set at the first request: the permits are made as ``_Permits``.
@@ -534,7 +551,14 @@ _RELIED_ON: dict[object, tuple[str, ...]] = {
     ),
     AsyncEvent: ("set", "wait"),
     h2.connection.H2ConnectionStateMachine: ("process_input", "state"),
-    h2.connection.H2Connection: ("state_machine", "update_settings", "encoder"),
+    h2.connection.H2Connection: (
+        "state_machine",
+        "update_settings",
+        "encoder",
+        "local_settings",
+        "remote_settings",
+    ),
+    h2.settings.Settings: h2_settings.RELIED_ON,
 }
 
 
