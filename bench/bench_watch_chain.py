@@ -32,7 +32,7 @@ import httpx2  # noqa: E402
 from lightkube.config.kubeconfig import KubeConfig  # noqa: E402
 from tests.testenv.fleet import FleetServer  # noqa: E402
 
-from modelplane.kube.bounded import BOUND, UNBOUNDED  # noqa: E402
+from modelplane.kube.bounded import BOUND, UNBOUNDED, shed_headers  # noqa: E402
 from modelplane.kube.client import OpenCount, Target, open_target  # noqa: E402
 
 # Resources every simulated target serves, watched in turn.
@@ -64,6 +64,7 @@ async def _hold(
     )
     response = await http.send(request, stream=True)
     try:
+        shed_headers(response)
         opened()
         async for _chunk in response.aiter_raw() if raw else response.aiter_bytes():
             pass

@@ -25,6 +25,7 @@ from lightkube.resources.core_v1 import ConfigMap, Namespace
 from tests.testenv import TestEnv
 from tests.waiting import wait_for_async
 
+from modelplane.kube.bounded import BOUND, UNBOUNDED, body_of, shed_headers
 from modelplane.kube.client import Target, open_target
 
 # As many as a healthy target holds open (docs/sizing.md), and a few more.
@@ -182,6 +183,40 @@ async def test_a_connection_keeps_its_settings_in_lists(
             assert kept and not any(isinstance(v, collections.deque) for v in kept.values())
         assert state.local_settings.header_table_size == 0
         assert state.remote_settings.max_concurrent_streams > 1
+
+
+async def test_an_open_watch_keeps_no_headers_and_still_reads(
+    target_and_namespace: tuple[Target, str],
+) -> None:
+    # A watch's answer is open for minutes: its headers and its request's,
+    # httpx2's and httpcore2's, are dropped once it has begun, and its
+    # events still arrive.
+    target, ns = target_and_namespace
+    http = target.client.http
+    path = f"/api/v1/namespaces/{ns}/configmaps"
+    rv = (await http.get(path)).json()["metadata"]["resourceVersion"]
+    params = {"watch": "true", "resourceVersion": rv, "timeoutSeconds": "60"}
+    request = http.build_request("GET", path, params=params, extensions={BOUND: UNBOUNDED})
+    response = await http.send(request, stream=True)
+    try:
+        assert response.status_code == 200
+        shed_headers(response)
+        assert not response.headers and not response.request.headers
+        sent = [r.request for r in _pool(http)._requests]
+        assert sent and all(r.headers == [] for r in sent)
+        name = f"watched-{uuid.uuid4().hex[:8]}"
+        made = await http.post(path, json={"metadata": {"name": name}, "data": {"a": "b"}})
+        assert made.status_code == 201, made.text
+        buffer = b""
+        async with asyncio.timeout(30):
+            async for chunk in body_of(response):
+                buffer += chunk
+                if b"\n" in buffer:
+                    break
+        event = json.loads(buffer.split(b"\n")[0])
+        assert (event["type"], event["object"]["metadata"]["name"]) == ("ADDED", name)
+    finally:
+        await response.aclose()
 
 
 async def test_a_401_over_http2_is_read_and_the_next_request_still_answered(

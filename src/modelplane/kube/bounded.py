@@ -141,3 +141,21 @@ def body_of(response: httpx2.Response) -> AsyncIterator[bytes]:
     except httpx2.ResponseNotRead:
         return response.aiter_raw()
     return response.aiter_bytes()
+
+
+# What an open answer and its request are left with (``shed_headers``):
+# one for all of them, as nothing writes the headers of an answer once open.
+_NO_HEADERS = httpx2.Headers()
+
+
+def shed_headers(response: httpx2.Response) -> None:
+    """Drop the headers of an open answer and of its request: nothing reads them again.
+
+    A watch's answer is open for minutes and read by its lines alone
+    (``body_of``). Its headers and its request's were read when it began
+    (the guard's checks, the status), then kept with it as httpx2's tuples
+    of bytes, both ways: some 2 KiB a watch, for each of a target's
+    watches (a census of a settled shard, docs/sizing.md).
+    """
+    response.headers = _NO_HEADERS
+    response.request.headers = _NO_HEADERS

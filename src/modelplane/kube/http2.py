@@ -96,6 +96,11 @@ this was written against. Where each fix came from, and what would let it go:
   deques by holder (docs/sizing.md). h2 keeps each setting's values in a
   deque, 760 bytes however few, 13 a connection: 9.9 KiB a target. Here in
   lists (``kube.h2_settings``). Goes when h2 keeps them in less.
+- A request's headers once answered (``handle_async_request``): found by
+  a census of a settled shard. httpcore2 keeps a request, its headers
+  included, for as long as its answer is open: a watch's, for minutes.
+  Here they are dropped once the answer has begun. Goes when httpcore2
+  lets go of what it has sent.
 - Graceful GOAWAY (``_DrainingStateMachine``, ``is_available``): found by
   kube-apiserver's 401 over HTTP/2; h2 closes on any GOAWAY
   (python-hyper/h2#1181). Goes when h2 drains on a NO_ERROR GOAWAY and
@@ -262,6 +267,10 @@ class FairHTTP2Connection(_h2.AsyncHTTP2Connection):
             response = await super().handle_async_request(request)
         finally:
             _PERMIT_TIMEOUT.reset(token)
+        # Sent, and answered: nothing of httpcore2's reads a request's headers
+        # again, and the request is kept for as long as its answer is open (a
+        # watch's: minutes, each of a target's watches).
+        request.headers = []
         return response
 
     # httpcore2 makes its stream permits at the first request, just after

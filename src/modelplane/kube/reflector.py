@@ -53,7 +53,7 @@ import httpx2
 
 from modelplane.backoff import Attempts, Backoff
 from modelplane.kube.answers import describe_error
-from modelplane.kube.bounded import BOUND, UNBOUNDED, body_of
+from modelplane.kube.bounded import BOUND, UNBOUNDED, body_of, shed_headers
 from modelplane.kube.budget import Budget, Holdings, budget_for
 from modelplane.kube.client import (
     CRD_STORAGE_TRIES,
@@ -480,6 +480,7 @@ class Reflector(CollectionCopy):
                 raise Gone()
             if response.status_code >= 300:
                 raise Refused(response.status_code)
+            shed_headers(response)
             async for line in _lines(body_of(response), MAX_WATCH_LINE):
                 if line.strip():
                     rv = self._apply(line, rv)
