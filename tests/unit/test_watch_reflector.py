@@ -43,14 +43,20 @@ GONE_EVENT = {
 }
 
 
-async def _run(script: Script, deadline: float = 20.0) -> Reflector:
+async def _run(script: Script, deadline: float = 20.0, seen: list[str] | None = None) -> Reflector:
+    """Run a reflector on ``script``; ``seen``: its resourceVersion at each change it tells."""
     http = httpx2.AsyncClient(
         base_url="https://target.invalid", transport=httpx2.MockTransport(script)
     )
     changes: list[str] = []
-    reflector = Reflector(
-        http, KEY, Link(http, "test"), lambda _k, kind, _name: changes.append(kind)
-    )
+    reflector: Reflector
+
+    def changed(_key: WatchKey, kind: str, _name: str | None) -> None:
+        changes.append(kind)
+        if seen is not None:
+            seen.append(reflector.resource_version)
+
+    reflector = Reflector(http, KEY, Link(http, "test"), changed)
     task = asyncio.create_task(reflector.run())
     try:
         await asyncio.wait_for(script.done.wait(), deadline)
@@ -83,6 +89,21 @@ async def test_a_bookmark_moves_the_resource_version_the_next_watch_starts_from(
     # A bookmark is no change: the copy is untouched and no second LIST was made.
     assert reflector.bookmarks == 1 and reflector.lists == 1
     assert list(reflector.items) == ["ns/a"]
+    # But the copy is as new as the bookmark: every write up to it is in.
+    assert reflector.resource_version == "20"
+
+
+async def test_the_copys_resource_version_follows_its_list_and_events() -> None:
+    script = Script(
+        [
+            _list("10", _cm("a", "9")),
+            _events({"type": "MODIFIED", "object": _cm("a", "15")}),
+        ]
+    )
+    seen: list[str] = []
+    reflector = await _run(script, seen=seen)
+    assert seen[:2] == ["10", "15"]
+    assert reflector.resource_version == "15"
 
 
 @pytest.mark.parametrize("gone", ["event", "answer"])

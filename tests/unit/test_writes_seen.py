@@ -10,7 +10,7 @@ import pytest
 
 from modelplane.kube.reflector import WatchKey
 from modelplane.observe.state import wanted
-from modelplane.observe.watches import WatchCache
+from modelplane.observe.watches import CRDS, WatchCache, crd_outline
 from modelplane.observe.writes import Writes, Written, at_or_after, covers
 from modelplane.wire import MANAGED_BY, MANAGED_BY_LABEL, ApiRef
 
@@ -144,5 +144,39 @@ def test_a_write_no_watch_covers_is_not_waited_for(monkeypatch: pytest.MonkeyPat
         # without a wait: one would last for ever (past the guard).
         async with asyncio.timeout(GUARD):
             assert not await cache.shows([_written("5", labels={})], within=FOREVER)
+
+    asyncio.run(run())
+
+
+def _crd(name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": name, "resourceVersion": ""},
+        "spec": {"group": "example.com", "names": {"plural": "things", "kind": "Thing"}},
+    }
+
+
+def test_a_crd_write_is_shown_by_the_copys_version_its_outline_keeps_none() -> None:
+    # A CRD's outline is shared by every target and keeps no resourceVersion:
+    # the copy's own, taken from each event in order, tells the write is in.
+    async def run() -> None:
+        cache, _ = _cache()
+        cache.learn({("apiextensions.k8s.io/v1", "CustomResourceDefinition"): CRDS.resource})
+        key = WatchKey(CRDS)
+        reflector = cache.reflectors[key]
+        name = "things.example.com"
+        writes = Writes()
+        writes.applied(_crd(name), "12")
+        reflector.items = {f"/{name}": crd_outline(_crd(name))}
+        reflector.resource_version = "11"
+        assert not await cache.shows(writes.objects, within=0.0)
+        reflector.resource_version = "12"
+        assert await cache.shows(writes.objects, within=0.0)
+        # Not while the copy is listing again, nor once the CRD is gone.
+        reflector.synced = False
+        assert not await cache.shows(writes.objects, within=0.0)
+        reflector.synced, reflector.items = True, {}
+        assert not await cache.shows(writes.objects, within=0.0)
 
     asyncio.run(run())

@@ -244,6 +244,7 @@ class Reflector(CollectionCopy):
         "listing",
         "lists",
         "refusals",
+        "resource_version",
         "served",
         "synced",
         "watches",
@@ -287,6 +288,10 @@ class Reflector(CollectionCopy):
         # backoff and is not.
         self.listing = True
         self.lists = self.watches = self.bookmarks = self.expired = self.refusals = 0
+        # The newest resourceVersion the copy has taken in (its LIST's, then
+        # each event's and bookmark's): a watch sends a collection's changes
+        # in order, so the copy holds every write made at or before it.
+        self.resource_version = ""
         self._retry: asyncio.Event | None = None  # only while a 404 waits: not one a watch
         self._listed_at = 0.0
         self._armed_at: float | None = None
@@ -462,6 +467,7 @@ class Reflector(CollectionCopy):
         except ApiStatusError as err:
             raise Gone() if err.status == 410 else Refused(err.status) from err
         self._replace(found)
+        self.resource_version = found.resource_version
         self.served, self.synced = True, True
         if self.lists and self._label:
             RESTARTS[self._label] += 1
@@ -537,6 +543,7 @@ class Reflector(CollectionCopy):
         rv = str(metadata.get("resourceVersion") or rv)
         if kind == "BOOKMARK":
             self.bookmarks += 1
+            self.resource_version = rv
             return rv
         name = object_name_key(obj)
         if kind == "DELETED":
@@ -544,6 +551,8 @@ class Reflector(CollectionCopy):
         else:
             kept = self.outline(obj)
             self._keep(name, kept, len(line), self._weigh(line, kept))
+        # Before the news: who it wakes reads the copy as of this event.
+        self.resource_version = rv
         self._changed(self.key, str(kind), name)
         return rv
 

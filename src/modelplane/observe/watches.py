@@ -177,10 +177,11 @@ def crd_outline(crd: dict[str, Any]) -> dict[str, Any]:
         as_dict(crd.get("status")),
     )
     # Its name, labels and digest, and its spec and status as outlined,
-    # are those of every target of a stack at the same versions: kept once
-    # for all of them (``kube.interned``). Only the resourceVersion is the
-    # target's own.
-    metadata = pick(meta, ("name", "resourceVersion"))
+    # are those of every target of a stack at the same versions: the
+    # outline is kept once for all of them (``kube.interned``). The
+    # resourceVersion, the target's own, is not kept: a write is known to
+    # be in the copy by the copy's (``WatchCache._holds``).
+    metadata = pick(meta, ("name",))
     if isinstance(metadata.get("name"), str):
         metadata["name"] = sys.intern(metadata["name"])
     if isinstance(meta.get("labels"), dict):
@@ -200,11 +201,13 @@ def crd_outline(crd: dict[str, Any]) -> dict[str, Any]:
         if isinstance(conditions, list)
         else {}
     )
-    return {
-        "metadata": metadata,
-        "spec": interned(outline_spec),
-        "status": interned(outline_status),
-    }
+    return interned(
+        {
+            "metadata": interned(metadata),
+            "spec": interned(outline_spec),
+            "status": interned(outline_status),
+        }
+    )
 
 
 def _established(status: dict[str, Any]) -> bool:
@@ -461,8 +464,13 @@ class WatchCache:
             return None
         for reflector in watching:
             obj = reflector.items.get(w.key) if reflector.synced else None
+            if obj is None:
+                continue
+            # An outline that keeps no resourceVersion (a CRD's, shared by
+            # every target) is as new as the copy that holds it.
             seen = as_dict(as_dict(obj).get("metadata")).get("resourceVersion")
-            if isinstance(seen, str) and at_or_after(seen, w.resource_version):
+            seen = seen if isinstance(seen, str) else reflector.resource_version
+            if seen and at_or_after(seen, w.resource_version):
                 return True
         return False
 
