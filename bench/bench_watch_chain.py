@@ -5,7 +5,7 @@ way the operator does (``kube.client.open_target``: the deadline, guard and
 bound wrappers over httpx2, httpcore2 and the fair HTTP/2 connection), reads
 once on each so that its connection is up, then opens --watches idle watch
 streams on each, sent and read as a reflector does (``send`` with a
-watch's timeouts and ``UNBOUNDED``, its body iterated raw). It prints what
+watch's timeouts and ``UNBOUNDED``, its body read by ``watch_body``). It prints what
 the open streams hold, per stream, by the library that allocated it and by
 site, traced with tracemalloc: the chain alone, no objects kept, no
 reflector.
@@ -34,6 +34,7 @@ from tests.testenv.fleet import FleetServer  # noqa: E402
 
 from modelplane.kube.bounded import BOUND, UNBOUNDED, shed_headers  # noqa: E402
 from modelplane.kube.client import OpenCount, Target, open_target  # noqa: E402
+from modelplane.kube.watch_body import watch_body  # noqa: E402
 
 # Resources every simulated target serves, watched in turn.
 PATHS = (
@@ -66,7 +67,7 @@ async def _hold(
     try:
         shed_headers(response)
         opened()
-        async for _chunk in response.aiter_raw() if raw else response.aiter_bytes():
+        async for _chunk in watch_body(response) if raw else response.aiter_bytes():
             pass
     finally:
         await response.aclose()
@@ -195,7 +196,7 @@ def main() -> None:
         "--read",
         choices=("bytes", "raw"),
         default="raw",
-        help="iterate a watch's body as aiter_bytes or aiter_raw (what the reflector does)",
+        help="iterate a watch's body as aiter_bytes, or as the reflector does (kube.watch_body)",
     )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="mp-watch-chain-") as tmp:

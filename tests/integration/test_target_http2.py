@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx2
+import pytest
 import pytest_asyncio
 from lightkube import KubeConfig
 from lightkube.resources.core_v1 import ConfigMap, Namespace
@@ -27,6 +28,7 @@ from tests.waiting import wait_for_async
 
 from modelplane.kube.bounded import BOUND, UNBOUNDED, body_of, shed_headers
 from modelplane.kube.client import Target, open_target
+from modelplane.kube.watch_body import _h2_stream, watch_body
 
 # As many as a healthy target holds open (docs/sizing.md), and a few more.
 WATCHES = 16
@@ -217,6 +219,65 @@ async def test_an_open_watch_keeps_no_headers_and_still_reads(
         assert (event["type"], event["object"]["metadata"]["name"]) == ("ADDED", name)
     finally:
         await response.aclose()
+
+
+async def _watch(http: httpx2.AsyncClient, path: str, **timeouts: float) -> httpx2.Response:
+    rv = (await http.get(path)).json()["metadata"]["resourceVersion"]
+    params = {"watch": "true", "resourceVersion": rv, "timeoutSeconds": "3"}
+    request = http.build_request(
+        "GET",
+        path,
+        params=params,
+        timeout=httpx2.Timeout(10.0, **timeouts),
+        extensions={BOUND: UNBOUNDED},
+    )
+    response = await http.send(request, stream=True)
+    assert response.status_code == 200
+    return response
+
+
+async def test_a_watch_is_read_from_its_http2_stream_to_its_end(
+    target_and_namespace: tuple[Target, str],
+) -> None:
+    # Read under the layers, straight from the stream: every event in order,
+    # and the end when the server ends the watch (its timeoutSeconds).
+    target, ns = target_and_namespace
+    http = target.client.http
+    path = f"/api/v1/namespaces/{ns}/configmaps"
+    response = await _watch(http, path)
+    try:
+        assert _h2_stream(response) is not None, "not read from the HTTP/2 stream"
+        names = [f"read-{i}-{uuid.uuid4().hex[:6]}" for i in range(3)]
+        for name in names:
+            made = await http.post(path, json={"metadata": {"name": name}})
+            assert made.status_code == 201, made.text
+        body = b""
+        async with asyncio.timeout(30):
+            async for chunk in watch_body(response):
+                body += chunk
+        events = [json.loads(line) for line in body.splitlines() if line.strip()]
+        added = [e["object"]["metadata"]["name"] for e in events if e["type"] == "ADDED"]
+        assert added == names
+    finally:
+        await response.aclose()
+    # The stream ended cleanly: the connection goes on answering.
+    assert (await http.get(path)).status_code == 200
+
+
+async def test_a_quiet_watch_past_its_read_timeout_fails_as_httpx2s_timeout(
+    target_and_namespace: tuple[Target, str],
+) -> None:
+    # httpcore2's errors reach the reflector as httpx2's, which it reads as an outage.
+    target, ns = target_and_namespace
+    http = target.client.http
+    response = await _watch(http, f"/api/v1/namespaces/{ns}/secrets", read=0.5)
+    try:
+        with pytest.raises(httpx2.ReadTimeout):
+            async for _chunk in watch_body(response):
+                pass
+    finally:
+        await response.aclose()
+    assert (await http.get(f"/api/v1/namespaces/{ns}/secrets")).status_code == 200
 
 
 async def test_a_401_over_http2_is_read_and_the_next_request_still_answered(

@@ -131,14 +131,14 @@ class Deadlines(httpx2.AsyncBaseTransport):
                 response = await self._inner.handle_async_request(request)
         except TimeoutError as err:
             raise _exceeded(request) from err
-        response.stream = _Bounded(response.stream, deadline, request)
+        response.stream = Bounded(response.stream, deadline, request)
         return response
 
     async def aclose(self) -> None:
         await self._inner.aclose()
 
 
-class _Bounded(httpx2.AsyncByteStream):
+class Bounded(httpx2.AsyncByteStream):
     """An answer's body, each piece of it read by the request's deadline."""
 
     def __init__(
@@ -150,15 +150,24 @@ class _Bounded(httpx2.AsyncByteStream):
         assert isinstance(inner, httpx2.AsyncByteStream), "an async transport's answer"
         self._inner, self._deadline, self._request = inner, deadline, request
 
+    @property
+    def inner(self) -> httpx2.AsyncByteStream:
+        """The body this bounds, as the transport under the deadline answered it."""
+        return self._inner
+
     def __aiter__(self) -> AsyncIterator[bytes]:
-        return _Pieces(self._inner.__aiter__(), self._deadline, self._request)
+        return self.reading(self._inner.__aiter__())
+
+    def reading(self, pieces: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+        """``pieces`` (the inner body, read another way), each by the request's deadline."""
+        return _Pieces(pieces, self._deadline, self._request)
 
     async def aclose(self) -> None:
         await self._inner.aclose()
 
 
 class _Pieces:
-    """The pieces of a ``_Bounded`` body, as they are read.
+    """The pieces of a ``Bounded`` body, as they are read.
 
     An iterator, not an async generator: a WATCH's body is iterated for
     minutes, and a live async generator costs its frame and a weak

@@ -53,7 +53,7 @@ import httpx2
 
 from modelplane.backoff import Attempts, Backoff
 from modelplane.kube.answers import describe_error
-from modelplane.kube.bounded import BOUND, UNBOUNDED, body_of, shed_headers
+from modelplane.kube.bounded import BOUND, UNBOUNDED, shed_headers
 from modelplane.kube.budget import Budget, Holdings, budget_for
 from modelplane.kube.client import (
     CRD_STORAGE_TRIES,
@@ -68,6 +68,7 @@ from modelplane.kube.client import (
     list_pages,
 )
 from modelplane.kube.collection_copy import CollectionCopy, Outline, object_name_key, whole
+from modelplane.kube.watch_body import watch_body
 from modelplane.untrusted import Limits, UntrustedInputError, load_json
 from modelplane.wire import ApiRef
 
@@ -487,7 +488,7 @@ class Reflector(CollectionCopy):
             if response.status_code >= 300:
                 raise Refused(response.status_code)
             shed_headers(response)
-            async for line in _lines(body_of(response), MAX_WATCH_LINE):
+            async for line in _lines(watch_body(response), MAX_WATCH_LINE):
                 if line.strip():
                     rv = self._apply(line, rv)
         finally:
