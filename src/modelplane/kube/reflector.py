@@ -46,7 +46,7 @@ import contextlib
 import logging
 import random
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import httpx2
@@ -68,7 +68,7 @@ from modelplane.kube.client import (
     list_pages,
 )
 from modelplane.kube.collection_copy import CollectionCopy, Outline, object_name_key, whole
-from modelplane.kube.watch_body import watch_body
+from modelplane.kube.watch_body import Lines, watch_body
 from modelplane.untrusted import Limits, UntrustedInputError, load_json
 from modelplane.wire import ApiRef
 
@@ -488,7 +488,7 @@ class Reflector(CollectionCopy):
             if response.status_code >= 300:
                 raise Refused(response.status_code)
             shed_headers(response)
-            async for line in _lines(watch_body(response), MAX_WATCH_LINE):
+            async for line in Lines(watch_body(response), MAX_WATCH_LINE, Unreadable):
                 if line.strip():
                     rv = self._apply(line, rv)
         finally:
@@ -560,25 +560,3 @@ class Reflector(CollectionCopy):
 
 # What a watch event's type may be (ERROR is handled before).
 _EVENT_TYPES = frozenset({"ADDED", "MODIFIED", "DELETED", "BOOKMARK"})
-
-
-async def _lines(chunks: AsyncIterator[bytes], limit: int) -> AsyncIterator[bytes]:
-    """The lines of a stream, none longer than ``limit``: ``Unreadable`` past it.
-
-    httpx's ``aiter_lines`` keeps a line whole however long it grows, and a
-    target may send one without end.
-    """
-    buffer = bytearray()
-    async for chunk in chunks:
-        searched = len(buffer)
-        buffer += chunk
-        while (end := buffer.find(b"\n", searched)) >= 0:
-            if end > limit:
-                break
-            yield bytes(buffer[:end])
-            del buffer[: end + 1]
-            searched = 0
-        if len(buffer) > limit:
-            raise Unreadable(f"a line longer than {limit} bytes")
-    if buffer:
-        yield bytes(buffer)

@@ -24,7 +24,7 @@ Goes when httpcore2's HTTP/2 streams read without a generator a layer.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import h2.events
@@ -112,3 +112,49 @@ class _StreamData:
             with map_httpcore_exceptions():
                 raise
         raise StopAsyncIteration
+
+
+class Lines:
+    """The lines of a body, none longer than ``limit``: ``too_long(message)`` raised past it.
+
+    httpx's ``aiter_lines`` keeps a line whole however long it grows, and a
+    target may send one without end. An iterator, not an async generator,
+    for the reason the module gives: it is read for as long as a watch is open.
+    """
+
+    __slots__ = ("_buffer", "_chunks", "_ended", "_limit", "_searched", "_too_long")
+
+    def __init__(
+        self, chunks: AsyncIterator[bytes], limit: int, too_long: Callable[[str], Exception]
+    ) -> None:
+        self._chunks, self._limit, self._too_long = chunks, limit, too_long
+        self._buffer = bytearray()
+        # Where the next newline is looked for: the buffer before it has none.
+        self._searched = 0
+        self._ended = False
+
+    def __aiter__(self) -> Lines:
+        return self
+
+    async def __anext__(self) -> bytes:
+        buffer = self._buffer
+        while True:
+            end = buffer.find(b"\n", self._searched)
+            if 0 <= end <= self._limit:
+                line = bytes(buffer[:end])
+                del buffer[: end + 1]
+                self._searched = 0
+                return line
+            if len(buffer) > self._limit:
+                raise self._too_long(f"a line longer than {self._limit} bytes")
+            if self._ended:
+                if not buffer:
+                    raise StopAsyncIteration
+                line = bytes(buffer)
+                buffer.clear()
+                return line
+            self._searched = len(buffer)
+            try:
+                buffer += await self._chunks.__anext__()
+            except StopAsyncIteration:
+                self._ended = True
