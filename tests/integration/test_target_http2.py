@@ -67,6 +67,18 @@ def _h2_states(http: httpx2.AsyncClient) -> list[Any]:
     return states
 
 
+async def _h2_states_after_reads(target_and_namespace: tuple[Target, str], reads: int) -> list[Any]:
+    """The h2 state of each of the target's HTTP/2 connections, after ``reads`` GETs on them."""
+    target, ns = target_and_namespace
+    http = target.client.http
+    for _ in range(reads):
+        answer = await http.get(f"/api/v1/namespaces/{ns}/configmaps")
+        assert answer.status_code == 200, answer.text
+    states = _h2_states(http)
+    assert states, "no HTTP/2 connection in the pool"
+    return states
+
+
 def _local_port(response: httpx2.Response) -> int:
     stream = response.extensions["network_stream"]
     return int(stream.get_extra_info("client_addr")[1])
@@ -154,14 +166,7 @@ async def test_a_connection_keeps_no_header_tables(
     # HPACK's tables are state a watch's headers, sent once in minutes, do
     # not need: the server is asked to keep none for its answers, and our
     # encoder keeps none for our requests.
-    target, ns = target_and_namespace
-    http = target.client.http
-    for _ in range(20):
-        answer = await http.get(f"/api/v1/namespaces/{ns}/configmaps")
-        assert answer.status_code == 200, answer.text
-    states = _h2_states(http)
-    assert states, "no HTTP/2 connection in the pool"
-    for state in states:
+    for state in await _h2_states_after_reads(target_and_namespace, 20):
         assert state.decoder.max_allowed_table_size == 0
         assert len(state.decoder.header_table.dynamic_entries) == 0
         assert len(state.encoder.header_table.dynamic_entries) == 0
@@ -172,19 +177,30 @@ async def test_a_connection_keeps_its_settings_in_lists(
 ) -> None:
     # h2 keeps each setting's values in a deque of 760 bytes: in lists here,
     # those the server's SETTINGS added included, and still read right.
-    target, ns = target_and_namespace
-    http = target.client.http
-    for _ in range(5):
-        answer = await http.get(f"/api/v1/namespaces/{ns}/configmaps")
-        assert answer.status_code == 200, answer.text
-    states = _h2_states(http)
-    assert states, "no HTTP/2 connection in the pool"
-    for state in states:
+    for state in await _h2_states_after_reads(target_and_namespace, 5):
         for settings in (state.local_settings, state.remote_settings):
             kept = settings._settings
             assert kept and not any(isinstance(v, collections.deque) for v in kept.values())
         assert state.local_settings.header_table_size == 0
         assert state.remote_settings.max_concurrent_streams > 1
+
+
+async def _watch(
+    http: httpx2.AsyncClient, path: str, seconds: int = 3, **timeouts: float
+) -> httpx2.Response:
+    """A WATCH of ``path`` from now, for ``seconds``, sent as the reflector sends one."""
+    rv = (await http.get(path)).json()["metadata"]["resourceVersion"]
+    params = {"watch": "true", "resourceVersion": rv, "timeoutSeconds": str(seconds)}
+    request = http.build_request(
+        "GET",
+        path,
+        params=params,
+        timeout=httpx2.Timeout(10.0, **timeouts),
+        extensions={BOUND: UNBOUNDED},
+    )
+    response = await http.send(request, stream=True)
+    assert response.status_code == 200
+    return response
 
 
 async def test_an_open_watch_keeps_no_headers_and_still_reads(
@@ -196,12 +212,8 @@ async def test_an_open_watch_keeps_no_headers_and_still_reads(
     target, ns = target_and_namespace
     http = target.client.http
     path = f"/api/v1/namespaces/{ns}/configmaps"
-    rv = (await http.get(path)).json()["metadata"]["resourceVersion"]
-    params = {"watch": "true", "resourceVersion": rv, "timeoutSeconds": "60"}
-    request = http.build_request("GET", path, params=params, extensions={BOUND: UNBOUNDED})
-    response = await http.send(request, stream=True)
+    response = await _watch(http, path, seconds=60)
     try:
-        assert response.status_code == 200
         shed_headers(response)
         assert not response.headers and not response.request.headers
         sent = [r.request for r in _pool(http)._requests]
@@ -219,21 +231,6 @@ async def test_an_open_watch_keeps_no_headers_and_still_reads(
         assert (event["type"], event["object"]["metadata"]["name"]) == ("ADDED", name)
     finally:
         await response.aclose()
-
-
-async def _watch(http: httpx2.AsyncClient, path: str, **timeouts: float) -> httpx2.Response:
-    rv = (await http.get(path)).json()["metadata"]["resourceVersion"]
-    params = {"watch": "true", "resourceVersion": rv, "timeoutSeconds": "3"}
-    request = http.build_request(
-        "GET",
-        path,
-        params=params,
-        timeout=httpx2.Timeout(10.0, **timeouts),
-        extensions={BOUND: UNBOUNDED},
-    )
-    response = await http.send(request, stream=True)
-    assert response.status_code == 200
-    return response
 
 
 async def test_a_watch_is_read_from_its_http2_stream_to_its_end(
