@@ -1,6 +1,6 @@
 """A watch's body read straight from its HTTP/2 stream, through no async generator.
 
-On its way to the reflector a watch's body passes through six layers:
+On its way to the reflector a watch's body passes through seven layers:
 httpx2's answer and its timing stream, the request's deadline
 (``kube.deadline``), httpx2's mapping of httpcore2's errors, httpcore2's
 pool stream, its HTTP/2 stream and the connection's body reader. All but
