@@ -15,23 +15,21 @@ lightkube 1.0 has no public call for a GET with its own ``Accept`` header.
 
 from __future__ import annotations
 
-import hashlib
-import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx2
-import msgspec
 from lightkube import AsyncClient
 
 from modelplane.kube.address import AddressDenied
 from modelplane.kube.answers import describe_error
 from modelplane.kube.client import ApiStatusError, TargetClient, TargetError, get_answer, raw_http
-from modelplane.kube.plurals import merged
+from modelplane.kube.interned import KeptOnce
+from modelplane.kube.plurals import Kind, merged
 
 APIS = dict[str, dict[str, list[str]]]
 # (apiVersion, kind) -> the resource name the server serves the kind under.
-PLURALS = dict[tuple[str, str], str]
+PLURALS = dict[Kind, str]
 
 AGGREGATED_ACCEPT = (
     "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,"
@@ -96,7 +94,7 @@ async def discover(http: httpx2.AsyncClient) -> Served:
 
 
 # What targets serving the same APIs were told, kept once for all of them.
-_SERVED: weakref.WeakValueDictionary[bytes, Served] = weakref.WeakValueDictionary()
+_SERVED: KeptOnce[Served] = KeptOnce()
 
 
 def shared(served: Served) -> Served:
@@ -108,15 +106,8 @@ def shared(served: Served) -> Served:
     it, never change it: its readers merge what they keep into maps of their
     own (``kube.plurals.merged``).
     """
-    text = msgspec.json.encode(
-        [served.apis, sorted([*key, plural] for key, plural in served.plurals.items())],
-        order="sorted",
-    )
-    key = hashlib.sha256(text).digest()
-    found = _SERVED.get(key)
-    if found is None:
-        _SERVED[key] = found = served
-    return found
+    content = [served.apis, sorted([*key, plural] for key, plural in served.plurals.items())]
+    return _SERVED.get(content, lambda: served)
 
 
 async def served(client: AsyncClient) -> Served:

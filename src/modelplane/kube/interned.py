@@ -15,9 +15,34 @@ from __future__ import annotations
 
 import hashlib
 import weakref
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar
 
 import msgspec
+
+T = TypeVar("T")
+
+
+class KeptOnce(Generic[T]):
+    """One kept value for each distinct content, found by the digest of it, held weakly.
+
+    What ``interned``, ``discovery.shared`` and ``plurals.merged`` each keep
+    once for every target that has the same: a value no one holds any more
+    goes. The content is what makes two values equal, encoded as JSON with
+    keys sorted; ``msgspec.EncodeError`` or ``TypeError`` if it does not encode.
+    """
+
+    def __init__(self) -> None:
+        self._kept: weakref.WeakValueDictionary[bytes, T] = weakref.WeakValueDictionary()
+
+    def get(self, content: object, make: Callable[[], T]) -> T:
+        """The value kept for ``content``: ``make()``'s, kept, the first time."""
+        key = hashlib.sha256(msgspec.json.encode(content, order="sorted")).digest()
+        found = self._kept.get(key)
+        if found is None:
+            found = make()
+            self._kept[key] = found
+        return found
 
 
 class Shared(dict[str, Any]):
@@ -26,22 +51,16 @@ class Shared(dict[str, Any]):
     __slots__ = ("__weakref__",)
 
 
-_PARTS: weakref.WeakValueDictionary[bytes, Shared] = weakref.WeakValueDictionary()
+_PARTS: KeptOnce[Shared] = KeptOnce()
 
 
 def interned(part: dict[str, Any]) -> dict[str, Any]:
-    """The one kept copy of a part equal to ``part``: ``part`` itself the first time.
+    """The one kept copy of a part equal to ``part``: a copy of it made the first time.
 
     Equal by content, keys in any order; a part that does not encode as
     JSON is returned as it is.
     """
     try:
-        text = msgspec.json.encode(part, order="sorted")
+        return _PARTS.get(part, lambda: Shared(part))
     except (TypeError, msgspec.EncodeError):
         return part
-    key = hashlib.sha256(text).digest()
-    found = _PARTS.get(key)
-    if found is None:
-        found = Shared(part)
-        _PARTS[key] = found
-    return found

@@ -6,17 +6,15 @@ Standard target. Every target of a stack at the same versions serves the
 same kinds under the same plurals, so a shard held thousands of equal
 dicts: 4.5 KiB each, 9 KiB a target, by a census of a settled shard
 (``bench/live_census.py``). ``merged`` hands out one read-only map per
-distinct content, held weakly, as ``kube.interned`` does for objects'
-parts; a map that learns a kind is replaced by another, never changed.
+distinct content, held weakly (``kube.interned.KeptOnce``); a map that
+learns a kind is replaced by another, never changed.
 """
 
 from __future__ import annotations
 
-import hashlib
-import weakref
 from collections.abc import Iterator, Mapping
 
-import msgspec
+from modelplane.kube.interned import KeptOnce
 
 Kind = tuple[str, str]  # (apiVersion, kind)
 
@@ -44,7 +42,7 @@ class Plurals(Mapping[Kind, str]):
 
 NONE = Plurals()
 
-_KEPT: weakref.WeakValueDictionary[bytes, Plurals] = weakref.WeakValueDictionary()
+_KEPT: KeptOnce[Plurals] = KeptOnce()
 
 
 def merged(held: Plurals, more: Mapping[Kind, str]) -> Plurals:
@@ -55,10 +53,5 @@ def merged(held: Plurals, more: Mapping[Kind, str]) -> Plurals:
     if all(held.get(key) == plural for key, plural in more.items()):
         return held
     union = {**held, **more}
-    digest = hashlib.sha256(
-        msgspec.json.encode(sorted([*key, plural] for key, plural in union.items()))
-    ).digest()
-    found = _KEPT.get(digest)
-    if found is None:
-        _KEPT[digest] = found = Plurals(union)
-    return found
+    content = sorted([*key, plural] for key, plural in union.items())
+    return _KEPT.get(content, lambda: Plurals(union))
