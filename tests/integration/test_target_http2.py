@@ -185,6 +185,12 @@ async def test_a_connection_keeps_its_settings_in_lists(
         assert state.remote_settings.max_concurrent_streams > 1
 
 
+def _configmaps(target_and_namespace: tuple[Target, str]) -> tuple[httpx2.AsyncClient, str]:
+    """The target's raw client, and the path of the test namespace's ConfigMaps."""
+    target, ns = target_and_namespace
+    return target.client.http, f"/api/v1/namespaces/{ns}/configmaps"
+
+
 async def _watch(
     http: httpx2.AsyncClient, path: str, seconds: int = 3, **timeouts: float
 ) -> httpx2.Response:
@@ -209,9 +215,7 @@ async def test_an_open_watch_keeps_no_headers_and_still_reads(
     # A watch's answer is open for minutes: its headers and its request's,
     # httpx2's and httpcore2's, are dropped once it has begun, and its
     # events still arrive.
-    target, ns = target_and_namespace
-    http = target.client.http
-    path = f"/api/v1/namespaces/{ns}/configmaps"
+    http, path = _configmaps(target_and_namespace)
     response = await _watch(http, path, seconds=60)
     try:
         shed_headers(response)
@@ -238,9 +242,7 @@ async def test_a_watch_is_read_from_its_http2_stream_to_its_end(
 ) -> None:
     # Read under the layers, straight from the stream: every event in order,
     # and the end when the server ends the watch (its timeoutSeconds).
-    target, ns = target_and_namespace
-    http = target.client.http
-    path = f"/api/v1/namespaces/{ns}/configmaps"
+    http, path = _configmaps(target_and_namespace)
     response = await _watch(http, path)
     try:
         assert _h2_stream(response) is not None, "not read from the HTTP/2 stream"

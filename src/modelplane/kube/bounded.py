@@ -152,7 +152,7 @@ def shed_headers(response: httpx2.Response) -> None:
     """Drop the headers of an open answer and of its request: nothing reads them again.
 
     A watch's answer is open for minutes and read by its lines alone
-    (``body_of``). Its headers and its request's were read when it began
+    (``kube.watch_body``). Its headers and its request's were read when it began
     (the guard's checks, the status), then kept with it as httpx2's tuples
     of bytes, both ways: some 2 KiB a watch, for each of a target's
     watches (a census of a settled shard, docs/sizing.md).
