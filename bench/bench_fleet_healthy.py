@@ -11,7 +11,8 @@ at the default resync.
 
 Prints, per shard:
 - RSS and CPU seconds idle (the operator up, no stack) and settled (every
-  stack Ready, then --settle seconds);
+  stack Ready, then --settle seconds), and the peak RSS (the kernel's
+  high-water mark, bringing the targets up included);
 - open connections (the operator's sockets, from /proc) and the watches and
   connections the fleet server counts on the shard's targets;
 - the time from the first ServingStack created until every stack of the
@@ -137,6 +138,14 @@ def _raise_nofile() -> int:
 
 def _rss_mib(pid: int) -> float:
     return int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * PAGE / 2**20
+
+
+def _peak_rss_mib(pid: int) -> float:
+    """The process's resident high-water mark (VmHWM): its peak, bring-up included."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
 
 
 def _cpu_seconds(pid: int) -> float:
@@ -465,6 +474,7 @@ def main() -> None:
             time.sleep(args.settle)
 
             settled = [(_rss_mib(p.pid), _cpu_seconds(p.pid)) for p in procs]
+            peaks = [_peak_rss_mib(p.pid) for p in procs]
             stats0 = [f.stats(detail=True)["perTarget"] for f in fleets]
             hub0 = _hub_requests(hub_env)
             cpu0 = [_cpu_seconds(p.pid) for p in procs]
@@ -503,7 +513,8 @@ def main() -> None:
                 lat = latencies[s]
                 print(
                     f"shard {s} ({len(mine)} targets): "
-                    f"RSS idle {idle[s][0]:.0f} MiB, settled {settled[s][0]:.0f} MiB; "
+                    f"RSS idle {idle[s][0]:.0f} MiB, settled {settled[s][0]:.0f} MiB, "
+                    f"peak {peaks[s]:.0f} MiB; "
                     f"CPU s idle {idle[s][1]:.1f}, settled {settled[s][1]:.1f}, "
                     f"{(cpu1[s] - cpu0[s]) * per_minute:.1f}/min in the window; "
                     f"operator sockets {sockets[s]}, target connections {conns} "
