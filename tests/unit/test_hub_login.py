@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import os
 from pathlib import Path
 
+import kopf
 import pytest
 import yaml
 from typer.testing import CliRunner
 
 from modelplane.cli.main import app
 from modelplane.operator import process
-from modelplane.operator.hub import connection_info, load_config
+from modelplane.operator.hub import HUB_CONNECTIONS, bounded_session, connection_info, load_config
 from modelplane.operator.options import OperatorOptions
 
 
@@ -102,3 +105,32 @@ def test_run_passes_the_kubeconfig_on_and_leaves_the_environment_alone(
     assert [o.hub_kubeconfig for o in seen] == [hub]
     assert seen_env == [str(elsewhere)]
     assert os.environ["KUBECONFIG"] == str(elsewhere)
+
+
+def test_kopf_session_opens_a_bounded_number_of_connections_to_the_hub(tmp_path: Path) -> None:
+    # kopf's own session has no limit: an operator starting over thousands
+    # of stacks opened a connection to the hub for each.
+    info = connection_info(load_config(_kubeconfig(tmp_path, {"token": "secret-token"})))
+    # The system's CAs: the kubeconfig's CA file is a name only here.
+    info = dataclasses.replace(info, ca_path=None)
+
+    async def built() -> tuple[object, int, str | None, str, str | None]:
+        context = bounded_session(info)
+        session = context.aiohttp_session
+        try:
+            limit = session.connector.limit if session.connector is not None else 0
+            return (
+                context,
+                limit,
+                session.headers.get("Authorization"),
+                context.server,
+                context.default_namespace,
+            )
+        finally:
+            await session.close()
+
+    context, limit, authorization, server, namespace = asyncio.run(built())
+    assert isinstance(context, kopf.AiohttpSession)
+    assert limit == HUB_CONNECTIONS > 0
+    assert authorization == "Bearer secret-token"
+    assert (server, namespace) == ("https://hub.example:6443", "ops")

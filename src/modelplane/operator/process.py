@@ -25,6 +25,7 @@ from modelplane.operator.hub import (
     CHECK_RETRY_SECONDS,
     CrdRefused,
     Watched,
+    bounded_session,
     connection_info,
     ensure_servingstack_crd,
     load_config,
@@ -110,8 +111,8 @@ async def run(options: OperatorOptions) -> None:
         register(registry, rt)
 
         @kopf.on.login(registry=registry)
-        def login(settings: kopf.OperatorSettings, **_: Any) -> kopf.ConnectionInfo:
-            return connection_info(config, trust_env=settings.networking.trust_env)
+        async def login(settings: kopf.OperatorSettings, **_: Any) -> kopf.AiohttpSession:
+            return bounded_session(connection_info(config, trust_env=settings.networking.trust_env))
 
         @kopf.on.startup(registry=registry)
         async def check_hub(**_: Any) -> None:
