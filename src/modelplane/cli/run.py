@@ -85,7 +85,8 @@ Relist = Annotated[
     typer.Option(
         "--relist",
         help="Seconds between resyncs that read the target afresh instead of "
-        "re-planning from what the watches hold.",
+        "re-planning from what the watches hold (each stack's next up to half as long again, "
+        "drawn at each read, so a shard's stacks do not read at once).",
     ),
 ]
 MaxConcurrentTargetReads = Annotated[
