@@ -1,0 +1,77 @@
+"""kopf's session to the hub: the kubeconfig's credentials, and few connections.
+
+kopf's own session opens a connection for every request in flight, with no
+limit; an operator starting over thousands of stacks sent one for each at
+once, a TLS connection apiece. The operator gives kopf its own session
+(``operator.hub.bounded_session``), so it must log in as kopf's did, against
+a real kube-apiserver, and never hold more than ``HUB_CONNECTIONS`` however
+many requests wait.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from tests.testenv import TestEnv
+
+from modelplane.operator.hub import HUB_CONNECTIONS, bounded_session, connection_info, load_config
+
+
+def _connections_to(port: int) -> int:
+    """This process's TCP sockets whose peer is ``port`` on the loopback."""
+    inodes = {
+        link[8:-1]
+        for fd in Path("/proc/self/fd").iterdir()
+        if (link := _readlink(fd)).startswith("socket:[")
+    }
+    count = 0
+    for table in ("tcp", "tcp6"):
+        for line in Path(f"/proc/self/net/{table}").read_text().splitlines()[1:]:
+            fields = line.split()
+            if int(fields[2].rsplit(":", 1)[1], 16) == port and fields[9] in inodes:
+                count += 1
+    return count
+
+
+def _readlink(fd: Path) -> str:
+    try:
+        return os.readlink(fd)
+    except OSError:
+        return ""
+
+
+def test_kopf_logs_in_with_the_kubeconfig_and_holds_few_connections(hub_env: TestEnv) -> None:
+    info = connection_info(load_config(hub_env.kubeconfig_path))
+    port = urlsplit(info.server).port
+    assert port is not None
+    requests = HUB_CONNECTIONS * 3
+
+    async def run() -> tuple[list[int], int]:
+        context = bounded_session(info)
+        session = context.aiohttp_session
+        most = 0
+        try:
+
+            async def one() -> int:
+                # A watch that the server ends after a second: each holds
+                # its connection that long, so all of them want one at once.
+                url = f"{info.server}/api/v1/namespaces?watch=1&timeoutSeconds=1"
+                async with session.get(url) as answer:
+                    await answer.read()
+                    return answer.status
+
+            tasks = [asyncio.create_task(one()) for _ in range(requests)]
+            while not all(t.done() for t in tasks):
+                most = max(most, _connections_to(port))
+                await asyncio.sleep(0.05)
+            return [t.result() for t in tasks], most
+        finally:
+            await session.close()
+
+    statuses, most = asyncio.run(run())
+    # Logged in: the hub's CA verified, its token taken.
+    assert statuses == [200] * requests
+    assert 0 < most <= HUB_CONNECTIONS
