@@ -22,11 +22,16 @@ type and by holder (untraced: the RSS stays the figure). With
 ``--trace FRAMES`` the operators run under bench/heap_window.py, tracing
 their Python allocations while the second half comes in: the sites of what
 those targets added and still hold are printed, in KiB per target. Traced,
-RSS is not the figure (tracing costs memory and time of its own).
+RSS is not the figure (tracing costs memory and time of its own). With
+``--gc`` the operators run under bench/gc_pauses.py, and each full
+garbage collection (every object scanned, the event loop stopped) is
+counted: how many, the longest and their total, up to the first size
+settled and while the second half came in and settled.
 
     python bench/bench_shard_memory.py --targets 1000 --before HEAD~3
     python bench/bench_shard_memory.py --targets 400 --trace 1
     python bench/bench_shard_memory.py --targets 1000 --census
+    python bench/bench_shard_memory.py --targets 1000 --gc --before HEAD~1
 """
 
 from __future__ import annotations
@@ -42,7 +47,7 @@ import time
 import tracemalloc
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -78,6 +83,8 @@ class Size:
     snapshot: tracemalloc.Snapshot | None
     peak: float = 0.0
     census: str = ""
+    # Full collections up to this size: (when it ended, how long it took in ms).
+    collections: list[tuple[float, float]] = field(default_factory=list)
 
 
 def _start_operator(
@@ -87,8 +94,11 @@ def _start_operator(
     selector: str,
     trace: tuple[Path, int] | None,
     census: Path | None,
+    gc_log: Path | None = None,
 ) -> subprocess.Popen[bytes]:
-    if trace:
+    if gc_log:
+        runner = [str(ROOT / "bench" / "gc_pauses.py"), str(gc_log)]
+    elif trace:
         runner = [str(ROOT / "bench" / "heap_window.py"), str(trace[0]), str(trace[1])]
     elif census:
         runner = [str(ROOT / "bench" / "live_census.py"), str(census)]
@@ -153,16 +163,17 @@ def measure(
     snap = work / f"heap-{tag}.snap"
     trace = (snap, args.trace) if args.trace else None
     census = work / f"census-{tag}.txt" if args.census and not trace else None
+    gc_log = work / f"gc-{tag}.log" if args.gc else None
     with hub.http_client(timeout=60) as http:
         _label(http, names[half:], 1)
         # Ready from the code measured before this one would be taken for this one's.
         forget_statuses(http, names, lambda: not any_ready())
-        proc = _start_operator(src, hub, log, f"{SHARD_LABEL}=0", trace, census)
+        proc = _start_operator(src, hub, log, f"{SHARD_LABEL}=0", trace, census, gc_log)
         try:
             _until("operator up", lambda: "authentication has finished" in log.read_text(), 180)
             time.sleep(args.settle)
             _settle(fleet, lambda: ready(half), args.settle, args.ready_timeout)
-            small = Size(_rss_mib(proc.pid), None)
+            small = Size(_rss_mib(proc.pid), None, collections=_collections(gc_log))
             if trace:
                 proc.send_signal(signal.SIGUSR1)  # bench/heap_window.py: tracing from now
             small.peak = _peak_mib(proc.pid)
@@ -172,7 +183,9 @@ def measure(
                 time.sleep(args.settle)
                 end = min(start + step, len(names))
                 _settle(fleet, lambda end=end: ready(end), args.settle, args.ready_timeout)
-            large = Size(_rss_mib(proc.pid), None, _peak_mib(proc.pid))
+            large = Size(
+                _rss_mib(proc.pid), None, _peak_mib(proc.pid), collections=_collections(gc_log)
+            )
             if trace:
                 proc.send_signal(signal.SIGUSR1)  # the snapshot: what the second half added
                 _until("the heap snapshot", snap.exists, 600)
@@ -184,6 +197,24 @@ def measure(
             return small, large
         finally:
             _stop(proc)
+
+
+def _collections(gc_log: Path | None) -> list[tuple[float, float]]:
+    """The full collections bench/gc_pauses.py logged so far: (end time, milliseconds)."""
+    if gc_log is None or not gc_log.exists():
+        return []
+    return [
+        (float(when), float(took))
+        for when, took, _ in (line.split() for line in gc_log.read_text().splitlines())
+    ]
+
+
+def _pauses(collections: list[tuple[float, float]]) -> str:
+    if not collections:
+        return "no full collection"
+    took = [ms for _, ms in collections]
+    longest, total = max(took), sum(took) / 1000
+    return f"{len(took)} full collections, longest {longest:.0f} ms, {total:.1f} s in all"
 
 
 def _peak_mib(pid: int) -> float:
@@ -201,6 +232,12 @@ def report(name: str, small: Size, large: Size, half: int, depth: int) -> None:
         f"{per_target * 1000:.0f} MiB per 1,000 targets ({per_target * 1024:.0f} KiB a target); "
         f"peak RSS {small.peak:.0f} MiB up to {half}, {large.peak:.0f} MiB up to {2 * half}"
     )
+    if large.collections:
+        later = large.collections[len(small.collections) :]
+        print(
+            f"    garbage collector (bench/gc_pauses.py): up to {half} settled, "
+            f"{_pauses(small.collections)}; then up to {2 * half} settled, {_pauses(later)}"
+        )
     if large.census:
         print(f"    census of the operator at {2 * half} targets (bench/live_census.py):")
     for line in large.census.splitlines():
@@ -228,6 +265,9 @@ def main() -> None:
     parser.add_argument("--keep", type=Path, help="work here and keep the logs")
     parser.add_argument(
         "--census", action="store_true", help="at the larger size, what the operator holds"
+    )
+    parser.add_argument(
+        "--gc", action="store_true", help="count the operators' full garbage collections"
     )
     parser.add_argument(
         "--steps", type=int, default=1, help="the second half in this many steps, each settled"

@@ -65,6 +65,7 @@ FOREIGN_FLAGS = {
     "--stagger",  # bench/bench_fleet_healthy.py
     "--census",  # bench/bench_shard_memory.py
     "--steps",  # bench/bench_shard_memory.py
+    "--gc",  # bench/bench_shard_memory.py
     "--ready-timeout",  # bench/bench_fleet_healthy.py
     "--variant",  # mmdebstrap
     "--network",  # podman run
