@@ -37,7 +37,6 @@ hub writes). p50 and max are printed.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 import tempfile
@@ -77,6 +76,7 @@ from tests.integration.test_release_health import (  # noqa: E402
 )
 from tests.testenv import TestEnv, find_binaries  # noqa: E402
 from tests.testenv.nodes import DEFAULT_LAYOUT, NodeLayout  # noqa: E402
+from tests.testenv.sockets import connections_to  # noqa: E402
 
 POLL = 0.02
 
@@ -163,24 +163,7 @@ def _watches(env: TestEnv) -> dict[str, float]:
 
 def _connections(pid: int, server: str) -> int:
     """Established TCP connections of process ``pid`` to ``server``'s port."""
-    port = int(server.rsplit(":", 1)[1])
-    inodes = set()
-    fd_dir = Path(f"/proc/{pid}/fd")
-    for fd in fd_dir.iterdir():
-        try:
-            link = os.readlink(fd)
-        except OSError:
-            continue
-        if link.startswith("socket:["):
-            inodes.add(link[8:-1])
-    count = 0
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        for line in Path(table).read_text().splitlines()[1:]:
-            fields = line.split()
-            remote, state, inode = fields[2], fields[3], fields[9]
-            if state == "01" and inode in inodes and int(remote.rsplit(":", 1)[1], 16) == port:
-                count += 1
-    return count
+    return connections_to(int(server.rsplit(":", 1)[1]), pid)
 
 
 def _quiet(h: Harness, seconds: float = 1.5) -> None:

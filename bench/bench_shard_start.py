@@ -22,7 +22,6 @@ and the RSS once they are.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import tempfile
 import time
@@ -36,6 +35,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from tests.testenv import TestEnv  # noqa: E402
 from tests.testenv.fleet import FleetServer, add_crds_option, crds_for  # noqa: E402
+from tests.testenv.sockets import connections_to  # noqa: E402
 
 from bench_fleet_healthy import (  # noqa: E402
     _peak_rss_mib,
@@ -65,25 +65,6 @@ class Start:
     settled: float = 0.0
 
 
-def hub_connections(pid: int, port: int) -> int:
-    """The sockets of ``pid`` connected to ``port`` on the loopback (the hub's)."""
-    inodes = set()
-    for fd in Path(f"/proc/{pid}/fd").iterdir():
-        try:
-            link = os.readlink(fd)
-        except OSError:
-            continue
-        if link.startswith("socket:["):
-            inodes.add(link[8:-1])
-    count = 0
-    for table in ("tcp", "tcp6"):
-        for line in Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]:
-            fields = line.split()
-            if int(fields[2].rsplit(":", 1)[1], 16) == port and fields[9] in inodes:
-                count += 1
-    return count
-
-
 def measure(
     src: Path, hub: TestEnv, port: int, names: list[str], shard: int, work: Path, timeout: float
 ) -> Start:
@@ -101,7 +82,7 @@ def measure(
                     found.peak, found.peak_at = rss, now
                 if not found.rss_10s and now >= 10:
                     found.rss_10s = rss
-                found.hub_connections = max(found.hub_connections, hub_connections(proc.pid, port))
+                found.hub_connections = max(found.hub_connections, connections_to(port, proc.pid))
                 ready = sum(1 for n in names if watch.ready.get(n))
                 if not found.ready_1min and now >= 60:
                     found.ready_1min = ready

@@ -11,36 +11,12 @@ many requests wait.
 from __future__ import annotations
 
 import asyncio
-import os
-from pathlib import Path
 from urllib.parse import urlsplit
 
 from tests.testenv import TestEnv
+from tests.testenv.sockets import connections_to
 
 from modelplane.operator.hub import HUB_CONNECTIONS, bounded_session, connection_info, load_config
-
-
-def _connections_to(port: int) -> int:
-    """This process's TCP sockets whose peer is ``port`` on the loopback."""
-    inodes = {
-        link[8:-1]
-        for fd in Path("/proc/self/fd").iterdir()
-        if (link := _readlink(fd)).startswith("socket:[")
-    }
-    count = 0
-    for table in ("tcp", "tcp6"):
-        for line in Path(f"/proc/self/net/{table}").read_text().splitlines()[1:]:
-            fields = line.split()
-            if int(fields[2].rsplit(":", 1)[1], 16) == port and fields[9] in inodes:
-                count += 1
-    return count
-
-
-def _readlink(fd: Path) -> str:
-    try:
-        return os.readlink(fd)
-    except OSError:
-        return ""
 
 
 def test_kopf_logs_in_with_the_kubeconfig_and_holds_few_connections(hub_env: TestEnv) -> None:
@@ -65,7 +41,7 @@ def test_kopf_logs_in_with_the_kubeconfig_and_holds_few_connections(hub_env: Tes
 
             tasks = [asyncio.create_task(one()) for _ in range(requests)]
             while not all(t.done() for t in tasks):
-                most = max(most, _connections_to(port))
+                most = max(most, connections_to(port))
                 await asyncio.sleep(0.05)
             return [t.result() for t in tasks], most
         finally:
