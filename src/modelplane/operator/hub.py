@@ -35,7 +35,7 @@ _PATTERN_MARKS = "!*?,"
 # limit (an aiohttp connector with ``limit=0``, kopf 1.45): an operator that
 # starts over a shard's stacks patches each at once, and so opened a TLS
 # connection to the hub for every stack, some 0.34 MiB each (2,500 stacks:
-# over 1 GiB a minute after the start, issue 42). The rest of kopf's
+# over 1 GiB within two minutes of the start, issue 42). The rest of kopf's
 # requests wait their turn in the connector: the hub answers a patch in
 # milliseconds, and kopf's watch of the stacks holds one connection.
 HUB_CONNECTIONS = 20
