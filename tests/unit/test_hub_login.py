@@ -14,7 +14,13 @@ from typer.testing import CliRunner
 
 from modelplane.cli.main import app
 from modelplane.operator import process
-from modelplane.operator.hub import HUB_CONNECTIONS, bounded_session, connection_info, load_config
+from modelplane.operator.hub import (
+    HUB_CONNECTIONS,
+    bounded_session,
+    connection_info,
+    kopf_watches,
+    load_config,
+)
 from modelplane.operator.options import OperatorOptions
 
 
@@ -115,7 +121,7 @@ def test_kopf_session_opens_a_bounded_number_of_connections_to_the_hub(tmp_path:
     info = dataclasses.replace(info, ca_path=None)
 
     async def built() -> tuple[object, int, str | None, str, str | None]:
-        context = bounded_session(info)
+        context = bounded_session(info, watches=1)
         session = context.aiohttp_session
         try:
             limit = session.connector.limit if session.connector is not None else 0
@@ -131,6 +137,24 @@ def test_kopf_session_opens_a_bounded_number_of_connections_to_the_hub(tmp_path:
 
     context, limit, authorization, server, namespace = asyncio.run(built())
     assert isinstance(context, kopf.AiohttpSession)
-    assert limit == HUB_CONNECTIONS > 0
+    # One connection for kopf's watch, HUB_CONNECTIONS for the rest.
+    assert limit == HUB_CONNECTIONS + 1 > 1
     assert authorization == "Bearer secret-token"
     assert (server, namespace) == ("https://hub.example:6443", "ops")
+
+
+@pytest.mark.parametrize(
+    ("namespaces", "clusterwide", "watches"),
+    [
+        ([], True, 1),
+        (["a"], True, 1),
+        (["a"], False, 1),
+        ([f"team-{i}" for i in range(30)], False, 30),
+    ],
+)
+def test_each_of_kopfs_watches_has_a_connection_besides_the_bound(
+    namespaces: list[str], clusterwide: bool, watches: int
+) -> None:
+    # A watch holds its connection while it runs: thirty watched namespaces
+    # under a bound of twenty would leave kopf no connection to patch with.
+    assert kopf_watches(namespaces, clusterwide) == watches

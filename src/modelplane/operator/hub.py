@@ -31,13 +31,13 @@ from modelplane.wire import FIELD_MANAGER, stamp
 # namespaces (scanning is off, see process.settings): a name with any of
 # these is a pattern, and matches nothing.
 _PATTERN_MARKS = "!*?,"
-# kopf's connections to the hub, at most, at once. kopf's own session has no
-# limit (an aiohttp connector with ``limit=0``, kopf 1.45): an operator that
-# starts over a shard's stacks patches each at once, and so opened a TLS
-# connection to the hub for every stack, some 0.34 MiB each (2,500 stacks:
-# over 1 GiB within two minutes of the start, issue 42). The rest of kopf's
-# requests wait their turn in the connector: the hub answers a patch in
-# milliseconds, and kopf's watch of the stacks holds one connection.
+# kopf's connections to the hub for its requests, at most, at once, besides
+# one for each of its watches. kopf's own session has no limit (an aiohttp
+# connector with ``limit=0``, kopf 1.45): an operator that starts over a
+# shard's stacks patches each at once, and so opened a TLS connection to
+# the hub for every stack, some 0.34 MiB each (2,500 stacks: over 1 GiB
+# within two minutes of the start, issue 42). The rest of kopf's requests
+# wait their turn in the connector: the hub answers a patch in milliseconds.
 HUB_CONNECTIONS = 20
 # Between tries of the startup check when the hub does not answer it; kopf
 # holds everything else back meanwhile and /readyz says it is starting.
@@ -95,18 +95,31 @@ def connection_info(config: SingleConfig, *, trust_env: bool = False) -> kopf.Co
     )
 
 
-def bounded_session(
-    info: kopf.ConnectionInfo, connections: int = HUB_CONNECTIONS
-) -> kopf.AiohttpSession:
-    """kopf's login ``info`` as a session of its own that opens at most ``connections``.
+def kopf_watches(namespaces: Iterable[str], clusterwide: bool) -> int:
+    """How many watches kopf keeps open on the hub: one a namespace, or one in all.
 
-    What kopf would build of ``info`` (its TLS context, its Authorization
-    header, its proxy), with the connector bounded: ``kopf.AiohttpSession`` is
-    kopf's way to give it a session, which kopf closes when it logs in anew.
-    Called in the event loop (aiohttp binds a session to the running loop).
+    The ServingStacks are kopf's only resource, and the operator runs it
+    standalone (no peering objects to watch).
+    """
+    return 1 if clusterwide else len(list(namespaces))
+
+
+def bounded_session(
+    info: kopf.ConnectionInfo, *, watches: int, connections: int = HUB_CONNECTIONS
+) -> kopf.AiohttpSession:
+    """kopf's login ``info`` as a session of its own, its connections to the hub bounded.
+
+    At most ``connections`` for kopf's requests and one for each of its
+    ``watches`` (``kopf_watches``): a watch holds its connection for as long
+    as it runs, and more watches than the bound would leave no connection
+    for a patch. What kopf would build of ``info`` (its TLS context, its
+    Authorization header, its proxy), with the connector bounded:
+    ``kopf.AiohttpSession`` is kopf's way to give it a session, which kopf
+    closes when it logs in anew. Called in the event loop (aiohttp binds a
+    session to the running loop).
     """
     session = aiohttp.ClientSession(
-        connector=aiohttp.TCPConnector(limit=connections, ssl=info.as_ssl_context()),
+        connector=aiohttp.TCPConnector(limit=connections + watches, ssl=info.as_ssl_context()),
         headers=info.as_http_headers(),
         proxy=info.proxy_url,
         trust_env=info.trust_env,

@@ -28,6 +28,7 @@ from modelplane.operator.hub import (
     bounded_session,
     connection_info,
     ensure_servingstack_crd,
+    kopf_watches,
     load_config,
 )
 from modelplane.operator.leader import LEADER, Elector, exit_now
@@ -112,7 +113,8 @@ async def run(options: OperatorOptions) -> None:
 
         @kopf.on.login(registry=registry)
         async def login(settings: kopf.OperatorSettings, **_: Any) -> kopf.AiohttpSession:
-            return bounded_session(connection_info(config, trust_env=settings.networking.trust_env))
+            info = connection_info(config, trust_env=settings.networking.trust_env)
+            return bounded_session(info, watches=kopf_watches(options.namespaces, clusterwide))
 
         @kopf.on.startup(registry=registry)
         async def check_hub(**_: Any) -> None:
