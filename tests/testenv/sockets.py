@@ -8,6 +8,15 @@ from pathlib import Path
 
 def connections_to(port: int, pid: int | str = "self") -> int:
     """Established TCP connections of process ``pid`` whose peer's port is ``port``."""
+    return len(connection_inodes(port, pid))
+
+
+def connection_inodes(port: int, pid: int | str = "self") -> set[str]:
+    """The socket inodes of ``pid``'s established TCP connections to ``port``.
+
+    A set, so that a test can leave out the connections its process held
+    before (a fixture's client kept alive) and count only its own.
+    """
     inodes = set()
     for fd in Path(f"/proc/{pid}/fd").iterdir():
         try:
@@ -16,11 +25,11 @@ def connections_to(port: int, pid: int | str = "self") -> int:
             continue  # closed since the listing
         if link.startswith("socket:["):
             inodes.add(link[8:-1])
-    count = 0
+    found = set()
     for table in ("tcp", "tcp6"):
         for line in Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]:
             fields = line.split()
             remote, state, inode = fields[2], fields[3], fields[9]
             if state == "01" and inode in inodes and int(remote.rsplit(":", 1)[1], 16) == port:
-                count += 1
-    return count
+                found.add(inode)
+    return found
