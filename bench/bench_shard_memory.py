@@ -62,6 +62,7 @@ from tests.testenv.fleet import FleetServer, add_crds_option, crds_for  # noqa: 
 from bench_fleet_healthy import (  # noqa: E402
     NS,
     SHARD_LABEL,
+    _peak_rss_mib,
     _raise_nofile,
     _ReadyWatch,
     _rss_mib,
@@ -176,7 +177,7 @@ def measure(
             small = Size(_rss_mib(proc.pid), None, collections=_collections(gc_log))
             if trace:
                 proc.send_signal(signal.SIGUSR1)  # bench/heap_window.py: tracing from now
-            small.peak = _peak_mib(proc.pid)
+            small.peak = _peak_rss_mib(proc.pid)
             step = -(-half // args.steps)
             for start in range(half, len(names), step):
                 _label(http, names[start : start + step], 0)
@@ -184,7 +185,7 @@ def measure(
                 end = min(start + step, len(names))
                 _settle(fleet, lambda end=end: ready(end), args.settle, args.ready_timeout)
             large = Size(
-                _rss_mib(proc.pid), None, _peak_mib(proc.pid), collections=_collections(gc_log)
+                _rss_mib(proc.pid), None, _peak_rss_mib(proc.pid), collections=_collections(gc_log)
             )
             if trace:
                 proc.send_signal(signal.SIGUSR1)  # the snapshot: what the second half added
@@ -215,14 +216,6 @@ def _pauses(collections: list[tuple[float, float]]) -> str:
     took = [ms for _, ms in collections]
     longest, total = max(took), sum(took) / 1000
     return f"{len(took)} full collections, longest {longest:.0f} ms, {total:.1f} s in all"
-
-
-def _peak_mib(pid: int) -> float:
-    """The process's largest RSS so far (VmHWM)."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
 
 
 def report(name: str, small: Size, large: Size, half: int, depth: int) -> None:
