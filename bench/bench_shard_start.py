@@ -137,7 +137,7 @@ def main() -> None:
                     )
                 s = measure(src, hub, port, names, shard, work, args.ready_timeout)
                 print(
-                    f"{name}: peak RSS {s.peak:.0f} MiB ({s.peak_at:.0f} s in), "
+                    f"{name}: peak RSS {s.peak:.0f} MiB (the highest sample {s.peak_at:.0f} s in), "
                     f"{s.rss_10s:.0f} MiB 10 s in; hub connections at most {s.hub_connections}; "
                     f"Ready {s.ready_1min} a minute in, all {s.all_ready:.0f} s in; "
                     f"RSS then {s.settled:.0f} MiB",
