@@ -99,6 +99,17 @@ MaxConcurrentTargetReads = Annotated[
         "wait their turn.",
     ),
 ]
+GcFullScan = Annotated[
+    float,
+    typer.Option(
+        "--gc-full-scan",
+        min=0,
+        help="Seconds between garbage collections that walk every object; between them "
+        "each full collection walks only what is new since the last, so the operator "
+        "does not stop for a walk of its whole heap every minute or two. 0: Python's "
+        "own collections.",
+    ),
+]
 WatchTimeout = Annotated[
     float, typer.Option("--watch-timeout", hidden=True, help="Target watch timeoutSeconds.")
 ]
@@ -325,6 +336,7 @@ def run(
     relist: Relist = 3600.0,
     max_concurrent_target_reads: MaxConcurrentTargetReads = 50,
     watch_timeout: WatchTimeout = 300.0,
+    gc_full_scan: GcFullScan = 3600.0,
     helm_timeout: HelmTimeout = 600,
     manage_crd: ManageCrd = True,
     release_drift: ReleaseDrift = DriftMode.CORRECT,
@@ -381,6 +393,7 @@ def run(
         resync_seconds=resync,
         relist_seconds=relist,
         watch_timeout_seconds=watch_timeout,
+        gc_full_scan_seconds=gc_full_scan,
         max_concurrent_target_reads=max_concurrent_target_reads,
         helm_timeout_seconds=helm_timeout,
         manage_crd=manage_crd,

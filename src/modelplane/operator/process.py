@@ -19,7 +19,7 @@ from lightkube.core.exceptions import ApiError
 from modelplane.actions.helm import Helm, TargetHelm
 from modelplane.api.models import API_GROUP, PLURAL
 from modelplane.kube.answers import describe_error
-from modelplane.operator import heap, kopf_bodies, metrics
+from modelplane.operator import collector, heap, kopf_bodies, metrics
 from modelplane.operator.handlers import FINALIZER, QuietTeardownRetries, register
 from modelplane.operator.hub import (
     CHECK_RETRY_SECONDS,
@@ -136,6 +136,9 @@ async def run(options: OperatorOptions) -> None:
         # The stacks' bodies kopf keeps, without what nobody reads of them.
         kopf_bodies.install()
         giving_back = asyncio.create_task(heap.keep_giving_back(heap.glibc_trim()))
+        collecting = asyncio.create_task(
+            collector.keep_collections_short(options.gc_full_scan_seconds)
+        )
         try:
             await kopf.operator(
                 registry=registry,
@@ -150,6 +153,7 @@ async def run(options: OperatorOptions) -> None:
             # run kopf gave up waiting for must not outlive the operator.
             rt.helm.kill_running()
             giving_back.cancel()
+            collecting.cancel()
             if holding is not None and elector is not None:
                 # kopf has stopped every daemon and handler: nothing acts for
                 # us any more, so the Lease can go to a standby at once.
