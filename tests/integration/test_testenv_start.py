@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 from tests.testenv import BINARIES, TestEnv
+from tests.testenv import env as env_module
 from tests.testenv.controllers import KUBE_CONTROLLERS, find_controller
 from tests.testenv.simcluster import SimCluster
 
@@ -110,3 +113,32 @@ def test_a_start_that_fails_part_way_stops_everything_it_started(
         assert _naming(directory) == {}
     finally:
         _stop(directory)
+
+
+def test_a_port_taken_between_its_pick_and_the_bind_moves_the_start_to_new_ports(
+    testbin: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Another process binds the API server's port after the pick found it
+    # free: played by handing the pick a port this test holds.
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        taken = held.getsockname()[1]
+        picks: list[int] = []
+        pick = env_module._free_port
+
+        def racing_pick(preferred: int | None = None) -> int:
+            picks.append(taken if len(picks) == 2 else pick(preferred))
+            return picks[-1]
+
+        monkeypatch.setattr(env_module, "_free_port", racing_pick)
+        env = TestEnv(tmp_path / "env")
+        try:
+            env.start()
+            assert picks[2] == taken  # the API server was sent to the taken port first
+            assert "address already in use" in (tmp_path / "env" / "kube-apiserver.log").read_text()
+            assert not env.server.endswith(f":{taken}")
+            with env.http_client(timeout=10) as client:
+                assert client.get("/readyz").status_code == 200
+        finally:
+            env.stop()
