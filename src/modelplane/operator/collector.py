@@ -18,9 +18,9 @@ a cycle among them, which only a walk of everything finds. So every
 collected once, with the pause that costs, and the cycles that died in the
 meantime are freed and counted in the log.
 
-The same cure for the same pause as a process that freezes before fork
-(the ``gc.freeze`` documentation) or Instagram's, which turned the
-collector off.
+``gc.freeze`` is documented for a process about to fork ("ignore them in
+all the future collections"); here it is used for what that sentence
+says, and only between two full scans.
 """
 
 from __future__ import annotations
