@@ -121,17 +121,54 @@ class _Stop(Exception):
     pass
 
 
-def test_keep_collections_short_scans_each_round_and_thaws_when_it_ends() -> None:
-    scans: list[None] = []
+@pytest.mark.parametrize(
+    ("frozen", "kept", "walks"),
+    [
+        (1, 0, True),  # no walk yet
+        (1_000_000, 1_000_000, False),  # settled: nothing can have died frozen
+        (1_100_000, 1_000_000, False),  # a tenth: at most that is dead
+        (1_100_001, 1_000_000, True),
+        (600_000, 1_000_000, False),  # shrunk: reference counting freed the rest
+        (0, 0, False),
+    ],
+)
+def test_a_due_walk_happens_once_the_frozen_heap_grew_by_a_tenth(
+    frozen: int, kept: int, walks: bool
+) -> None:
+    assert collector.walks_everything(frozen, kept) is walks
+
+
+def test_a_full_scan_says_how_many_it_kept_frozen() -> None:
+    kept = [_Node() for _ in range(1000)]
+    scan = collector.full_scan()
+    collector.stop_freezing()
+    assert scan.kept == 0  # not freezing: nothing kept frozen
+    collector.start_freezing()
+    try:
+        scan = collector.full_scan()
+    finally:
+        collector.stop_freezing()
+    assert scan.kept >= len(kept)
+
+
+def test_keep_collections_short_walks_each_round_it_grew_and_thaws_when_it_ends() -> None:
+    # What the frozen generation counts at each round, and what each walk keeps.
+    counts = iter([100, 105, 200, 120, 300])
+    scans: list[int] = []
 
     def scan_all() -> collector.FullScan:
-        scans.append(None)
+        scans.append(len(scans))
         if len(scans) == 3:
             raise _Stop
-        return collector.FullScan(thawed=10, freed=1, seconds=0.001)
+        return collector.FullScan(thawed=10, freed=1, kept=100, seconds=0.001)
 
     with pytest.raises(_Stop):
-        asyncio.run(collector.keep_collections_short(every=0.001, scan_all=scan_all))
+        asyncio.run(
+            collector.keep_collections_short(
+                every=0.001, scan_all=scan_all, frozen=lambda: next(counts)
+            )
+        )
+    # Walked at 100 (the first), not at 105 nor 120 (kept 100), at 200 and 300.
     assert len(scans) == 3
     assert gc.get_freeze_count() == 0
     assert collector._freeze_survivors not in gc.callbacks

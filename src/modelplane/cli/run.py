@@ -104,10 +104,11 @@ GcFullScan = Annotated[
     typer.Option(
         "--gc-full-scan",
         min=0,
-        help="Seconds between garbage collections that walk every object; between them "
-        "each full collection walks only what is new since the last, so the operator "
-        "does not stop for a walk of its whole heap every minute or two. 0: Python's "
-        "own collections.",
+        help="Seconds between checks for a garbage collection that walks every object, "
+        "made when the heap grew by more than a tenth since the last; between them each "
+        "full collection walks only what is new since the last, so the operator does not "
+        "stop for a walk of its whole heap every minute or two. 0: Python's own "
+        "collections.",
     ),
 ]
 WatchTimeout = Annotated[

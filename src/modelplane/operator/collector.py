@@ -18,6 +18,19 @@ a cycle among them, which only a walk of everything finds. So every
 collected once, with the pause that costs, and the cycles that died in the
 meantime are freed and counted in the log.
 
+That pause is as long as a full collection was before, and longer the
+larger the shard: 9 and 17 s on two shards of 2,500 real targets sharing
+2 cores at a load of 13 (docs/sizing.md). It is only worth paying when
+there can be much to free. A cycle that dies frozen stays counted in the
+frozen generation, while what reference counting frees leaves it; so
+unless the live heap shrank meanwhile (stacks deleted), the frozen count
+has grown by at least what died in cycles. While it has grown by less than
+``GROWTH_TO_WALK`` since the last walk's survivors, a due walk is
+skipped: a settled shard whose heap holds steady is not stopped again,
+and one that grows is walked at most once a period, once it grew by a
+tenth. What cycles can hold dead is bounded so by a tenth of the heap
+(more after a shrink, until the heap grows back past the mark).
+
 ``gc.freeze`` is documented for a process about to fork ("ignore them in
 all the future collections"); here it is used for what that sentence
 says, and only between two full scans.
@@ -40,6 +53,11 @@ log = logging.getLogger("modelplane.operator.collector")
 # pause an hour instead of one a minute; the operator's --gc-full-scan.
 FULL_SCAN_SECONDS = 3600.0
 
+# How much the frozen generation must have grown since the last walk's
+# survivors for a due walk to happen: what dead cycles can hold is at
+# most that.
+GROWTH_TO_WALK = 0.1
+
 OLDEST = 2  # the generation a full collection collects
 
 
@@ -58,11 +76,17 @@ def _freeze_survivors(phase: str, info: dict[str, Any]) -> None:
 
 @dataclass(frozen=True)
 class FullScan:
-    """One walk of every object: how many were frozen, freed, and how long it took."""
+    """One walk of every object: how many were frozen, freed, kept, and how long it took."""
 
     thawed: int
     freed: int
+    kept: int
     seconds: float
+
+
+def walks_everything(frozen: int, kept_at_last_walk: int) -> bool:
+    """Whether the frozen generation grew enough since the last walk to walk it again."""
+    return frozen > kept_at_last_walk * (1 + GROWTH_TO_WALK)
 
 
 def full_scan() -> FullScan:
@@ -76,7 +100,7 @@ def full_scan() -> FullScan:
     # generation, and would walk them all. Now frozen, they are not walked:
     # a second collection, of nothing, makes that a quarter of nothing.
     gc.collect()
-    return FullScan(thawed, freed, time.perf_counter() - started)
+    return FullScan(thawed, freed, gc.get_freeze_count(), time.perf_counter() - started)
 
 
 def start_freezing() -> None:
@@ -93,9 +117,11 @@ def stop_freezing() -> None:
 
 
 async def keep_collections_short(
-    every: float = FULL_SCAN_SECONDS, scan_all: Callable[[], FullScan] = full_scan
+    every: float = FULL_SCAN_SECONDS,
+    scan_all: Callable[[], FullScan] = full_scan,
+    frozen: Callable[[], int] = gc.get_freeze_count,
 ) -> None:
-    """Freeze each full collection's survivors, walk everything every ``every`` s.
+    """Freeze each full collection's survivors; every ``every`` s walk everything if it grew.
 
     ``every`` 0 or less leaves CPython's collections as they are. Runs until
     cancelled, then unfreezes.
@@ -103,10 +129,20 @@ async def keep_collections_short(
     if every <= 0:
         return
     start_freezing()
+    kept = 0  # no walk yet: the first one due happens
     try:
         while True:
             await asyncio.sleep(every)
+            now = frozen()
+            if not walks_everything(now, kept):
+                log.debug(
+                    "no garbage collection of every object: %d frozen, %d after the last",
+                    now,
+                    kept,
+                )
+                continue
             scan = scan_all()
+            kept = scan.kept
             log.info(
                 "garbage collection of every object: %d were frozen, %d freed, in %.0f ms",
                 scan.thawed,

@@ -55,9 +55,10 @@ class OperatorOptions(BaseModel):
     # The timeoutSeconds asked of each target watch (the server ends it
     # after between one and two times this; it is re-armed at once).
     watch_timeout_seconds: float = 300.0
-    # Between walks of every object by the garbage collector, each full
-    # collection walks only what is new since the last (operator.collector);
-    # 0: CPython's own collections.
+    # Between checks for a walk of every object by the garbage collector
+    # (made when the frozen heap grew by a tenth since the last walk), each
+    # full collection walks only what is new since the last
+    # (operator.collector); 0: CPython's own collections.
     gc_full_scan_seconds: float = 3600.0
     helm_timeout_seconds: int = 600
     # Bring the hub's ServingStack CRD to this operator's at start (Helm
