@@ -48,9 +48,10 @@ from typing import Any
 
 log = logging.getLogger("modelplane.operator.collector")
 
-# How often every object is walked again, so that cycles among frozen
-# objects that died (a stack deleted, a connection closed) are freed. One
-# pause an hour instead of one a minute; the operator's --gc-full-scan.
+# How often a walk of every object is considered, so that cycles among
+# frozen objects that died (a stack deleted, a connection closed) are
+# freed: at most one pause an hour, not one a minute, and none while the
+# heap holds steady (GROWTH_TO_WALK); the operator's --gc-full-scan.
 FULL_SCAN_SECONDS = 3600.0
 
 # How much the frozen generation must have grown since the last walk's
