@@ -140,9 +140,7 @@ def test_a_due_walk_happens_once_the_frozen_heap_grew_by_a_tenth(
 
 def test_a_full_scan_says_how_many_it_kept_frozen() -> None:
     kept = [_Node() for _ in range(1000)]
-    scan = collector.full_scan()
-    collector.stop_freezing()
-    assert scan.kept == 0  # not freezing: nothing kept frozen
+    assert collector.full_scan().kept == 0  # not freezing: nothing kept frozen
     collector.start_freezing()
     try:
         scan = collector.full_scan()
@@ -152,24 +150,25 @@ def test_a_full_scan_says_how_many_it_kept_frozen() -> None:
 
 
 def test_keep_collections_short_walks_each_round_it_grew_and_thaws_when_it_ends() -> None:
-    # What the frozen generation counts at each round, and what each walk keeps.
-    counts = iter([100, 105, 200, 120, 300])
-    scans: list[int] = []
+    # What the frozen generation counts at each round; each walk keeps 100.
+    counts = iter([100, 105, 200, 108, 300])
+    counted: list[int] = []
+    walked_at: list[int] = []
+
+    def frozen() -> int:
+        counted.append(next(counts))
+        return counted[-1]
 
     def scan_all() -> collector.FullScan:
-        scans.append(len(scans))
-        if len(scans) == 3:
+        walked_at.append(counted[-1])
+        if len(walked_at) == 3:
             raise _Stop
         return collector.FullScan(thawed=10, freed=1, kept=100, seconds=0.001)
 
     with pytest.raises(_Stop):
-        asyncio.run(
-            collector.keep_collections_short(
-                every=0.001, scan_all=scan_all, frozen=lambda: next(counts)
-            )
-        )
-    # Walked at 100 (the first), not at 105 nor 120 (kept 100), at 200 and 300.
-    assert len(scans) == 3
+        asyncio.run(collector.keep_collections_short(every=0.001, scan_all=scan_all, frozen=frozen))
+    # The first round walks; then only past a tenth more than the 100 kept.
+    assert walked_at == [100, 200, 300]
     assert gc.get_freeze_count() == 0
     assert collector._freeze_survivors not in gc.callbacks
 
