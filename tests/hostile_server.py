@@ -56,6 +56,10 @@ class Answer:
             await self._writer.drain()
         return True
 
+    def abort(self) -> None:
+        """Drop the connection mid-answer, as a reset or a lost network path does."""
+        self._writer.transport.abort()
+
     async def end(self) -> None:
         if not self._started:
             await self.start()

@@ -67,6 +67,7 @@ FOREIGN_FLAGS = {
     "--steps",  # bench/bench_shard_memory.py
     "--gc",  # bench/bench_shard_memory.py
     "--ready-timeout",  # bench/bench_fleet_healthy.py
+    "--outage",  # bench/bench_watch_cut.py
     "--variant",  # mmdebstrap
     "--network",  # podman run
     "--require-hashes",  # pip install (the Dockerfile)

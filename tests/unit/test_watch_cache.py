@@ -302,7 +302,7 @@ def test_the_gpu_path_is_watched_in_either_mode(mode: ComponentsMode) -> None:
     assert {NODES_KEY, WatchKey(ApiRef("resource.k8s.io", "v1", "resourceslices"))} <= keys
 
 
-@pytest.mark.parametrize("kind", ["LOST", "REFUSED", "FAILED", "GONE"])
+@pytest.mark.parametrize("kind", ["LOST", "RESUMED", "REFUSED", "FAILED", "GONE"])
 @pytest.mark.parametrize("collection", ["release", "nodes", "gpu"])
 def test_a_collection_lost_wakes_the_stack_whichever_collection_noticed(
     kind: str, collection: str
@@ -330,6 +330,23 @@ def test_a_collection_lost_wakes_the_stack_whichever_collection_noticed(
     assert len(woken) == 1
     cache._on_change(key, kind)
     assert len(woken) == 2
+
+
+@pytest.mark.parametrize(
+    ("kind", "reads_facts"), [("LOST", False), ("RESUMED", False), ("LIST", True)]
+)
+def test_a_node_watch_lost_and_resumed_does_not_read_the_facts_again(
+    kind: str, reads_facts: bool
+) -> None:
+    # The copy outlives a lost watch and the watch resumes from it: what
+    # changed meanwhile comes as events. A LIST may hide changes that none told.
+    woken: list[int] = []
+    cache = WatchCache(httpx2.AsyncClient(), wanted(SPEC), lambda: woken.append(1))
+    cache._on_change(NODES_KEY, "LIST")
+    generation, wakes = cache.facts_generation, len(woken)
+    cache._on_change(NODES_KEY, kind)
+    assert cache.facts_generation == generation + reads_facts
+    assert len(woken) == wakes + 1
 
 
 def _all_synced_but(cache: WatchCache, resource: str) -> Any:

@@ -9,6 +9,9 @@ and #watch-bookmarks):
 
 - a watch ends after ``timeoutSeconds`` (or whenever the server likes) with a
   clean end of stream: continue from the last resourceVersion, no LIST;
+- a watch the network breaks (a reset, a deadline missed) is continued the
+  same way once the target answers again: the copy holds every change up
+  to its resourceVersion, and the watch sends the rest;
 - ``410 Gone``, as the answer or as an ``ERROR`` event, means that
   resourceVersion is compacted away: LIST again and watch from the new one;
 - ``BOOKMARK`` events carry only a newer resourceVersion: nothing changed,
@@ -246,6 +249,7 @@ class Reflector(CollectionCopy):
         "lists",
         "refusals",
         "resource_version",
+        "resumes",
         "served",
         "synced",
         "watches",
@@ -284,11 +288,14 @@ class Reflector(CollectionCopy):
         # False after a 404: the API is not served (``items`` is then empty).
         self.served = True
         # True while a LIST is under way, or about to be, that no failure
-        # came before (the first, or one after a watch ended or expired):
+        # came before (the first, or one after a watch ended or expired),
+        # or a watch is to resume from the copy once the target answers:
         # worth waiting for, where a collection that failed is in its
         # backoff and is not.
         self.listing = True
         self.lists = self.watches = self.bookmarks = self.expired = self.refusals = 0
+        # Watches taken up again from the copy after the network broke one.
+        self.resumes = 0
         # The newest resourceVersion the copy has taken in (its LIST's, then
         # each event's and bookmark's): a watch sends a collection's changes
         # in order, so the copy holds every write made at or before it.
@@ -312,19 +319,27 @@ class Reflector(CollectionCopy):
         settling = Attempts(CRD_STORAGE_WAIT)
         runs = (failures, rearms, refusals, outages)
         failing = refused = False
+        # The copy outlived a watch the network broke: watched again from
+        # its resourceVersion, not listed (a 410 then lists).
+        resume = False
         while True:
+            watching = False
             try:
                 await self._link.up.wait()
                 self.listing = not (failing or refused)
-                try:
-                    rv = await self._list()
-                finally:
-                    self.listing = False
-                settling.reset()
-                if failing or refused:
-                    log.info("target of %s: watch of %s resumed", self._label, self.key)
-                    failing = refused = False
-                self._changed(self.key, "LIST", None)
+                if resume:
+                    rv = self.resource_version
+                else:
+                    try:
+                        rv = await self._list()
+                    finally:
+                        self.listing = False
+                    settling.reset()
+                    if failing or refused:
+                        log.info("target of %s: watch of %s resumed", self._label, self.key)
+                        failing = refused = False
+                    self._changed(self.key, "LIST", None)
+                resume, watching = False, True
                 while True:
                     rv = await self._watch(rv)
                     if not self._ran_its_course(runs):
@@ -398,6 +413,18 @@ class Reflector(CollectionCopy):
                 await self._sleep(failures.fail())
             except httpx2.TransportError as err:
                 self.synced = False
+                # client-go's reflector does the same: a watch stream broken
+                # by a reset or a timeout ends as a watch does, and a watch
+                # request refused a connection is sent again, from the last
+                # resourceVersion (apimachinery watch/streamwatcher.go,
+                # client-go tools/cache/reflector.go). Listing again instead
+                # re-read every target's CRDs (6 MB each) after a blip, or
+                # after a loaded shard's loop missed a watch's deadline.
+                resume = watching and bool(self.resource_version)
+                # A copy that is current again as soon as the target answers
+                # is worth a reconcile's wait (a little: ``watches.current``),
+                # rather than a read of the whole target meanwhile.
+                self.listing = resume
                 self._ran_its_course(runs)
                 delay = outages.fail()
                 if self._link.lost(err):
@@ -481,19 +508,37 @@ class Reflector(CollectionCopy):
         # Sent rather than opened with ``http.stream``, whose context manager,
         # generator and arguments lived as long as the watch: for minutes,
         # for each watch of every target.
-        response = await self._http.send(self._watch_request(rv), stream=True)
+        try:
+            response = await self._http.send(self._watch_request(rv), stream=True)
+        finally:
+            # A watch resumed from the copy is answered, or failed: no
+            # longer worth a reconcile's wait (``listing``).
+            self.listing = False
         try:
             if response.status_code == 410:
                 raise Gone()
             if response.status_code >= 300:
                 raise Refused(response.status_code)
             shed_headers(response)
+            if not self.synced:
+                self._resumed()
             async for line in Lines(watch_body(response), MAX_WATCH_LINE, Unreadable):
                 if line.strip():
                     rv = self._apply(line, rv)
         finally:
             await response.aclose()
         return rv
+
+    def _resumed(self) -> None:
+        """A watch from the copy's resourceVersion was taken: the copy is current again.
+
+        As current as after a LIST: what changed while nothing watched
+        arrives next, as the watch's first events.
+        """
+        self.synced = True
+        self.resumes += 1
+        log.debug("target of %s: watch of %s resumed from its copy", self._label, self.key)
+        self._changed(self.key, "RESUMED", None)
 
     def _watch_request(self, rv: str) -> httpx2.Request:
         """The WATCH from ``rv``, noted as armed now."""

@@ -248,6 +248,9 @@ _LIST_POLL_SECONDS = 0.25
 # failed, always wake it. The first watch to lose the target is the only one
 # that says so, and it may be any collection, a followed one included.
 _OBJECT_EVENTS = frozenset({"ADDED", "MODIFIED", "DELETED"})
+# What a reflector tells that leaves its copy as it was: the target lost
+# (``kube.reflector.Link``), and a watch resumed from the copy.
+_COPY_KEPT = frozenset({"LOST", "RESUMED"})
 
 
 class WatchCache:
@@ -396,6 +399,13 @@ class WatchCache:
         """
         self._moved.set()
         self._moved = asyncio.Event()
+        if kind in _COPY_KEPT:
+            # Nothing in the copy changed: what changes meanwhile comes as
+            # events of its own once the watch resumes from it. The facts
+            # are not read again for it (a Node's watch lost on each target
+            # of a shard read every target's cluster-wide facts).
+            self._wake()
+            return
         items = self.reflectors[key].items
         # The one object an event is of; None: the whole collection is read again.
         one = name if kind in _OBJECT_EVENTS else None
