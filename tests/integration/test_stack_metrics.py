@@ -82,6 +82,8 @@ def test_a_ready_stack_is_described_by_its_series_and_they_go_with_it(harness: H
     ]
     assert sum(timed) >= len(releases)
     assert one(everyone, "modelplane_leader") == 1
+    # The loop's own lag, timed every second since the operator started.
+    assert one(everyone, "modelplane_event_loop_lag_seconds_count") >= 1
 
     # Each component's drift count is there from 0, so that a rule over a
     # window sees the first restore as an increase.

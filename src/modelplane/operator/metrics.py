@@ -46,6 +46,12 @@ TARGET_READS_WAITING = Gauge(
 TARGETS_OPEN = Gauge(
     "modelplane_targets_open", "Connections to target clusters opened and not yet closed."
 )
+# ``operator.loop_lag``: how late the event loop woke a timer due every second.
+EVENT_LOOP_LAG = Histogram(
+    "modelplane_event_loop_lag_seconds",
+    "How late the operator's event loop ran a timer due every second.",
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+)
 
 HELM_ACTION_SECONDS = Histogram(
     "modelplane_helm_action_seconds",

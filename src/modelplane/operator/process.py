@@ -19,7 +19,7 @@ from lightkube.core.exceptions import ApiError
 from modelplane.actions.helm import Helm, TargetHelm
 from modelplane.api.models import API_GROUP, PLURAL
 from modelplane.kube.answers import describe_error
-from modelplane.operator import collector, heap, kopf_bodies, metrics
+from modelplane.operator import collector, heap, kopf_bodies, loop_lag, metrics
 from modelplane.operator.handlers import FINALIZER, QuietTeardownRetries, register
 from modelplane.operator.hub import (
     CHECK_RETRY_SECONDS,
@@ -139,6 +139,7 @@ async def run(options: OperatorOptions) -> None:
         collecting = asyncio.create_task(
             collector.keep_collections_short(options.gc_full_scan_seconds)
         )
+        measuring = asyncio.create_task(loop_lag.keep_measuring())
         try:
             await kopf.operator(
                 registry=registry,
@@ -154,6 +155,7 @@ async def run(options: OperatorOptions) -> None:
             rt.helm.kill_running()
             giving_back.cancel()
             collecting.cancel()
+            measuring.cancel()
             if holding is not None and elector is not None:
                 # kopf has stopped every daemon and handler: nothing acts for
                 # us any more, so the Lease can go to a standby at once.
