@@ -6,7 +6,7 @@ CRDs; a real target carries its components' real CRDs, schemas and all.
 This reads the real upstream CRDs of the Standard stack's components from
 ``../shared/fixtures/upstream`` (or --fixtures), parses each as the watch
 does (JSON, as the API server sends it), and prints the Python memory one
-target's copy takes kept whole and kept as ``observe.watches.crd_outline``
+target's copy takes kept whole and kept as ``observe.crd_outline.crd_outline``
 keeps it, with the bytes on the wire.
 
     python bench/bench_crd_copies.py
@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
 from modelplane.kube.reflector import MAX_WATCH_LINE  # noqa: E402
-from modelplane.observe.watches import crd_outline  # noqa: E402
+from modelplane.observe.crd_outline import crd_outline  # noqa: E402
 from modelplane.untrusted import Limits, load_json  # noqa: E402
 
 # As the watch parses an event line (kube.reflector).

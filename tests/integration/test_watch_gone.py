@@ -43,7 +43,8 @@ from tests.testenv import TestEnv
 from tests.waiting import wait_for, wait_for_async
 
 from modelplane.catalog.configuration import GATEWAY_NAME, NS
-from modelplane.kube.reflector import Link, Reflector, WatchKey
+from modelplane.kube.link import Link
+from modelplane.kube.reflector import Reflector, WatchKey
 from modelplane.observe.watches import CONFIGMAPS
 
 GATEWAY = create_namespaced_resource("gateway.networking.k8s.io", "v1", "Gateway", "gateways")

@@ -21,7 +21,8 @@ from tests.relay import Relay
 from tests.testenv import TestEnv
 from tests.waiting import wait_for_async
 
-from modelplane.kube.reflector import Link, Reflector, WatchKey
+from modelplane.kube.link import Link
+from modelplane.kube.reflector import Reflector, WatchKey
 from modelplane.observe.watches import CONFIGMAPS
 
 NAMESPACE = "resumed-watch"

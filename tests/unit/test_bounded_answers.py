@@ -33,7 +33,7 @@ from modelplane.kube.bounded import (
 )
 from modelplane.kube.client import Target, open_target
 from modelplane.kube.errors import ErrorKind, classify
-from modelplane.kube.reflector import Link
+from modelplane.kube.link import Link
 from modelplane.kube.transport import GuardedTransport
 
 MiB = 1 << 20

@@ -22,13 +22,8 @@ from tests.waiting import wait_for_async
 from modelplane.kube import client as client_module
 from modelplane.kube.budget import DEFAULT_BUDGET, METADATA_BUDGET, Budget, Holdings, budget_for
 from modelplane.kube.client import PAGE_SIZE, OverBudget, list_pages
-from modelplane.kube.reflector import (
-    BUDGET_BACKOFF,
-    REARM_BACKOFF,
-    Link,
-    Reflector,
-    WatchKey,
-)
+from modelplane.kube.link import Link
+from modelplane.kube.reflector import BUDGET_BACKOFF, REARM_BACKOFF, Reflector, WatchKey
 from modelplane.untrusted import json_cost
 from modelplane.wire import ApiRef
 

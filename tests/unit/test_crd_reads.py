@@ -9,8 +9,8 @@ import pytest
 from tests.shared_fixtures import upstream_dir, yaml_docs
 
 from modelplane.kube.reflector import MAX_WATCH_LINE
+from modelplane.observe.crd_outline import crd_outline
 from modelplane.observe.crd_reads import decode_crds
-from modelplane.observe.watches import crd_outline
 from modelplane.untrusted import Limits, UntrustedInputError, load_json
 from modelplane.wire import DIGEST_ANNOTATION
 

@@ -23,7 +23,8 @@ from modelplane.checks.checker import check_results
 from modelplane.kube import client as client_module
 from modelplane.kube.answers import status_message, status_of
 from modelplane.kube.client import TargetError, list_pages
-from modelplane.kube.reflector import MAX_WATCH_LINE, Link, Reflector, WatchKey
+from modelplane.kube.link import Link
+from modelplane.kube.reflector import MAX_WATCH_LINE, Reflector, WatchKey
 from modelplane.pins import Stack
 from modelplane.plan.drift import drifted_fields, owned_fields
 from modelplane.plan.model import RequirementResult, RequirementStatus

@@ -10,7 +10,7 @@ import asyncio
 
 import httpx2
 
-from modelplane.kube.reflector import PROBE_BACKOFF, Link
+from modelplane.kube.link import PROBE_BACKOFF, Link
 
 PROBES_LOST = 12
 

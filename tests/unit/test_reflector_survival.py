@@ -23,7 +23,8 @@ from tests.scripted import Script, list_answer
 
 from modelplane.backoff import Backoff
 from modelplane.kube import client as client_module
-from modelplane.kube.reflector import REARM_BACKOFF, WATCH_BACKOFF, Link, Reflector, WatchKey
+from modelplane.kube.link import Link
+from modelplane.kube.reflector import REARM_BACKOFF, WATCH_BACKOFF, Reflector, WatchKey
 from modelplane.wire import ApiRef
 
 KEY = WatchKey(ApiRef("", "v1", "configmaps"), namespace="ns")

@@ -14,11 +14,12 @@ import pytest
 from modelplane.api.spec import ServingStackSpec
 from modelplane.kube.interned import interned
 from modelplane.kube.reflector import WatchKey
+from modelplane.observe.crd_outline import crd_outline, crd_plurals
 from modelplane.observe.gpu_watch import kept_digest, kept_part, outline, part_of
 from modelplane.observe.own_outline import own_outline
 from modelplane.observe.parts import digest_of
 from modelplane.observe.state import Listed, ReleaseWatch, to_observed, wanted
-from modelplane.observe.watches import CRDS, NODES_KEY, WatchCache, crd_outline, crd_plurals
+from modelplane.observe.watches import CRDS, NODES_KEY, WatchCache
 from modelplane.pins import ComponentsMode
 from modelplane.untrusted import pick
 from modelplane.wire import DIGEST_ANNOTATION, MANAGED_BY, MANAGED_BY_LABEL, ApiRef

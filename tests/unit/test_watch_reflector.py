@@ -17,7 +17,8 @@ import httpx2
 import pytest
 from tests.scripted import Script
 
-from modelplane.kube.reflector import WATCH_BACKOFF, Link, Reflector, WatchKey
+from modelplane.kube.link import Link
+from modelplane.kube.reflector import WATCH_BACKOFF, Reflector, WatchKey
 from modelplane.operator.handlers import coalesce
 from modelplane.wire import ApiRef
 

@@ -17,7 +17,8 @@ from typing import Any
 
 from tests.hostile_server import Answer, HostileServer
 
-from modelplane.kube.reflector import Link, Reflector, WatchKey
+from modelplane.kube.link import Link
+from modelplane.kube.reflector import Reflector, WatchKey
 from modelplane.wire import ApiRef
 
 KEY = WatchKey(ApiRef("", "v1", "configmaps"), namespace="ns")

@@ -9,8 +9,9 @@ import httpx2
 import pytest
 
 from modelplane.kube.reflector import WatchKey
+from modelplane.observe.crd_outline import crd_outline
 from modelplane.observe.state import wanted
-from modelplane.observe.watches import CRDS, WatchCache, crd_outline
+from modelplane.observe.watches import CRDS, WatchCache
 from modelplane.observe.writes import Writes, Written, at_or_after, covers
 from modelplane.wire import MANAGED_BY, MANAGED_BY_LABEL, ApiRef
 

@@ -23,12 +23,9 @@ re-watches from no resourceVersion at all (``generic_client.py``,
 leaves what was deleted meanwhile in place; hence a watch of our own on the
 target's raw HTTP client.
 
-When the target stops answering, one ``Link`` probe per target (``/readyz``,
-``PROBE_BACKOFF`` apart) stands in for every watch's retries, so an outage
-costs one connection attempt per probe, is logged once, and the watches
-resume within a probe of the server being back. The probes back off: a
-target lost for good (or a tarpit) would otherwise take one of the
-process's handshake slots four times a second (``kube.handshakes``).
+When the target stops answering, one probe per target (``kube.link``)
+stands in for every watch's retries, and the watches resume within a probe
+of the server being back.
 
 A target's server may be anyone's, so a reflector survives whatever it
 answers, and waits before each try that follows a failure: a watch that
@@ -71,6 +68,7 @@ from modelplane.kube.client import (
     list_pages,
 )
 from modelplane.kube.collection_copy import CollectionCopy, Outline, object_name_key, whole
+from modelplane.kube.link import Link
 from modelplane.kube.watch_body import Lines, watch_body
 from modelplane.untrusted import Limits, UntrustedInputError, load_json
 from modelplane.wire import ApiRef
@@ -79,10 +77,6 @@ log = logging.getLogger("modelplane.operator.watch")
 
 # client-go re-arms its watches every 5 to 10 minutes; so do we.
 WATCH_TIMEOUT_SECONDS = 300.0
-PROBE_SECONDS = 0.25
-# Between probes of a lost target: from PROBE_SECONDS, doubling to a cap,
-# jittered so that a shard's lost targets do not probe in step.
-PROBE_BACKOFF = Backoff(first=PROBE_SECONDS, cap=15.0, jitter=0.5)
 # The longest watch line read: one event, one object. The API server takes
 # requests of at most 3 MiB and etcd stores values of at most 1.5 MiB by
 # default, so a real object's event stays well below; past this, the line
@@ -157,70 +151,6 @@ class Refused(Exception):
     def __init__(self, code: int) -> None:
         super().__init__(f"HTTP {code}")
         self.code = code
-
-
-class Link:
-    """Whether a target answers; while it does not, one probe stands in for every watch."""
-
-    __slots__ = ("_every", "_http", "_label", "_probe", "_rand", "_sleep", "up")
-
-    def __init__(
-        self,
-        http: httpx2.AsyncClient,
-        label: str,
-        every: Backoff = PROBE_BACKOFF,
-        *,
-        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
-        rand: Callable[[], float] = random.random,
-    ) -> None:
-        self._http, self._label, self._every = http, label, every
-        self._sleep, self._rand = sleep, rand
-        self.up = asyncio.Event()
-        self.up.set()
-        self._probe: asyncio.Task[None] | None = None
-
-    def lost(self, err: BaseException) -> bool:
-        """Note that the target stopped answering; True for the first watch to notice."""
-        if not self.up.is_set():
-            return False
-        self.up.clear()
-        log.warning(
-            "target of %s: watches lost (%s); probing from every %.2g s to every %.2g s "
-            "until it answers",
-            self._label,
-            describe_error(err),
-            self._every.first,
-            self._every.cap,
-        )
-        self._probe = asyncio.create_task(self._until_up(time.monotonic()))
-        return True
-
-    async def _until_up(self, since: float) -> None:
-        probes = Attempts(self._every, rand=self._rand)
-        while True:
-            await self._sleep(probes.fail())
-            try:
-                # Its status is all that is read of it: a body is never read.
-                async with self._http.stream("GET", "/readyz", timeout=5.0) as response:
-                    code = response.status_code
-            except httpx2.TransportError:
-                continue
-            # A server still starting answers 5xx; one that hides /readyz
-            # from us answers 401/403, and is up.
-            if code < 500:
-                break
-        log.info(
-            "target of %s: answering again after %.0f s; watches resume",
-            self._label,
-            time.monotonic() - since,
-        )
-        self.up.set()
-
-    async def close(self) -> None:
-        if self._probe is not None:
-            self._probe.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._probe
 
 
 class Reflector(CollectionCopy):

@@ -2,7 +2,7 @@
 
 A real Standard target's CRDs are 6.2 MB of JSON, nearly all of it their
 schemas, and the watch keeps a few hundred bytes of each
-(``watches.crd_outline``). Parsed whole, every LIST of them built tens of
+(``crd_outline.crd_outline``). Parsed whole, every LIST of them built tens of
 MB of objects only to drop them, on every target of the shard at once when
 it starts, and the process kept the peak. These types name what the
 outline reads, so the parse reads past the rest without building it.

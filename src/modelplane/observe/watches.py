@@ -12,7 +12,6 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-import sys
 from collections.abc import Callable, Iterable, Mapping
 from functools import partial
 from typing import Any
@@ -27,16 +26,12 @@ from modelplane.kube.client import (
     TargetClient,
     TargetError,
 )
-from modelplane.kube.discovery import APIS, PLURALS, Served, discover, served
-from modelplane.kube.interned import interned
+from modelplane.kube.discovery import APIS, Served, discover, served
+from modelplane.kube.link import Link
 from modelplane.kube.plurals import NONE as NO_PLURALS
 from modelplane.kube.plurals import Kind, Plurals, merged
-from modelplane.kube.reflector import (
-    WATCH_TIMEOUT_SECONDS,
-    Link,
-    Reflector,
-    WatchKey,
-)
+from modelplane.kube.reflector import WATCH_TIMEOUT_SECONDS, Reflector, WatchKey
+from modelplane.observe.crd_outline import crd_outline, crd_plurals, established
 from modelplane.observe.crd_reads import decode_crds
 from modelplane.observe.gpu_watch import kept_digest, kept_part, outline, part_of
 from modelplane.observe.named_outline import named_outline
@@ -57,8 +52,8 @@ from modelplane.observe.state import (
     release_secret_selector,
 )
 from modelplane.observe.writes import Written, at_or_after, covers
-from modelplane.untrusted import as_dict, load_json, pick
-from modelplane.wire import DIGEST_ANNOTATION, ApiRef
+from modelplane.untrusted import as_dict, load_json
+from modelplane.wire import ApiRef
 
 log = logging.getLogger("modelplane.operator.watch")
 
@@ -145,78 +140,6 @@ def pull_secret_key(name: str) -> WatchKey:
     return WatchKey(SECRETS, fields=pull_secret_selector(name), metadata_only=True)
 
 
-def crd_plurals(crds: Iterable[dict[str, Any]]) -> PLURALS:
-    """(apiVersion, kind) -> plural of every version the Established CRDs serve."""
-    plurals: PLURALS = {}
-    for crd in crds:
-        spec, status = crd.get("spec") or {}, crd.get("status") or {}
-        if not _established(status):
-            continue
-        names = spec.get("names") or {}
-        kind, plural = names.get("kind"), names.get("plural")
-        if not (kind and plural):
-            continue
-        for version in spec.get("versions") or []:
-            if version.get("served") and version.get("name"):
-                plurals[(f"{spec.get('group', '')}/{version['name']}", str(kind))] = str(plural)
-    return plurals
-
-
-def crd_outline(crd: dict[str, Any]) -> dict[str, Any]:
-    """What the cache reads of a CRD: its identity, labels, digest, names, versions, conditions.
-
-    Every CRD of the target is watched, and a real one is mostly its
-    schema (Envoy Gateway's EnvoyProxy CRD alone is 1.3 MB of YAML); kept
-    whole, a fleet's copies of them would be most of the operator's memory.
-    What ``crd_plurals``, the served-API check and ``to_observed`` (the
-    product's digest) read is kept, as the target wrote it.
-    """
-    meta, spec, status = (
-        as_dict(crd.get("metadata")),
-        as_dict(crd.get("spec")),
-        as_dict(crd.get("status")),
-    )
-    # Its name, labels and digest, and its spec and status as outlined,
-    # are those of every target of a stack at the same versions: the
-    # outline is kept once for all of them (``kube.interned``). The
-    # resourceVersion, the target's own, is not kept: a write is known to
-    # be in the copy by the copy's (``WatchCache._holds``).
-    metadata = pick(meta, ("name",))
-    if isinstance(metadata.get("name"), str):
-        metadata["name"] = sys.intern(metadata["name"])
-    if isinstance(meta.get("labels"), dict):
-        metadata["labels"] = interned(meta["labels"])
-    annotations = as_dict(meta.get("annotations"))
-    if DIGEST_ANNOTATION in annotations:
-        metadata["annotations"] = interned({DIGEST_ANNOTATION: annotations[DIGEST_ANNOTATION]})
-    outline_spec = pick(spec, ("group", "names", "scope"))
-    versions = spec.get("versions")
-    if isinstance(versions, list):
-        outline_spec["versions"] = [
-            pick(v, ("name", "served", "storage")) for v in versions if isinstance(v, dict)
-        ]
-    conditions = status.get("conditions")
-    outline_status = (
-        {"conditions": [pick(c, ("type", "status")) for c in conditions if isinstance(c, dict)]}
-        if isinstance(conditions, list)
-        else {}
-    )
-    return interned(
-        {
-            "metadata": interned(metadata),
-            "spec": interned(outline_spec),
-            "status": interned(outline_status),
-        }
-    )
-
-
-def _established(status: dict[str, Any]) -> bool:
-    return any(
-        c.get("type") == "Established" and c.get("status") == "True"
-        for c in status.get("conditions") or []
-    )
-
-
 def _touched(items: dict[str, dict[str, Any]], name: str | None) -> Iterable[dict[str, Any]]:
     """The objects an event changed: the one it names (none, deleted), or all of them (None)."""
     if name is None:
@@ -249,7 +172,7 @@ _LIST_POLL_SECONDS = 0.25
 # that says so, and it may be any collection, a followed one included.
 _OBJECT_EVENTS = frozenset({"ADDED", "MODIFIED", "DELETED"})
 # What a reflector tells that leaves its copy as it was: the target lost
-# (``kube.reflector.Link``), and a watch resumed from the copy.
+# (``kube.link.Link``), and a watch resumed from the copy.
 _COPY_KEPT = frozenset({"LOST", "RESUMED"})
 
 
@@ -528,7 +451,7 @@ class WatchCache:
     def _consistent(self, apis: APIS) -> bool:
         for crd in self.reflectors[WatchKey(CRDS)].items.values():
             spec, status = crd.get("spec") or {}, crd.get("status") or {}
-            if not _established(status):
+            if not established(status):
                 continue
             plural = (spec.get("names") or {}).get("plural", "")
             served_versions = apis.get(spec.get("group", ""), {}).get(plural, [])
