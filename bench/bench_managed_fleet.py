@@ -4,9 +4,12 @@ The targets are the simulated fleet (bench/fleet_server), each serving a copy
 of one real Managed Standard install (tests/testenv/fleet_managed.py: the
 fixture charts installed by the operator's own helm on a real kube-apiserver,
 then dumped): every release's Secrets, the objects of every stored manifest,
-the CRDs the charts brought. The hub is a real kube-apiserver; the fixture
-charts are served on loopback, as the seed's were, so the operator can read
-them if it wants to. Every stack asks for what the seed was installed with
+the CRDs the charts brought, replaced by the upstream CRDs of a Standard
+target with ``--crds real`` (the default when ``../shared/fixtures/upstream``
+is there), as an install of the real charts would carry. The hub is a
+real kube-apiserver; the fixture charts are served on loopback, as the
+seed's were, so the operator can read them if it wants to. Every stack
+asks for what the seed was installed with
 (``managed_spec``), so the operator finds each release installed, its
 storage the one a real helm wrote, and in sync: it should run no helm and
 write nothing to a target once the stack is claimed and Ready.
@@ -45,7 +48,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 from tests.integration.hubs import client_for, free_port, scrape_metrics  # noqa: E402
 from tests.integration.substrate import Helm, run_operator, serve_substrate  # noqa: E402
 from tests.testenv import TestEnv, find_binaries  # noqa: E402
-from tests.testenv.fleet import FleetServer  # noqa: E402
+from tests.testenv.fleet import FleetServer, add_crds_option, crds_for  # noqa: E402
 from tests.testenv.fleet_managed import managed_spec, write_managed_seed  # noqa: E402
 
 from bench_fleet_healthy import (  # noqa: E402
@@ -213,6 +216,7 @@ def main() -> None:
     parser.add_argument("--resync", type=float, default=300.0)
     parser.add_argument("--ready-timeout", type=float, default=1800.0)
     parser.add_argument("--keep", type=Path, help="work here and keep the logs")
+    add_crds_option(parser)
     args = parser.parse_args()
     _raise_nofile()
     print(f"Managed targets {args.small} and {args.targets}, one shard, resync {args.resync:.0f} s")
@@ -226,7 +230,9 @@ def main() -> None:
             substrate = stack.enter_context(
                 contextlib.contextmanager(serve_substrate)(helm, work / "charts")
             )
-            seed = write_managed_seed(work / "managed-seed.json", work, substrate)
+            seed = write_managed_seed(
+                work / "managed-seed.json", work, substrate, crds_for(args.crds)
+            )
             fleet = FleetServer(work / "fleet", args.targets, seed=seed).start()
             stack.callback(fleet.stop)
             hub_env.start()

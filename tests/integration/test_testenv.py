@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -13,6 +14,7 @@ import yaml
 from lightkube import Client, KubeConfig
 from lightkube.core.exceptions import ApiError
 from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
 from lightkube.resources.core_v1 import ConfigMap, Namespace
 from lightkube.resources.resource_v1 import DeviceClass
 from tests.testenv import BINARIES, TestEnv, resolve_bin_dir
@@ -214,3 +216,65 @@ def test_helm_installs_fixture_chart_into_target(
     with pytest.raises(ApiError) as err:
         client.get(ConfigMap, "demo-mp-demo", namespace="mp-demo")
     assert err.value.status.code == 404
+
+
+def _crd(name: str, prop: str, annotations: dict[str, str]) -> dict[str, Any]:
+    plural, group = name.split(".", 1)
+    schema = {
+        "type": "object",
+        "properties": {"spec": {"type": "object", "properties": {prop: {"type": "string"}}}},
+    }
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": name, "annotations": annotations},
+        "spec": {
+            "group": group,
+            "scope": "Namespaced",
+            "names": {"plural": plural, "singular": plural[:-1], "kind": plural[:-1].title()},
+            "versions": [
+                {
+                    "name": "v1",
+                    "served": True,
+                    "storage": True,
+                    "schema": {"openAPIV3Schema": schema},
+                }
+            ],
+        },
+    }
+
+
+def test_replace_crds_swaps_the_schema_and_keeps_the_digest(
+    target_env: TestEnv, tmp_path: Path
+) -> None:
+    """A Managed seed's fixture CRD becomes the upstream one whole, the operator's digest kept."""
+    from tests.testenv.kube import apply, client, get, replace_crds
+
+    from modelplane.wire import DIGEST_ANNOTATION
+
+    swapped, added = "widgets.replace.test.modelplane.ai", "gadgets.replace.test.modelplane.ai"
+    upstream = [
+        _crd(swapped, "upstream", {"controller-gen.kubebuilder.io/version": "v0.19.0"}),
+        _crd(added, "upstream", {}),
+    ]
+    (tmp_path / "crds.yaml").write_text(yaml.safe_dump_all(upstream))
+    with client(target_env) as kube:
+        apply(kube, _crd(swapped, "fixture", {DIGEST_ANNOTATION: "the-operators"}))
+        try:
+            assert replace_crds(target_env, [tmp_path]) == [swapped, added]
+            for name in (swapped, added):
+                live = get(kube, "apiextensions.k8s.io/v1", "CustomResourceDefinition", name)
+                assert live is not None
+                (version,) = live["spec"]["versions"]
+                spec = version["schema"]["openAPIV3Schema"]["properties"]["spec"]
+                assert list(spec["properties"]) == ["upstream"]  # not merged with the fixture's
+            live = get(kube, "apiextensions.k8s.io/v1", "CustomResourceDefinition", swapped)
+            assert live is not None
+            assert live["metadata"]["annotations"] == {
+                DIGEST_ANNOTATION: "the-operators",
+                "controller-gen.kubebuilder.io/version": "v0.19.0",
+            }
+        finally:
+            for name in (swapped, added):
+                with contextlib.suppress(ApiError):  # not there if the test failed early
+                    kube.delete(CustomResourceDefinition, name)

@@ -21,6 +21,17 @@ stack with no record yet takes the copy's newest revision as found
   a Provided one does;
 - the Events (``LEFT_OUT``), the API server's own noise.
 
+With ``crds`` (``real_crds()``) the seed carries the upstream CRDs, as an
+install of the real charts would: each CRD the fixture charts brought is
+replaced by its upstream namesake, the operator's digest kept on it
+(``tests.testenv.kube.replace_crds``), and the upstream CRDs they did not
+bring are added; the operator is then run over it again, to restore what
+the new schemas read differently, as an install with them would have
+written it. The upstream Gateway CRDs default a Gateway's status to
+"Waiting for controller", which the fixture's did not, so the seed's
+Gateways and GatewayClasses are then given what Envoy Gateway would write
+(``program_gateways``): there is no controller on a copy.
+
 What a copy cannot carry: its objects' UIDs and creation times are the
 seed's on every target, which the operator does not read for a release.
 
@@ -32,6 +43,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -39,6 +51,9 @@ from lightkube import Client, KubeConfig
 from lightkube.resources.core_v1 import Namespace
 from tests.testenv.env import TestEnv
 from tests.testenv.fleet import dump, healthy_target, wait_for_discovery
+from tests.testenv.kube import replace_crds
+
+from modelplane.api.models import API_GROUP, API_VERSION, PLURAL
 
 if TYPE_CHECKING:
     from tests.integration.substrate import Substrate
@@ -66,8 +81,12 @@ def without_claim(seed: dict[str, Any]) -> dict[str, Any]:
     return {**seed, "objects": [o for o in seed["objects"] if not is_claim(o)]}
 
 
-def _install(hub: TestEnv, target: TestEnv, substrate: Substrate, work: Path) -> None:
-    """Run the operator over one Managed stack on ``target`` until it is Ready, then stop it."""
+def _install(hub: TestEnv, target: TestEnv, substrate: Substrate, log: Path) -> None:
+    """Run the operator over one Managed stack on ``target`` until it is Ready, then stop it.
+
+    The stack's status is dropped first, so a second run waits for a Ready
+    of its own, not the first run's.
+    """
     from tests.integration.hubs import (
         SS,
         install_servingstack_crd,
@@ -83,7 +102,13 @@ def _install(hub: TestEnv, target: TestEnv, substrate: Substrate, work: Path) ->
     put_kubeconfig(hub_client, SEED_NAMESPACE, target.kubeconfig, name=SEED_STACK)
     body = stack_body(SEED_NAMESPACE, SEED_STACK, managed_spec(SEED_STACK), secret=SEED_STACK)
     hub_client.apply(SS.from_dict(body), field_manager="seed", force=True)
-    log = work / "seed-operator.log"
+    with hub.http_client() as http:
+        dropped = http.patch(
+            f"/apis/{API_GROUP}/{API_VERSION}/namespaces/{SEED_NAMESPACE}/{PLURAL}/{SEED_STACK}/status",
+            json={"status": None},
+            headers=MERGE,
+        )
+        dropped.raise_for_status()
     proc = run_operator(hub.kubeconfig_path, substrate, SEED_NAMESPACE, log)
 
     def ready() -> bool:
@@ -107,13 +132,56 @@ def _install(hub: TestEnv, target: TestEnv, substrate: Substrate, work: Path) ->
             proc.wait()
 
 
+GATEWAYS = "/apis/gateway.networking.k8s.io/v1/"
+MERGE = {"Content-Type": "application/merge-patch+json"}
+
+
+def program_gateways(target: TestEnv) -> None:
+    """Mark ``target``'s Gateways and GatewayClasses Accepted, Programmed, as a controller would."""
+    now = "2026-01-01T00:00:00Z"
+
+    def conditions(kinds: tuple[str, ...], generation: int) -> list[dict[str, Any]]:
+        return [
+            {
+                "type": kind,
+                "status": "True",
+                "reason": kind,
+                "message": "",
+                "observedGeneration": generation,
+                "lastTransitionTime": now,
+            }
+            for kind in kinds
+        ]
+
+    with target.http_client() as http:
+        for plural, kinds in (
+            ("gatewayclasses", ("Accepted",)),
+            ("gateways", ("Accepted", "Programmed")),
+        ):
+            listed = http.get(GATEWAYS + plural)
+            listed.raise_for_status()
+            for item in listed.json().get("items") or []:
+                meta = item["metadata"]
+                where = f"namespaces/{meta['namespace']}/" if meta.get("namespace") else ""
+                body = {"status": {"conditions": conditions(kinds, meta.get("generation", 1))}}
+                answer = http.patch(
+                    f"{GATEWAYS}{where}{plural}/{meta['name']}/status", json=body, headers=MERGE
+                )
+                answer.raise_for_status()
+
+
 def _ready(stack: dict[str, Any]) -> bool:
     conditions = (stack.get("status") or {}).get("conditions") or []
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
 
 
-def write_managed_seed(path: Path, work: Path, substrate: Substrate) -> Path:
+def write_managed_seed(
+    path: Path, work: Path, substrate: Substrate, crds: Sequence[Path] = ()
+) -> Path:
     """A Managed target's seed, installed for real under ``work``, written to ``path``.
+
+    ``crds``: folders of the upstream CRDs the seed carries instead of the
+    fixture charts' ones, once the install is done.
 
     Installed from ``substrate``: the operators the fleet is measured with
     must be given the same chart repository and manifests URLs, for the
@@ -129,7 +197,14 @@ def write_managed_seed(path: Path, work: Path, substrate: Substrate) -> Path:
             client = Client(KubeConfig.from_dict(target.kubeconfig), field_manager="seed")
             # The GPU nodes only: the CRDs and the DeviceClass are the charts' to bring.
             healthy_target(client, substrate=False)
-            _install(hub, target, substrate, work)
+            _install(hub, target, substrate, work / "seed-operator.log")
+            if crds:
+                replace_crds(target, crds)
+                program_gateways(target)
+                # What the new schemas read differently (defaults, fields the
+                # fixture's pruned) the operator restores once, as it would
+                # have at install on a real cluster: the copy is of after.
+                _install(hub, target, substrate, work / "seed-operator-crds.log")
             wait_for_discovery(target)
             path.write_text(json.dumps(without_claim(dump(target))))
         finally:

@@ -198,6 +198,54 @@ def apply_crds(env: TestEnv, roots: Iterable[Path], *, deadline: float = 120.0) 
     return names
 
 
+def replace_crds(env: TestEnv, roots: Iterable[Path], *, deadline: float = 120.0) -> list[str]:
+    """Replace every CRD the server holds by its namesake under ``roots``, add the rest.
+
+    For a Managed seed: the fixture charts brought small CRDs, stamped with
+    the operator's digest; a real install carries the upstream ones. Each
+    is replaced whole (a PUT: server-side apply would merge the fixture's
+    schema and versions into the upstream ones) with the live object's
+    annotations and labels kept under the upstream ones', so the digest the
+    operator reads is still its own. The DeviceClasses under ``roots`` are
+    not written: on a Managed target they are a release's objects. Returns
+    the names of the CRDs written.
+    """
+    crds = [d for d in crd_documents(roots) if d["kind"] == "CustomResourceDefinition"]
+    with client(env, timeout=60) as kube:
+        for doc in crds:
+            _replace(kube, _without_status(doc))
+        names = [d["metadata"]["name"] for d in crds]
+        for name in names:
+            _wait_established(kube, name, deadline)
+    return names
+
+
+def _replace(kube: Client, body: dict[str, Any], tries: int = 5) -> None:
+    res = resource_for(kube, body["apiVersion"], body["kind"])
+    for _ in range(tries):
+        live = get(kube, body["apiVersion"], body["kind"], body["metadata"]["name"])
+        if live is None:
+            apply(kube, body)
+            return
+        live_meta, meta = live.get("metadata") or {}, dict(body["metadata"])
+        for key in ("annotations", "labels"):
+            meta[key] = {**(live_meta.get(key) or {}), **(meta.get(key) or {})}
+        meta["resourceVersion"] = live_meta["resourceVersion"]
+        try:
+            kube.replace(res.from_dict({**body, "metadata": meta}))
+            return
+        except ApiError as err:
+            # The API server writes a new CRD's status (its names accepted,
+            # Established) after it is made: read it again.
+            if err.status.code == 409:
+                continue
+            raise TestEnvError(
+                f"replacing CRD {meta['name']} failed: {err.status.code} "
+                f"{(err.status.message or '')[:500]}"
+            ) from None
+    raise TestEnvError(f"replacing CRD {body['metadata']['name']}: 409 Conflict {tries} times")
+
+
 def _wait_established(kube: Client, name: str, deadline: float) -> None:
     def established() -> bool:
         crd = get(kube, "apiextensions.k8s.io/v1", "CustomResourceDefinition", name)
