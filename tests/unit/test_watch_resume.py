@@ -18,7 +18,7 @@ from typing import Any
 from tests.hostile_server import Answer, HostileServer
 
 from modelplane.kube.link import Link
-from modelplane.kube.reflector import Reflector, WatchKey
+from modelplane.kube.reflector import RESTARTS, Reflector, WatchKey
 from modelplane.wire import ApiRef
 
 KEY = WatchKey(ApiRef("", "v1", "configmaps"), namespace="ns")
@@ -86,7 +86,7 @@ class Target:
             await answer.end()
 
 
-async def _run(target: Target, until: str, times: int = 1) -> list[str]:
+async def _run(target: Target, until: str, times: int = 1, label: str = "") -> list[str]:
     """Run a reflector on ``target`` until it told of ``until`` ``times`` times; what it told."""
     changes: list[str] = []
     done = asyncio.Event()
@@ -97,7 +97,7 @@ async def _run(target: Target, until: str, times: int = 1) -> list[str]:
             done.set()
 
     async with target.server, target.server.client() as http:
-        target.reflector = Reflector(http, KEY, Link(http, "test"), changed)
+        target.reflector = Reflector(http, KEY, Link(http, "test"), changed, label=label)
         task = asyncio.create_task(target.reflector.run())
         try:
             async with asyncio.timeout(GUARD):
@@ -116,10 +116,13 @@ async def test_a_watch_cut_mid_stream_resumes_from_its_last_version_without_a_li
             Said(_event("ADDED", _cm("c", "20"))),
         ],
     )
-    changes = await _run(target, until="ADDED")
+    label = "ns/resumed-not-listed"
+    changes = await _run(target, until="ADDED", label=label)
     reflector = target.reflector
     assert reflector is not None
     assert len(target.asked["lists"]) == 1, target.asked
+    # The stack's modelplane_stack_watch_restarts_total counts it.
+    assert RESTARTS[label] == 1
     # From the version of the last event taken in before the cut, not the LIST's.
     assert [w["resourceVersion"] for w in target.asked["watches"]] == ["10", "15"]
     # While the target was lost, and when the watch was asked for again, the

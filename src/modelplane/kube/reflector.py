@@ -467,6 +467,10 @@ class Reflector(CollectionCopy):
         """
         self.synced = True
         self.resumes += 1
+        if self._label:
+            # Broke and taken up again, as a relisted one is: a flaky link
+            # shows in the metric whichever way the watch came back.
+            RESTARTS[self._label] += 1
         log.debug("target of %s: watch of %s resumed from its copy", self._label, self.key)
         self._changed(self.key, "RESUMED", None)
 
