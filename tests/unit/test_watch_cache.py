@@ -407,6 +407,92 @@ def test_a_relist_that_outlasts_the_wait_leaves_the_read_to_the_reconcile() -> N
     asyncio.run(run())
 
 
+def test_a_relist_that_outlasts_the_wait_asks_for_no_probe_of_a_target_that_answers() -> None:
+    async def run() -> None:
+        cache = _cache()
+        link = cache.link = _Link(up=True)  # type: ignore[assignment]
+        _, gateways = _all_synced_but(cache, "gateways")
+        gateways.listing = True  # a slow LIST, the link up
+        assert not await cache.current(0.1)
+        assert link.asked == []
+
+    asyncio.run(run())
+
+
+class _Link:
+    """A target's link as ``WatchCache.current`` reads it: up or not, and the probes asked for."""
+
+    def __init__(self, *, up: bool) -> None:
+        self.up = asyncio.Event()
+        if up:
+            self.up.set()
+        self.asked: list[int] = []
+        self.probed = asyncio.Event()
+
+    def probe_now(self) -> None:
+        self.asked.append(1)
+        self.probed.set()
+
+
+def _lost(cache: WatchCache, resource: str) -> tuple[WatchKey, Any, _Link]:
+    """``cache`` with its target lost while ``resource``'s watch ran; its link."""
+    key, reflector = _all_synced_but(cache, resource)
+    reflector.listing = True  # its copy kept, worth a wait (kube.reflector)
+    link = cache.link = _Link(up=False)  # type: ignore[assignment]
+    return key, reflector, link
+
+
+def test_copies_of_a_lost_target_wait_for_a_probe_asked_for_once_the_wait_is_over(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    polls_out_of_reach(monkeypatch)
+
+    # Issue 42: after a cut of 10 s the probe was in its backoff till
+    # 15.75 s, so each reconcile woken by the cut read its target whole.
+    async def run() -> None:
+        cache = _cache()
+        key, gateways, link = _lost(cache, "gateways")
+        current = asyncio.create_task(cache.current(0.01))
+        async with asyncio.timeout(GUARD):
+            await link.probed.wait()
+        assert link.asked == [1] and not current.done()
+        # The probe answered; the watch resumed from the copy.
+        link.up.set()
+        gateways.synced, gateways.listing = True, False
+        cache._on_change(key, "RESUMED")
+        # Woken by the resumed watch: the poll is out of reach.
+        async with asyncio.timeout(GUARD):
+            assert await current
+        assert link.asked == [1]
+
+    asyncio.run(run())
+
+
+def test_copies_of_a_target_still_lost_after_the_probe_are_given_up(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(watches, "PROBE_WAIT_SECONDS", 0.05)
+
+    async def run() -> None:
+        cache = _cache()
+        _, _, link = _lost(cache, "gateways")
+        async with asyncio.timeout(GUARD):
+            assert not await cache.current(0.01)
+        assert link.asked == [1]  # one probe, not one a poll
+
+    asyncio.run(run())
+
+
+def test_a_read_that_does_not_wait_asks_for_no_probe() -> None:
+    async def run() -> None:
+        cache = _cache()
+        _, _, link = _lost(cache, "gateways")
+        assert not await cache.current(0.0)
+        assert link.asked == []
+
+    asyncio.run(run())
+
+
 def test_the_discovery_answer_listed_from_stays_the_shared_one(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

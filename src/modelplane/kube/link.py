@@ -6,7 +6,11 @@ When the target stops answering, one ``Link`` probe per target (``/readyz``,
 is logged once, and the watches resume within a probe of the server being
 back. The probes back off: a target lost for good (or a tarpit) would
 otherwise take one of the process's handshake slots four times a second
-(``kube.handshakes``).
+(``kube.handshakes``). A reconcile that waits on the copies of a lost
+target asks for one probe at once (``probe_now``) before it gives up on
+them: a target back after a cut of 10 s would otherwise be noticed only
+at the probe after next (up to 15.75 s after the loss), and every stack
+of the shard woken by the cut would read its target whole meanwhile.
 """
 
 from __future__ import annotations
@@ -29,12 +33,14 @@ PROBE_SECONDS = 0.25
 # Between probes of a lost target: from PROBE_SECONDS, doubling to a cap,
 # jittered so that a shard's lost targets do not probe in step.
 PROBE_BACKOFF = Backoff(first=PROBE_SECONDS, cap=15.0, jitter=0.5)
+# How long one probe may take to be answered.
+PROBE_TIMEOUT_SECONDS = 5.0
 
 
 class Link:
     """Whether a target answers; while it does not, one probe stands in for every watch."""
 
-    __slots__ = ("_every", "_http", "_label", "_probe", "_rand", "_sleep", "up")
+    __slots__ = ("_asked", "_every", "_http", "_label", "_probe", "_rand", "_sleep", "up")
 
     def __init__(
         self,
@@ -50,6 +56,9 @@ class Link:
         self.up = asyncio.Event()
         self.up.set()
         self._probe: asyncio.Task[None] | None = None
+        # Set by ``probe_now``; made only while the target is lost (a
+        # shard keeps a Link a target, and an Event holds a deque).
+        self._asked: asyncio.Event | None = None
 
     def lost(self, err: BaseException) -> bool:
         """Note that the target stopped answering; True for the first watch to notice."""
@@ -64,16 +73,38 @@ class Link:
             self._every.first,
             self._every.cap,
         )
+        self._asked = asyncio.Event()
         self._probe = asyncio.create_task(self._until_up(time.monotonic()))
         return True
+
+    def probe_now(self) -> None:
+        """Probe a lost target now rather than at the end of its backoff; nothing if it is up."""
+        if self._asked is not None and not self.up.is_set():
+            self._asked.set()
+
+    async def _pause(self, seconds: float) -> None:
+        """Sleep ``seconds``, or less if a probe is asked for meanwhile."""
+        asked = self._asked
+        if asked is None:
+            await self._sleep(seconds)
+            return
+        waits = (asyncio.ensure_future(self._sleep(seconds)), asyncio.ensure_future(asked.wait()))
+        try:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for wait in waits:
+                wait.cancel()
+        asked.clear()
 
     async def _until_up(self, since: float) -> None:
         probes = Attempts(self._every, rand=self._rand)
         while True:
-            await self._sleep(probes.fail())
+            await self._pause(probes.fail())
             try:
                 # Its status is all that is read of it: a body is never read.
-                async with self._http.stream("GET", "/readyz", timeout=5.0) as response:
+                async with self._http.stream(
+                    "GET", "/readyz", timeout=PROBE_TIMEOUT_SECONDS
+                ) as response:
                     code = response.status_code
             except httpx2.TransportError:
                 continue
@@ -86,6 +117,7 @@ class Link:
             self._label,
             time.monotonic() - since,
         )
+        self._asked = None
         self.up.set()
 
     async def close(self) -> None:

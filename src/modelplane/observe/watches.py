@@ -27,7 +27,7 @@ from modelplane.kube.client import (
     TargetError,
 )
 from modelplane.kube.discovery import APIS, Served, discover, served
-from modelplane.kube.link import Link
+from modelplane.kube.link import PROBE_TIMEOUT_SECONDS, Link
 from modelplane.kube.plurals import NONE as NO_PLURALS
 from modelplane.kube.plurals import Kind, Plurals, merged
 from modelplane.kube.reflector import WATCH_TIMEOUT_SECONDS, Reflector, WatchKey
@@ -162,6 +162,9 @@ def _has_label(obj: dict[str, Any], name: str, value: str) -> bool:
 # target instead: each LIST it waits for is one of the twenty a direct read
 # makes, and is usually done first.
 LIST_WAIT_SECONDS = 10.0
+# How much longer, once that wait is over, a reconcile waits on the copies
+# of a lost target for one probe of it and the watches it resumes.
+PROBE_WAIT_SECONDS = PROBE_TIMEOUT_SECONDS + 2.0
 # How often a wait looks again when no LIST came: one that failed says so
 # only the first time.
 _LIST_POLL_SECONDS = 0.25
@@ -361,20 +364,35 @@ class WatchCache:
         discovery), and each one again when its watch ends or meets a 410: a
         reconcile that came meanwhile would list all twenty collections
         itself to spare the wait. A collection that failed is in its
-        backoff, and is not waited for.
+        backoff, and is not waited for. Copies of a lost target are waited
+        for ``within``, then for one probe asked for at once
+        (``PROBE_WAIT_SECONDS``): the target may be back, unnoticed by a
+        probe in its backoff.
         """
-        deadline = asyncio.get_running_loop().time() + within
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + within
         discovering = self._discovering
         if within > 0 and discovering is not None and not discovering.done():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(asyncio.shield(discovering), within)
+        probed = within <= 0  # a read that does not wait asks for no probe either
         while not self.synced():
             pending = [
                 r for k, r in self.reflectors.items() if not r.synced and k not in self._signal_only
             ]
-            left = deadline - asyncio.get_running_loop().time()
-            if left <= 0 or not all(r.listing for r in pending):
+            if not all(r.listing for r in pending):
                 return False
+            left = deadline - loop.time()
+            if left <= 0:
+                if probed or self.link.up.is_set():
+                    return False
+                # The copies wait for a lost target's probe, which may be
+                # backing off well past this wait: one probe now, and the
+                # copies its answer resumes are waited for.
+                probed = True
+                self.link.probe_now()
+                deadline = loop.time() + PROBE_WAIT_SECONDS
+                continue
             await self._moved_within(left)
         return True
 
