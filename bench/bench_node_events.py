@@ -67,6 +67,8 @@ NODES_PATH = "/api/v1/nodes"
 CRDS_PATH = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 RV, BEAT = "@@RV@@", "@@BEAT@@"
 TICK = 0.005
+# The scripted CRD change's number, which the second stack's wake is timed from.
+INDEX_LABEL = "bench.modelplane.ai/index"
 NFD = "feature.node.kubernetes.io"
 CPUID = (  # noqa: SIM905
     "ADX AESNI AMXBF16 AMXINT8 AMXTILE AVX AVX2 AVX512BF16 AVX512BITALG AVX512BW AVX512CD "
@@ -279,7 +281,15 @@ class Target:
         index = 0
         while True:
             await asyncio.sleep(max(0.0, self.start + index * 0.5 - time.perf_counter()))
-            crd = {"metadata": {"name": "a.example.com", "resourceVersion": str(index + 2)}}
+            # Its index in a label: the CRD's outline keeps no resourceVersion
+            # (``observe.crd_outline``), which this read once and failed on.
+            crd = {
+                "metadata": {
+                    "name": "a.example.com",
+                    "resourceVersion": str(index + 2),
+                    "labels": {INDEX_LABEL: str(index)},
+                }
+            }
             yield json.dumps({"type": "MODIFIED", "object": crd}).encode() + b"\n"
             index += 1
 
@@ -324,7 +334,7 @@ class Run:
     def _neighbour_woken(self, cache: WatchCache) -> None:
         crd = cache.reflectors[WatchKey(CRDS)].items.get("/a.example.com")
         if crd is not None and self.target.start:
-            index = int(crd["metadata"]["resourceVersion"]) - 2
+            index = int(crd["metadata"]["labels"][INDEX_LABEL])
             self.neighbour.append(time.perf_counter() - self.target.start - index * 0.5)
 
     async def _ticker(self) -> None:
