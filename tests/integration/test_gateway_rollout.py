@@ -148,7 +148,9 @@ def _serving(h: Harness) -> dict[str, Any]:
         return None
 
     deployment = wait_for("the proxy Deployment ready (kwok)", all_ready, deadline=180)
-    (service,) = envoy_objects(t, Service)
+    # Envoy Gateway writes the proxy's Service in a step of its own: kwok can
+    # have the Deployment ready before it exists (seen on a loaded machine).
+    (service,) = wait_for("the proxy Service", lambda: envoy_objects(t, Service), deadline=120)
     t.patch(
         Service.Status,
         service.metadata.name,
