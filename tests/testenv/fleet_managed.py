@@ -54,6 +54,7 @@ from tests.testenv.fleet import dump, healthy_target, wait_for_discovery
 from tests.testenv.kube import replace_crds
 
 from modelplane.api.models import API_GROUP, API_VERSION, PLURAL
+from modelplane.catalog.configuration import GATEWAY_CLASSES, GATEWAYS
 
 if TYPE_CHECKING:
     from tests.integration.substrate import Substrate
@@ -61,6 +62,7 @@ if TYPE_CHECKING:
 CLAIM = ("coordination.k8s.io/v1/leases", "modelplane-system", "modelplane-claim")
 SEED_NAMESPACE = "seed"
 SEED_STACK = "seed"
+MERGE = {"Content-Type": "application/merge-patch+json"}
 
 
 def managed_spec(secret: str) -> dict[str, Any]:
@@ -132,10 +134,6 @@ def _install(hub: TestEnv, target: TestEnv, substrate: Substrate, log: Path) -> 
             proc.wait()
 
 
-GATEWAYS = "/apis/gateway.networking.k8s.io/v1/"
-MERGE = {"Content-Type": "application/merge-patch+json"}
-
-
 def program_gateways(target: TestEnv) -> None:
     """Mark ``target``'s Gateways and GatewayClasses Accepted, Programmed, as a controller would."""
     now = "2026-01-01T00:00:00Z"
@@ -154,18 +152,19 @@ def program_gateways(target: TestEnv) -> None:
         ]
 
     with target.http_client() as http:
-        for plural, kinds in (
-            ("gatewayclasses", ("Accepted",)),
-            ("gateways", ("Accepted", "Programmed")),
+        for api, kinds in (
+            (GATEWAY_CLASSES, ("Accepted",)),
+            (GATEWAYS, ("Accepted", "Programmed")),
         ):
-            listed = http.get(GATEWAYS + plural)
+            root = f"/apis/{api.group_version}/"
+            listed = http.get(root + api.resource)
             listed.raise_for_status()
             for item in listed.json().get("items") or []:
                 meta = item["metadata"]
                 where = f"namespaces/{meta['namespace']}/" if meta.get("namespace") else ""
                 body = {"status": {"conditions": conditions(kinds, meta.get("generation", 1))}}
                 answer = http.patch(
-                    f"{GATEWAYS}{where}{plural}/{meta['name']}/status", json=body, headers=MERGE
+                    f"{root}{where}{api.resource}/{meta['name']}/status", json=body, headers=MERGE
                 )
                 answer.raise_for_status()
 

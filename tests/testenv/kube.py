@@ -201,12 +201,13 @@ def apply_crds(env: TestEnv, roots: Iterable[Path], *, deadline: float = 120.0) 
 def replace_crds(env: TestEnv, roots: Iterable[Path], *, deadline: float = 120.0) -> list[str]:
     """Replace every CRD the server holds by its namesake under ``roots``, add the rest.
 
-    For a Managed seed: the fixture charts brought small CRDs, stamped with
-    the operator's digest; a real install carries the upstream ones. Each
-    is replaced whole (a PUT: server-side apply would merge the fixture's
-    schema and versions into the upstream ones) with the live object's
-    annotations and labels kept under the upstream ones', so the digest the
-    operator reads is still its own. The DeviceClasses under ``roots`` are
+    For a Managed seed: the fixture charts brought small CRDs (helm's, and
+    the GAIE manifests' the operator applied, stamped with its digest); a
+    real install carries the upstream ones. Each is replaced whole (a PUT:
+    server-side apply would merge the fixture's schema and versions into
+    the upstream ones) with the live object's annotations and labels kept
+    under the upstream ones', so a digest the operator reads is still its
+    own. The DeviceClasses under ``roots`` are
     not written: on a Managed target they are a release's objects. Returns
     the names of the CRDs written.
     """

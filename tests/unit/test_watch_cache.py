@@ -447,8 +447,9 @@ def test_copies_of_a_lost_target_wait_for_a_probe_asked_for_once_the_wait_is_ove
 ) -> None:
     polls_out_of_reach(monkeypatch)
 
-    # Issue 42: after a cut of 10 s the probe was in its backoff till
-    # 15.75 s, so each reconcile woken by the cut read its target whole.
+    # Issue 42: after a cut of 10 s the probe was in its backoff (its next
+    # up to 15.75 s after the loss), so each reconcile woken by the cut read
+    # its target whole.
     async def run() -> None:
         cache = _cache()
         key, gateways, link = _lost(cache, "gateways")
